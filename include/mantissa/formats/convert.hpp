@@ -1,0 +1,36 @@
+// Bulk conversion of fp32 arrays: packed codes (1 or 2 bytes per value, or 4
+// for fp32) and fake quantisation (round, keep fp32). Kernels are chosen at run
+// time from an ordered list by instruction set; all give the scalar
+// reference's bits (round.hpp). Large arrays are split across OpenMP threads.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "mantissa/formats/format.hpp"
+#include "mantissa/formats/round.hpp"
+
+namespace mantissa::formats {
+
+enum class Isa : uint8_t { scalar, avx512, avx512_bf16_fp16 };
+Isa detected_isa();
+// Cap the instruction set (for comparison runs); also read once from the
+// environment variable MANTISSA_MAX_ISA = scalar|avx512|avx512_bf16_fp16.
+void set_max_isa(Isa cap);
+Isa active_isa();
+const char* isa_name(Isa isa);
+// Name of the kernel the last quantize/dequantize call on this thread ran,
+// e.g. "avx512_bf16:bf16:nearest_even"; printed when MANTISSA_VERBOSE=1.
+std::string last_kernel();
+
+// codes must hold n * f.storage_bytes() bytes.
+void quantize(const Format& f, const float* in, void* codes, size_t n, const RoundOptions& opt = {});
+void dequantize(const Format& f, const void* codes, float* out, size_t n);
+// out[i] = decode(encode(in[i])); in == out is allowed.
+void fake_quantize(const Format& f, const float* in, float* out, size_t n, const RoundOptions& opt = {});
+
+// Arrays shorter than this run on one thread.
+inline constexpr size_t kParallelThreshold = size_t{1} << 16;
+
+}  // namespace mantissa::formats

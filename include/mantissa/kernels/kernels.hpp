@@ -1,0 +1,77 @@
+// Compute kernels on raw row-major buffers, llm.c style: each layer's forward
+// and backward side by side, shapes in the comments. Backward kernels ADD
+// into the input gradients (+=) so that fan-out needs no extra pass.
+// Threaded with OpenMP; matrix products go through oneDNN (matmul.hpp).
+#pragma once
+
+#include <cstdint>
+
+namespace mantissa::kernels {
+
+// ---- elementwise -----------------------------------------------------------
+void add(float* out, const float* a, const float* b, int64_t n);        // out = a + b
+void add_inplace(float* acc, const float* x, int64_t n);                // acc += x
+void scale(float* out, const float* x, float alpha, int64_t n);         // out = alpha x
+void axpy(float* acc, const float* x, float alpha, int64_t n);          // acc += alpha x
+void mul(float* out, const float* a, const float* b, int64_t n);        // out = a * b
+
+// GELU, tanh approximation (GPT-2).
+void gelu_forward(float* out, const float* x, int64_t n);
+void gelu_backward(float* dx, const float* x, const float* dout, int64_t n);  // dx += gelu'(x) dout
+void relu_forward(float* out, const float* x, int64_t n);
+void relu_backward(float* dx, const float* x, const float* dout, int64_t n);
+
+// Dropout with a counter-based RNG: element i of call `offset` is kept with
+// probability 1-p, independent of threading; mask is recomputable from (seed, offset).
+void dropout_forward(float* out, const float* x, float p, uint64_t seed, uint64_t offset, int64_t n);
+void dropout_backward(float* dx, const float* dout, float p, uint64_t seed, uint64_t offset, int64_t n);
+
+// ---- rows: x [N, C] ----------------------------------------------------------
+// out [N, C]; mean, rstd [N] saved for backward.
+void layernorm_forward(float* out, float* mean, float* rstd, const float* x, const float* weight,
+                       const float* bias, int64_t N, int64_t C, float eps = 1e-5f);
+void layernorm_backward(float* dx, float* dweight, float* dbias, const float* dout, const float* x,
+                        const float* weight, const float* mean, const float* rstd, int64_t N, int64_t C);
+
+// out [N, C] = x [N, C] + bias [C]; dbias [C] += column sums of dout [N, C].
+void bias_add(float* out, const float* x, const float* bias, int64_t N, int64_t C);
+void bias_backward(float* dbias, const float* dout, int64_t N, int64_t C);
+
+// Row softmax of x [N, C]; backward: dx += y * (dy - sum(dy * y)).
+void softmax_forward(float* y, const float* x, int64_t N, int64_t C);
+void softmax_backward(float* dx, const float* y, const float* dy, int64_t N, int64_t C);
+
+// Fused softmax cross-entropy over logits [N, V] with integer targets [N]
+// (target < 0 = ignored). losses [N] get -log p[target] (0 when ignored);
+// returns the fp64 sum over counted rows and sets *count. If dlogits is not
+// null it is OVERWRITTEN with grad_scale * (softmax - onehot) (0 rows when ignored).
+double cross_entropy(const float* logits, const int32_t* targets, int64_t N, int64_t V,
+                     float grad_scale, float* losses, float* dlogits, int64_t* count);
+
+// ---- embeddings ----------------------------------------------------------------
+// out [B*T, C] = wte[tokens] + wpe[t]; tokens [B, T].
+void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe,
+                       int64_t B, int64_t T, int64_t C);
+// dwte [V, C] += scatter of dout rows; dwpe [T, C] += sum over batch. Either may be null.
+void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens,
+                        int64_t B, int64_t T, int64_t C);
+
+// ---- causal multi-head attention --------------------------------------------------
+// qkv [B, T, 3C] (q | k | v, each C = NH heads x hs); out [B, T, C].
+// att [B, NH, T, T] keeps the softmax probabilities for backward (row t uses
+// columns <= t; the rest are written as 0). Scores are scaled by 1/sqrt(hs).
+void attention_forward(float* out, float* att, const float* qkv, int64_t B, int64_t T, int64_t C,
+                       int64_t NH);
+// dqkv [B, T, 3C] += gradient; datt is scratch of att's size.
+void attention_backward(float* dqkv, float* datt, const float* dout, const float* qkv,
+                        const float* att, int64_t B, int64_t T, int64_t C, int64_t NH);
+
+// ---- reductions -------------------------------------------------------------------------
+double sum(const float* x, int64_t n);            // fp64 accumulation
+double sum_squares(const float* x, int64_t n);    // fp64 accumulation
+bool all_finite(const float* x, int64_t n);
+
+int num_threads();
+void set_num_threads(int n);  // OpenMP and oneDNN both follow it
+
+}  // namespace mantissa::kernels

@@ -1,0 +1,33 @@
+// Matrix products through oneDNN. Primitives are cached per shape/type; a
+// constant operand (a weight) can be pre-packed once and reused until its
+// version changes. bf16 inputs accumulate in fp32 (AMX where present).
+#pragma once
+
+#include <cstdint>
+
+#include "mantissa/tensor/tensor.hpp"
+
+namespace mantissa::kernels {
+
+struct MatmulArgs {
+  // C [batch, M, N] = alpha * op(A) [batch, M, K] x op(B) [batch, K, N] (+ bias [N]) (+ beta * C)
+  int64_t batch = 1, M = 0, N = 0, K = 0;
+  bool trans_a = false;  // A stored [K, M] (per batch)
+  bool trans_b = false;  // B stored [N, K] (per batch)
+  DType a_type = DType::f32;  // f32 or bf16 (FP8 operands are widened to bf16 exactly by the caller)
+  DType b_type = DType::f32;
+  float alpha = 1.0f;
+  bool accumulate = false;    // beta = 1: C += product
+  bool b_is_constant = false; // B is a weight: may be pre-packed and cached
+  const void* b_cache_key = nullptr;  // with b_is_constant: identity of B ...
+  int b_cache_version = 0;            // ... and its version; a new version repacks
+};
+
+// C is fp32. bias may be null (fp32 [N]).
+void matmul(const MatmulArgs& args, const void* A, const void* B, float* C, const float* bias = nullptr);
+
+// Name of the oneDNN implementation the last matmul ran (e.g. "brg:avx512_core_amx_bf16").
+const char* last_matmul_impl();
+void clear_matmul_cache();
+
+}  // namespace mantissa::kernels

@@ -1,0 +1,56 @@
+// The Module / Model vocabulary the trainer, optimizers and checkpoints use.
+// Models own their parameters; the trainer only sees this interface.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "mantissa/tensor/tensor.hpp"
+
+namespace mantissa::nn {
+
+struct Parameter {
+  std::string name;     // GPT: Hugging Face GPT-2 names, e.g. "transformer.h.0.attn.c_attn.weight"
+  Tensor value;         // fp32 master copy (MemoryKind::parameter), shape as saved to safetensors
+  Tensor grad;          // fp32, same shape (MemoryKind::gradient); accumulated by backward
+  bool decay = true;    // weight decay applies (false for biases, norm gains, positions)
+  int64_t fan_in = 1;   // for parametrisation-dependent learning-rate rules
+  int version = 0;      // bumped by whoever changes `value`, so cached casts/packings refresh
+};
+
+class Module {
+ public:
+  virtual ~Module() = default;
+  virtual std::vector<Parameter*> parameters() = 0;
+  void zero_grad();
+  int64_t parameter_count();
+};
+
+// One micro-batch. GPT: inputs i32 [B, T] token ids, targets i32 [B, T] with
+// -1 = ignored. MLP: inputs f32 [B, features], targets i32 [B] class ids.
+struct Batch {
+  Tensor inputs;
+  Tensor targets;
+};
+
+struct LossSum {
+  double sum = 0;     // sum of per-target cross-entropy losses (nats), in fp64
+  int64_t count = 0;  // number of non-ignored targets
+};
+
+class Model : public Module {
+ public:
+  // Forward and backward of one micro-batch: adds to every Parameter::grad
+  // the gradient of grad_scale x (sum of per-target losses). The trainer
+  // passes loss_scale / (non-ignored targets of the whole optimizer step), so
+  // gradient accumulation and loss scaling need nothing else from the model.
+  virtual LossSum forward_backward(const Batch& batch, float grad_scale) = 0;
+  // Forward only, nothing kept for backward.
+  virtual LossSum evaluate(const Batch& batch) = 0;
+  // Configuration as saved beside the weights (config.json).
+  virtual std::string config_json() const = 0;
+  virtual std::string kind() const = 0;  // "gpt" or "mlp"
+};
+
+}  // namespace mantissa::nn

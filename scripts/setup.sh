@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Installs every build and test dependency from Debian's packages.
+# Idempotent: prints nothing and touches nothing when all are present.
+set -euo pipefail
+PACKAGES=(
+  build-essential cmake g++ git pkg-config
+  libdnnl-dev            # oneDNN: matrix products (AMX bf16)
+  libomp-dev             # OpenMP runtime headers (GCC uses libgomp)
+  libgtest-dev libgmock-dev googletest
+  libbenchmark-dev
+  libcli11-dev
+  nlohmann-json3-dev
+  zlib1g-dev             # unpacking the R data of the default corpus
+  python3 python3-venv python3-pip
+  ca-certificates
+)
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}"
+  SUDO=""; [[ $(id -u) -ne 0 ]] && SUDO=sudo
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi

@@ -25,6 +25,8 @@ void relu_backward(float* dx, const float* x, const float* dout, int64_t n);
 // probability 1-p, independent of threading; mask is recomputable from (seed, offset).
 void dropout_forward(float* out, const float* x, float p, uint64_t seed, uint64_t offset, int64_t n);
 void dropout_backward(float* dx, const float* dout, float p, uint64_t seed, uint64_t offset, int64_t n);
+// Whether element i of the dropout call (seed, offset) is kept (the mask both passes use).
+bool dropout_kept(float p, uint64_t seed, uint64_t offset, int64_t i);
 
 // ---- rows: x [N, C] ----------------------------------------------------------
 // out [N, C]; mean, rstd [N] saved for backward.
@@ -70,6 +72,10 @@ void attention_backward(float* dqkv, float* datt, const float* dout, const float
 double sum(const float* x, int64_t n);            // fp64 accumulation
 double sum_squares(const float* x, int64_t n);    // fp64 accumulation
 bool all_finite(const float* x, int64_t n);
+
+// ---- bf16 storage (round to nearest even, NaN stays NaN) ------------------------------
+void f32_to_bf16(uint16_t* out, const float* in, int64_t n);
+void bf16_to_f32(float* out, const uint16_t* in, int64_t n);
 
 int num_threads();
 void set_num_threads(int n);  // OpenMP and oneDNN both follow it

@@ -30,4 +30,11 @@ void matmul(const MatmulArgs& args, const void* A, const void* B, float* C, cons
 const char* last_matmul_impl();
 void clear_matmul_cache();
 
+// Drops every packed copy of the constant operand `b_cache_key` (call it when
+// the weight's storage is freed, so a new buffer at the same address with the
+// same version cannot hit a stale packed copy).
+void forget_packed_operand(const void* b_cache_key);
+int64_t packed_operand_count();     // packed constant operands currently held
+int64_t cached_matmul_primitives(); // primitives currently cached
+
 }  // namespace mantissa::kernels

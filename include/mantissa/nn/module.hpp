@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "mantissa/autograd/policy.hpp"
 #include "mantissa/tensor/tensor.hpp"
 
 namespace mantissa::nn {
@@ -25,6 +26,8 @@ class Module {
   virtual std::vector<Parameter*> parameters() = 0;
   void zero_grad();
   int64_t parameter_count();
+  // The parameter with this exact name, or null (checkpoints, golden tests).
+  Parameter* find(const std::string& name);
 };
 
 // One micro-batch. GPT: inputs i32 [B, T] token ids, targets i32 [B, T] with
@@ -51,6 +54,14 @@ class Model : public Module {
   // Configuration as saved beside the weights (config.json).
   virtual std::string config_json() const = 0;
   virtual std::string kind() const = 0;  // "gpt" or "mlp"
+
+  // Precision policy of the matrix products and saved activations of every
+  // later forward pass (default fp32 everywhere).
+  void set_precision(const autograd::PrecisionPolicy& p) { precision_ = p; }
+  const autograd::PrecisionPolicy& precision() const { return precision_; }
+
+ protected:
+  autograd::PrecisionPolicy precision_;
 };
 
 }  // namespace mantissa::nn

@@ -86,6 +86,8 @@ class Tensor {
   void fill(float v);
   void zero_();
   bool same_storage(const Tensor& o) const { return storage_ == o.storage_; }
+  // No other Tensor (or view) shares this storage: safe to write in place.
+  bool storage_unique() const { return storage_ && storage_.use_count() == 1; }
 
  private:
   std::shared_ptr<Storage> storage_;

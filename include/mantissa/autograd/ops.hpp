@@ -1,0 +1,71 @@
+// Differentiable ops. Each takes the Tape (which carries the precision policy
+// and dropout stream) and Vars, returns a Var, and records its backward when
+// an input needs a gradient. Values are fp32 row-major; shapes in comments.
+// Forward and backward of each op sit side by side in src/autograd/ops_*.cpp.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "mantissa/autograd/policy.hpp"
+#include "mantissa/autograd/tape.hpp"
+
+namespace mantissa::autograd {
+
+// ---- matrix products (compute dtype = policy.matmul, fp32 accumulation) --------------
+// y [..., out] = x [..., in] @ w [in, out] (+ b [out]); w as Hugging Face Conv1D.
+// scales: y *= forward, dx *= backward, dw and db *= weight.
+Var linear(Tape& t, const Var& x, const Var& w, const Var* b = nullptr, const OpScales& s = {});
+// c [M, N] = op(a) @ op(b); a [M, K] (or [K, M] when trans_a), b [K, N] (or [N, K] when trans_b).
+Var matmul(Tape& t, const Var& a, const Var& b, bool trans_a = false, bool trans_b = false,
+           const OpScales& s = {});
+// Batched: a [batch, M, K], b [batch, K, N] (same transposition rules per batch).
+Var bmm(Tape& t, const Var& a, const Var& b, bool trans_a = false, bool trans_b = false,
+        const OpScales& s = {});
+
+// ---- pointwise ---------------------------------------------------------------------------
+Var add(Tape& t, const Var& a, const Var& b);  // same shape
+Var mul(Tape& t, const Var& a, const Var& b);  // same shape
+Var scale(Tape& t, const Var& x, float alpha);
+// y = x + b [C] broadcast over rows of x [N, C].
+Var add_bias(Tape& t, const Var& x, const Var& b);
+Var gelu(Tape& t, const Var& x);  // tanh approximation
+Var relu(Tape& t, const Var& x);
+// Inverted dropout with probability p, active when t.ctx().training; the mask
+// comes from (ctx.seed, ctx.dropout_calls) and is recomputed in backward.
+Var dropout(Tape& t, const Var& x, float p);
+
+// ---- rows ------------------------------------------------------------------------------------
+Var softmax(Tape& t, const Var& x);  // over the last dim
+// x [..., C], weight and bias [C]; eps 1e-5 (GPT-2).
+Var layer_norm(Tape& t, const Var& x, const Var& weight, const Var& bias);
+// qkv [B, T, 3C] -> [B, T, C], causal, NH heads, scores / sqrt(C/NH).
+Var causal_self_attention(Tape& t, const Var& qkv, int64_t heads);
+
+// ---- embeddings ------------------------------------------------------------------------------
+// out [..., C] = weight [V, C] rows picked by ids (i32, any shape); ids outside [0, V) throw.
+Var embedding(Tape& t, const Tensor& ids, const Var& weight);
+// GPT input: out [B, T, C] = wte[ids [B, T]] + wpe[t] (fused).
+Var token_position_embedding(Tape& t, const Tensor& ids, const Var& wte, const Var& wpe);
+
+// ---- losses: scalar [1] results, sum reduction ----------------------------------------------
+struct LossStats {
+  double sum = 0;     // fp64 sum of per-target losses
+  int64_t count = 0;  // counted (non-ignored) targets
+};
+// logits [N, V] (any leading dims), targets i32 [N] with -1 (any negative) ignored.
+// Result [1] = sum of -log softmax(logits)[target] over counted rows.
+Var cross_entropy(Tape& t, const Var& logits, const Tensor& targets, LossStats* stats = nullptr);
+// Result [1] = sum (pred - target)^2.
+Var mse(Tape& t, const Var& pred, const Var& target);
+
+// ---- shapes ----------------------------------------------------------------------------------
+Var reshape(Tape& t, const Var& x, const Shape& shape);  // shares storage
+// Swap the last two dims: [..., M, N] -> [..., N, M] (a copy).
+Var transpose(Tape& t, const Var& x);
+// Split the last dim into pieces of the given sizes (copies).
+std::vector<Var> split(Tape& t, const Var& x, const std::vector<int64_t>& sizes);
+// Concatenate along the last dim (all other dims equal).
+Var concat(Tape& t, const std::vector<Var>& xs);
+
+}  // namespace mantissa::autograd

@@ -1,0 +1,131 @@
+// Reverse-mode autograd on a tape. One Tape per forward pass: every op that
+// sees an input needing a gradient appends a backward closure; backward()
+// runs them newest first and destroys each one after it ran, so tensors saved
+// for the backward pass are freed as it goes. A Var is a value plus, when a
+// gradient flows to it, a shared GradNode; closures hold GradNodes and the
+// tensors they saved, never whole Vars, so dropping a Var drops its value
+// unless an op chose to save it.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
+#include "mantissa/autograd/policy.hpp"
+#include "mantissa/tensor/tensor.hpp"
+
+namespace mantissa::nn {
+struct Parameter;
+}
+
+namespace mantissa::autograd {
+
+// Gradient of one value, fp32. Contributions are accumulated; a first
+// contribution is adopted without a copy (copy-on-write if it is shared).
+struct GradNode {
+  explicit GradNode(Shape s) : shape(std::move(s)) {}
+  Shape shape;
+  Tensor grad;                    // undefined until something flows here
+  bool external = false;          // grad is a Parameter's gradient: always add in place
+
+  bool has_grad() const { return grad.defined(); }
+  // Adds g; takes g's storage when this is the first contribution.
+  void accumulate(const Tensor& g);
+  // Adds alpha * g.
+  void accumulate_scaled(const Tensor& g, float alpha);
+  // The gradient as a writable buffer (zero-filled when new) for kernels that add (+=).
+  Tensor& buffer();
+  // A writable buffer; *has_data tells whether it holds earlier contributions
+  // (then add, else overwrite): saves the zero fill for matmuls.
+  Tensor& writable(bool* has_data);
+};
+
+struct Var {
+  Tensor value;
+  std::shared_ptr<GradNode> node;   // null: no gradient is wanted for this value
+  nn::Parameter* param = nullptr;   // set for parameter leaves (weight-cast cache key)
+
+  bool requires_grad() const { return node != nullptr; }
+  const Shape& shape() const { return value.shape(); }
+  int64_t dim(int i) const { return value.dim(i); }
+  int64_t numel() const { return value.numel(); }
+};
+
+// Weights converted to the matmul dtype once per Parameter::version.
+class CastCache {
+ public:
+  const Tensor& get(const nn::Parameter& p, DType dtype);
+  void clear() { entries_.clear(); }
+  size_t bytes() const;
+
+ private:
+  struct Entry {
+    int version = -1;
+    DType dtype = DType::f32;
+    Tensor value;
+  };
+  std::unordered_map<const nn::Parameter*, Entry> entries_;
+};
+
+// Everything an op consults besides its inputs.
+struct OpContext {
+  PrecisionPolicy policy;
+  CastCache* casts = nullptr;  // null: weights are cast on every use
+  bool training = true;        // dropout active
+  uint64_t seed = 0;           // dropout stream of this pass
+  uint64_t dropout_calls = 0;  // advanced by every dropout op (the kernel's `offset`)
+};
+
+// Gradient recording is on unless a NoGrad scope is alive on this thread.
+bool grad_enabled();
+class NoGrad {
+ public:
+  NoGrad();
+  ~NoGrad();
+  NoGrad(const NoGrad&) = delete;
+  NoGrad& operator=(const NoGrad&) = delete;
+
+ private:
+  bool previous_;
+};
+
+class Tape {
+ public:
+  explicit Tape(OpContext ctx = {}) : ctx_(ctx) {}
+  Tape(const Tape&) = delete;
+  Tape& operator=(const Tape&) = delete;
+
+  OpContext& ctx() { return ctx_; }
+  const PrecisionPolicy& policy() const { return ctx_.policy; }
+
+  // Leaves. A parameter leaf accumulates into Parameter::grad.
+  Var param(nn::Parameter& p);
+  Var constant(Tensor value) const;                   // no gradient
+  Var leaf(Tensor value, bool requires_grad = true);  // gradient kept in var.node->grad
+
+  // True when an op with these inputs must record its backward.
+  bool wants_grad(std::initializer_list<const Var*> inputs) const;
+  // A result Var: with a GradNode when `record` is true.
+  static Var result(Tensor value, bool record);
+  void record(std::function<void()> backward);
+
+  // Activation storage under the policy: a reference when saved == f32,
+  // else a converted copy; restore() gives fp32 back for the backward kernels.
+  Tensor save(const Tensor& x) const;
+  static Tensor restore(const Tensor& saved);
+  // Operand of a matrix product in the policy's matmul dtype (weights cached).
+  Tensor matmul_operand(const Var& v) const;
+
+  // Seeds d(root) = seed (every element) and runs the tape newest first.
+  void backward(const Var& root, float seed = 1.0f);
+  size_t size() const { return ops_.size(); }
+  void clear() { ops_.clear(); }
+
+ private:
+  OpContext ctx_;
+  std::vector<std::function<void()>> ops_;
+};
+
+}  // namespace mantissa::autograd

@@ -1,0 +1,64 @@
+// Saved models (for users: Hugging Face layout) and resumable checkpoints
+// (for the trainer). A checkpoint directory is a superset of a model
+// directory, so `mantissa eval --checkpoint DIR` reads either.
+//
+// Model directory:
+//   model.safetensors   parameters under their names (GPT: Hugging Face GPT-2
+//                       names; the tied lm_head is not stored, as in HF)
+//   config.json         model.config_json()
+// Checkpoint directory adds:
+//   optimizer.safetensors  optimizer state tensors + extra tensors
+//                          ("extra.<name>"), hyper-parameters in __metadata__
+//   optimizer.json         optimizer.state_json()
+//   trainer_state.json     the trainer's string (step, RNG, data position,
+//                          loss scaler, ...)
+//   COMPLETE               manifest: {"format":"mantissa-checkpoint","version":1,
+//                          "files":{name:{"bytes":n,"crc32":c}}}
+//
+// Atomicity: everything is written and fsync'ed into a fresh sibling
+// directory DIR.tmp-<pid>-<n>, COMPLETE last; then the new directory is
+// swapped with DIR in one step (renameat2 RENAME_EXCHANGE; where the file
+// system lacks it, DIR is first renamed to DIR.old-<pid>-<n>, which
+// load_checkpoint falls back to if DIR is missing) and the old one removed.
+// A process killed at any point leaves a loadable previous (or new)
+// checkpoint. Loading verifies COMPLETE, every file's size and CRC-32, then
+// parses; any mismatch is refused with a message naming the file.
+#pragma once
+
+#include <map>
+#include <string>
+
+#include "mantissa/io/safetensors.hpp"
+#include "mantissa/nn/module.hpp"
+#include "mantissa/optim/optimizer.hpp"
+
+namespace mantissa::io {
+
+// Writes model.safetensors + config.json into dir (created if needed; each
+// file atomically).
+void save_model(const std::string& dir, nn::Model& model);
+// Loads model.safetensors into the model's parameters; every parameter must
+// be present with its exact shape and dtype, and no unknown tensor may be in
+// the file. Throws FormatError naming the file and tensor.
+void load_model_weights(const std::string& dir, nn::Model& model);
+// Contents of dir/config.json (throws FormatError if missing or not JSON).
+std::string read_model_config(const std::string& dir);
+
+struct CheckpointData {
+  std::string trainer_state;                    // as given to save_checkpoint
+  std::map<std::string, Tensor> extra_tensors;  // as given to save_checkpoint
+};
+
+// optimizer may be null (no optimizer state saved). extra_tensors: anything
+// else the trainer needs bit-exactly (e.g. working-format weights).
+void save_checkpoint(const std::string& dir, nn::Model& model, const optim::Optimizer* optimizer,
+                     const std::string& trainer_state,
+                     const std::map<std::string, Tensor>& extra_tensors = {});
+// Verifies and loads model weights and optimizer state in place and returns
+// the trainer's state. If the checkpoint holds optimizer state but optimizer
+// is null, it is ignored; if optimizer is non-null the state must be there.
+CheckpointData load_checkpoint(const std::string& dir, nn::Model& model, optim::Optimizer* optimizer);
+// True if dir (or its DIR.old-* fallback) holds a COMPLETE checkpoint.
+bool checkpoint_exists(const std::string& dir);
+
+}  // namespace mantissa::io

@@ -1,0 +1,74 @@
+// GPT with the GPT-2 layout (BRIEF section 9): learned token and position
+// embeddings, pre-LayerNorm blocks with causal multi-head attention and a 4x
+// GELU MLP, final LayerNorm, output head tied to the token embedding.
+// Parameters carry the Hugging Face GPT-2 names and shapes (Conv1D [in, out]).
+//
+// Initialisation (GPT-2): one Rng(seed) draws, in parameter order, N(0, 0.02)
+// for wte, wpe, c_attn and c_fc weights and N(0, 0.02/sqrt(2 layers)) for both
+// c_proj weights; biases 0, LayerNorm gains 1 and shifts 0.
+// Weight decay: off for biases, LayerNorm parameters and wpe; on for wte
+// (it is also the output head's matrix, as in nanoGPT) and the Conv1D weights.
+// Dropout (config.dropout) follows GPT-2's embd/resid dropout: after the
+// embeddings and after each c_proj; attention probabilities are not dropped.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "mantissa/autograd/tape.hpp"
+#include "mantissa/nn/module.hpp"
+
+namespace mantissa::nn {
+
+struct GPTConfig {
+  int64_t vocab = 256;
+  int64_t context = 128;  // n_positions
+  int64_t layers = 4;
+  int64_t d_model = 256;
+  int64_t heads = 4;
+  float dropout = 0.0f;
+  uint64_t seed = 0;
+
+  void validate() const;  // throws std::invalid_argument naming the field
+  std::string to_json() const;  // Hugging Face GPT2Config keys (+ "mantissa" extras)
+  static GPTConfig from_json(const std::string& text);  // accepts to_json's output
+};
+
+class GPT : public Model {
+ public:
+  explicit GPT(const GPTConfig& config);
+
+  std::vector<Parameter*> parameters() override;
+  LossSum forward_backward(const Batch& batch, float grad_scale) override;
+  LossSum evaluate(const Batch& batch) override;
+  std::string config_json() const override { return config_.to_json(); }
+  std::string kind() const override { return "gpt"; }
+  const GPTConfig& config() const { return config_; }
+
+  // logits [B, T, V] for ids i32 [B, T] on the given tape (records when grads are enabled).
+  autograd::Var forward(autograd::Tape& tape, const Tensor& ids);
+  // logits [B, T, V] without recording anything.
+  Tensor logits(const Tensor& ids);
+  // Bytes held by weight casts for low-precision matmuls.
+  size_t cast_cache_bytes() const { return casts_.bytes(); }
+
+ private:
+  struct Block {
+    Parameter *ln1_w, *ln1_b, *attn_w, *attn_b, *proj_w, *proj_b;
+    Parameter *ln2_w, *ln2_b, *fc_w, *fc_b, *mlp_proj_w, *mlp_proj_b;
+  };
+  Parameter* add(std::string name, const Shape& shape, bool decay, int64_t fan_in);
+  autograd::OpContext context(bool training);
+  void check_batch(const Batch& batch) const;
+
+  GPTConfig config_;
+  std::vector<std::unique_ptr<Parameter>> params_;
+  Parameter *wte_ = nullptr, *wpe_ = nullptr, *lnf_w_ = nullptr, *lnf_b_ = nullptr;
+  std::vector<Block> blocks_;
+  autograd::CastCache casts_;
+  uint64_t passes_ = 0;  // dropout stream: one per training forward
+};
+
+}  // namespace mantissa::nn

@@ -1,0 +1,134 @@
+// Optimizers over the models' fp32 master parameters: SGD (momentum,
+// Nesterov), Adam and AdamW with PyTorch's update formulas, per-parameter
+// learning-rate multipliers and weight-decay flags, and state that
+// checkpoints save and restore.
+//
+// The update runs as one multi-tensor pass: every parameter is cut into
+// chunks, and the chunks of all parameters are spread over OpenMP threads, so
+// small tensors (biases, norm gains) do not each pay a parallel-region start.
+// Every element's update is independent, so results are bit-identical for any
+// thread count.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "mantissa/nn/module.hpp"
+#include "mantissa/tensor/tensor.hpp"
+
+namespace mantissa::optim {
+
+// Hyper-parameters of every optimizer; each one reads the fields it uses.
+struct OptimizerConfig {
+  std::string type = "adamw";  // "sgd", "adam" or "adamw"
+  // Adam / AdamW (PyTorch defaults).
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  // SGD and Adam: L2 term added to the gradient (coupled). AdamW: decoupled,
+  // param *= 1 - lr * weight_decay before the moment update. Parameters with
+  // Parameter::decay == false get no weight decay in any optimizer.
+  double weight_decay = 0.0;
+  // SGD.
+  double momentum = 0.0;
+  double dampening = 0.0;
+  bool nesterov = false;
+};
+
+class Optimizer {
+ public:
+  explicit Optimizer(std::vector<nn::Parameter*> params);
+  virtual ~Optimizer() = default;
+  Optimizer(const Optimizer&) = delete;
+  Optimizer& operator=(const Optimizer&) = delete;
+
+  // One update of every parameter from its grad with base learning rate lr
+  // (each parameter uses lr x its multiplier). Bumps Parameter::version.
+  // Grads are read, not modified or zeroed.
+  virtual void step(double lr) = 0;
+  virtual std::string type() const = 0;  // "sgd", "adam", "adamw"
+
+  // Number of step() calls so far (PyTorch's `step` state; Adam's bias
+  // correction uses it).
+  int64_t step_count() const { return steps_; }
+  const std::vector<nn::Parameter*>& parameters() const { return params_; }
+
+  // Per-parameter learning-rate multiplier (default 1), e.g. for
+  // parametrisation-dependent rules such as unit scaling's fan_in^-1/2.
+  void set_lr_multiplier(size_t index, double multiplier);
+  void set_lr_multipliers(const std::function<double(const nn::Parameter&)>& rule);
+  double lr_multiplier(size_t index) const { return lr_mult_.at(index); }
+
+  // Checkpoint state. Tensors are named "<parameter name>.<state name>"
+  // (e.g. "transformer.wte.weight.exp_avg") and share storage with the
+  // optimizer (no copy). The JSON holds the type, step count and
+  // hyper-parameters.
+  virtual std::map<std::string, Tensor> state_tensors() const = 0;
+  virtual std::string state_json() const;
+  // Restores step count and state tensors; the optimizer must have been built
+  // over parameters with the same names and shapes. Throws
+  // std::invalid_argument naming the missing/mismatched tensor or a type
+  // mismatch. Hyper-parameters stay those given at construction.
+  virtual void load_state(const std::map<std::string, Tensor>& tensors, const std::string& json);
+
+ protected:
+  // Copies tensors[name] into dst after checking its presence, dtype and
+  // shape; throws std::invalid_argument naming the tensor.
+  static void restore_tensor(const std::map<std::string, Tensor>& tensors, const std::string& name,
+                             Tensor& dst);
+  // Parses the JSON of state_json(), checks the type and restores steps_;
+  // returns nothing else so subclasses stay free in their extra keys.
+  void restore_common(const std::string& json);
+
+  std::vector<nn::Parameter*> params_;
+  std::vector<double> lr_mult_;
+  int64_t steps_ = 0;
+};
+
+// Builds the optimizer named by config.type; throws std::invalid_argument for
+// an unknown type or an out-of-range hyper-parameter.
+std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& config,
+                                          std::vector<nn::Parameter*> params);
+
+// torch.optim.SGD: d = g + wd*p; buf = d at the first step, then
+// buf = momentum*buf + (1-dampening)*d; d = nesterov ? d + momentum*buf : buf;
+// p -= lr*d.
+class SGD final : public Optimizer {
+ public:
+  SGD(std::vector<nn::Parameter*> params, const OptimizerConfig& config);
+  void step(double lr) override;
+  std::string type() const override { return "sgd"; }
+  std::map<std::string, Tensor> state_tensors() const override;
+  std::string state_json() const override;
+  void load_state(const std::map<std::string, Tensor>& tensors, const std::string& json) override;
+
+ private:
+  OptimizerConfig cfg_;
+  std::vector<Tensor> momentum_;  // "momentum_buffer"; empty when momentum == 0
+};
+
+// torch.optim.Adam (decoupled == false: g += wd*p) and torch.optim.AdamW
+// (decoupled == true: p *= 1 - lr*wd first). Then, with t = step count:
+//   m = beta1*m + (1-beta1)*g;  v = beta2*v + (1-beta2)*g*g
+//   p -= (lr / (1-beta1^t)) * m / (sqrt(v) / sqrt(1-beta2^t) + eps)
+// (eps outside the square root, as PyTorch). State: "exp_avg", "exp_avg_sq".
+class Adam final : public Optimizer {
+ public:
+  Adam(std::vector<nn::Parameter*> params, const OptimizerConfig& config, bool decoupled);
+  void step(double lr) override;
+  std::string type() const override { return decoupled_ ? "adamw" : "adam"; }
+  std::map<std::string, Tensor> state_tensors() const override;
+  std::string state_json() const override;
+  void load_state(const std::map<std::string, Tensor>& tensors, const std::string& json) override;
+
+ private:
+  OptimizerConfig cfg_;
+  bool decoupled_;
+  std::vector<Tensor> exp_avg_, exp_avg_sq_;
+};
+
+}  // namespace mantissa::optim

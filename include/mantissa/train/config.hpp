@@ -1,0 +1,82 @@
+// Everything `mantissa train` can be told, as one struct, with a table of
+// keys shared by the command line (--batch-size) and the JSON config file
+// ("batch-size" or "batch_size"), so both accept exactly the same settings.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <set>
+#include <string>
+#include <variant>
+#include <vector>
+
+namespace mantissa::train {
+
+struct TrainConfig {
+  // Model.
+  std::string model = "gpt";  // gpt | mlp
+  int64_t layers = 4;         // gpt: blocks; mlp: hidden layers
+  int64_t d_model = 256;      // gpt: width; mlp: hidden width
+  int64_t heads = 4;
+  double dropout = 0.0;
+  // Data. Empty data: the default corpus (gpt: Jane Austen; mlp: Fashion-MNIST).
+  std::string data;
+  int64_t batch_size = 16;
+  int64_t seq_len = 128;
+  int64_t grad_accum = 1;
+  // Optimisation.
+  int64_t steps = 1000;
+  std::string optimizer = "adamw";
+  double lr = 1e-3;
+  double min_lr = -1;  // < 0: lr / 10
+  int64_t warmup = 50;
+  double weight_decay = 0.1;
+  double beta1 = 0.9;
+  double beta2 = 0.99;
+  double grad_clip = 1.0;
+  int64_t seed = 1337;
+  int64_t threads = 0;  // 0: the library default
+  // Precision.
+  std::string recipe = "fp32";
+  std::string opt_level;          // O0..O3: replaces the recipe
+  std::string loss_scale;         // "" (recipe's), "dynamic", "none" or a number (static)
+  double init_scale = 0;          // > 0: overrides
+  int64_t growth_interval = 0;    // > 0: overrides
+  double growth_factor = 0;       // > 0: overrides
+  double backoff_factor = 0;      // > 0: overrides
+  double min_scale = -1;          // >= 0: overrides
+  double max_scale = -1;          // >= 0: overrides
+  std::string weight_rounding;    // "" (recipe's), nearest, stochastic
+  std::vector<std::string> set;   // "key=value" recipe overrides
+  bool grad_stats = false;
+  // Evaluation, logging, checkpoints.
+  int64_t eval_every = 100;  // 0: only at the end
+  int64_t eval_batches = 16;
+  int64_t log_every = 10;
+  std::string metrics;
+  std::string save;
+  int64_t save_every = 0;  // 0: only at the end
+  std::string resume;
+  std::string config;  // the JSON file these came from (not a key in it)
+};
+
+// One setting: its key, help text and where it lives.
+struct ConfigKey {
+  std::string key;  // flag name without dashes, e.g. "batch-size"
+  std::string help;
+  std::variant<int64_t*, double*, std::string*, bool*, std::vector<std::string>*> target;
+};
+std::vector<ConfigKey> config_keys(TrainConfig& c);
+
+// Applies a JSON config file's keys, skipping those in `given` (set on the
+// command line, which wins). Throws std::invalid_argument naming the file
+// and the key for an unknown key, a wrong type, or unparsable JSON.
+void apply_config_file(TrainConfig& c, const std::string& path, const std::set<std::string>& given);
+
+// Checks sizes and names; throws std::invalid_argument naming the flag.
+void validate(const TrainConfig& c);
+
+// Every key with its value, as a JSON object (saved beside metrics and checkpoints).
+std::string config_to_json(const TrainConfig& c);
+
+}  // namespace mantissa::train

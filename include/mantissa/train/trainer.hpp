@@ -1,0 +1,84 @@
+// The training loop for any nn::Model: K micro-batches per optimizer step,
+// a recipe's mixed precision (amp::Amp), the LR schedule (advanced only by
+// applied updates: a skipped step does not move it), evaluation, metrics,
+// and checkpoints that resume bit-identically.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "mantissa/amp/amp.hpp"
+#include "mantissa/data/source.hpp"
+#include "mantissa/nn/module.hpp"
+#include "mantissa/optim/optimizer.hpp"
+#include "mantissa/optim/schedule.hpp"
+
+namespace mantissa::train {
+
+struct TrainerOptions {
+  int64_t grad_accum = 1;
+  optim::LrSchedule schedule;
+  amp::AmpOptions amp;  // grad_clip, seed (stochastic rounding), grad_stats
+};
+
+struct StepMetrics {
+  int64_t step = 0;       // steps done, this one included (1-based)
+  double loss = 0;        // mean loss per target over the step's micro-batches (nats)
+  double lr = 0;          // the learning rate applied (or that would have been)
+  int64_t tokens = 0;     // input tokens (or examples) in the step
+  int64_t targets = 0;    // non-ignored targets in the step
+  double seconds = 0;     // wall time of the step
+  double tokens_per_s = 0;
+  double loss_scale = 1;
+  bool skipped = false;
+  double grad_norm = 0;
+  std::string grad_stats_json;
+};
+
+struct EvalMetrics {
+  int64_t step = 0;
+  double val_loss = 0;  // nats per target
+  double val_bpc = 0;   // val_loss / ln 2 (bits per character for byte-level text)
+  int64_t targets = 0;
+};
+
+class Trainer {
+ public:
+  // val may be null (no evaluation). Objects must outlive the trainer.
+  Trainer(nn::Model& model, optim::Optimizer& optimizer, data::TrainSource& train, const data::EvalSource* val,
+          const amp::Recipe& recipe, TrainerOptions options);
+
+  StepMetrics train_step();
+  EvalMetrics evaluate() const;
+
+  int64_t step() const { return step_; }
+  bool has_validation() const { return val_ != nullptr; }
+  int64_t tokens_seen() const { return tokens_seen_; }
+  amp::Amp& amp() { return amp_; }
+  const amp::Amp& amp() const { return amp_; }
+  nn::Model& model() { return model_; }
+
+  // Resumable state besides the tensors: step, update count, loss scaler,
+  // data position; the recipe and model configuration for a compatibility check.
+  std::string state_json() const;
+  void load_state_json(const std::string& json);
+
+  // Checkpoint: model, optimizer state, master weights, and state_json().
+  void save(const std::string& dir);
+  // Loads a checkpoint written by save(); throws std::invalid_argument
+  // naming what does not match (model configuration, recipe, tensors).
+  void resume(const std::string& dir);
+
+ private:
+  nn::Model& model_;
+  optim::Optimizer& optimizer_;
+  data::TrainSource& train_;
+  const data::EvalSource* val_;
+  TrainerOptions options_;
+  amp::Amp amp_;
+  int64_t step_ = 0;
+  int64_t tokens_seen_ = 0;
+};
+
+}  // namespace mantissa::train

@@ -1,0 +1,114 @@
+// The mixed-precision step: scaled backward, one unscale per optimizer step,
+// skip on non-finite gradients, clip, update the fp32 masters, round them
+// into the working format. See amp.hpp for the protocol.
+#include "mantissa/amp/amp.hpp"
+
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+
+#include "mantissa/formats/convert.hpp"
+#include "mantissa/optim/clip.hpp"
+
+namespace mantissa::amp {
+namespace {
+
+DType policy_dtype(const std::string& role, const std::string& format) {
+  if (format == "fp32") return DType::f32;
+  if (format == "bf16") return DType::bf16;
+  if (format == "fp16") return DType::f16;
+  throw std::invalid_argument("recipe setting " + role + " = '" + format +
+                              "' cannot be run by the engine's precision policy (valid: fp32, bf16, fp16)");
+}
+
+// The format the diagnostics measure against: the recipe's gradient format
+// if it is low precision, else its matmul format (where activation gradients
+// live), else fp16 (what a switch to fp16 would face).
+formats::Format diagnostic_format(const Recipe& r) {
+  if (r.gradient_format != "fp32") return formats::parse_format(r.gradient_format);
+  if (r.matmul_format != "fp32") return formats::parse_format(r.matmul_format);
+  return formats::parse_format("fp16");
+}
+
+}  // namespace
+
+autograd::PrecisionPolicy precision_policy(const Recipe& r) {
+  autograd::PrecisionPolicy p;
+  p.matmul = policy_dtype("matmul_format", r.matmul_format);
+  p.saved = policy_dtype("saved_format", r.saved_format);
+  return p;
+}
+
+int64_t count_targets(const nn::Batch& b) {
+  if (b.targets.dtype() != DType::i32) throw std::invalid_argument("batch targets must be i32");
+  const int32_t* t = b.targets.data<int32_t>();
+  int64_t n = 0;
+  for (int64_t i = 0; i < b.targets.numel(); ++i) n += t[i] >= 0;
+  return n;
+}
+
+Amp::Amp(nn::Model& model, optim::Optimizer& optimizer, const Recipe& recipe, AmpOptions options)
+    : model_(model),
+      optimizer_(optimizer),
+      recipe_(recipe),
+      options_(options),
+      params_(model.parameters()),
+      scaler_(recipe.loss_scale),
+      master_(params_, recipe, options.seed),
+      grad_format_(formats::parse_format(recipe.gradient_format)),
+      stats_format_(diagnostic_format(recipe)),
+      low_gradients_(recipe.gradient_format != "fp32") {
+  validate_recipe(recipe_);
+  if (recipe_.optimizer_state_format != "fp32")
+    throw std::invalid_argument("recipe " + recipe_.name + ": optimizer_state_format '" +
+                                recipe_.optimizer_state_format + "' is not supported by the optimizers yet (valid: fp32)");
+  if (recipe_.parametrisation != Parametrisation::standard)
+    throw std::invalid_argument("recipe " + recipe_.name + ": parametrisation '" +
+                                parametrisation_name(recipe_.parametrisation) + "' is not available yet");
+  master_.initialise();
+  model_.zero_grad();
+}
+
+nn::LossSum Amp::backward(const nn::Batch& batch, int64_t total_targets) {
+  if (total_targets <= 0) throw std::invalid_argument("a step needs at least one non-ignored target");
+  // The scale is constant within a step; dividing by the step's total target
+  // count makes accumulated micro-batches a sum, not a mean of means.
+  const float grad_scale = static_cast<float>(scaler_.scale() / static_cast<double>(total_targets));
+  return model_.forward_backward(batch, grad_scale);
+}
+
+void Amp::round_gradients() {
+  // Accumulation across micro-batches is in fp32; the step's gradient is
+  // then rounded into the gradient format once, before unscaling, so values
+  // below its range flush to zero and values above overflow to inf (which
+  // then skips the step), as 16-bit gradients would.
+  formats::RoundOptions opt;
+  for (nn::Parameter* p : params_)
+    formats::fake_quantize(grad_format_, p->grad.f32(), p->grad.f32(), static_cast<size_t>(p->grad.numel()), opt);
+}
+
+AmpStepResult Amp::step(double lr) {
+  AmpStepResult r;
+  r.loss_scale = scaler_.scale();
+  if (options_.grad_stats) r.grad_stats_json = grad_stats_json(stats_format_, gradient_range_stats(stats_format_, params_));
+  if (low_gradients_) round_gradients();
+  const bool finite = scaler_.unscale_and_check(params_);
+  if (!finite) {
+    r.skipped = true;
+    r.grad_norm = std::numeric_limits<double>::infinity();
+  } else {
+    r.grad_norm = optim::clip_grad_norm(params_, options_.grad_clip);
+    if (!std::isfinite(r.grad_norm)) r.skipped = true;  // overflow in the norm itself
+  }
+  if (!r.skipped) {
+    master_.before_update();
+    optimizer_.step(lr);
+    master_.after_update(updates_);
+    ++updates_;
+  }
+  scaler_.update(r.skipped);
+  model_.zero_grad();
+  return r;
+}
+
+}  // namespace mantissa::amp

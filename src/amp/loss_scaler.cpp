@@ -1,0 +1,82 @@
+#include "mantissa/amp/loss_scaler.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+
+namespace mantissa::amp {
+
+LossScaler::LossScaler(const LossScaleConfig& config) : config_(config) {
+  scale_ = config_.method == ScalingMethod::none ? 1.0 : config_.init_scale;
+  if (!(scale_ > 0) || !std::isfinite(scale_)) throw std::invalid_argument("loss scale must be positive and finite");
+}
+
+bool LossScaler::unscale_and_check(const std::vector<nn::Parameter*>& params) const {
+  // fp32 reciprocal as GradScaler does; scales are powers of two in practice,
+  // which makes the unscale exact.
+  const float inv = static_cast<float>(1.0 / scale_);
+  bool finite = true;
+  for (nn::Parameter* p : params) {
+    float* g = p->grad.f32();
+    const int64_t n = p->grad.numel();
+    bool ok = true;
+#pragma omp parallel for reduction(&& : ok) if (n > (1 << 16))
+    for (int64_t i = 0; i < n; ++i) {
+      ok = ok && std::isfinite(g[i]);
+      g[i] *= inv;
+    }
+    finite = finite && ok;
+  }
+  return finite;
+}
+
+void LossScaler::update(bool found_inf) {
+  if (found_inf) ++skipped_;
+  if (config_.method != ScalingMethod::dynamic) return;
+  if (found_inf) {
+    scale_ *= config_.backoff_factor;
+    if (config_.min_scale > 0) scale_ = std::max(scale_, config_.min_scale);
+    growth_tracker_ = 0;
+    return;
+  }
+  if (++growth_tracker_ >= config_.growth_interval) {
+    const double grown = scale_ * config_.growth_factor;
+    if (std::isfinite(grown)) scale_ = grown;
+    if (config_.max_scale > 0) scale_ = std::min(scale_, config_.max_scale);
+    growth_tracker_ = 0;
+  }
+}
+
+std::string LossScaler::state_json() const {
+  nlohmann::json j = {{"method", scaling_name(config_.method)},
+                      {"scale", scale_},
+                      {"growth_tracker", growth_tracker_},
+                      {"skipped_steps", skipped_},
+                      {"init_scale", config_.init_scale},
+                      {"growth_factor", config_.growth_factor},
+                      {"backoff_factor", config_.backoff_factor},
+                      {"growth_interval", config_.growth_interval},
+                      {"min_scale", config_.min_scale},
+                      {"max_scale", config_.max_scale}};
+  return j.dump();
+}
+
+void LossScaler::load_state_json(const std::string& text) {
+  try {
+    const auto j = nlohmann::json::parse(text);
+    const std::string method = j.at("method").get<std::string>();
+    if (method != scaling_name(config_.method))
+      throw std::invalid_argument("saved loss scaling is '" + method + "' but this run uses '" +
+                                  scaling_name(config_.method) + "'");
+    const double scale = j.at("scale").get<double>();
+    if (!(scale > 0) || !std::isfinite(scale)) throw std::invalid_argument("saved loss scale is not positive");
+    scale_ = scale;
+    growth_tracker_ = j.at("growth_tracker").get<int64_t>();
+    skipped_ = j.at("skipped_steps").get<int64_t>();
+  } catch (const nlohmann::json::exception& e) {
+    throw std::invalid_argument(std::string("loss scaler state: ") + e.what());
+  }
+}
+
+}  // namespace mantissa::amp

@@ -1,0 +1,100 @@
+#include "mantissa/amp/master_weights.hpp"
+
+#include <cstring>
+#include <stdexcept>
+
+#include "mantissa/formats/convert.hpp"
+
+namespace mantissa::amp {
+namespace {
+
+uint64_t splitmix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+}  // namespace
+
+MasterWeights::MasterWeights(std::vector<nn::Parameter*> params, const Recipe& recipe, uint64_t seed)
+    : params_(std::move(params)),
+      format_(formats::parse_format(recipe.weight_format)),
+      rounding_(recipe.weight_rounding),
+      norms_fp32_(recipe.norms_fp32),
+      active_(recipe.weight_format != "fp32"),
+      has_master_(recipe.weight_format != "fp32" && recipe.master_format != "none"),
+      seed_(seed) {
+  if (recipe.master_format != "none" && recipe.master_format != "fp32")
+    throw std::invalid_argument("master_format '" + recipe.master_format +
+                                "' is not supported (valid: fp32, none)");
+  master_.resize(params_.size());
+}
+
+bool MasterWeights::rounds(size_t i) const { return !(norms_fp32_ && is_norm_parameter(params_[i]->name)); }
+
+void MasterWeights::round_into_value(size_t i, uint64_t round_seed) {
+  nn::Parameter& p = *params_[i];
+  formats::RoundOptions opt;
+  // Overflow saturates: a weight beyond the format's range is a divergence
+  // the loss will show, not a NaN planted in the weights.
+  opt.saturate = true;
+  if (rounding_ == WeightRounding::stochastic) {
+    opt.mode = formats::Round::stochastic;
+    opt.seed = round_seed;
+  }
+  const float* src = has_master_ ? master_[i].f32() : p.value.f32();
+  formats::fake_quantize(format_, src, p.value.f32(), static_cast<size_t>(p.value.numel()), opt);
+  ++p.version;
+}
+
+void MasterWeights::initialise() {
+  if (!active_) return;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (!rounds(i)) continue;
+    if (has_master_) master_[i] = params_[i]->value.clone(MemoryKind::parameter);
+    // Initial rounding is nearest-even so that it does not depend on a step.
+    const WeightRounding saved = rounding_;
+    rounding_ = WeightRounding::nearest;
+    round_into_value(i, 0);
+    rounding_ = saved;
+  }
+}
+
+void MasterWeights::before_update() {
+  if (!has_master_) return;
+  for (size_t i = 0; i < params_.size(); ++i)
+    if (master_[i].defined()) std::memcpy(params_[i]->value.raw(), master_[i].raw(), master_[i].bytes());
+}
+
+void MasterWeights::after_update(int64_t step) {
+  if (!active_) return;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (!rounds(i)) continue;
+    if (has_master_) std::memcpy(master_[i].raw(), params_[i]->value.raw(), master_[i].bytes());
+    const uint64_t round_seed = splitmix64(seed_ ^ splitmix64(static_cast<uint64_t>(step) * 0x10001ull + i));
+    round_into_value(i, round_seed);
+  }
+}
+
+std::map<std::string, const float*> MasterWeights::masters() const {
+  std::map<std::string, const float*> m;
+  for (size_t i = 0; i < params_.size(); ++i)
+    if (master_[i].defined()) m[params_[i]->name] = master_[i].f32();
+  return m;
+}
+
+void MasterWeights::load_master(const std::string& name, const float* data, int64_t n) {
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (params_[i]->name != name) continue;
+    if (!master_[i].defined()) throw std::invalid_argument("checkpoint has a master copy of '" + name + "' but this recipe keeps none");
+    if (master_[i].numel() != n)
+      throw std::invalid_argument("master copy of '" + name + "' has " + std::to_string(n) + " values, expected " +
+                                  std::to_string(master_[i].numel()));
+    std::memcpy(master_[i].raw(), data, static_cast<size_t>(n) * sizeof(float));
+    return;
+  }
+  throw std::invalid_argument("checkpoint has a master copy of unknown parameter '" + name + "'");
+}
+
+}  // namespace mantissa::amp

@@ -1,0 +1,263 @@
+// The recipe registry and the built-in recipes of issue 4. Settings are
+// orthogonal: a recipe is data, and every consumer (trainer, model policy,
+// master weights, loss scaler) reads only the fields it cares about.
+#include "mantissa/amp/recipe.hpp"
+
+#include <cmath>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+
+#include "mantissa/formats/format.hpp"
+
+namespace mantissa::amp {
+namespace {
+
+using nlohmann::json;
+
+Recipe make(std::string name, std::string description) {
+  Recipe r;
+  r.name = std::move(name);
+  r.description = std::move(description);
+  return r;
+}
+
+// Mixed precision as torch autocast / apex O1: fp32 weights, low-precision
+// matrix products, 16-bit saved activations.
+Recipe amp_recipe(std::string name, const std::string& low, ScalingMethod scaling, std::string description) {
+  Recipe r = make(std::move(name), std::move(description));
+  r.matmul_format = low;
+  r.saved_format = low;
+  r.loss_scale.method = scaling;
+  return r;
+}
+
+// Everything 16 bit, no master copy (apex O3).
+Recipe pure_recipe(std::string name, const std::string& low, std::string description) {
+  Recipe r = make(std::move(name), std::move(description));
+  r.matmul_format = r.saved_format = r.gradient_format = r.weight_format = low;
+  r.master_format = "none";
+  return r;
+}
+
+std::vector<Recipe> builtin_recipes() {
+  std::vector<Recipe> v;
+  v.push_back(make("fp32", "everything in fp32 (apex O0)"));
+  v.push_back(amp_recipe("bf16-amp", "bf16", ScalingMethod::none,
+                         "bf16 matrix products (AMX, fp32 accumulation) and saved activations, fp32 weights; "
+                         "bf16 has fp32's range so no loss scaling"));
+  v.push_back(amp_recipe("fp16-amp", "fp16", ScalingMethod::dynamic,
+                         "fp16 matrix products and saved activations, fp32 weights, dynamic loss scaling (apex O1)"));
+  v.push_back(amp_recipe("fp16-amp-noscale", "fp16", ScalingMethod::none,
+                         "fp16-amp without loss scaling: small gradients underflow in fp16"));
+  v.push_back(pure_recipe("fp16-pure", "fp16",
+                          "fp16 weights, gradients and activations, no master weights, no loss scaling (apex O3)"));
+  v.push_back(pure_recipe("bf16-pure", "bf16",
+                          "bf16 weights, gradients and activations, no master weights (updates below half a bf16 ulp are lost)"));
+  Recipe o2 = pure_recipe("fp16-master", "fp16",
+                          "fp16 weights and gradients with fp32 master weights, norms in fp32, dynamic loss scaling (apex O2)");
+  o2.master_format = "fp32";
+  o2.norms_fp32 = true;
+  o2.loss_scale.method = ScalingMethod::dynamic;
+  v.push_back(o2);
+  Recipe llmc = pure_recipe("bf16-master-sr", "bf16",
+                            "bf16 weights with fp32 master weights rounded stochastically each step (llm.c)");
+  llmc.master_format = "fp32";
+  llmc.weight_rounding = WeightRounding::stochastic;
+  v.push_back(llmc);
+  return v;
+}
+
+std::mutex& registry_mutex() {
+  static std::mutex m;
+  return m;
+}
+std::vector<Recipe>& registry() {
+  static std::vector<Recipe> r = builtin_recipes();
+  return r;
+}
+
+template <class E, size_t N>
+E parse_enum(std::string_view value, const char* (&names)[N], std::string_view what) {
+  for (size_t i = 0; i < N; ++i)
+    if (value == names[i]) return static_cast<E>(i);
+  std::string valid;
+  for (size_t i = 0; i < N; ++i) valid += (i ? ", " : "") + std::string(names[i]);
+  throw std::invalid_argument("invalid " + std::string(what) + " '" + std::string(value) + "' (valid: " + valid + ")");
+}
+
+const char* kParamNames[] = {"standard", "unit"};
+const char* kScalingNames[] = {"none", "static", "dynamic"};
+const char* kRoundingNames[] = {"nearest", "stochastic"};
+
+double parse_number(std::string_view key, std::string_view value) {
+  std::string s(value);
+  size_t used = 0;
+  double d = 0;
+  try {
+    d = std::stod(s, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used != s.size() || s.empty() || !std::isfinite(d))
+    throw std::invalid_argument("recipe setting " + std::string(key) + ": '" + s + "' is not a number");
+  return d;
+}
+
+void check_format(const std::string& field, const std::string& name, bool allow_none) {
+  if (allow_none && name == "none") return;
+  try {
+    formats::parse_format(name);
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument("recipe setting " + field + ": " + e.what());
+  }
+}
+
+}  // namespace
+
+const char* parametrisation_name(Parametrisation p) { return kParamNames[static_cast<int>(p)]; }
+const char* scaling_name(ScalingMethod s) { return kScalingNames[static_cast<int>(s)]; }
+const char* weight_rounding_name(WeightRounding r) { return kRoundingNames[static_cast<int>(r)]; }
+
+void register_recipe(const Recipe& r) {
+  validate_recipe(r);
+  std::lock_guard lock(registry_mutex());
+  for (auto& existing : registry())
+    if (existing.name == r.name) {
+      existing = r;
+      return;
+    }
+  registry().push_back(r);
+}
+
+std::vector<Recipe> recipes() {
+  std::lock_guard lock(registry_mutex());
+  return registry();
+}
+
+std::string recipe_names() {
+  std::string s;
+  for (const auto& r : recipes()) s += (s.empty() ? "" : ", ") + r.name;
+  return s;
+}
+
+Recipe find_recipe(std::string_view name) {
+  for (const auto& r : recipes())
+    if (r.name == name) return r;
+  throw std::invalid_argument("unknown recipe '" + std::string(name) + "' (valid: " + recipe_names() + ")");
+}
+
+Recipe recipe_for_opt_level(std::string_view level) {
+  if (level == "O0") return find_recipe("fp32");
+  if (level == "O1") return find_recipe("fp16-amp");
+  if (level == "O2") return find_recipe("fp16-master");
+  if (level == "O3") return find_recipe("fp16-pure");
+  throw std::invalid_argument("unknown opt level '" + std::string(level) + "' (valid: O0, O1, O2, O3)");
+}
+
+bool is_norm_parameter(std::string_view name) {
+  return name.find("ln_") != std::string_view::npos || name.find("norm") != std::string_view::npos;
+}
+
+void validate_recipe(const Recipe& r) {
+  if (r.name.empty()) throw std::invalid_argument("recipe has no name");
+  check_format("matmul_format", r.matmul_format, false);
+  check_format("saved_format", r.saved_format, false);
+  check_format("gradient_format", r.gradient_format, false);
+  check_format("weight_format", r.weight_format, false);
+  check_format("master_format", r.master_format, true);
+  check_format("optimizer_state_format", r.optimizer_state_format, false);
+  const auto& ls = r.loss_scale;
+  if (!(ls.init_scale > 0) || !std::isfinite(ls.init_scale))
+    throw std::invalid_argument("recipe " + r.name + ": loss_scale.init_scale must be positive");
+  if (!(ls.growth_factor >= 1)) throw std::invalid_argument("recipe " + r.name + ": loss_scale.growth_factor must be >= 1");
+  if (!(ls.backoff_factor > 0 && ls.backoff_factor <= 1))
+    throw std::invalid_argument("recipe " + r.name + ": loss_scale.backoff_factor must be in (0, 1]");
+  if (ls.growth_interval < 1) throw std::invalid_argument("recipe " + r.name + ": loss_scale.growth_interval must be >= 1");
+  if (ls.min_scale < 0 || ls.max_scale < 0 || (ls.max_scale > 0 && ls.max_scale < ls.min_scale))
+    throw std::invalid_argument("recipe " + r.name + ": loss_scale.min_scale/max_scale out of order");
+}
+
+void set_recipe_field(Recipe& r, std::string_view key, std::string_view value) {
+  const std::string v(value);
+  auto& ls = r.loss_scale;
+  if (key == "name") r.name = v;
+  else if (key == "description") r.description = v;
+  else if (key == "parametrisation") r.parametrisation = parse_enum<Parametrisation>(value, kParamNames, key);
+  else if (key == "matmul_format") check_format(std::string(key), r.matmul_format = v, false);
+  else if (key == "saved_format") check_format(std::string(key), r.saved_format = v, false);
+  else if (key == "gradient_format") check_format(std::string(key), r.gradient_format = v, false);
+  else if (key == "weight_format") check_format(std::string(key), r.weight_format = v, false);
+  else if (key == "master_format") check_format(std::string(key), r.master_format = v, true);
+  else if (key == "optimizer_state_format") check_format(std::string(key), r.optimizer_state_format = v, false);
+  else if (key == "norms_fp32") {
+    if (v != "true" && v != "false") throw std::invalid_argument("recipe setting norms_fp32: '" + v + "' is not true/false");
+    r.norms_fp32 = v == "true";
+  } else if (key == "weight_rounding") r.weight_rounding = parse_enum<WeightRounding>(value, kRoundingNames, key);
+  else if (key == "loss_scale.method") ls.method = parse_enum<ScalingMethod>(value, kScalingNames, key);
+  else if (key == "loss_scale.init_scale") ls.init_scale = parse_number(key, value);
+  else if (key == "loss_scale.growth_factor") ls.growth_factor = parse_number(key, value);
+  else if (key == "loss_scale.backoff_factor") ls.backoff_factor = parse_number(key, value);
+  else if (key == "loss_scale.growth_interval") {
+    const double d = parse_number(key, value);
+    if (d != std::floor(d) || d < 1 || d > 1e15)
+      throw std::invalid_argument("recipe setting loss_scale.growth_interval: '" + v + "' is not a positive integer");
+    ls.growth_interval = static_cast<int64_t>(d);
+  } else if (key == "loss_scale.min_scale") ls.min_scale = parse_number(key, value);
+  else if (key == "loss_scale.max_scale") ls.max_scale = parse_number(key, value);
+  else
+    throw std::invalid_argument(
+        "unknown recipe setting '" + std::string(key) +
+        "' (valid: parametrisation, matmul_format, saved_format, gradient_format, weight_format, master_format, "
+        "optimizer_state_format, norms_fp32, weight_rounding, loss_scale.method, loss_scale.init_scale, "
+        "loss_scale.growth_factor, loss_scale.backoff_factor, loss_scale.growth_interval, loss_scale.min_scale, "
+        "loss_scale.max_scale)");
+}
+
+std::string recipe_to_json(const Recipe& r) {
+  const auto& ls = r.loss_scale;
+  json j = {{"name", r.name},
+            {"description", r.description},
+            {"parametrisation", parametrisation_name(r.parametrisation)},
+            {"matmul_format", r.matmul_format},
+            {"saved_format", r.saved_format},
+            {"gradient_format", r.gradient_format},
+            {"weight_format", r.weight_format},
+            {"master_format", r.master_format},
+            {"optimizer_state_format", r.optimizer_state_format},
+            {"norms_fp32", r.norms_fp32},
+            {"weight_rounding", weight_rounding_name(r.weight_rounding)},
+            {"loss_scale",
+             {{"method", scaling_name(ls.method)},
+              {"init_scale", ls.init_scale},
+              {"growth_factor", ls.growth_factor},
+              {"backoff_factor", ls.backoff_factor},
+              {"growth_interval", ls.growth_interval},
+              {"min_scale", ls.min_scale},
+              {"max_scale", ls.max_scale}}}};
+  return j.dump();
+}
+
+Recipe recipe_from_json(const std::string& text) {
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const json::exception& e) {
+    throw std::invalid_argument(std::string("recipe JSON does not parse: ") + e.what());
+  }
+  if (!j.is_object()) throw std::invalid_argument("recipe JSON is not an object");
+  Recipe r;
+  auto as_text = [](const json& v) { return v.is_string() ? v.get<std::string>() : v.dump(); };
+  for (auto& [key, value] : j.items()) {
+    if (key == "loss_scale") {
+      if (!value.is_object()) throw std::invalid_argument("recipe JSON: loss_scale is not an object");
+      for (auto& [k2, v2] : value.items()) set_recipe_field(r, "loss_scale." + k2, as_text(v2));
+    } else {
+      set_recipe_field(r, key, as_text(value));
+    }
+  }
+  validate_recipe(r);
+  return r;
+}
+
+}  // namespace mantissa::amp

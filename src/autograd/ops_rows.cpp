@@ -1,0 +1,142 @@
+// Row-wise ops (softmax, layer norm), causal self-attention and embeddings.
+// Statistics are fp32 whatever the policy; only the large saved activations
+// (inputs, attention probabilities) follow policy.saved.
+#include <stdexcept>
+#include <string>
+
+#include "mantissa/autograd/ops.hpp"
+#include "mantissa/kernels/kernels.hpp"
+
+namespace mantissa::autograd {
+namespace {
+// Gradient buffer of a node, or scratch when no gradient is wanted there
+// (the fused kernels always write every output).
+Tensor grad_or_scratch(const std::shared_ptr<GradNode>& n, const Shape& shape) {
+  return n ? n->buffer() : Tensor::zeros(shape, DType::f32, MemoryKind::workspace);
+}
+
+void check_ids(const Tensor& ids, int64_t V, const char* op) {
+  if (ids.dtype() != DType::i32) throw std::invalid_argument(std::string(op) + ": ids must be i32");
+  const int32_t* p = ids.data<int32_t>();
+  for (int64_t i = 0; i < ids.numel(); ++i)
+    if (p[i] < 0 || p[i] >= V)
+      throw std::out_of_range(std::string(op) + ": id " + std::to_string(p[i]) + " at position " + std::to_string(i) +
+                              " is outside the vocabulary [0, " + std::to_string(V) + ")");
+}
+}  // namespace
+
+// y [N, C] = softmax over the last dim of x; dx += y * (dy - sum(dy * y)).
+Var softmax(Tape& t, const Var& x) {
+  const int64_t C = x.dim(-1), N = x.numel() / C;
+  Tensor y = Tensor::empty(x.shape());
+  kernels::softmax_forward(y.f32(), x.value.f32(), N, C);
+  const bool record = t.wants_grad({&x});
+  Var out = Tape::result(y, record);
+  if (record)
+    t.record([N, C, saved = t.save(y), xn = x.node, on = out.node]() {
+      if (!on->has_grad()) return;
+      kernels::softmax_backward(xn->buffer().f32(), Tape::restore(saved).f32(), on->grad.f32(), N, C);
+    });
+  return out;
+}
+
+// x [N, C], weight/bias [C] -> out [N, C]; mean, rstd [N] kept in fp32.
+Var layer_norm(Tape& t, const Var& x, const Var& weight, const Var& bias) {
+  const int64_t C = x.dim(-1), N = x.numel() / C;
+  if (weight.shape() != Shape{C} || bias.shape() != Shape{C})
+    throw std::invalid_argument("layer_norm: weight " + shape_str(weight.shape()) + " / bias " +
+                                shape_str(bias.shape()) + " do not match input " + shape_str(x.shape()));
+  Tensor y = Tensor::empty(x.shape());
+  Tensor mean = Tensor::empty({N}), rstd = Tensor::empty({N});
+  kernels::layernorm_forward(y.f32(), mean.f32(), rstd.f32(), x.value.f32(), weight.value.f32(),
+                             bias.value.f32(), N, C);
+  const bool record = t.wants_grad({&x, &weight, &bias});
+  Var out = Tape::result(std::move(y), record);
+  if (record)
+    t.record([N, C, xs = t.save(x.value), w = weight.value, mean, rstd, xn = x.node, wn = weight.node,
+              bn = bias.node, on = out.node]() {
+      if (!on->has_grad()) return;
+      Tensor dx = grad_or_scratch(xn, xn ? xn->shape : Shape{N, C});
+      Tensor dw = grad_or_scratch(wn, {C}), db = grad_or_scratch(bn, {C});
+      kernels::layernorm_backward(dx.f32(), dw.f32(), db.f32(), on->grad.f32(), Tape::restore(xs).f32(), w.f32(),
+                                  mean.f32(), rstd.f32(), N, C);
+    });
+  return out;
+}
+
+// qkv [B, T, 3C] -> out [B, T, C]; probabilities att [B, NH, T, T] kept for backward.
+Var causal_self_attention(Tape& t, const Var& qkv, int64_t heads) {
+  if (qkv.value.ndim() != 3 || qkv.dim(2) % 3 != 0)
+    throw std::invalid_argument("causal_self_attention: qkv must be [B, T, 3C], got " + shape_str(qkv.shape()));
+  const int64_t B = qkv.dim(0), T = qkv.dim(1), C = qkv.dim(2) / 3;
+  if (heads <= 0 || C % heads != 0)
+    throw std::invalid_argument("causal_self_attention: " + std::to_string(C) + " channels do not split into " +
+                                std::to_string(heads) + " heads");
+  Tensor y = Tensor::empty({B, T, C});
+  Tensor att = Tensor::empty({B, heads, T, T});
+  kernels::attention_forward(y.f32(), att.f32(), qkv.value.f32(), B, T, C, heads);
+  const bool record = t.wants_grad({&qkv});
+  Var out = Tape::result(std::move(y), record);
+  if (record)
+    t.record([=, qs = t.save(qkv.value), as = t.save(att), qn = qkv.node, on = out.node]() {
+      if (!on->has_grad()) return;
+      Tensor datt = Tensor::empty({B, heads, T, T}, DType::f32, MemoryKind::workspace);
+      kernels::attention_backward(qn->buffer().f32(), datt.f32(), on->grad.f32(), Tape::restore(qs).f32(),
+                                  Tape::restore(as).f32(), B, T, C, heads);
+    });
+  return out;
+}
+
+// out [..., C] = weight [V, C] rows; dweight[id] += dout row (serial: ids repeat).
+Var embedding(Tape& t, const Tensor& ids, const Var& weight) {
+  if (weight.value.ndim() != 2) throw std::invalid_argument("embedding: weight must be [V, C], got " + shape_str(weight.shape()));
+  const int64_t V = weight.dim(0), C = weight.dim(1), N = ids.numel();
+  check_ids(ids, V, "embedding");
+  Shape shape = ids.shape();
+  shape.push_back(C);
+  Tensor y = Tensor::empty(shape);
+  const int32_t* id = ids.data<int32_t>();
+  const float* w = weight.value.f32();
+  float* o = y.f32();
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < N; ++i)
+    for (int64_t c = 0; c < C; ++c) o[i * C + c] = w[id[i] * C + c];
+  const bool record = t.wants_grad({&weight});
+  Var out = Tape::result(std::move(y), record);
+  if (record)
+    t.record([N, C, ids, wn = weight.node, on = out.node]() {
+      if (!on->has_grad()) return;
+      float* dw = wn->buffer().f32();
+      const float* dout = on->grad.f32();
+      const int32_t* idp = ids.data<int32_t>();
+      for (int64_t i = 0; i < N; ++i)
+        for (int64_t c = 0; c < C; ++c) dw[idp[i] * C + c] += dout[i * C + c];
+    });
+  return out;
+}
+
+// ids [B, T] -> out [B, T, C] = wte[ids] + wpe[0..T).
+Var token_position_embedding(Tape& t, const Tensor& ids, const Var& wte, const Var& wpe) {
+  if (ids.ndim() != 2) throw std::invalid_argument("token_position_embedding: ids must be [B, T], got " + shape_str(ids.shape()));
+  const int64_t B = ids.dim(0), T = ids.dim(1), C = wte.dim(1);
+  if (wpe.value.ndim() != 2 || wpe.dim(1) != C)
+    throw std::invalid_argument("token_position_embedding: wpe " + shape_str(wpe.shape()) + " does not match wte " +
+                                shape_str(wte.shape()));
+  if (T > wpe.dim(0))
+    throw std::invalid_argument("token_position_embedding: sequence length " + std::to_string(T) +
+                                " exceeds the context of " + std::to_string(wpe.dim(0)) + " positions");
+  check_ids(ids, wte.dim(0), "token_position_embedding");
+  Tensor y = Tensor::empty({B, T, C});
+  kernels::embedding_forward(y.f32(), ids.data<int32_t>(), wte.value.f32(), wpe.value.f32(), B, T, C);
+  const bool record = t.wants_grad({&wte, &wpe});
+  Var out = Tape::result(std::move(y), record);
+  if (record)
+    t.record([B, T, C, ids, en = wte.node, pn = wpe.node, on = out.node]() {
+      if (!on->has_grad()) return;
+      kernels::embedding_backward(en ? en->buffer().f32() : nullptr, pn ? pn->buffer().f32() : nullptr,
+                                  on->grad.f32(), ids.data<int32_t>(), B, T, C);
+    });
+  return out;
+}
+
+}  // namespace mantissa::autograd

@@ -1,0 +1,154 @@
+#include "mantissa/autograd/tape.hpp"
+
+#include <stdexcept>
+
+#include "mantissa/kernels/kernels.hpp"
+#include "mantissa/nn/module.hpp"
+
+namespace mantissa::autograd {
+namespace {
+thread_local bool t_grad_enabled = true;
+
+void check_shape(const Shape& want, const Tensor& g) {
+  if (g.shape() != want)
+    throw std::logic_error("autograd: gradient of shape " + shape_str(g.shape()) + " for a value of shape " +
+                           shape_str(want));
+}
+}  // namespace
+
+bool grad_enabled() { return t_grad_enabled; }
+NoGrad::NoGrad() : previous_(t_grad_enabled) { t_grad_enabled = false; }
+NoGrad::~NoGrad() { t_grad_enabled = previous_; }
+
+// ---- GradNode ----------------------------------------------------------------------
+void GradNode::accumulate(const Tensor& g) {
+  check_shape(shape, g);
+  if (!grad.defined()) {
+    grad = g;  // adopted; copied before anyone writes into it while shared
+    return;
+  }
+  Tensor& acc = buffer();
+  kernels::add_inplace(acc.f32(), g.f32(), acc.numel());
+}
+
+void GradNode::accumulate_scaled(const Tensor& g, float alpha) {
+  check_shape(shape, g);
+  if (alpha == 1.0f) return accumulate(g);
+  bool has = false;
+  Tensor& acc = writable(&has);
+  if (has) kernels::axpy(acc.f32(), g.f32(), alpha, acc.numel());
+  else kernels::scale(acc.f32(), g.f32(), alpha, acc.numel());
+}
+
+Tensor& GradNode::buffer() {
+  bool has = false;
+  Tensor& g = writable(&has);
+  if (!has) g.zero_();
+  return g;
+}
+
+Tensor& GradNode::writable(bool* has_data) {
+  if (!grad.defined()) {
+    grad = Tensor::empty(shape, DType::f32, MemoryKind::activation);
+    *has_data = false;
+    return grad;
+  }
+  // A Parameter's gradient is shared with the Parameter by design.
+  if (!external && !grad.storage_unique()) grad = grad.clone(MemoryKind::activation);
+  *has_data = true;
+  return grad;
+}
+
+// ---- CastCache -----------------------------------------------------------------------
+const Tensor& CastCache::get(const nn::Parameter& p, DType dtype) {
+  Entry& e = entries_[&p];
+  if (e.version != p.version || e.dtype != dtype || !e.value.defined()) {
+    e.value = p.value.to(dtype, MemoryKind::workspace);
+    e.version = p.version;
+    e.dtype = dtype;
+  }
+  return e.value;
+}
+
+size_t CastCache::bytes() const {
+  size_t n = 0;
+  for (const auto& kv : entries_) n += kv.second.value.defined() ? kv.second.value.bytes() : 0;
+  return n;
+}
+
+// ---- Tape ------------------------------------------------------------------------------
+Var Tape::param(nn::Parameter& p) {
+  Var v;
+  v.value = p.value;
+  v.param = &p;
+  if (grad_enabled()) {
+    if (!p.grad.defined()) p.grad = Tensor::zeros(p.value.shape(), DType::f32, MemoryKind::gradient);
+    v.node = std::make_shared<GradNode>(p.value.shape());
+    v.node->grad = p.grad;
+    v.node->external = true;
+  }
+  return v;
+}
+
+Var Tape::constant(Tensor value) const {
+  Var v;
+  v.value = std::move(value);
+  return v;
+}
+
+Var Tape::leaf(Tensor value, bool requires_grad) {
+  Var v;
+  v.value = std::move(value);
+  if (requires_grad && grad_enabled()) v.node = std::make_shared<GradNode>(v.value.shape());
+  return v;
+}
+
+bool Tape::wants_grad(std::initializer_list<const Var*> inputs) const {
+  if (!grad_enabled()) return false;
+  for (const Var* v : inputs)
+    if (v && v->node) return true;
+  return false;
+}
+
+Var Tape::result(Tensor value, bool record) {
+  Var v;
+  v.value = std::move(value);
+  if (record) v.node = std::make_shared<GradNode>(v.value.shape());
+  return v;
+}
+
+void Tape::record(std::function<void()> backward) { ops_.push_back(std::move(backward)); }
+
+Tensor Tape::save(const Tensor& x) const {
+  if (ctx_.policy.saved == DType::f32 || x.dtype() != DType::f32) return x;
+  return x.to(ctx_.policy.saved, MemoryKind::activation);
+}
+
+Tensor Tape::restore(const Tensor& saved) {
+  if (saved.dtype() == DType::f32) return saved;
+  return saved.to(DType::f32, MemoryKind::workspace);
+}
+
+Tensor Tape::matmul_operand(const Var& v) const {
+  DType t = ctx_.policy.matmul;
+  if (t == DType::f32 || v.value.dtype() == t) return v.value;
+  if (t != DType::bf16) throw std::invalid_argument(std::string("matmul dtype ") + dtype_name(t) + " is not supported (f32 or bf16)");
+  if (v.param && ctx_.casts) return ctx_.casts->get(*v.param, t);
+  return v.value.to(t, MemoryKind::activation);
+}
+
+void Tape::backward(const Var& root, float seed) {
+  if (!root.node) throw std::logic_error("Tape::backward: the root does not require a gradient");
+  Tensor g = Tensor::empty(root.shape(), DType::f32, MemoryKind::activation);
+  g.fill(seed);
+  root.node->accumulate(g);
+  // Newest first; each closure is destroyed right after it ran so that its
+  // saved tensors and the gradients only it referenced are freed.
+  for (size_t i = ops_.size(); i-- > 0;) {
+    ops_[i]();
+    ops_[i] = nullptr;
+  }
+  ops_.clear();
+}
+
+}  // namespace mantissa::autograd

@@ -1,0 +1,44 @@
+// `mantissa recipes [--json]`: every registered recipe with its settings.
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "cli/command.hpp"
+#include "mantissa/amp/recipe.hpp"
+
+namespace mantissa::cli {
+namespace {
+
+void print_table() {
+  std::printf("%-18s %-8s %-8s %-8s %-8s %-6s %-9s %-5s %-10s %s\n", "recipe", "matmul", "saved", "grads", "weights",
+              "master", "scaling", "norms", "rounding", "description");
+  for (const auto& r : amp::recipes()) {
+    std::string scaling = amp::scaling_name(r.loss_scale.method);
+    if (r.loss_scale.method == amp::ScalingMethod::static_scale) scaling += "(" + std::to_string(static_cast<long long>(r.loss_scale.init_scale)) + ")";
+    std::printf("%-18s %-8s %-8s %-8s %-8s %-6s %-9s %-5s %-10s %s\n", r.name.c_str(), r.matmul_format.c_str(),
+                r.saved_format.c_str(), r.gradient_format.c_str(), r.weight_format.c_str(), r.master_format.c_str(),
+                scaling.c_str(), r.norms_fp32 ? "fp32" : "-", amp::weight_rounding_name(r.weight_rounding),
+                r.description.c_str());
+  }
+  std::printf("\napex opt levels: O0 = fp32, O1 = fp16-amp, O2 = fp16-master, O3 = fp16-pure\n"
+              "dynamic scaling: init 2^16, x2 every 2000 clean steps, x0.5 on overflow (override with mantissa train "
+              "--init-scale, --growth-interval, --growth-factor, --backoff-factor)\n");
+}
+
+Registrar reg(40, [](CLI::App& app) {
+  auto* cmd = app.add_subcommand("recipes", "list the precision recipes and their settings");
+  auto json = std::make_shared<bool>(false);
+  cmd->add_flag("--json", *json, "print a JSON array with every setting");
+  cmd->callback([json] {
+    if (*json) {
+      nlohmann::json arr = nlohmann::json::array();
+      for (const auto& r : amp::recipes()) arr.push_back(nlohmann::json::parse(amp::recipe_to_json(r)));
+      std::printf("%s\n", arr.dump(2).c_str());
+    } else {
+      print_table();
+    }
+  });
+});
+
+}  // namespace
+}  // namespace mantissa::cli

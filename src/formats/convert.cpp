@@ -1,0 +1,179 @@
+// Bulk conversion front end: picks a kernel from an ordered list by
+// instruction set (best first, capped by set_max_isa / MANTISSA_MAX_ISA),
+// splits large arrays across OpenMP threads, and records the kernel name.
+#include "mantissa/formats/convert.hpp"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+
+#include "formats/convert_plan.hpp"
+
+namespace mantissa::formats {
+
+namespace {
+
+using detail::QuantPlan;
+using detail::Shape;
+
+Isa detect() {
+  __builtin_cpu_init();
+  const bool base = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                    __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+  if (!base) return Isa::scalar;
+  if (__builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512fp16"))
+    return Isa::avx512_bf16_fp16;
+  return Isa::avx512;
+}
+
+Isa parse_isa_env() {
+  const char* s = std::getenv("MANTISSA_MAX_ISA");
+  if (s == nullptr || *s == '\0') return Isa::avx512_bf16_fp16;
+  for (Isa isa : {Isa::scalar, Isa::avx512, Isa::avx512_bf16_fp16})
+    if (std::strcmp(s, isa_name(isa)) == 0) return isa;
+  std::fprintf(stderr, "mantissa: MANTISSA_MAX_ISA=%s is not one of scalar, avx512, avx512_bf16_fp16; ignored\n", s);
+  return Isa::avx512_bf16_fp16;
+}
+
+std::atomic<Isa>& isa_cap() {
+  static std::atomic<Isa> cap{parse_isa_env()};
+  return cap;
+}
+
+bool verbose() {
+  static const bool v = [] {
+    const char* s = std::getenv("MANTISSA_VERBOSE");
+    return s != nullptr && s[0] != '\0' && s[0] != '0';
+  }();
+  return v;
+}
+
+thread_local std::string t_last_kernel = "none";
+
+void note_kernel(const char* op, const char* kernel, const QuantPlan& p, size_t n, bool with_mode) {
+  t_last_kernel = std::string(kernel) + ":" + p.format->name;
+  if (with_mode) t_last_kernel += std::string(":") + round_name(p.opt.mode);
+  if (verbose())
+    std::fprintf(stderr, "mantissa: %s %s n=%zu kernel=%s\n", op, p.format->name.c_str(), n,
+                 t_last_kernel.c_str());
+}
+
+// Ordered choice, best first. The hardware converters only where they give
+// the reference's bits: nearest-even, no saturation, no flushing (their
+// subnormal inputs and NaN payloads are fixed up inside the kernel).
+detail::QuantKernel pick_quantize(const QuantPlan& p, const char** name) {
+  const Isa isa = active_isa();
+  const bool plain_rne = p.opt.mode == Round::nearest_even && !p.opt.saturate && !p.opt.flush_subnormals;
+  if (isa >= Isa::avx512_bf16_fp16 && p.shape == Shape::bf16 && plain_rne) {
+    *name = "avx512_bf16:cvtneps2bf16";
+    return detail::quantize_avx512_bf16_hw;
+  }
+  if (isa >= Isa::avx512 && p.shape == Shape::fp16 && plain_rne) {
+    *name = "avx512:cvtps2ph";
+    return detail::quantize_avx512_fp16_hw;
+  }
+  if (isa >= Isa::avx512 && p.shape != Shape::scalar_only) {
+    *name = "avx512:generic";
+    return detail::quantize_avx512_generic;
+  }
+  *name = "scalar";
+  return detail::quantize_scalar;
+}
+
+detail::DequantKernel pick_dequantize(const QuantPlan& p, const char** name) {
+  if (active_isa() >= Isa::avx512 && p.shape != Shape::scalar_only) {
+    *name = "avx512:decode";
+    return detail::dequantize_avx512;
+  }
+  *name = "scalar";
+  return detail::dequantize_scalar;
+}
+
+// Chunks are multiples of 64 elements so every thread starts aligned to a
+// cache line of codes; the stochastic draw depends on the global index only.
+template <class Body>
+void parallel_chunks(size_t n, Body body) {
+  if (n < kParallelThreshold || omp_get_max_threads() == 1) {
+    body(size_t{0}, n);
+    return;
+  }
+#pragma omp parallel
+  {
+    const size_t threads = static_cast<size_t>(omp_get_num_threads());
+    const size_t t = static_cast<size_t>(omp_get_thread_num());
+    const size_t chunk = ((n + threads - 1) / threads + 63) / 64 * 64;
+    const size_t begin = std::min(n, t * chunk);
+    const size_t end = std::min(n, begin + chunk);
+    if (begin < end) body(begin, end - begin);
+  }
+}
+
+}  // namespace
+
+Isa detected_isa() {
+  static const Isa isa = detect();
+  return isa;
+}
+
+void set_max_isa(Isa cap) { isa_cap().store(cap); }
+
+Isa active_isa() { return std::min(detected_isa(), isa_cap().load()); }
+
+const char* isa_name(Isa isa) {
+  switch (isa) {
+    case Isa::scalar: return "scalar";
+    case Isa::avx512: return "avx512";
+    case Isa::avx512_bf16_fp16: return "avx512_bf16_fp16";
+  }
+  return "unknown";
+}
+
+std::string last_kernel() { return t_last_kernel; }
+
+void quantize(const Format& f, const float* in, void* codes, size_t n, const RoundOptions& opt) {
+  const QuantPlan p = detail::make_plan(f, opt);
+  const char* name = "scalar";
+  const detail::QuantKernel k = pick_quantize(p, &name);
+  note_kernel("quantize", name, p, n, true);
+  auto* out = static_cast<uint8_t*>(codes);
+  const size_t bytes = static_cast<size_t>(p.bytes);
+  parallel_chunks(n, [&](size_t begin, size_t len) { k(p, in + begin, out + begin * bytes, len, begin); });
+}
+
+void dequantize(const Format& f, const void* codes, float* out, size_t n) {
+  const QuantPlan p = detail::make_plan(f, RoundOptions{});
+  const char* name = "scalar";
+  const detail::DequantKernel k = pick_dequantize(p, &name);
+  note_kernel("dequantize", name, p, n, false);
+  const auto* c = static_cast<const uint8_t*>(codes);
+  const size_t bytes = static_cast<size_t>(p.bytes);
+  parallel_chunks(n, [&](size_t begin, size_t len) { k(p, c + begin * bytes, out + begin, len); });
+}
+
+void fake_quantize(const Format& f, const float* in, float* out, size_t n, const RoundOptions& opt) {
+  const QuantPlan p = detail::make_plan(f, opt);
+  const char* qname = "scalar";
+  const char* dname = "scalar";
+  const detail::QuantKernel qk = pick_quantize(p, &qname);
+  const detail::DequantKernel dk = pick_dequantize(p, &dname);
+  note_kernel("fake_quantize", qname, p, n, true);
+  // Codes round-trip through a small per-thread buffer that stays in L1/L2,
+  // so fake quantisation reads and writes the fp32 array once.
+  constexpr size_t kBlock = 2048;
+  parallel_chunks(n, [&](size_t begin, size_t len) {
+    alignas(64) uint8_t buf[kBlock * 4];
+    for (size_t off = 0; off < len; off += kBlock) {
+      const size_t m = std::min(kBlock, len - off);
+      qk(p, in + begin + off, buf, m, begin + off);
+      dk(p, buf, out + begin + off, m);
+    }
+  });
+}
+
+}  // namespace mantissa::formats

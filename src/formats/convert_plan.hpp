@@ -1,0 +1,56 @@
+// Internal to the bulk converters (convert*.cpp): a conversion "plan" holds
+// every constant a kernel needs for one (format, rounding options) pair, so
+// the vector kernels do no per-element branching on the descriptor.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "mantissa/formats/format.hpp"
+#include "mantissa/formats/round.hpp"
+
+namespace mantissa::formats::detail {
+
+// Which specialised kernel a plan may use; `generic` is the integer-arithmetic
+// sign/exponent/mantissa rounder that covers every floating format with
+// E <= 8, M <= 23 and min normal exponent >= -126 (so fp32 subnormals are
+// subnormal or below in the target).
+enum class Shape : uint8_t { scalar_only, generic, bf16, fp16, fp32 };
+
+struct QuantPlan {
+  const Format* format = nullptr;
+  RoundOptions opt;
+  Shape shape = Shape::scalar_only;
+  int bytes = 1;          // storage bytes per code
+  int man_bits = 0;       // M
+  int emin = 0;           // unbiased exponent of min normal, 1 - bias
+  uint32_t sign_bit = 0;  // 1 << (E + M)
+  uint32_t max_mag = 0;   // code magnitude of the largest finite value
+  uint32_t min_normal_mag = 0;  // 1 << M
+  int packed_shift = 0;         // tf32: codes sit in the high bits of a word
+  bool negative_zero = true;
+  // Codes the scalar reference gives for special inputs, probed once from it
+  // so the vector kernels cannot disagree on policy (index 0: +, 1: -).
+  uint32_t nan_code[2] = {0, 0};
+  uint32_t inf_code[2] = {0, 0};
+  uint32_t overflow_code[2] = {0, 0};  // finite input whose rounding exceeds max
+};
+
+QuantPlan make_plan(const Format& f, const RoundOptions& opt);
+
+// Kernels convert in[0..n) whose first element has global index `base`
+// (the stochastic draw of element i depends only on (seed, base + i)).
+using QuantKernel = void (*)(const QuantPlan&, const float* in, void* codes, size_t n, uint64_t base);
+using DequantKernel = void (*)(const QuantPlan&, const void* codes, float* out, size_t n);
+
+void quantize_scalar(const QuantPlan& p, const float* in, void* codes, size_t n, uint64_t base);
+void dequantize_scalar(const QuantPlan& p, const void* codes, float* out, size_t n);
+
+// AVX-512 kernels (convert_avx512.cpp); callers check the CPU first.
+// `hw16` allows the AVX512-BF16 instruction for bf16 nearest-even.
+void quantize_avx512_generic(const QuantPlan& p, const float* in, void* codes, size_t n, uint64_t base);
+void quantize_avx512_bf16_hw(const QuantPlan& p, const float* in, void* codes, size_t n, uint64_t base);
+void quantize_avx512_fp16_hw(const QuantPlan& p, const float* in, void* codes, size_t n, uint64_t base);
+void dequantize_avx512(const QuantPlan& p, const void* codes, float* out, size_t n);
+
+}  // namespace mantissa::formats::detail

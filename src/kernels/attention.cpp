@@ -1,0 +1,171 @@
+// Causal multi-head self-attention on qkv [B, T, 3C] (q | k | v), NH heads of
+// size hs = C / NH. The four products per pass run as oneDNN batched matmuls
+// over the B*NH heads; the causal mask and the softmax are fused into one row
+// pass in between. Heads are first gathered into contiguous [B*NH, T, hs]
+// buffers (a cheap copy next to the T x T products) reused across calls.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "kernels/parallel.hpp"
+#include "mantissa/kernels/kernels.hpp"
+#include "mantissa/kernels/matmul.hpp"
+
+namespace mantissa::kernels {
+namespace {
+
+struct Dims {
+  int64_t B, T, C, NH, hs;
+  int64_t heads() const { return B * NH; }
+  int64_t head_elems() const { return B * NH * T * hs; }
+};
+
+Dims check_dims(int64_t B, int64_t T, int64_t C, int64_t NH) {
+  if (B < 1 || T < 1 || C < 1 || NH < 1 || C % NH != 0) {
+    throw std::invalid_argument("attention: bad shape B=" + std::to_string(B) + " T=" + std::to_string(T) +
+                                " C=" + std::to_string(C) + " NH=" + std::to_string(NH) +
+                                " (C must be a multiple of NH)");
+  }
+  return {B, T, C, NH, C / NH};
+}
+
+// src [B, T, stride] with head h at column offset + h*hs  ->  dst [B, NH, T, hs]
+void gather_heads(float* dst, const float* src, int64_t stride, int64_t offset, const Dims& d) {
+#pragma omp parallel for schedule(static) if (parallel_rows(d.B * d.T, d.C))
+  for (int64_t bt = 0; bt < d.B * d.T; ++bt) {
+    const int64_t b = bt / d.T, t = bt % d.T;
+    const float* row = src + bt * stride + offset;
+    for (int64_t h = 0; h < d.NH; ++h) {
+      std::copy_n(row + h * d.hs, d.hs, dst + ((b * d.NH + h) * d.T + t) * d.hs);
+    }
+  }
+}
+
+// dst [B, T, stride] (+)= src [B, NH, T, hs] at column offset + h*hs
+void scatter_heads(float* dst, const float* src, int64_t stride, int64_t offset, const Dims& d,
+                   bool accumulate) {
+#pragma omp parallel for schedule(static) if (parallel_rows(d.B * d.T, d.C))
+  for (int64_t bt = 0; bt < d.B * d.T; ++bt) {
+    const int64_t b = bt / d.T, t = bt % d.T;
+    float* row = dst + bt * stride + offset;
+    for (int64_t h = 0; h < d.NH; ++h) {
+      const float* s = src + ((b * d.NH + h) * d.T + t) * d.hs;
+      float* o = row + h * d.hs;
+      if (accumulate) {
+#pragma omp simd
+        for (int64_t j = 0; j < d.hs; ++j) o[j] += s[j];
+      } else {
+        std::copy_n(s, d.hs, o);
+      }
+    }
+  }
+}
+
+// C [heads, M, N] = alpha op(A) op(B), fp32.
+void batched(const Dims& d, int64_t M, int64_t N, int64_t K, bool ta, bool tb, float alpha,
+             const float* A, const float* B, float* C) {
+  MatmulArgs a;
+  a.batch = d.heads();
+  a.M = M;
+  a.N = N;
+  a.K = K;
+  a.trans_a = ta;
+  a.trans_b = tb;
+  a.alpha = alpha;
+  matmul(a, A, B, C);
+}
+
+struct Scratch {
+  std::vector<float> q, k, v, y;
+  void resize(int64_t n) {
+    for (auto* buf : {&q, &k, &v, &y}) buf->resize(static_cast<size_t>(n));
+  }
+};
+
+Scratch& scratch() {
+  thread_local Scratch s;
+  return s;
+}
+
+}  // namespace
+
+// att [B, NH, T, T] = causal_softmax(q k^T / sqrt(hs)); out [B, T, C] = att v
+void attention_forward(float* out, float* att, const float* qkv, int64_t B, int64_t T, int64_t C,
+                       int64_t NH) {
+  const Dims d = check_dims(B, T, C, NH);
+  Scratch& s = scratch();
+  s.resize(d.head_elems());
+  gather_heads(s.q.data(), qkv, 3 * C, 0, d);
+  gather_heads(s.k.data(), qkv, 3 * C, C, d);
+  gather_heads(s.v.data(), qkv, 3 * C, 2 * C, d);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d.hs));
+  batched(d, T, T, d.hs, false, true, scale, s.q.data(), s.k.data(), att);
+
+  // Masked row softmax: row t keeps columns 0..t, the rest become exact zeros.
+  const int64_t rows = d.heads() * T;
+#pragma omp parallel for schedule(static) if (parallel_rows(rows, T))
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t t = r % T;
+    float* a = att + r * T;
+    float mx = -std::numeric_limits<float>::infinity();
+    for (int64_t j = 0; j <= t; ++j) mx = std::max(mx, a[j]);
+    float sum = 0.0f;
+    for (int64_t j = 0; j <= t; ++j) {
+      a[j] = std::exp(a[j] - mx);
+      sum += a[j];
+    }
+    const float inv = 1.0f / sum;
+#pragma omp simd
+    for (int64_t j = 0; j <= t; ++j) a[j] *= inv;
+    std::fill(a + t + 1, a + T, 0.0f);
+  }
+
+  batched(d, T, d.hs, T, false, false, 1.0f, att, s.v.data(), s.y.data());
+  scatter_heads(out, s.y.data(), C, 0, d, false);
+}
+
+// Per head (P = att, dO = dout head, S = scaled scores):
+//   dP = dO V^T;  dV = P^T dO;  dS = P * (dP - rowsum(dP * P)) / sqrt(hs)
+//   dQ = dS K;    dK = dS^T Q
+void attention_backward(float* dqkv, float* datt, const float* dout, const float* qkv,
+                        const float* att, int64_t B, int64_t T, int64_t C, int64_t NH) {
+  const Dims d = check_dims(B, T, C, NH);
+  Scratch& s = scratch();
+  s.resize(d.head_elems());
+  thread_local std::vector<float> dy, grad;
+  dy.resize(static_cast<size_t>(d.head_elems()));
+  grad.resize(static_cast<size_t>(d.head_elems()));
+  gather_heads(s.q.data(), qkv, 3 * C, 0, d);
+  gather_heads(s.k.data(), qkv, 3 * C, C, d);
+  gather_heads(s.v.data(), qkv, 3 * C, 2 * C, d);
+  gather_heads(dy.data(), dout, C, 0, d);
+
+  batched(d, T, T, d.hs, false, true, 1.0f, dy.data(), s.v.data(), datt);            // dP
+  batched(d, T, d.hs, T, true, false, 1.0f, att, dy.data(), grad.data());            // dV
+  scatter_heads(dqkv, grad.data(), 3 * C, 2 * C, d, true);
+
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d.hs));
+  const int64_t rows = d.heads() * T;
+#pragma omp parallel for schedule(static) if (parallel_rows(rows, T))
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t t = r % T;
+    const float* p = att + r * T;
+    float* g = datt + r * T;
+    float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+    for (int64_t j = 0; j <= t; ++j) dot += p[j] * g[j];
+#pragma omp simd
+    for (int64_t j = 0; j <= t; ++j) g[j] = p[j] * (g[j] - dot) * scale;
+    std::fill(g + t + 1, g + T, 0.0f);
+  }
+
+  batched(d, T, d.hs, T, false, false, 1.0f, datt, s.k.data(), grad.data());         // dQ
+  scatter_heads(dqkv, grad.data(), 3 * C, 0, d, true);
+  batched(d, T, d.hs, T, true, false, 1.0f, datt, s.q.data(), grad.data());          // dK
+  scatter_heads(dqkv, grad.data(), 3 * C, C, d, true);
+}
+
+}  // namespace mantissa::kernels

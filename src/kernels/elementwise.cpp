@@ -1,0 +1,207 @@
+// Elementwise kernels, activations, dropout and reductions: flat loops that
+// GCC vectorises (omp simd), split across threads above a size threshold.
+#include <omp.h>
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "kernels/bf16_convert.hpp"
+#include "kernels/parallel.hpp"
+#include "mantissa/kernels/kernels.hpp"
+
+namespace mantissa::kernels {
+
+#define MANTISSA_PARALLEL_SIMD _Pragma("omp parallel for simd schedule(static) if (n >= kParallelElements)")
+
+void add(float* out, const float* a, const float* b, int64_t n) {
+  MANTISSA_PARALLEL_SIMD
+  for (int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
+}
+
+void add_inplace(float* acc, const float* x, int64_t n) {
+  MANTISSA_PARALLEL_SIMD
+  for (int64_t i = 0; i < n; ++i) acc[i] += x[i];
+}
+
+void scale(float* out, const float* x, float alpha, int64_t n) {
+  MANTISSA_PARALLEL_SIMD
+  for (int64_t i = 0; i < n; ++i) out[i] = alpha * x[i];
+}
+
+void axpy(float* acc, const float* x, float alpha, int64_t n) {
+  MANTISSA_PARALLEL_SIMD
+  for (int64_t i = 0; i < n; ++i) acc[i] += alpha * x[i];
+}
+
+void mul(float* out, const float* a, const float* b, int64_t n) {
+  MANTISSA_PARALLEL_SIMD
+  for (int64_t i = 0; i < n; ++i) out[i] = a[i] * b[i];
+}
+
+// ---- GELU (GPT-2 tanh approximation) ------------------------------------------
+// y = 0.5 x (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3)
+// dy/dx = 0.5 (1 + tanh u) + 0.5 x (1 - tanh^2 u) sqrt(2/pi) (1 + 3 * 0.044715 x^2)
+namespace {
+constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2/pi)
+constexpr float kGeluCubic = 0.044715f;
+}  // namespace
+
+void gelu_forward(float* out, const float* x, int64_t n) {
+  MANTISSA_PARALLEL_SIMD
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = x[i];
+    const float u = kGeluScale * (v + kGeluCubic * v * v * v);
+    out[i] = 0.5f * v * (1.0f + std::tanh(u));
+  }
+}
+
+void gelu_backward(float* dx, const float* x, const float* dout, int64_t n) {
+  MANTISSA_PARALLEL_SIMD
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = x[i];
+    const float u = kGeluScale * (v + kGeluCubic * v * v * v);
+    const float th = std::tanh(u);
+    const float du = kGeluScale * (1.0f + 3.0f * kGeluCubic * v * v);
+    const float grad = 0.5f * (1.0f + th) + 0.5f * v * (1.0f - th * th) * du;
+    dx[i] += grad * dout[i];
+  }
+}
+
+void relu_forward(float* out, const float* x, int64_t n) {
+  MANTISSA_PARALLEL_SIMD
+  for (int64_t i = 0; i < n; ++i) out[i] = x[i] > 0.0f ? x[i] : 0.0f;
+}
+
+void relu_backward(float* dx, const float* x, const float* dout, int64_t n) {
+  MANTISSA_PARALLEL_SIMD
+  for (int64_t i = 0; i < n; ++i) dx[i] += x[i] > 0.0f ? dout[i] : 0.0f;
+}
+
+// ---- dropout ---------------------------------------------------------------------
+// Counter-based: the keep decision of element i depends only on (seed, offset, i)
+// through a splitmix64 finaliser, so it is identical for any thread count and
+// recomputable in backward without storing a mask.
+namespace {
+inline uint64_t mix64(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+void check_dropout_p(float p) {
+  if (!(p >= 0.0f && p <= 1.0f)) {
+    throw std::invalid_argument("dropout: probability must be in [0, 1], got " + std::to_string(p));
+  }
+}
+
+// Keep with probability 1-p using 24 random bits: u in [0, 2^24), keep if u >= p 2^24.
+inline bool dropout_keep(uint64_t stream, int64_t i, uint32_t threshold) {
+  const uint64_t h = mix64(stream + static_cast<uint64_t>(i) * 0x9e3779b97f4a7c15ull);
+  return static_cast<uint32_t>(h >> 40) >= threshold;
+}
+
+inline uint32_t dropout_threshold(float p) {
+  return static_cast<uint32_t>(std::llround(static_cast<double>(p) * 16777216.0));
+}
+
+inline uint64_t dropout_stream(uint64_t seed, uint64_t offset) {
+  return mix64(seed ^ mix64(offset + 0x632be59bd9b4e019ull));
+}
+}  // namespace
+
+bool dropout_kept(float p, uint64_t seed, uint64_t offset, int64_t i) {
+  return dropout_keep(dropout_stream(seed, offset), i, dropout_threshold(p));
+}
+
+void dropout_forward(float* out, const float* x, float p, uint64_t seed, uint64_t offset, int64_t n) {
+  check_dropout_p(p);
+  const uint64_t stream = dropout_stream(seed, offset);
+  const uint32_t threshold = dropout_threshold(p);
+  const float keep_scale = p < 1.0f ? 1.0f / (1.0f - p) : 0.0f;
+#pragma omp parallel for schedule(static) if (n >= kParallelElements)
+  for (int64_t i = 0; i < n; ++i) {
+    out[i] = dropout_keep(stream, i, threshold) ? x[i] * keep_scale : 0.0f;
+  }
+}
+
+void dropout_backward(float* dx, const float* dout, float p, uint64_t seed, uint64_t offset, int64_t n) {
+  check_dropout_p(p);
+  const uint64_t stream = dropout_stream(seed, offset);
+  const uint32_t threshold = dropout_threshold(p);
+  const float keep_scale = p < 1.0f ? 1.0f / (1.0f - p) : 0.0f;
+#pragma omp parallel for schedule(static) if (n >= kParallelElements)
+  for (int64_t i = 0; i < n; ++i) {
+    if (dropout_keep(stream, i, threshold)) dx[i] += dout[i] * keep_scale;
+  }
+}
+
+// ---- reductions --------------------------------------------------------------------
+// Fixed blocks summed in double, then the block sums added in order: the result
+// does not depend on the thread count.
+namespace {
+constexpr int64_t kReduceBlock = 4096;
+
+template <class F>
+double blocked_sum(int64_t n, F&& term) {
+  const int64_t blocks = (n + kReduceBlock - 1) / kReduceBlock;
+  std::vector<double> partial(static_cast<size_t>(blocks));
+#pragma omp parallel for schedule(static) if (n >= kParallelElements)
+  for (int64_t b = 0; b < blocks; ++b) {
+    const int64_t end = std::min(n, (b + 1) * kReduceBlock);
+    double s = 0.0;
+    for (int64_t i = b * kReduceBlock; i < end; ++i) s += term(i);
+    partial[static_cast<size_t>(b)] = s;
+  }
+  double total = 0.0;
+  for (double s : partial) total += s;
+  return total;
+}
+}  // namespace
+
+double sum(const float* x, int64_t n) {
+  return blocked_sum(n, [x](int64_t i) { return static_cast<double>(x[i]); });
+}
+
+double sum_squares(const float* x, int64_t n) {
+  return blocked_sum(n, [x](int64_t i) {
+    const double v = x[i];
+    return v * v;
+  });
+}
+
+bool all_finite(const float* x, int64_t n) {
+  int bad = 0;
+#pragma omp parallel for simd schedule(static) reduction(| : bad) if (n >= kParallelElements)
+  for (int64_t i = 0; i < n; ++i) {
+    // Exponent all ones <=> Inf or NaN; integer test survives -ffast-math.
+    bad |= (std::bit_cast<uint32_t>(x[i]) & 0x7f800000u) == 0x7f800000u ? 1 : 0;
+  }
+  return bad == 0;
+}
+
+// ---- bf16 storage helpers -------------------------------------------------------------
+void f32_to_bf16(uint16_t* out, const float* in, int64_t n) {
+  MANTISSA_PARALLEL_SIMD
+  for (int64_t i = 0; i < n; ++i) out[i] = f32_to_bf16_one(in[i]);
+}
+
+void bf16_to_f32(float* out, const uint16_t* in, int64_t n) {
+  MANTISSA_PARALLEL_SIMD
+  for (int64_t i = 0; i < n; ++i) out[i] = bf16_to_f32_one(in[i]);
+}
+
+// ---- threads ---------------------------------------------------------------------------
+int num_threads() { return omp_get_max_threads(); }
+
+void set_num_threads(int n) {
+  if (n < 1) throw std::invalid_argument("threads must be >= 1, got " + std::to_string(n));
+  // oneDNN is built with the OpenMP runtime and sizes its parallel regions
+  // from omp_get_max_threads(), so this one call governs both.
+  omp_set_num_threads(n);
+}
+
+}  // namespace mantissa::kernels

@@ -1,0 +1,207 @@
+// Row kernels on x [N, C]: layer norm, bias, softmax, fused cross-entropy.
+// Rows are independent, so each is threaded over rows; column reductions
+// (dweight, dbias) use per-thread partial sums added in thread order.
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "kernels/parallel.hpp"
+#include "mantissa/kernels/kernels.hpp"
+
+namespace mantissa::kernels {
+
+// ---- layer norm -------------------------------------------------------------------
+// Forward: mean, var over C in fp32 (two passes: no cancellation), then
+// out = (x - mean) * rstd * weight + bias; rstd = 1/sqrt(var + eps).
+void layernorm_forward(float* out, float* mean, float* rstd, const float* x, const float* weight,
+                       const float* bias, int64_t N, int64_t C, float eps) {
+#pragma omp parallel for schedule(static) if (parallel_rows(N, C))
+  for (int64_t i = 0; i < N; ++i) {
+    const float* xi = x + i * C;
+    float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+    for (int64_t j = 0; j < C; ++j) s += xi[j];
+    const float m = s / static_cast<float>(C);
+    float v = 0.0f;
+#pragma omp simd reduction(+ : v)
+    for (int64_t j = 0; j < C; ++j) v += (xi[j] - m) * (xi[j] - m);
+    const float r = 1.0f / std::sqrt(v / static_cast<float>(C) + eps);
+    float* oi = out + i * C;
+#pragma omp simd
+    for (int64_t j = 0; j < C; ++j) oi[j] = (xi[j] - m) * r * weight[j] + bias[j];
+    mean[i] = m;
+    rstd[i] = r;
+  }
+}
+
+// Backward (norm = (x - mean) rstd, dnorm = weight * dout):
+//   dx += rstd (dnorm - mean(dnorm) - norm mean(dnorm norm))
+//   dweight += sum_rows norm dout; dbias += sum_rows dout
+void layernorm_backward(float* dx, float* dweight, float* dbias, const float* dout, const float* x,
+                        const float* weight, const float* mean, const float* rstd, int64_t N, int64_t C) {
+  const bool par = parallel_rows(N, C);
+  const int threads = par ? omp_get_max_threads() : 1;
+  std::vector<float> partial(static_cast<size_t>(threads) * 2 * static_cast<size_t>(C), 0.0f);
+#pragma omp parallel num_threads(threads) if (par)
+  {
+    float* dw = partial.data() + static_cast<size_t>(omp_get_thread_num()) * 2 * static_cast<size_t>(C);
+    float* db = dw + C;
+#pragma omp for schedule(static)
+    for (int64_t i = 0; i < N; ++i) {
+      const float* xi = x + i * C;
+      const float* gi = dout + i * C;
+      const float m = mean[i], r = rstd[i];
+      float dnorm_mean = 0.0f, dnorm_norm_mean = 0.0f;
+#pragma omp simd reduction(+ : dnorm_mean, dnorm_norm_mean)
+      for (int64_t j = 0; j < C; ++j) {
+        const float norm = (xi[j] - m) * r;
+        const float dnorm = weight[j] * gi[j];
+        dnorm_mean += dnorm;
+        dnorm_norm_mean += dnorm * norm;
+      }
+      dnorm_mean /= static_cast<float>(C);
+      dnorm_norm_mean /= static_cast<float>(C);
+      float* dxi = dx + i * C;
+#pragma omp simd
+      for (int64_t j = 0; j < C; ++j) {
+        const float norm = (xi[j] - m) * r;
+        const float dnorm = weight[j] * gi[j];
+        dw[j] += norm * gi[j];
+        db[j] += gi[j];
+        dxi[j] += (dnorm - dnorm_mean - norm * dnorm_norm_mean) * r;
+      }
+    }
+  }
+  for (int t = 0; t < threads; ++t) {
+    const float* dw = partial.data() + static_cast<size_t>(t) * 2 * static_cast<size_t>(C);
+    if (dweight) {
+      for (int64_t j = 0; j < C; ++j) dweight[j] += dw[j];
+    }
+    if (dbias) {
+      for (int64_t j = 0; j < C; ++j) dbias[j] += dw[C + j];
+    }
+  }
+}
+
+// ---- bias ------------------------------------------------------------------------------
+void bias_add(float* out, const float* x, const float* bias, int64_t N, int64_t C) {
+#pragma omp parallel for schedule(static) if (parallel_rows(N, C))
+  for (int64_t i = 0; i < N; ++i) {
+#pragma omp simd
+    for (int64_t j = 0; j < C; ++j) out[i * C + j] = x[i * C + j] + bias[j];
+  }
+}
+
+// Column sums: threads own disjoint column blocks and walk all rows, so the
+// sum order is fixed (row order) whatever the thread count.
+void bias_backward(float* dbias, const float* dout, int64_t N, int64_t C) {
+  constexpr int64_t kBlock = 64;
+  const int64_t blocks = (C + kBlock - 1) / kBlock;
+#pragma omp parallel for schedule(static) if (parallel_rows(N, C) && blocks > 1)
+  for (int64_t b = 0; b < blocks; ++b) {
+    const int64_t j0 = b * kBlock, j1 = std::min(C, j0 + kBlock);
+    float acc[kBlock] = {};
+    for (int64_t i = 0; i < N; ++i) {
+      const float* gi = dout + i * C;
+#pragma omp simd
+      for (int64_t j = j0; j < j1; ++j) acc[j - j0] += gi[j];
+    }
+    for (int64_t j = j0; j < j1; ++j) dbias[j] += acc[j - j0];
+  }
+}
+
+// ---- softmax -------------------------------------------------------------------------------
+void softmax_forward(float* y, const float* x, int64_t N, int64_t C) {
+#pragma omp parallel for schedule(static) if (parallel_rows(N, C))
+  for (int64_t i = 0; i < N; ++i) {
+    const float* xi = x + i * C;
+    float* yi = y + i * C;
+    float mx = -std::numeric_limits<float>::infinity();
+    for (int64_t j = 0; j < C; ++j) mx = std::max(mx, xi[j]);
+    float s = 0.0f;
+    for (int64_t j = 0; j < C; ++j) {
+      yi[j] = std::exp(xi[j] - mx);
+      s += yi[j];
+    }
+    const float inv = 1.0f / s;
+#pragma omp simd
+    for (int64_t j = 0; j < C; ++j) yi[j] *= inv;
+  }
+}
+
+void softmax_backward(float* dx, const float* y, const float* dy, int64_t N, int64_t C) {
+#pragma omp parallel for schedule(static) if (parallel_rows(N, C))
+  for (int64_t i = 0; i < N; ++i) {
+    const float* yi = y + i * C;
+    const float* gi = dy + i * C;
+    float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+    for (int64_t j = 0; j < C; ++j) dot += yi[j] * gi[j];
+    float* dxi = dx + i * C;
+#pragma omp simd
+    for (int64_t j = 0; j < C; ++j) dxi[j] += yi[j] * (gi[j] - dot);
+  }
+}
+
+// ---- fused softmax cross-entropy ----------------------------------------------------------
+// One pass per row: max, sum of exp, loss = log(sum) + max - x[target];
+// dlogits = grad_scale (p - onehot). Row losses go to a buffer and are added
+// in row order in fp64, so the sum does not depend on the thread count.
+double cross_entropy(const float* logits, const int32_t* targets, int64_t N, int64_t V,
+                     float grad_scale, float* losses, float* dlogits, int64_t* count) {
+  for (int64_t i = 0; i < N; ++i) {
+    if (targets[i] >= V) {
+      throw std::invalid_argument("cross_entropy: target " + std::to_string(targets[i]) + " at row " +
+                                  std::to_string(i) + " is outside the vocabulary of " +
+                                  std::to_string(V));
+    }
+  }
+  thread_local std::vector<float> scratch;
+  if (!losses) {
+    scratch.resize(static_cast<size_t>(N));
+    losses = scratch.data();
+  }
+#pragma omp parallel for schedule(static) if (parallel_rows(N, V))
+  for (int64_t i = 0; i < N; ++i) {
+    const float* xi = logits + i * V;
+    float* gi = dlogits ? dlogits + i * V : nullptr;
+    const int32_t t = targets[i];
+    if (t < 0) {
+      losses[i] = 0.0f;
+      if (gi) std::fill(gi, gi + V, 0.0f);
+      continue;
+    }
+    float mx = -std::numeric_limits<float>::infinity();
+    for (int64_t j = 0; j < V; ++j) mx = std::max(mx, xi[j]);
+    float s = 0.0f;
+    if (gi) {
+      for (int64_t j = 0; j < V; ++j) {
+        gi[j] = std::exp(xi[j] - mx);
+        s += gi[j];
+      }
+      const float g = grad_scale / s;
+#pragma omp simd
+      for (int64_t j = 0; j < V; ++j) gi[j] *= g;
+      gi[t] -= grad_scale;
+    } else {
+      for (int64_t j = 0; j < V; ++j) s += std::exp(xi[j] - mx);
+    }
+    losses[i] = std::log(s) + mx - xi[t];
+  }
+  double total = 0.0;
+  int64_t counted = 0;
+  for (int64_t i = 0; i < N; ++i) {
+    if (targets[i] < 0) continue;
+    total += losses[i];
+    ++counted;
+  }
+  if (count) *count = counted;
+  return total;
+}
+
+}  // namespace mantissa::kernels

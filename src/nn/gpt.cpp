@@ -1,0 +1,210 @@
+#include "mantissa/nn/gpt.hpp"
+
+#include <cmath>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+
+#include "mantissa/autograd/ops.hpp"
+#include "mantissa/nn/init.hpp"
+
+namespace mantissa::nn {
+namespace ag = mantissa::autograd;
+
+// ---- config --------------------------------------------------------------------------------
+void GPTConfig::validate() const {
+  auto positive = [](int64_t v, const char* name) {
+    if (v <= 0) throw std::invalid_argument(std::string("GPT config: ") + name + " must be positive, got " + std::to_string(v));
+  };
+  positive(vocab, "vocab");
+  positive(context, "context");
+  positive(layers, "layers");
+  positive(d_model, "d_model");
+  positive(heads, "heads");
+  if (d_model % heads != 0)
+    throw std::invalid_argument("GPT config: d_model " + std::to_string(d_model) + " is not divisible by heads " +
+                                std::to_string(heads));
+  if (!(dropout >= 0.0f && dropout < 1.0f))
+    throw std::invalid_argument("GPT config: dropout must be in [0, 1), got " + std::to_string(dropout));
+}
+
+std::string GPTConfig::to_json() const {
+  nlohmann::ordered_json j;
+  j["model_type"] = "gpt2";
+  j["architectures"] = {"GPT2LMHeadModel"};
+  j["vocab_size"] = vocab;
+  j["n_positions"] = context;
+  j["n_ctx"] = context;
+  j["n_embd"] = d_model;
+  j["n_layer"] = layers;
+  j["n_head"] = heads;
+  j["n_inner"] = nullptr;
+  j["activation_function"] = "gelu_new";
+  j["resid_pdrop"] = dropout;
+  j["embd_pdrop"] = dropout;
+  j["attn_pdrop"] = 0.0;
+  j["layer_norm_epsilon"] = 1e-5;
+  j["initializer_range"] = 0.02;
+  j["tie_word_embeddings"] = true;
+  j["mantissa"] = {{"kind", "gpt"}, {"seed", seed}, {"dropout", dropout}};
+  return j.dump(2);
+}
+
+GPTConfig GPTConfig::from_json(const std::string& text) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text);
+  } catch (const std::exception& e) {
+    throw std::invalid_argument(std::string("GPT config: not valid JSON: ") + e.what());
+  }
+  GPTConfig c;
+  auto get = [&](const char* key, int64_t& out) {
+    if (!j.contains(key)) throw std::invalid_argument(std::string("GPT config: missing key '") + key + "'");
+    if (!j[key].is_number_integer()) throw std::invalid_argument(std::string("GPT config: '") + key + "' must be an integer");
+    out = j[key].get<int64_t>();
+  };
+  get("vocab_size", c.vocab);
+  get("n_positions", c.context);
+  get("n_embd", c.d_model);
+  get("n_layer", c.layers);
+  get("n_head", c.heads);
+  if (j.contains("mantissa") && j["mantissa"].is_object()) {
+    const auto& m = j["mantissa"];
+    if (m.contains("seed")) c.seed = m["seed"].get<uint64_t>();
+    if (m.contains("dropout")) c.dropout = m["dropout"].get<float>();
+  } else if (j.contains("resid_pdrop") && j["resid_pdrop"].is_number()) {
+    c.dropout = j["resid_pdrop"].get<float>();
+  }
+  c.validate();
+  return c;
+}
+
+// ---- construction ------------------------------------------------------------------------------
+Parameter* GPT::add(std::string name, const Shape& shape, bool decay, int64_t fan_in) {
+  params_.push_back(make_parameter(std::move(name), shape, decay, fan_in));
+  return params_.back().get();
+}
+
+GPT::GPT(const GPTConfig& config) : config_(config) {
+  config_.validate();
+  const int64_t V = config_.vocab, T = config_.context, C = config_.d_model, L = config_.layers;
+  Rng rng(config_.seed);
+  const double std_w = 0.02, std_proj = 0.02 / std::sqrt(2.0 * static_cast<double>(L));
+  wte_ = add("transformer.wte.weight", {V, C}, true, C);
+  init_normal(wte_->value, rng, std_w);
+  wpe_ = add("transformer.wpe.weight", {T, C}, false, 1);
+  init_normal(wpe_->value, rng, std_w);
+  for (int64_t l = 0; l < L; ++l) {
+    const std::string h = "transformer.h." + std::to_string(l) + ".";
+    Block b{};
+    b.ln1_w = add(h + "ln_1.weight", {C}, false, 1);
+    b.ln1_w->value.fill(1.0f);
+    b.ln1_b = add(h + "ln_1.bias", {C}, false, 1);
+    b.attn_w = add(h + "attn.c_attn.weight", {C, 3 * C}, true, C);
+    init_normal(b.attn_w->value, rng, std_w);
+    b.attn_b = add(h + "attn.c_attn.bias", {3 * C}, false, 1);
+    b.proj_w = add(h + "attn.c_proj.weight", {C, C}, true, C);
+    init_normal(b.proj_w->value, rng, std_proj);
+    b.proj_b = add(h + "attn.c_proj.bias", {C}, false, 1);
+    b.ln2_w = add(h + "ln_2.weight", {C}, false, 1);
+    b.ln2_w->value.fill(1.0f);
+    b.ln2_b = add(h + "ln_2.bias", {C}, false, 1);
+    b.fc_w = add(h + "mlp.c_fc.weight", {C, 4 * C}, true, C);
+    init_normal(b.fc_w->value, rng, std_w);
+    b.fc_b = add(h + "mlp.c_fc.bias", {4 * C}, false, 1);
+    b.mlp_proj_w = add(h + "mlp.c_proj.weight", {4 * C, C}, true, 4 * C);
+    init_normal(b.mlp_proj_w->value, rng, std_proj);
+    b.mlp_proj_b = add(h + "mlp.c_proj.bias", {C}, false, 1);
+    blocks_.push_back(b);
+  }
+  lnf_w_ = add("transformer.ln_f.weight", {C}, false, 1);
+  lnf_w_->value.fill(1.0f);
+  lnf_b_ = add("transformer.ln_f.bias", {C}, false, 1);
+}
+
+std::vector<Parameter*> GPT::parameters() {
+  std::vector<Parameter*> out;
+  out.reserve(params_.size());
+  for (auto& p : params_) out.push_back(p.get());
+  return out;
+}
+
+ag::OpContext GPT::context(bool training) {
+  ag::OpContext ctx;
+  ctx.policy = precision_;
+  ctx.casts = &casts_;
+  ctx.training = training;
+  // Each training pass gets its own dropout stream derived from the seed.
+  ctx.seed = config_.seed * 0x9E3779B97F4A7C15ull + (training ? ++passes_ : 0);
+  return ctx;
+}
+
+// ---- forward ------------------------------------------------------------------------------------
+// ids [B, T] -> logits [B, T, V]; x is the residual stream [B, T, C].
+ag::Var GPT::forward(ag::Tape& t, const Tensor& ids) {
+  const int64_t B = ids.dim(0), T = ids.dim(1), C = config_.d_model, V = config_.vocab;
+  const float p = config_.dropout;
+  ag::Var wte = t.param(*wte_);
+  ag::Var x = ag::token_position_embedding(t, ids, wte, t.param(*wpe_));
+  x = ag::dropout(t, x, p);
+  for (const Block& b : blocks_) {
+    ag::Var h = ag::layer_norm(t, x, t.param(*b.ln1_w), t.param(*b.ln1_b));
+    ag::Var attn_b = t.param(*b.attn_b);
+    ag::Var qkv = ag::linear(t, h, t.param(*b.attn_w), &attn_b);  // [B, T, 3C]
+    ag::Var a = ag::causal_self_attention(t, qkv, config_.heads);   // [B, T, C]
+    ag::Var proj_b = t.param(*b.proj_b);
+    ag::Var y = ag::dropout(t, ag::linear(t, a, t.param(*b.proj_w), &proj_b), p);
+    x = ag::add(t, x, y);
+    h = ag::layer_norm(t, x, t.param(*b.ln2_w), t.param(*b.ln2_b));
+    ag::Var fc_b = t.param(*b.fc_b);
+    ag::Var f = ag::gelu(t, ag::linear(t, h, t.param(*b.fc_w), &fc_b));  // [B, T, 4C]
+    ag::Var mlp_b = t.param(*b.mlp_proj_b);
+    y = ag::dropout(t, ag::linear(t, f, t.param(*b.mlp_proj_w), &mlp_b), p);
+    x = ag::add(t, x, y);
+  }
+  x = ag::layer_norm(t, x, t.param(*lnf_w_), t.param(*lnf_b_));
+  // Tied head: logits [B*T, V] = x [B*T, C] @ wte^T.
+  ag::Var logits = ag::matmul(t, ag::reshape(t, x, {B * T, C}), wte, false, true);
+  return ag::reshape(t, logits, {B, T, V});
+}
+
+void GPT::check_batch(const Batch& batch) const {
+  const Tensor& in = batch.inputs;
+  if (!in.defined() || in.dtype() != DType::i32 || in.ndim() != 2)
+    throw std::invalid_argument("GPT: inputs must be i32 [B, T]");
+  if (in.dim(1) > config_.context)
+    throw std::invalid_argument("GPT: sequence length " + std::to_string(in.dim(1)) + " exceeds the context of " +
+                                std::to_string(config_.context));
+  if (!batch.targets.defined() || batch.targets.dtype() != DType::i32 || batch.targets.shape() != in.shape())
+    throw std::invalid_argument("GPT: targets must be i32 with the inputs' shape " + shape_str(in.shape()));
+}
+
+LossSum GPT::forward_backward(const Batch& batch, float grad_scale) {
+  check_batch(batch);
+  ag::Tape t(context(true));
+  ag::LossStats stats;
+  ag::Var loss;
+  {
+    ag::Var logits = forward(t, batch.inputs);
+    loss = ag::cross_entropy(t, logits, batch.targets, &stats);
+  }  // logits (and every other forward value not saved by an op) is gone here
+  t.backward(loss, grad_scale);
+  return {stats.sum, stats.count};
+}
+
+LossSum GPT::evaluate(const Batch& batch) {
+  check_batch(batch);
+  ag::NoGrad no_grad;
+  ag::Tape t(context(false));
+  ag::LossStats stats;
+  ag::cross_entropy(t, forward(t, batch.inputs), batch.targets, &stats);
+  return {stats.sum, stats.count};
+}
+
+Tensor GPT::logits(const Tensor& ids) {
+  if (!ids.defined() || ids.dtype() != DType::i32 || ids.ndim() != 2) throw std::invalid_argument("GPT: ids must be i32 [B, T]");
+  ag::NoGrad no_grad;
+  ag::Tape t(context(false));
+  return forward(t, ids).value;
+}
+
+}  // namespace mantissa::nn

@@ -1,0 +1,130 @@
+#include "mantissa/nn/mlp.hpp"
+
+#include <cmath>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+
+#include "mantissa/autograd/ops.hpp"
+#include "mantissa/nn/init.hpp"
+
+namespace mantissa::nn {
+namespace ag = mantissa::autograd;
+
+void MLPConfig::validate() const {
+  if (inputs <= 0) throw std::invalid_argument("MLP config: inputs must be positive, got " + std::to_string(inputs));
+  if (classes <= 0) throw std::invalid_argument("MLP config: classes must be positive, got " + std::to_string(classes));
+  for (size_t i = 0; i < hidden.size(); ++i)
+    if (hidden[i] <= 0)
+      throw std::invalid_argument("MLP config: hidden[" + std::to_string(i) + "] must be positive, got " +
+                                  std::to_string(hidden[i]));
+  if (activation != "relu" && activation != "gelu")
+    throw std::invalid_argument("MLP config: activation must be relu or gelu, got '" + activation + "'");
+}
+
+std::string MLPConfig::to_json() const {
+  nlohmann::ordered_json j;
+  j["model_type"] = "mlp";
+  j["inputs"] = inputs;
+  j["hidden"] = hidden;
+  j["classes"] = classes;
+  j["activation"] = activation;
+  j["seed"] = seed;
+  return j.dump(2);
+}
+
+MLPConfig MLPConfig::from_json(const std::string& text) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text);
+  } catch (const std::exception& e) {
+    throw std::invalid_argument(std::string("MLP config: not valid JSON: ") + e.what());
+  }
+  MLPConfig c;
+  try {
+    c.inputs = j.at("inputs").get<int64_t>();
+    c.hidden = j.at("hidden").get<std::vector<int64_t>>();
+    c.classes = j.at("classes").get<int64_t>();
+    c.activation = j.at("activation").get<std::string>();
+    if (j.contains("seed")) c.seed = j["seed"].get<uint64_t>();
+  } catch (const nlohmann::json::exception& e) {
+    throw std::invalid_argument(std::string("MLP config: ") + e.what());
+  }
+  c.validate();
+  return c;
+}
+
+MLP::MLP(const MLPConfig& config) : config_(config) {
+  config_.validate();
+  Rng rng(config_.seed);
+  int64_t in = config_.inputs;
+  const size_t n = config_.hidden.size() + 1;
+  for (size_t i = 0; i < n; ++i) {
+    const bool last = i + 1 == n;
+    const int64_t out = last ? config_.classes : config_.hidden[i];
+    const std::string prefix = "layers." + std::to_string(i) + ".";
+    params_.push_back(make_parameter(prefix + "weight", {in, out}, true, in));
+    init_normal(params_.back()->value, rng, (last ? 1.0 : std::sqrt(2.0)) / std::sqrt(static_cast<double>(in)));
+    params_.push_back(make_parameter(prefix + "bias", {out}, false, 1));
+    in = out;
+  }
+}
+
+std::vector<Parameter*> MLP::parameters() {
+  std::vector<Parameter*> out;
+  for (auto& p : params_) out.push_back(p.get());
+  return out;
+}
+
+ag::OpContext MLP::context(bool training) {
+  ag::OpContext ctx;
+  ctx.policy = precision_;
+  ctx.casts = &casts_;
+  ctx.training = training;
+  return ctx;
+}
+
+// x [B, inputs] -> h_i [B, hidden_i] -> logits [B, classes].
+ag::Var MLP::forward(ag::Tape& t, const ag::Var& x) {
+  ag::Var h = x;
+  const size_t layers = params_.size() / 2;
+  for (size_t i = 0; i < layers; ++i) {
+    ag::Var b = t.param(*params_[2 * i + 1]);
+    h = ag::linear(t, h, t.param(*params_[2 * i]), &b);
+    if (i + 1 < layers) h = config_.activation == "gelu" ? ag::gelu(t, h) : ag::relu(t, h);
+  }
+  return h;
+}
+
+void MLP::check_batch(const Batch& batch) const {
+  const Tensor& in = batch.inputs;
+  if (!in.defined() || in.dtype() != DType::f32 || in.ndim() != 2 || in.dim(1) != config_.inputs)
+    throw std::invalid_argument("MLP: inputs must be f32 [B, " + std::to_string(config_.inputs) + "]");
+  if (!batch.targets.defined() || batch.targets.dtype() != DType::i32 || batch.targets.numel() != in.dim(0))
+    throw std::invalid_argument("MLP: targets must be i32 [" + std::to_string(in.dim(0)) + "]");
+}
+
+LossSum MLP::forward_backward(const Batch& batch, float grad_scale) {
+  check_batch(batch);
+  ag::Tape t(context(true));
+  ag::LossStats stats;
+  ag::Var loss = ag::cross_entropy(t, forward(t, t.constant(batch.inputs)), batch.targets, &stats);
+  t.backward(loss, grad_scale);
+  return {stats.sum, stats.count};
+}
+
+LossSum MLP::evaluate(const Batch& batch) {
+  check_batch(batch);
+  ag::NoGrad no_grad;
+  ag::Tape t(context(false));
+  ag::LossStats stats;
+  ag::cross_entropy(t, forward(t, t.constant(batch.inputs)), batch.targets, &stats);
+  return {stats.sum, stats.count};
+}
+
+Tensor MLP::logits(const Tensor& x) {
+  ag::NoGrad no_grad;
+  ag::Tape t(context(false));
+  return forward(t, t.constant(x)).value;
+}
+
+}  // namespace mantissa::nn

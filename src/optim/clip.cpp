@@ -1,0 +1,49 @@
+#include "mantissa/optim/clip.hpp"
+
+#include <cmath>
+
+#include "optim/fused_loop.hpp"
+
+namespace mantissa::optim {
+
+double grad_norm(const std::vector<nn::Parameter*>& params) {
+  const auto spans = detail::make_spans(params);
+  const auto n_spans = static_cast<int64_t>(spans.size());
+  // One partial sum per chunk, added in chunk order afterwards: the result
+  // does not depend on the thread count or scheduling.
+  std::vector<double> partial(spans.size(), 0.0);
+#pragma omp parallel for schedule(static)
+  for (int64_t k = 0; k < n_spans; ++k) {
+    const detail::Span& sp = spans[static_cast<size_t>(k)];
+    const float* g = params[sp.param]->grad.f32();
+    double s = 0.0;
+#pragma omp simd reduction(+ : s)
+    for (int64_t i = sp.begin; i < sp.end; ++i) s += static_cast<double>(g[i]) * static_cast<double>(g[i]);
+    partial[static_cast<size_t>(k)] = s;
+  }
+  double total = 0.0;
+  for (double s : partial) total += s;
+  return std::sqrt(total);
+}
+
+void scale_grads(const std::vector<nn::Parameter*>& params, float factor) {
+  const auto spans = detail::make_spans(params);
+  const auto n_spans = static_cast<int64_t>(spans.size());
+#pragma omp parallel for schedule(static)
+  for (int64_t k = 0; k < n_spans; ++k) {
+    const detail::Span& sp = spans[static_cast<size_t>(k)];
+    float* g = params[sp.param]->grad.f32();
+#pragma omp simd
+    for (int64_t i = sp.begin; i < sp.end; ++i) g[i] *= factor;
+  }
+}
+
+double clip_grad_norm(const std::vector<nn::Parameter*>& params, double max_norm) {
+  const double norm = grad_norm(params);
+  if (!std::isfinite(norm) || !(max_norm > 0)) return norm;
+  const double coef = max_norm / (norm + 1e-6);
+  if (coef < 1.0) scale_grads(params, static_cast<float>(coef));
+  return norm;
+}
+
+}  // namespace mantissa::optim

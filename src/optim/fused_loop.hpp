@@ -1,0 +1,30 @@
+// The multi-tensor work list shared by the optimizers and gradient clipping:
+// every parameter cut into chunks of at most kChunkElems elements, so one
+// OpenMP loop over chunks keeps both threads busy across many small tensors.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "mantissa/nn/module.hpp"
+
+namespace mantissa::optim::detail {
+
+inline constexpr int64_t kChunkElems = int64_t{1} << 14;
+
+struct Span {
+  uint32_t param;
+  int64_t begin, end;
+};
+
+inline std::vector<Span> make_spans(const std::vector<nn::Parameter*>& params) {
+  std::vector<Span> spans;
+  for (size_t i = 0; i < params.size(); ++i) {
+    int64_t n = params[i]->value.numel();
+    for (int64_t b = 0; b < n; b += kChunkElems)
+      spans.push_back({static_cast<uint32_t>(i), b, b + kChunkElems < n ? b + kChunkElems : n});
+  }
+  return spans;
+}
+
+}  // namespace mantissa::optim::detail

@@ -1,0 +1,93 @@
+#include "mantissa/optim/optimizer.hpp"
+
+#include <cmath>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <stdexcept>
+
+namespace mantissa::optim {
+
+Optimizer::Optimizer(std::vector<nn::Parameter*> params) : params_(std::move(params)) {
+  std::set<std::string> names;
+  for (const nn::Parameter* p : params_) {
+    if (!p) throw std::invalid_argument("optimizer: null parameter");
+    if (!p->value.defined() || p->value.dtype() != DType::f32)
+      throw std::invalid_argument("optimizer: parameter '" + p->name + "' needs an fp32 value tensor");
+    if (!p->grad.defined() || p->grad.dtype() != DType::f32 || p->grad.shape() != p->value.shape())
+      throw std::invalid_argument("optimizer: parameter '" + p->name + "' needs an fp32 grad of shape " +
+                                  shape_str(p->value.shape()));
+    // State tensors are keyed by name, so names must identify parameters.
+    if (!names.insert(p->name).second)
+      throw std::invalid_argument("optimizer: duplicate parameter name '" + p->name + "'");
+  }
+  lr_mult_.assign(params_.size(), 1.0);
+}
+
+void Optimizer::set_lr_multiplier(size_t index, double multiplier) {
+  if (index >= params_.size()) throw std::out_of_range("optimizer: no parameter #" + std::to_string(index));
+  if (!std::isfinite(multiplier) || multiplier < 0)
+    throw std::invalid_argument("optimizer: learning-rate multiplier of '" + params_[index]->name +
+                                "' must be finite and >= 0");
+  lr_mult_[index] = multiplier;
+}
+
+void Optimizer::set_lr_multipliers(const std::function<double(const nn::Parameter&)>& rule) {
+  for (size_t i = 0; i < params_.size(); ++i) set_lr_multiplier(i, rule(*params_[i]));
+}
+
+std::string Optimizer::state_json() const {
+  return nlohmann::json{{"type", type()}, {"step", steps_}}.dump();
+}
+
+void Optimizer::restore_common(const std::string& json) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(json);
+  } catch (const nlohmann::json::exception& e) {
+    throw std::invalid_argument(std::string("optimizer state: invalid JSON: ") + e.what());
+  }
+  if (!j.is_object() || !j.contains("type") || !j["type"].is_string() || !j.contains("step") ||
+      !j["step"].is_number_integer())
+    throw std::invalid_argument("optimizer state: JSON needs string 'type' and integer 'step'");
+  if (j["type"].get<std::string>() != type())
+    throw std::invalid_argument("optimizer state is for '" + j["type"].get<std::string>() + "' but the optimizer is '" +
+                                type() + "'");
+  auto step = j["step"].get<int64_t>();
+  if (step < 0) throw std::invalid_argument("optimizer state: negative step " + std::to_string(step));
+  steps_ = step;
+}
+
+void Optimizer::load_state(const std::map<std::string, Tensor>&, const std::string& json) { restore_common(json); }
+
+void Optimizer::restore_tensor(const std::map<std::string, Tensor>& tensors, const std::string& name, Tensor& dst) {
+  auto it = tensors.find(name);
+  if (it == tensors.end()) throw std::invalid_argument("optimizer state: tensor '" + name + "' is missing");
+  const Tensor& src = it->second;
+  if (src.dtype() != dst.dtype() || src.shape() != dst.shape())
+    throw std::invalid_argument("optimizer state: tensor '" + name + "' is " + dtype_name(src.dtype()) + " " +
+                                shape_str(src.shape()) + " but " + dtype_name(dst.dtype()) + " " +
+                                shape_str(dst.shape()) + " is expected");
+  dst = src.clone(MemoryKind::optimizer_state);
+}
+
+std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& c, std::vector<nn::Parameter*> params) {
+  auto check = [](bool ok, const std::string& what) {
+    if (!ok) throw std::invalid_argument("optimizer: " + what);
+  };
+  check(std::isfinite(c.weight_decay) && c.weight_decay >= 0, "weight_decay must be >= 0");
+  if (c.type == "sgd") {
+    check(std::isfinite(c.momentum) && c.momentum >= 0, "momentum must be >= 0");
+    check(std::isfinite(c.dampening) && c.dampening >= 0 && c.dampening <= 1, "dampening must be in [0, 1]");
+    check(!c.nesterov || (c.momentum > 0 && c.dampening == 0), "nesterov needs momentum > 0 and dampening 0");
+    return std::make_unique<SGD>(std::move(params), c);
+  }
+  if (c.type == "adam" || c.type == "adamw") {
+    check(c.beta1 >= 0 && c.beta1 < 1, "beta1 must be in [0, 1)");
+    check(c.beta2 >= 0 && c.beta2 < 1, "beta2 must be in [0, 1)");
+    check(std::isfinite(c.eps) && c.eps >= 0, "eps must be >= 0");
+    return std::make_unique<Adam>(std::move(params), c, c.type == "adamw");
+  }
+  throw std::invalid_argument("unknown optimizer '" + c.type + "' (valid: sgd, adam, adamw)");
+}
+
+}  // namespace mantissa::optim

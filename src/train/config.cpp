@@ -1,0 +1,172 @@
+#include "mantissa/train/config.hpp"
+
+#include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <stdexcept>
+
+namespace mantissa::train {
+
+using nlohmann::json;
+
+std::vector<ConfigKey> config_keys(TrainConfig& c) {
+  return {
+      {"model", "model kind: gpt or mlp", &c.model},
+      {"layers", "gpt: transformer blocks; mlp: hidden layers", &c.layers},
+      {"d-model", "gpt: width; mlp: hidden width", &c.d_model},
+      {"heads", "attention heads", &c.heads},
+      {"dropout", "dropout probability", &c.dropout},
+      {"data", "training data: a UTF-8 text file (gpt) or a Fashion-MNIST directory (mlp); default corpus if empty",
+       &c.data},
+      {"batch-size", "sequences (or examples) per micro-batch", &c.batch_size},
+      {"seq-len", "tokens per sequence (gpt context)", &c.seq_len},
+      {"grad-accum", "micro-batches per optimizer step", &c.grad_accum},
+      {"steps", "optimizer steps to reach (total, also when resuming)", &c.steps},
+      {"optimizer", "adamw, adam or sgd", &c.optimizer},
+      {"lr", "peak learning rate", &c.lr},
+      {"min-lr", "final learning rate of the cosine decay (default lr/10)", &c.min_lr},
+      {"warmup", "linear warm-up steps", &c.warmup},
+      {"weight-decay", "weight decay (decoupled for adamw)", &c.weight_decay},
+      {"beta1", "Adam beta1", &c.beta1},
+      {"beta2", "Adam beta2", &c.beta2},
+      {"grad-clip", "clip the global gradient norm to this (0: off)", &c.grad_clip},
+      {"seed", "seed of initialisation, data order and stochastic rounding", &c.seed},
+      {"threads", "compute threads (0: default)", &c.threads},
+      {"recipe", "precision recipe (mantissa recipes lists them)", &c.recipe},
+      {"opt-level", "apex opt level O0..O3 (replaces --recipe)", &c.opt_level},
+      {"loss-scale", "loss scaling: dynamic, none, or a static scale S", &c.loss_scale},
+      {"init-scale", "initial dynamic loss scale", &c.init_scale},
+      {"growth-interval", "clean steps before the dynamic scale grows", &c.growth_interval},
+      {"growth-factor", "dynamic scale growth factor", &c.growth_factor},
+      {"backoff-factor", "dynamic scale back-off factor on overflow", &c.backoff_factor},
+      {"min-scale", "lower bound of the dynamic scale", &c.min_scale},
+      {"max-scale", "upper bound of the dynamic scale", &c.max_scale},
+      {"weight-rounding", "master -> working weight rounding: nearest or stochastic", &c.weight_rounding},
+      {"set", "override any recipe setting: key=value (repeatable)", &c.set},
+      {"grad-stats", "record gradient underflow/overflow fractions per parameter group", &c.grad_stats},
+      {"eval-every", "evaluate every N steps (0: only at the end)", &c.eval_every},
+      {"eval-batches", "validation batches per evaluation", &c.eval_batches},
+      {"log-every", "log line every N steps when not on a terminal", &c.log_every},
+      {"metrics", "metrics file (JSON lines)", &c.metrics},
+      {"save", "checkpoint directory (written every --save-every steps and at the end)", &c.save},
+      {"save-every", "save every N steps (0: only at the end)", &c.save_every},
+      {"resume", "resume from this checkpoint directory", &c.resume},
+  };
+}
+
+namespace {
+
+std::string normalise(std::string key) {
+  for (char& ch : key)
+    if (ch == '_') ch = '-';
+  return key;
+}
+
+}  // namespace
+
+void apply_config_file(TrainConfig& c, const std::string& path, const std::set<std::string>& given) {
+  std::ifstream in(path);
+  if (!in) throw std::invalid_argument("config file " + path + ": cannot be opened");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  json j;
+  try {
+    j = json::parse(ss.str());
+  } catch (const json::parse_error& e) {
+    throw std::invalid_argument("config file " + path + ": not valid JSON (" + e.what() + ")");
+  }
+  if (!j.is_object()) throw std::invalid_argument("config file " + path + ": expected a JSON object of settings");
+  auto keys = config_keys(c);
+  for (auto& [raw_key, value] : j.items()) {
+    const std::string key = normalise(raw_key);
+    ConfigKey* entry = nullptr;
+    for (auto& k : keys)
+      if (k.key == key) entry = &k;
+    if (!entry) throw std::invalid_argument("config file " + path + ": unknown key \"" + raw_key + "\"");
+    if (given.count(key)) continue;  // the command line wins
+    auto wrong = [&](const char* want) {
+      return std::invalid_argument("config file " + path + ": key \"" + raw_key + "\" must be " + want +
+                                   " (got " + value.dump() + ")");
+    };
+    std::visit(
+        [&](auto* target) {
+          using T = std::remove_pointer_t<decltype(target)>;
+          if constexpr (std::is_same_v<T, int64_t>) {
+            if (!value.is_number_integer()) throw wrong("an integer");
+            *target = value.get<int64_t>();
+          } else if constexpr (std::is_same_v<T, double>) {
+            if (!value.is_number()) throw wrong("a number");
+            *target = value.get<double>();
+          } else if constexpr (std::is_same_v<T, bool>) {
+            if (!value.is_boolean()) throw wrong("true or false");
+            *target = value.get<bool>();
+          } else if constexpr (std::is_same_v<T, std::string>) {
+            if (value.is_string()) *target = value.get<std::string>();
+            else if (value.is_number()) *target = value.dump();  // e.g. "loss-scale": 1024
+            else throw wrong("a string");
+          } else {
+            if (!value.is_array()) throw wrong("an array of strings");
+            target->clear();
+            for (const auto& v : value) {
+              if (!v.is_string()) throw wrong("an array of strings");
+              target->push_back(v.get<std::string>());
+            }
+          }
+        },
+        entry->target);
+  }
+}
+
+void validate(const TrainConfig& c) {
+  auto positive = [](const char* flag, int64_t v) {
+    if (v <= 0) throw std::invalid_argument(std::string("--") + flag + " must be positive (got " + std::to_string(v) + ")");
+  };
+  auto non_negative = [](const char* flag, int64_t v) {
+    if (v < 0) throw std::invalid_argument(std::string("--") + flag + " must not be negative (got " + std::to_string(v) + ")");
+  };
+  auto finite_positive = [](const char* flag, double v) {
+    if (!(v > 0) || !std::isfinite(v))
+      throw std::invalid_argument(std::string("--") + flag + " must be a positive number (got " + std::to_string(v) + ")");
+  };
+  if (c.model != "gpt" && c.model != "mlp")
+    throw std::invalid_argument("--model must be gpt or mlp (got '" + c.model + "')");
+  positive("layers", c.layers);
+  positive("d-model", c.d_model);
+  positive("heads", c.heads);
+  if (c.model == "gpt" && c.d_model % c.heads != 0)
+    throw std::invalid_argument("--d-model (" + std::to_string(c.d_model) + ") must be a multiple of --heads (" +
+                                std::to_string(c.heads) + ")");
+  if (!(c.dropout >= 0 && c.dropout < 1)) throw std::invalid_argument("--dropout must be in [0, 1)");
+  positive("batch-size", c.batch_size);
+  positive("seq-len", c.seq_len);
+  positive("grad-accum", c.grad_accum);
+  positive("steps", c.steps);
+  finite_positive("lr", c.lr);
+  if (c.min_lr > c.lr) throw std::invalid_argument("--min-lr must not exceed --lr");
+  non_negative("warmup", c.warmup);
+  if (!(c.weight_decay >= 0)) throw std::invalid_argument("--weight-decay must not be negative");
+  if (!(c.beta1 >= 0 && c.beta1 < 1)) throw std::invalid_argument("--beta1 must be in [0, 1)");
+  if (!(c.beta2 >= 0 && c.beta2 < 1)) throw std::invalid_argument("--beta2 must be in [0, 1)");
+  if (!(c.grad_clip >= 0)) throw std::invalid_argument("--grad-clip must not be negative");
+  non_negative("seed", c.seed);
+  non_negative("threads", c.threads);
+  non_negative("eval-every", c.eval_every);
+  positive("eval-batches", c.eval_batches);
+  positive("log-every", c.log_every);
+  non_negative("save-every", c.save_every);
+  if (!c.opt_level.empty() && c.opt_level != "O0" && c.opt_level != "O1" && c.opt_level != "O2" && c.opt_level != "O3")
+    throw std::invalid_argument("--opt-level must be O0, O1, O2 or O3 (got '" + c.opt_level + "')");
+  if (!c.weight_rounding.empty() && c.weight_rounding != "nearest" && c.weight_rounding != "stochastic")
+    throw std::invalid_argument("--weight-rounding must be nearest or stochastic (got '" + c.weight_rounding + "')");
+}
+
+std::string config_to_json(const TrainConfig& c_in) {
+  TrainConfig c = c_in;
+  json j = json::object();
+  for (const auto& k : config_keys(c))
+    std::visit([&](auto* target) { j[k.key] = *target; }, k.target);
+  return j.dump();
+}
+
+}  // namespace mantissa::train

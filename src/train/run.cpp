@@ -1,0 +1,144 @@
+#include "mantissa/train/run.hpp"
+
+#include <chrono>
+#include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+
+namespace mantissa::train {
+
+using nlohmann::json;
+
+namespace {
+
+// JSON has no inf/NaN: non-finite numbers become null, so a reader sees the
+// divergence instead of a parse error.
+json num(double v) { return std::isfinite(v) ? json(v) : json(nullptr); }
+
+std::string format_eta(double seconds) {
+  if (!std::isfinite(seconds) || seconds < 0) return "?";
+  const int64_t s = static_cast<int64_t>(seconds + 0.5);
+  char buf[32];
+  if (s >= 3600) std::snprintf(buf, sizeof buf, "%ldh%02ldm", static_cast<long>(s / 3600), static_cast<long>(s % 3600 / 60));
+  else if (s >= 60) std::snprintf(buf, sizeof buf, "%ldm%02lds", static_cast<long>(s / 60), static_cast<long>(s % 60));
+  else std::snprintf(buf, sizeof buf, "%lds", static_cast<long>(s));
+  return buf;
+}
+
+class MetricsFile {
+ public:
+  MetricsFile(const std::string& path, bool append) {
+    if (path.empty()) return;
+    out_.open(path, append ? std::ios::app : std::ios::trunc);
+    if (!out_) throw std::invalid_argument("--metrics " + path + ": cannot open for writing");
+  }
+  // One line per record, flushed so a reader can follow the run.
+  void write(const std::string& line) {
+    if (!out_.is_open()) return;
+    out_ << line << '\n';
+    out_.flush();
+    if (!out_) throw std::runtime_error("writing the metrics file failed (disk full?)");
+  }
+
+ private:
+  std::ofstream out_;
+};
+
+}  // namespace
+
+std::string step_metrics_json(const StepMetrics& m) {
+  json j = {{"step", m.step},
+            {"loss", num(m.loss)},
+            {"lr", m.lr},
+            {"tokens_per_s", num(m.tokens_per_s)},
+            {"tokens", m.tokens},
+            {"targets", m.targets},
+            {"step_ms", m.seconds * 1e3},
+            {"loss_scale", m.loss_scale},
+            {"skipped", m.skipped},
+            {"grad_norm", num(m.grad_norm)}};
+  if (!m.grad_stats_json.empty()) j["grad_stats"] = json::parse(m.grad_stats_json);
+  return j.dump();
+}
+
+std::string eval_metrics_json(const EvalMetrics& e) {
+  return json{{"step", e.step}, {"val_loss", num(e.val_loss)}, {"val_bpc", num(e.val_bpc)}, {"val_targets", e.targets}}
+      .dump();
+}
+
+RunSummary run(Trainer& trainer, const RunOptions& o) {
+  RunSummary s;
+  MetricsFile metrics(o.metrics_path, o.append_metrics);
+  if (!o.run_info_json.empty()) metrics.write(json{{"run", json::parse(o.run_info_json)}}.dump());
+  const auto t0 = std::chrono::steady_clock::now();
+  const int64_t first = trainer.step();
+  double timed_seconds = 0;
+  int64_t timed_steps = 0, timed_tokens = 0, bad_losses = 0;
+  auto log_line = [&](const std::string& line) {
+    if (!o.log) return;
+    if (o.terminal) std::fprintf(o.log, "\r\033[K");
+    std::fprintf(o.log, "%s\n", line.c_str());
+    std::fflush(o.log);
+  };
+  auto do_eval = [&] {
+    if (!trainer.has_validation()) return;
+    s.final_eval = trainer.evaluate();
+    s.evaluated = true;
+    metrics.write(eval_metrics_json(s.final_eval));
+    char buf[160];
+    std::snprintf(buf, sizeof buf, "eval step %ld: val_loss %.4f  val_bpc %.4f", static_cast<long>(s.final_eval.step),
+                  s.final_eval.val_loss, s.final_eval.val_bpc);
+    log_line(buf);
+  };
+  while (trainer.step() < o.steps) {
+    const StepMetrics m = trainer.train_step();
+    metrics.write(step_metrics_json(m));
+    s.final_loss = m.loss;
+    s.final_loss_scale = trainer.amp().scaler().scale();
+    if (m.step > first + 1) {  // the first step pays one-off set-up costs
+      timed_seconds += m.seconds;
+      timed_tokens += m.tokens;
+      ++timed_steps;
+    }
+    bad_losses = std::isfinite(m.loss) ? 0 : bad_losses + 1;
+    const double mean = timed_steps ? timed_seconds / static_cast<double>(timed_steps) : m.seconds;
+    const double eta = mean * static_cast<double>(o.steps - m.step);
+    const double tps = timed_steps ? static_cast<double>(timed_tokens) / timed_seconds : m.tokens_per_s;
+    if (o.log && o.terminal) {
+      std::fprintf(o.log, "\r\033[Kstep %ld/%ld  loss %.4f  %.0f tok/s  scale %g%s  ETA %s", static_cast<long>(m.step),
+                   static_cast<long>(o.steps), m.loss, tps, m.loss_scale, m.skipped ? "  (skipped)" : "",
+                   format_eta(eta).c_str());
+      std::fflush(o.log);
+    } else if (o.log && (m.step % o.log_every == 0 || m.step == o.steps || m.step == first + 1)) {
+      std::fprintf(o.log, "step %ld/%ld loss %.4f lr %.3e tokens/s %.0f loss_scale %g skipped %ld grad_norm %.3g ETA %s\n",
+                   static_cast<long>(m.step), static_cast<long>(o.steps), m.loss, m.lr, tps, m.loss_scale,
+                   static_cast<long>(trainer.amp().scaler().skipped_steps()), m.grad_norm, format_eta(eta).c_str());
+      std::fflush(o.log);
+    }
+    const bool last = m.step == o.steps;
+    if (bad_losses >= o.diverge_after) {
+      s.diverged = true;
+      s.diverged_at = m.step;
+      log_line("diverged: the loss has not been finite for " + std::to_string(bad_losses) + " steps (step " +
+               std::to_string(m.step) + ")");
+      break;
+    }
+    if (o.eval_every > 0 && m.step % o.eval_every == 0 && !last) do_eval();
+    if (!o.save_dir.empty() && o.save_every > 0 && m.step % o.save_every == 0 && !last) trainer.save(o.save_dir);
+  }
+  if (!s.diverged) do_eval();
+  else if (o.log && o.terminal) std::fprintf(o.log, "\n");
+  if (!o.save_dir.empty()) {
+    trainer.save(o.save_dir);
+    log_line("saved checkpoint to " + o.save_dir);
+  }
+  s.steps_done = trainer.step();
+  s.skipped_steps = trainer.amp().scaler().skipped_steps();
+  s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  s.mean_step_seconds = timed_steps ? timed_seconds / static_cast<double>(timed_steps) : 0;
+  s.tokens_per_s = timed_steps ? static_cast<double>(timed_tokens) / timed_seconds : 0;
+  return s;
+}
+
+}  // namespace mantissa::train

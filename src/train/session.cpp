@@ -1,0 +1,222 @@
+#include "mantissa/train/session.hpp"
+
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+
+#include "mantissa/amp/amp.hpp"
+#include "mantissa/io/checkpoint.hpp"
+#include "mantissa/kernels/kernels.hpp"
+#include "mantissa/nn/gpt.hpp"
+#include "mantissa/nn/mlp.hpp"
+
+namespace mantissa::train {
+
+namespace fs = std::filesystem;
+
+amp::Recipe resolve_recipe(const TrainConfig& c) {
+  amp::Recipe r = c.opt_level.empty() ? amp::find_recipe(c.recipe) : amp::recipe_for_opt_level(c.opt_level);
+  auto& ls = r.loss_scale;
+  if (!c.loss_scale.empty()) {
+    if (c.loss_scale == "dynamic") ls.method = amp::ScalingMethod::dynamic;
+    else if (c.loss_scale == "none") ls.method = amp::ScalingMethod::none;
+    else {
+      char* end = nullptr;
+      const double s = std::strtod(c.loss_scale.c_str(), &end);
+      if (end == c.loss_scale.c_str() || *end != '\0' || !(s > 0) || !std::isfinite(s))
+        throw std::invalid_argument("--loss-scale must be dynamic, none or a positive number (got '" + c.loss_scale + "')");
+      ls.method = amp::ScalingMethod::static_scale;
+      ls.init_scale = s;
+    }
+  }
+  if (c.init_scale > 0) ls.init_scale = c.init_scale;
+  if (c.growth_interval > 0) ls.growth_interval = c.growth_interval;
+  if (c.growth_factor > 0) ls.growth_factor = c.growth_factor;
+  if (c.backoff_factor > 0) ls.backoff_factor = c.backoff_factor;
+  if (c.min_scale >= 0) ls.min_scale = c.min_scale;
+  if (c.max_scale >= 0) ls.max_scale = c.max_scale;
+  if (!c.weight_rounding.empty()) amp::set_recipe_field(r, "weight_rounding", c.weight_rounding);
+  for (const std::string& kv : c.set) {
+    const auto eq = kv.find('=');
+    if (eq == std::string::npos || eq == 0)
+      throw std::invalid_argument("--set expects key=value (got '" + kv + "')");
+    amp::set_recipe_field(r, kv.substr(0, eq), kv.substr(eq + 1));
+  }
+  try {
+    amp::validate_recipe(r);
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument(std::string("--recipe: ") + e.what());
+  }
+  return r;
+}
+
+namespace {
+
+template <class M>
+void set_policy_if_supported(M& m, const autograd::PrecisionPolicy& p) {
+  if constexpr (requires { m.set_policy(p); }) m.set_policy(p);
+  else if constexpr (requires { m.set_precision(p); }) m.set_precision(p);
+  else if constexpr (requires { m.set_precision_policy(p); }) m.set_precision_policy(p);
+  else if (p.matmul != DType::f32 || p.saved != DType::f32)
+    throw std::invalid_argument("the " + m.kind() + " model has no precision policy yet: only fp32 recipes run");
+}
+
+}  // namespace
+
+void apply_precision(nn::Model& model, const amp::Recipe& recipe) {
+  const autograd::PrecisionPolicy p = amp::precision_policy(recipe);
+  if (auto* g = dynamic_cast<nn::GPT*>(&model)) set_policy_if_supported(*g, p);
+  else if (auto* m = dynamic_cast<nn::MLP*>(&model)) set_policy_if_supported(*m, p);
+  else if (p.matmul != DType::f32 || p.saved != DType::f32)
+    throw std::invalid_argument("model kind " + model.kind() + " has no precision policy");
+}
+
+std::unique_ptr<nn::Model> make_model(const TrainConfig& c) {
+  if (c.model == "gpt") {
+    nn::GPTConfig g;
+    g.vocab = data::kByteVocab;
+    g.context = c.seq_len;
+    g.layers = c.layers;
+    g.d_model = c.d_model;
+    g.heads = c.heads;
+    g.dropout = static_cast<float>(c.dropout);
+    g.seed = static_cast<uint64_t>(c.seed);
+    g.validate();
+    return std::make_unique<nn::GPT>(g);
+  }
+  nn::MLPConfig m;
+  m.hidden.assign(static_cast<size_t>(c.layers), c.d_model);
+  m.seed = static_cast<uint64_t>(c.seed);
+  m.validate();
+  return std::make_unique<nn::MLP>(m);
+}
+
+std::unique_ptr<nn::Model> model_from_config(const std::string& kind, const std::string& config_json) {
+  if (kind == "gpt") return std::make_unique<nn::GPT>(nn::GPTConfig::from_json(config_json));
+  if (kind == "mlp") return std::make_unique<nn::MLP>(nn::MLPConfig::from_json(config_json));
+  throw std::invalid_argument("unknown model kind '" + kind + "' in the checkpoint");
+}
+
+namespace {
+
+fs::path exe_dir() {
+  std::error_code ec;
+  const fs::path p = fs::read_symlink("/proc/self/exe", ec);
+  return ec ? fs::path() : p.parent_path();
+}
+
+std::vector<fs::path> data_dirs() {
+  std::vector<fs::path> dirs;
+  if (const char* env = std::getenv("MANTISSA_DATA"); env && *env) dirs.emplace_back(env);
+  const fs::path exe = exe_dir();
+  if (!exe.empty()) dirs.push_back(exe.parent_path() / ".cache" / "data");
+  dirs.push_back(fs::current_path() / ".cache" / "data");
+  return dirs;
+}
+
+std::vector<fs::path> data_scripts() {
+  std::vector<fs::path> s;
+  const fs::path exe = exe_dir();
+  if (!exe.empty()) s.push_back(exe.parent_path() / "scripts" / "data.sh");
+  s.push_back(fs::current_path() / "scripts" / "data.sh");
+  return s;
+}
+
+std::string find_in(const std::vector<fs::path>& dirs, const std::string& name) {
+  for (const auto& d : dirs) {
+    std::error_code ec;
+    if (fs::exists(d / name, ec)) return (d / name).string();
+  }
+  return {};
+}
+
+}  // namespace
+
+std::string default_data_path(const std::string& kind) {
+  const std::string name = kind == "mlp" ? "fashion-mnist" : "austen.txt";
+  if (std::string p = find_in(data_dirs(), name); !p.empty()) return p;
+  for (const auto& script : data_scripts()) {
+    std::error_code ec;
+    if (!fs::exists(script, ec)) continue;
+    std::fprintf(stderr, "mantissa: default data not found; running %s (first use only)\n", script.c_str());
+    const std::string cmd = "bash '" + script.string() + "' >&2";
+    if (std::system(cmd.c_str()) != 0)
+      throw std::invalid_argument("fetching the default data failed: run `bash " + script.string() +
+                                  "` and check its messages, or pass --data PATH");
+    if (std::string p = find_in(data_dirs(), name); !p.empty()) return p;
+    break;
+  }
+  throw std::invalid_argument("default data " + name +
+                              " not found (looked in $MANTISSA_DATA, <repo>/.cache/data, ./.cache/data): run "
+                              "`bash scripts/data.sh` in the mantissa repository, or pass --data PATH");
+}
+
+std::unique_ptr<Session> build_session(const TrainConfig& config) {
+  validate(config);
+  auto s = std::make_unique<Session>();
+  s->config = config;
+  TrainConfig& c = s->config;
+  if (c.min_lr < 0) c.min_lr = c.lr / 10;
+  s->recipe = resolve_recipe(c);
+  if (c.threads > 0) kernels::set_num_threads(static_cast<int>(c.threads));
+
+  // A resumed run takes its model configuration from the checkpoint, so the
+  // size flags cannot silently disagree with the saved weights.
+  if (!c.resume.empty()) {
+    if (!io::checkpoint_exists(c.resume))
+      throw std::invalid_argument("--resume " + c.resume + ": no complete checkpoint there");
+    const std::string cfg = io::read_model_config(c.resume);
+    s->model = model_from_config(c.model, cfg);
+  } else {
+    s->model = make_model(c);
+  }
+  apply_precision(*s->model, s->recipe);
+
+  s->data_path = c.data.empty() ? default_data_path(c.model) : c.data;
+  if (c.model == "gpt") {
+    s->corpus = std::make_unique<data::TextCorpus>(data::TextCorpus::load(s->data_path));
+    int64_t context = c.seq_len;
+    if (auto* g = dynamic_cast<nn::GPT*>(s->model.get())) context = g->config().context;
+    if (c.seq_len > context)
+      throw std::invalid_argument("--seq-len " + std::to_string(c.seq_len) + " exceeds the model's context " +
+                                  std::to_string(context));
+    s->corpus->check_seq_len(c.seq_len);
+    s->train = std::make_unique<data::TextWindows>(*s->corpus, c.batch_size, c.seq_len, static_cast<uint64_t>(c.seed));
+    s->val = std::make_unique<data::TextValidation>(*s->corpus, c.batch_size, c.seq_len, c.eval_batches);
+  } else {
+    s->train_set = std::make_unique<data::ClassificationSet>(data::load_fashion_mnist(s->data_path, "train"));
+    s->test_set = std::make_unique<data::ClassificationSet>(data::load_fashion_mnist(s->data_path, "test"));
+    if (c.batch_size > s->train_set->size())
+      throw std::invalid_argument("--batch-size " + std::to_string(c.batch_size) + " exceeds the " +
+                                  std::to_string(s->train_set->size()) + " training examples");
+    s->train = std::make_unique<data::ShuffledBatches>(*s->train_set, c.batch_size, static_cast<uint64_t>(c.seed));
+    s->val = std::make_unique<data::SequentialBatches>(*s->test_set, c.batch_size);
+  }
+
+  optim::OptimizerConfig oc;
+  oc.type = c.optimizer;
+  oc.beta1 = c.beta1;
+  oc.beta2 = c.beta2;
+  oc.weight_decay = c.weight_decay;
+  if (c.optimizer == "sgd") oc.momentum = c.beta1;
+  s->optimizer = optim::make_optimizer(oc, s->model->parameters());
+
+  TrainerOptions to;
+  to.grad_accum = c.grad_accum;
+  to.schedule.max_lr = c.lr;
+  to.schedule.min_lr = c.min_lr;
+  to.schedule.warmup_steps = c.warmup;
+  to.schedule.decay_steps = c.steps;
+  to.amp.grad_clip = c.grad_clip;
+  to.amp.seed = static_cast<uint64_t>(c.seed);
+  to.amp.grad_stats = c.grad_stats;
+  s->trainer = std::make_unique<Trainer>(*s->model, *s->optimizer, *s->train, s->val.get(), s->recipe, to);
+  if (!c.resume.empty()) s->trainer->resume(c.resume);
+  return s;
+}
+
+}  // namespace mantissa::train

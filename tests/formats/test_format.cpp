@@ -1,0 +1,175 @@
+// Format descriptors against BRIEF section 1, transcribed literally, and the
+// user-defined format parser.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <set>
+#include <stdexcept>
+#include <string>
+
+#include "mantissa/formats/format.hpp"
+
+namespace mf = mantissa::formats;
+
+namespace {
+
+// BRIEF section 1, first table: exponent bits, mantissa bits, emax, emin.
+struct RangeRow {
+  const char* format;
+  int exp, mant, emax, emin;
+};
+constexpr RangeRow kRangeTable[] = {
+    {"fp32", 8, 23, 127, -126},    {"tf32", 8, 10, 127, -126},   {"bf16", 8, 7, 127, -126},
+    {"fp16", 5, 10, 15, -14},      {"e5m2fnuz", 5, 2, 15, -15},  {"e5m2", 5, 2, 15, -14},
+    {"e4m3fnuz", 4, 3, 7, -7},     {"e4m3fn", 4, 3, 8, -6},
+};
+
+// BRIEF section 1, second table. Values as the table writes them; `nan`
+// summarises the NaN column; min_subnormal 0 stands for "none".
+struct PropertyRow {
+  const char* format;
+  int bias;
+  double max, min_normal, min_subnormal;
+  bool inf;
+  mf::NanEncoding nan;
+  bool negative_zero;
+};
+const PropertyRow kPropertyTable[] = {
+    {"bf16", 127, (2 - std::ldexp(1, -7)) * std::ldexp(1, 127), std::ldexp(1, -126), std::ldexp(1, -133), true,
+     mf::NanEncoding::ieee, true},
+    {"fp16", 15, 65504, std::ldexp(1, -14), std::ldexp(1, -24), true, mf::NanEncoding::ieee, true},
+    {"e4m3fn", 7, 448, std::ldexp(1, -6), std::ldexp(1, -9), false, mf::NanEncoding::fn, true},
+    {"e4m3fnuz", 8, 240, std::ldexp(1, -7), std::ldexp(1, -10), false, mf::NanEncoding::fnuz, false},
+    {"e4m3", 7, 240, std::ldexp(1, -6), std::ldexp(1, -9), true, mf::NanEncoding::ieee, true},
+    {"e4m3b11fnuz", 11, 30, std::ldexp(1, -10), std::ldexp(1, -13), false, mf::NanEncoding::fnuz, false},
+    {"e5m2", 15, 57344, std::ldexp(1, -14), std::ldexp(1, -16), true, mf::NanEncoding::ieee, true},
+    {"e5m2fnuz", 16, 57344, std::ldexp(1, -15), std::ldexp(1, -17), false, mf::NanEncoding::fnuz, false},
+    {"e3m4", 3, 15.5, std::ldexp(1, -2), std::ldexp(1, -6), true, mf::NanEncoding::ieee, true},
+    {"e8m0", 127, std::ldexp(1, 127), std::ldexp(1, -127), 0, false, mf::NanEncoding::fn, false},
+    {"e2m3fn", 1, 7.5, 1, 0.125, false, mf::NanEncoding::none, true},
+    {"e3m2fn", 3, 28, 0.25, 0.0625, false, mf::NanEncoding::none, true},
+    {"e2m1fn", 1, 6, 1, 0.5, false, mf::NanEncoding::none, true},
+};
+
+}  // namespace
+
+TEST(Format, RangeTableOfBriefComesOutExactly) {
+  for (const auto& row : kRangeTable) {
+    SCOPED_TRACE(row.format);
+    const auto& f = mf::preset(row.format);
+    EXPECT_EQ(f.exponent_bits, row.exp);
+    EXPECT_EQ(f.mantissa_bits, row.mant);
+    EXPECT_EQ(f.max_exponent(), row.emax);
+    EXPECT_EQ(f.min_exponent(), row.emin);
+  }
+}
+
+TEST(Format, PropertyTableOfBriefComesOutExactly) {
+  for (const auto& row : kPropertyTable) {
+    SCOPED_TRACE(row.format);
+    const auto& f = mf::preset(row.format);
+    EXPECT_EQ(f.bias, row.bias);
+    EXPECT_EQ(f.max(), row.max);
+    EXPECT_EQ(f.min_normal(), row.min_normal);
+    if (row.min_subnormal == 0) {
+      EXPECT_FALSE(f.subnormals);
+      EXPECT_EQ(f.min_subnormal(), f.min_normal());
+    } else {
+      EXPECT_EQ(f.min_subnormal(), row.min_subnormal);
+    }
+    EXPECT_EQ(f.has_inf, row.inf);
+    EXPECT_EQ(f.nan, row.nan);
+    EXPECT_EQ(f.negative_zero, row.negative_zero);
+  }
+  const auto& e8m0 = mf::preset("e8m0");
+  EXPECT_FALSE(e8m0.is_signed);
+  EXPECT_EQ(e8m0.kind, mf::Kind::exponent);
+}
+
+TEST(Format, DerivedSizesAndFp32Limits) {
+  const auto& fp32 = mf::preset("fp32");
+  EXPECT_EQ(fp32.max(), static_cast<double>(std::numeric_limits<float>::max()));
+  EXPECT_EQ(fp32.min_normal(), static_cast<double>(std::numeric_limits<float>::min()));
+  EXPECT_EQ(fp32.min_subnormal(), static_cast<double>(std::numeric_limits<float>::denorm_min()));
+  EXPECT_EQ(fp32.epsilon(), static_cast<double>(std::numeric_limits<float>::epsilon()));
+  struct Size {
+    const char* name;
+    int bits, bytes, shift;
+  };
+  for (const Size s : {Size{"fp32", 32, 4, 0}, Size{"tf32", 19, 4, 13}, Size{"bf16", 16, 2, 0},
+                       Size{"fp16", 16, 2, 0}, Size{"e4m3fn", 8, 1, 0}, Size{"e3m2fn", 6, 1, 0},
+                       Size{"e2m1fn", 4, 1, 0}, Size{"e8m0", 8, 1, 0}, Size{"int8", 8, 1, 0}}) {
+    SCOPED_TRACE(s.name);
+    const auto& f = mf::preset(s.name);
+    EXPECT_EQ(f.total_bits(), s.bits);
+    EXPECT_EQ(f.storage_bytes(), s.bytes);
+    EXPECT_EQ(f.packed_shift(), s.shift);
+    EXPECT_EQ(f.code_count(), uint64_t{1} << s.bits);
+  }
+  EXPECT_EQ(mf::preset("int8").max(), 127);
+  EXPECT_EQ(mf::preset("e4m3fn").epsilon(), 0.125);
+}
+
+TEST(Format, PresetListIsCompleteAndNamed) {
+  std::set<std::string> names;
+  for (const auto& f : mf::presets()) names.insert(f.name);
+  const std::set<std::string> want = {"fp32", "tf32", "bf16", "fp16", "e5m2", "e5m2fnuz", "e4m3fn", "e4m3fnuz",
+                                      "e4m3", "e4m3b11fnuz", "e3m4", "e8m0", "e2m3fn", "e3m2fn", "e2m1fn", "int8"};
+  EXPECT_EQ(names, want);
+  EXPECT_EQ(mf::preset_names().substr(0, 12), "fp32, tf32, ");
+  try {
+    (void)mf::preset("e9m9");
+    FAIL() << "no throw";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("e9m9"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("e4m3fnuz"), std::string::npos);
+  }
+}
+
+TEST(Format, UserDefinedFormatsFollowIeeeDefaultsAndOptions) {
+  const auto e5m2 = mf::parse_format("e5m2");  // the preset
+  EXPECT_EQ(e5m2.max(), 57344);
+  const auto e3m3 = mf::parse_format("e3m3");  // IEEE: bias 3, emax 3, max 1.875*8
+  EXPECT_EQ(e3m3.bias, 3);
+  EXPECT_TRUE(e3m3.has_inf);
+  EXPECT_EQ(e3m3.max(), 15);
+  EXPECT_EQ(e3m3.min_subnormal(), std::ldexp(1, -5));
+  const auto b4 = mf::parse_format("e3m3:bias=4:nan=none");  // all 8 binades finite: 1.875 * 2^(7-4)
+  EXPECT_FALSE(b4.has_inf);
+  EXPECT_EQ(b4.max(), 15);
+  EXPECT_EQ(b4.min_normal(), std::ldexp(1, -3));
+  const auto fz = mf::parse_format("e4m3:nan=fnuz");  // = e4m3fnuz
+  EXPECT_EQ(fz.bias, 8);
+  EXPECT_FALSE(fz.negative_zero);
+  EXPECT_EQ(fz.max(), 240);
+  const auto fn = mf::parse_format("e4m3:nan=fn");  // = e4m3fn
+  EXPECT_EQ(fn.max(), 448);
+  const auto ns = mf::parse_format("e5m6:inf=0:nan=none:negzero=0:subnormals=0");
+  EXPECT_FALSE(ns.subnormals);
+  EXPECT_EQ(ns.min_subnormal(), ns.min_normal());
+  EXPECT_EQ(ns.max(), (2 - std::ldexp(1, -6)) * std::ldexp(1, 16));
+  EXPECT_EQ(ns.name, "e5m6:inf=0:nan=none:negzero=0:subnormals=0");
+  const auto over = mf::parse_format("e4m3fn:subnormals=0");  // options override a preset
+  EXPECT_FALSE(over.subnormals);
+  EXPECT_EQ(over.max(), 448);
+}
+
+TEST(Format, BadSpecsNameTheProblem) {
+  struct Bad {
+    const char* spec;
+    const char* mention;
+  };
+  for (const Bad b : {Bad{"e0m3", "exponent bits"}, Bad{"e12m3", "exponent bits"}, Bad{"e8m24", "<= 31"},
+                      Bad{"e4m3:bias=x", "bias"}, Bad{"e4m3:colour=1", "colour"}, Bad{"e4m3:nan=weird", "weird"},
+                      Bad{"e4m3:inf=1:nan=fn", "inf=1"}, Bad{"e4m3:nan=fnuz:negzero=1", "negzero"},
+                      Bad{"e4m3:bias=2000", "double"}, Bad{"fp9", "fp9"}, Bad{"e4m3:inf", "key=value"},
+                      Bad{"e5m0", "inf=0"}}) {
+    SCOPED_TRACE(b.spec);
+    try {
+      (void)mf::parse_format(b.spec);
+      ADD_FAILURE() << "accepted";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find(b.mention), std::string::npos) << e.what();
+    }
+  }
+}

@@ -1,0 +1,197 @@
+// Elementwise kernels, activations, dropout, reductions and bf16 conversion
+// against float64 recomputation. Sizes above the threading threshold so the
+// OpenMP paths run.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "kernels/reference.hpp"
+#include "mantissa/kernels/kernels.hpp"
+
+namespace mantissa::kernels {
+namespace {
+
+using test::kEps32;
+using test::random_floats;
+
+constexpr int64_t kN = 100003;  // odd, above the parallel threshold
+
+// a op b for fp32 inputs is correctly rounded, so it equals the double result
+// rounded to float exactly (the double result of + and * of two floats is exact).
+TEST(Elementwise, ArithmeticIsCorrectlyRounded) {
+  auto a = random_floats(kN, 1), b = random_floats(kN, 2, -3.0f, 3.0f);
+  std::vector<float> out(kN);
+  add(out.data(), a.data(), b.data(), kN);
+  for (int64_t i = 0; i < kN; ++i) ASSERT_EQ(out[i], static_cast<float>(double(a[i]) + double(b[i]))) << i;
+  mul(out.data(), a.data(), b.data(), kN);
+  for (int64_t i = 0; i < kN; ++i) ASSERT_EQ(out[i], static_cast<float>(double(a[i]) * double(b[i]))) << i;
+  scale(out.data(), a.data(), 0.3f, kN);
+  for (int64_t i = 0; i < kN; ++i) ASSERT_EQ(out[i], static_cast<float>(0.3f * double(a[i]))) << i;
+  std::vector<float> acc = b;
+  add_inplace(acc.data(), a.data(), kN);
+  for (int64_t i = 0; i < kN; ++i) ASSERT_EQ(acc[i], static_cast<float>(double(a[i]) + double(b[i]))) << i;
+  // axpy rounds twice (product, then sum) unless contracted to an fma: within 1.5 ulp.
+  acc = b;
+  axpy(acc.data(), a.data(), -1.7f, kN);
+  for (int64_t i = 0; i < kN; ++i) {
+    const double want = double(b[i]) + -1.7 * double(static_cast<float>(-1.7f)) / -1.7 * double(a[i]);
+    ASSERT_NEAR(acc[i], want, 2.0 * kEps32 * (std::abs(want) + std::abs(1.7 * a[i]))) << i;
+  }
+}
+
+double gelu_ref(double x) {
+  const double u = std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x);
+  return 0.5 * x * (1.0 + std::tanh(u));
+}
+
+double gelu_grad_ref(double x) {
+  const double s = std::sqrt(2.0 / M_PI);
+  const double u = s * (x + 0.044715 * x * x * x);
+  const double th = std::tanh(u);
+  return 0.5 * (1.0 + th) + 0.5 * x * (1.0 - th * th) * s * (1.0 + 3.0 * 0.044715 * x * x);
+}
+
+TEST(Gelu, ForwardMatchesGpt2FormulaInFloat64) {
+  auto x = random_floats(kN, 3, -6.0f, 6.0f);
+  std::vector<float> y(kN);
+  gelu_forward(y.data(), x.data(), kN);
+  std::vector<double> want(kN);
+  for (int64_t i = 0; i < kN; ++i) want[i] = gelu_ref(x[i]);
+  // A handful of fp32 roundings in u and tanh: relative few ulp, plus an absolute
+  // term for the cancellation 1 + tanh(u) near -1 (large negative x).
+  test::expect_near_all(y, want, 8 * kEps32, 2e-7, "gelu");
+}
+
+TEST(Gelu, BackwardMatchesAnalyticAndFiniteDifferences) {
+  auto x = random_floats(kN, 4, -6.0f, 6.0f);
+  auto g = random_floats(kN, 5);
+  std::vector<float> dx(kN, 0.25f);
+  gelu_backward(dx.data(), x.data(), g.data(), kN);
+  std::vector<double> want(kN);
+  for (int64_t i = 0; i < kN; ++i) want[i] = 0.25 + gelu_grad_ref(x[i]) * g[i];
+  test::expect_near_all(dx, want, 16 * kEps32, 1e-6, "gelu backward");
+  // Central differences of the float64 forward (h = 1e-5: error ~ h^2 f''' ~ 1e-10).
+  for (int64_t i = 0; i < 2000; ++i) {
+    const double h = 1e-5, xi = x[i];
+    const double fd = (gelu_ref(xi + h) - gelu_ref(xi - h)) / (2 * h) * g[i] + 0.25;
+    ASSERT_NEAR(dx[i], fd, 1e-6) << "x=" << xi;
+  }
+}
+
+TEST(Relu, ForwardAndBackward) {
+  auto x = random_floats(kN, 6);
+  x[0] = 0.0f;
+  auto g = random_floats(kN, 7);
+  std::vector<float> y(kN), dx(kN, 1.0f);
+  relu_forward(y.data(), x.data(), kN);
+  relu_backward(dx.data(), x.data(), g.data(), kN);
+  for (int64_t i = 0; i < kN; ++i) {
+    ASSERT_EQ(y[i], x[i] > 0 ? x[i] : 0.0f);
+    ASSERT_EQ(dx[i], x[i] > 0 ? static_cast<float>(1.0 + g[i]) : 1.0f);
+  }
+}
+
+TEST(Dropout, KeepsFractionScalesAndBackwardUsesSameMask) {
+  const float p = 0.3f;
+  auto x = random_floats(kN, 8);
+  auto g = random_floats(kN, 9);
+  std::vector<float> y(kN), dx(kN, 0.0f);
+  dropout_forward(y.data(), x.data(), p, 42, 7, kN);
+  dropout_backward(dx.data(), g.data(), p, 42, 7, kN);
+  const float s = 1.0f / (1.0f - p);
+  int64_t kept = 0;
+  for (int64_t i = 0; i < kN; ++i) {
+    const bool k = dropout_kept(p, 42, 7, i);
+    kept += k;
+    ASSERT_EQ(y[i], k ? x[i] * s : 0.0f) << i;
+    ASSERT_EQ(dx[i], k ? g[i] * s : 0.0f) << i;
+  }
+  // Binomial(n, 0.7): mean 70002, sd 145; 6 sd bound.
+  EXPECT_NEAR(static_cast<double>(kept), 0.7 * kN, 6 * std::sqrt(kN * 0.21));
+  // Different offset: a different mask (agreement ~ 0.58 of elements, not all).
+  int64_t same = 0;
+  for (int64_t i = 0; i < kN; ++i) same += dropout_kept(p, 42, 7, i) == dropout_kept(p, 42, 8, i);
+  EXPECT_LT(same, kN * 0.62);
+}
+
+TEST(Dropout, IndependentOfThreadCountAndEdgeProbabilities) {
+  auto x = random_floats(kN, 10);
+  std::vector<float> y1(kN), y2(kN);
+  const int saved = num_threads();
+  set_num_threads(1);
+  dropout_forward(y1.data(), x.data(), 0.5f, 3, 1, kN);
+  set_num_threads(2);
+  dropout_forward(y2.data(), x.data(), 0.5f, 3, 1, kN);
+  set_num_threads(saved);
+  EXPECT_EQ(y1, y2);
+  dropout_forward(y1.data(), x.data(), 0.0f, 3, 1, kN);
+  EXPECT_EQ(y1, x);
+  dropout_forward(y1.data(), x.data(), 1.0f, 3, 1, kN);
+  EXPECT_EQ(y1, std::vector<float>(kN, 0.0f));
+  EXPECT_THROW(dropout_forward(y1.data(), x.data(), 1.5f, 3, 1, kN), std::invalid_argument);
+  EXPECT_THROW(dropout_forward(y1.data(), x.data(), std::nanf(""), 3, 1, kN), std::invalid_argument);
+}
+
+TEST(Reductions, SumsInFloat64AndFiniteCheck) {
+  auto x = random_floats(kN, 11, -100.0f, 100.0f);
+  double s = 0, ss = 0;
+  for (float v : x) {
+    s += v;
+    ss += double(v) * v;
+  }
+  // Only the summation order differs: n u_64 sum|x| is far below 1e-9 relative.
+  EXPECT_NEAR(sum(x.data(), kN), s, 1e-9 * ss);
+  EXPECT_NEAR(sum_squares(x.data(), kN), ss, 1e-12 * ss);
+  EXPECT_EQ(sum(x.data(), 0), 0.0);
+  EXPECT_TRUE(all_finite(x.data(), kN));
+  for (int64_t pos : {int64_t{0}, int64_t{50000}, kN - 1}) {
+    for (float bad : {std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+                      std::numeric_limits<float>::quiet_NaN()}) {
+      auto y = x;
+      y[static_cast<size_t>(pos)] = bad;
+      EXPECT_FALSE(all_finite(y.data(), kN)) << pos << " " << bad;
+    }
+  }
+  const float big = std::numeric_limits<float>::max();
+  EXPECT_TRUE(all_finite(&big, 1));
+}
+
+TEST(Bf16, RoundsToNearestEvenLikeTheReference) {
+  auto x = random_floats(kN, 12, -1e4f, 1e4f);
+  // Ties, overflow, subnormals, NaN, infinities.
+  x[0] = std::bit_cast<float>(0x3f808000u);  // tie, even below -> down
+  x[1] = std::bit_cast<float>(0x3f818000u);  // tie, odd below -> up
+  x[2] = std::numeric_limits<float>::max();  // rounds to inf
+  x[3] = std::bit_cast<float>(0x00000001u);  // smallest subnormal -> 0
+  x[4] = -std::numeric_limits<float>::infinity();
+  x[5] = std::bit_cast<float>(0x7f7f7fffu);  // just below the overflow threshold
+  std::vector<uint16_t> b(kN);
+  std::vector<float> back(kN);
+  f32_to_bf16(b.data(), x.data(), kN);
+  bf16_to_f32(back.data(), b.data(), kN);
+  for (int64_t i = 0; i < kN; ++i) {
+    ASSERT_EQ(std::bit_cast<uint32_t>(back[i]), std::bit_cast<uint32_t>(test::round_to_bf16(x[i])))
+        << i << " x=" << x[i];
+  }
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  uint16_t nb;
+  f32_to_bf16(&nb, &nan, 1);
+  float nback;
+  bf16_to_f32(&nback, &nb, 1);
+  EXPECT_TRUE(std::isnan(nback));
+}
+
+TEST(Threads, SetAndGet) {
+  const int saved = num_threads();
+  set_num_threads(1);
+  EXPECT_EQ(num_threads(), 1);
+  set_num_threads(2);
+  EXPECT_EQ(num_threads(), 2);
+  EXPECT_THROW(set_num_threads(0), std::invalid_argument);
+  set_num_threads(saved);
+}
+
+}  // namespace
+}  // namespace mantissa::kernels

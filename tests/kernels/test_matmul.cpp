@@ -1,0 +1,260 @@
+// matmul against a float64 reference: every transpose combination, batch,
+// alpha, accumulate, bias, bf16 and mixed operands, and the packed-B cache.
+#include "mantissa/kernels/matmul.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "kernels/reference.hpp"
+#include "mantissa/kernels/kernels.hpp"
+
+namespace mantissa::kernels {
+namespace {
+
+using test::kEps32;
+using test::random_floats;
+
+struct Case {
+  int64_t batch, M, N, K;
+  bool ta, tb;
+  float alpha;
+  bool accumulate, bias;
+  DType a_type, b_type;
+};
+
+std::string describe(const Case& c) {
+  return "batch=" + std::to_string(c.batch) + " M=" + std::to_string(c.M) + " N=" + std::to_string(c.N) +
+         " K=" + std::to_string(c.K) + " ta=" + std::to_string(c.ta) + " tb=" + std::to_string(c.tb) +
+         " alpha=" + std::to_string(c.alpha) + " acc=" + std::to_string(c.accumulate) +
+         " bias=" + std::to_string(c.bias) + " a=" + dtype_name(c.a_type) + " b=" + dtype_name(c.b_type);
+}
+
+std::vector<uint16_t> to_bf16_bits(const std::vector<float>& v) {
+  std::vector<uint16_t> out(v.size());
+  for (size_t i = 0; i < v.size(); ++i) {
+    const uint32_t u = std::bit_cast<uint32_t>(test::round_to_bf16(v[i]));
+    out[i] = static_cast<uint16_t>(u >> 16);
+  }
+  return out;
+}
+
+// Runs one case and checks every element against the float64 product of the
+// (bf16-rounded where the operand runs in bf16) inputs. Bound: fp32
+// accumulation of K exact-or-rounded products, |err| <= 2 K u sum|a||b| (+ the
+// final alpha scaling and accumulate/bias adds, a few u |result|).
+void run_case(const Case& c) {
+  SCOPED_TRACE(describe(c));
+  const size_t a_n = static_cast<size_t>(c.batch * c.M * c.K), b_n = static_cast<size_t>(c.batch * c.K * c.N),
+               c_n = static_cast<size_t>(c.batch * c.M * c.N);
+  auto A = random_floats(a_n, 1u + static_cast<uint32_t>(c.M));
+  auto B = random_floats(b_n, 2u + static_cast<uint32_t>(c.N));
+  auto C0 = random_floats(c_n, 3u);
+  auto bias = random_floats(static_cast<size_t>(c.N), 4u);
+  const bool bf16 = c.a_type == DType::bf16 || c.b_type == DType::bf16;
+  std::vector<float> Ar = A, Br = B;  // values the product really sees
+  if (bf16) {
+    for (auto& x : Ar) x = test::round_to_bf16(x);
+    for (auto& x : Br) x = test::round_to_bf16(x);
+  }
+  auto A16 = to_bf16_bits(A), B16 = to_bf16_bits(B);
+  const void* a_ptr = c.a_type == DType::bf16 ? static_cast<const void*>(A16.data()) : A.data();
+  const void* b_ptr = c.b_type == DType::bf16 ? static_cast<const void*>(B16.data()) : B.data();
+
+  MatmulArgs args;
+  args.batch = c.batch;
+  args.M = c.M;
+  args.N = c.N;
+  args.K = c.K;
+  args.trans_a = c.ta;
+  args.trans_b = c.tb;
+  args.a_type = c.a_type;
+  args.b_type = c.b_type;
+  args.alpha = c.alpha;
+  args.accumulate = c.accumulate;
+  std::vector<float> C = C0;
+  matmul(args, a_ptr, b_ptr, C.data(), c.bias ? bias.data() : nullptr);
+
+  int failures = 0;
+  for (int64_t b = 0; b < c.batch; ++b) {
+    for (int64_t i = 0; i < c.M; ++i) {
+      for (int64_t j = 0; j < c.N; ++j) {
+        double dot = 0.0, mag = 0.0;
+        for (int64_t k = 0; k < c.K; ++k) {
+          const double a = c.ta ? Ar[static_cast<size_t>((b * c.K + k) * c.M + i)]
+                                : Ar[static_cast<size_t>((b * c.M + i) * c.K + k)];
+          const double bb = c.tb ? Br[static_cast<size_t>((b * c.N + j) * c.K + k)]
+                                 : Br[static_cast<size_t>((b * c.K + k) * c.N + j)];
+          dot += a * bb;
+          mag += std::abs(a * bb);
+        }
+        const size_t idx = static_cast<size_t>((b * c.M + i) * c.N + j);
+        double want = c.alpha * dot;
+        if (c.bias) want += bias[static_cast<size_t>(j)];
+        if (c.accumulate) want += C0[idx];
+        const double tol = 2.0 * static_cast<double>(c.K + 2) * kEps32 * std::abs(c.alpha) * mag +
+                           4.0 * kEps32 * (std::abs(want) + 1.0);
+        if (!(std::abs(C[idx] - want) <= tol) && failures++ < 5) {
+          ADD_FAILURE() << "C[" << b << "," << i << "," << j << "] = " << C[idx] << " want " << want
+                        << " tol " << tol;
+        }
+      }
+    }
+  }
+}
+
+TEST(Matmul, AllTransposesBatchAlphaAccumulateBias) {
+  for (int64_t batch : {1, 3}) {
+    for (bool ta : {false, true}) {
+      for (bool tb : {false, true}) {
+        for (bool acc : {false, true}) {
+          for (bool bias : {false, true}) {
+            run_case({batch, 37, 29, 53, ta, tb, 1.0f, acc, bias, DType::f32, DType::f32});
+            run_case({batch, 16, 64, 128, ta, tb, 0.125f, acc, bias, DType::f32, DType::f32});
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(Matmul, Bf16InputsAccumulateInFp32) {
+  for (bool ta : {false, true}) {
+    for (bool tb : {false, true}) {
+      run_case({1, 64, 96, 256, ta, tb, 1.0f, false, false, DType::bf16, DType::bf16});
+      run_case({2, 33, 17, 70, ta, tb, 0.5f, true, true, DType::bf16, DType::bf16});
+    }
+  }
+}
+
+TEST(Matmul, MixedOperandsRunAsBf16) {
+  run_case({1, 40, 24, 64, false, true, 1.0f, false, true, DType::f32, DType::bf16});
+  run_case({1, 40, 24, 64, true, false, 1.0f, true, false, DType::bf16, DType::f32});
+}
+
+TEST(Matmul, ModelShapes) {
+  run_case({1, 256, 768, 256, false, true, 1.0f, false, true, DType::f32, DType::f32});
+  run_case({1, 256, 256, 1024, false, false, 1.0f, true, false, DType::bf16, DType::bf16});
+}
+
+TEST(Matmul, EmptyInnerDimensionGivesBiasOrUnchanged) {
+  std::vector<float> C = {1, 2, 3, 4, 5, 6};
+  const std::vector<float> bias = {10, 20, 30};
+  MatmulArgs args;
+  args.M = 2;
+  args.N = 3;
+  args.K = 0;
+  args.accumulate = true;
+  matmul(args, nullptr, nullptr, C.data(), bias.data());
+  EXPECT_EQ(C, (std::vector<float>{11, 22, 33, 14, 25, 36}));
+  args.accumulate = false;
+  matmul(args, nullptr, nullptr, C.data(), nullptr);
+  EXPECT_EQ(C, std::vector<float>(6, 0.0f));
+}
+
+TEST(Matmul, RejectsBadShapesAndTypes) {
+  MatmulArgs args;
+  args.M = -1;
+  args.N = 2;
+  args.K = 2;
+  float c = 0;
+  EXPECT_THROW(matmul(args, &c, &c, &c), std::invalid_argument);
+  args.M = 1;
+  args.a_type = DType::e4m3fn;
+  EXPECT_THROW(matmul(args, &c, &c, &c), std::invalid_argument);
+}
+
+// x [M, K] times a constant weight W stored [N, K] (a linear layer).
+std::vector<float> linear(const std::vector<float>& x, const std::vector<float>& w, int64_t M, int64_t N,
+                          int64_t K, const void* key, int version, DType type) {
+  MatmulArgs args;
+  args.M = M;
+  args.N = N;
+  args.K = K;
+  args.trans_b = true;
+  args.a_type = type;
+  args.b_type = type;
+  args.b_is_constant = true;
+  args.b_cache_key = key;
+  args.b_cache_version = version;
+  std::vector<float> out(static_cast<size_t>(M * N));
+  if (type == DType::bf16) {
+    auto x16 = to_bf16_bits(x), w16 = to_bf16_bits(w);
+    matmul(args, x16.data(), w16.data(), out.data());
+  } else {
+    matmul(args, x.data(), w.data(), out.data());
+  }
+  return out;
+}
+
+std::vector<float> plain_linear(const std::vector<float>& x, const std::vector<float>& w, int64_t M,
+                                int64_t N, int64_t K, DType type) {
+  MatmulArgs args;
+  args.M = M;
+  args.N = N;
+  args.K = K;
+  args.trans_b = true;
+  std::vector<float> xr = x, wr = w, out(static_cast<size_t>(M * N));
+  if (type == DType::bf16) {
+    for (auto& v : xr) v = test::round_to_bf16(v);
+    for (auto& v : wr) v = test::round_to_bf16(v);
+  }
+  matmul(args, xr.data(), wr.data(), out.data());
+  return out;
+}
+
+void check_packed_cache(DType type) {
+  const int64_t M = 64, N = 96, K = 128;
+  clear_matmul_cache();
+  auto x = random_floats(static_cast<size_t>(M * K), 11);
+  auto w = random_floats(static_cast<size_t>(N * K), 12);
+  auto w_new = random_floats(static_cast<size_t>(N * K), 13);
+  const int key_object = 0;
+  const void* key = &key_object;
+
+  // Version 0: packed result agrees with the unpacked product to rounding.
+  auto first = linear(x, w, M, N, K, key, 0, type);
+  const std::string impl = last_matmul_impl();
+  auto want_old = plain_linear(x, w, M, N, K, type);
+  test::expect_near_all(first, test::to_double(want_old), 1e-5, 1e-5, "packed v0");
+  EXPECT_NE(impl, "none");
+
+  // Same key and version but different data: a packed copy, if one is kept,
+  // must be reused (that is the contract: the caller bumps the version).
+  auto stale = linear(x, w_new, M, N, K, key, 0, type);
+  const bool packs = packed_operand_count() > 0;
+  if (packs) {
+    EXPECT_EQ(stale, first) << "packed copy was not reused for an unchanged version";
+  }
+  // New version: repacked from the new data.
+  auto fresh = linear(x, w_new, M, N, K, key, 1, type);
+  auto want_new = plain_linear(x, w_new, M, N, K, type);
+  test::expect_near_all(fresh, test::to_double(want_new), 1e-5, 1e-5, "packed v1");
+  // Forgetting the operand drops its packed copies.
+  forget_packed_operand(key);
+  EXPECT_EQ(packed_operand_count(), 0);
+  auto again = linear(x, w, M, N, K, key, 1, type);
+  test::expect_near_all(again, test::to_double(want_old), 1e-5, 1e-5, "after forget");
+  std::printf("packed B %s: impl %s, packed copies kept: %s\n", dtype_name(type), impl.c_str(),
+              packs ? "yes" : "no (plain layout preferred)");
+}
+
+TEST(Matmul, PackedWeightCacheFollowsVersion) {
+  check_packed_cache(DType::f32);
+  check_packed_cache(DType::bf16);
+}
+
+TEST(Matmul, ReportsImplementationAndCaches) {
+  clear_matmul_cache();
+  EXPECT_EQ(cached_matmul_primitives(), 0);
+  run_case({1, 8, 8, 8, false, false, 1.0f, false, false, DType::f32, DType::f32});
+  run_case({1, 8, 8, 8, false, false, 1.0f, false, false, DType::f32, DType::f32});
+  EXPECT_EQ(cached_matmul_primitives(), 1);
+  EXPECT_GT(std::strlen(last_matmul_impl()), 0u);
+}
+
+}  // namespace
+}  // namespace mantissa::kernels

@@ -1,6 +1,8 @@
 // Losses (cross-entropy with ignore index, squared error; sum reduction) and
 // shape ops (reshape, transpose, split, concat).
+#include <algorithm>
 #include <stdexcept>
+#include <utility>
 #include <string>
 
 #include "mantissa/autograd/ops.hpp"

@@ -138,10 +138,15 @@ Tensor Tape::matmul_operand(const Var& v) const {
 }
 
 void Tape::backward(const Var& root, float seed) {
-  if (!root.node) throw std::logic_error("Tape::backward: the root does not require a gradient");
   Tensor g = Tensor::empty(root.shape(), DType::f32, MemoryKind::activation);
   g.fill(seed);
-  root.node->accumulate(g);
+  backward(root, g);
+}
+
+void Tape::backward(const Var& root, const Tensor& grad) {
+  if (!root.node) throw std::logic_error("Tape::backward: the root does not require a gradient");
+  if (grad.dtype() != DType::f32) throw std::invalid_argument("Tape::backward: the seed gradient must be f32");
+  root.node->accumulate(grad);
   // Newest first; each closure is destroyed right after it ran so that its
   // saved tensors and the gradients only it referenced are freed.
   for (size_t i = ops_.size(); i-- > 0;) {

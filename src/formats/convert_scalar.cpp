@@ -40,12 +40,15 @@ QuantPlan make_plan(const Format& f, const RoundOptions& opt) {
   const float qnan = std::numeric_limits<float>::quiet_NaN();
   const float inf = std::numeric_limits<float>::infinity();
   const float big = std::numeric_limits<float>::max();
-  p.nan_code[0] = encode(f, qnan, opt, 0);
-  p.nan_code[1] = encode(f, -qnan, opt, 0);
-  p.inf_code[0] = encode(f, inf, opt, 0);
-  p.inf_code[1] = encode(f, -inf, opt, 0);
-  p.overflow_code[0] = encode(f, big, opt, 0);
-  p.overflow_code[1] = encode(f, -big, opt, 0);
+  // The reference returns codes already moved to their packed position; the
+  // kernels apply packed_shift last, so keep the probes unshifted.
+  const auto probe = [&](float x) { return encode(f, x, opt, 0) >> p.packed_shift; };
+  p.nan_code[0] = probe(qnan);
+  p.nan_code[1] = probe(-qnan);
+  p.inf_code[0] = probe(inf);
+  p.inf_code[1] = probe(-inf);
+  p.overflow_code[0] = probe(big);
+  p.overflow_code[1] = probe(-big);
   const bool ieee_like = f.nan == NanEncoding::ieee && f.has_inf && f.negative_zero;
   if (f.exponent_bits == 8 && f.bias == 127 && ieee_like) {
     if (f.mantissa_bits == 7 && p.bytes == 2) p.shape = Shape::bf16;

@@ -167,9 +167,12 @@ std::string ScaleRecorder::csv() const {
   std::string s = "op,pass,rms,std,mean_abs,max_abs,min_abs,underflow,subnormal,overflow\n";
   for (const ScaleRow& r : model_order()) {
     const TensorStats& t = r.stats;
-    s += r.op + "," + pass_name(r.pass);
-    for (double v : {t.rms, t.std, t.mean_abs, t.max_abs, t.min_abs, t.underflow, t.subnormal, t.overflow}) s += "," + number(v);
-    s += "\n";
+    // append() rather than operator+ chains: GCC 12 -O3 emits a false
+    // -Wrestrict on "literal" + std::string.
+    s.append(r.op).append(",").append(pass_name(r.pass));
+    for (double v : {t.rms, t.std, t.mean_abs, t.max_abs, t.min_abs, t.underflow, t.subnormal, t.overflow})
+      s.append(",").append(number(v));
+    s.append("\n");
   }
   return s;
 }
@@ -200,7 +203,8 @@ std::string ScaleRecorder::table() const {
       const std::string& v = cells[l][c];
       const std::string pad(width[c] - v.size(), ' ');
       // Names left-aligned, numbers right-aligned so magnitudes line up.
-      out += c < 2 ? v + pad : pad + v;
+      if (c < 2) out.append(v).append(pad);
+      else out.append(pad).append(v);
       out += c + 1 < cells[l].size() ? "  " : "\n";
     }
     if (l == 0) {

@@ -8,13 +8,15 @@ tests/golden/data/{gpt,mlp}.safetensors:
   inputs, targets                 the batch (I32; GPT targets use -1 = ignored)
   <HF parameter name>             every parameter, F32, Conv1D/linear weights stored [in, out]
   logits                          F32, computed in float64 from those fp32 weights
-  loss_sum, loss_count, loss_mean F64 sum of per-target cross-entropy (nats), count, mean
-  loss_per_target                 F64 [B*T] (GPT) / [B] (MLP), 0 where the target is ignored
+  loss_per_target                 F32 [B*T] (GPT) / [B] (MLP), 0 where the target is ignored
   grad.<HF parameter name>        F32, d(mean loss)/d(param), computed in float64
-  adamw_losses                    F64 [10] mean loss before each of 10 AdamW steps on the batch
-  torch_fp32_grad_rel_err         F64 [] max over params of max|g32-g64| / max|g64| (what PyTorch's
-                                  own fp32 run misses by; a floor for a sensible test tolerance)
-  torch_fp32_adamw_losses         F64 [10] the same 10 steps run by PyTorch in float32
+and in the header's __metadata__ (strings; numbers as exact decimal doubles / JSON lists):
+  loss_sum, loss_count, loss_mean sum of per-target cross-entropy (nats), count, mean
+  adamw_losses                    [10] mean loss before each of 10 AdamW steps on the batch
+  torch_fp32_adamw_losses         [10] the same 10 steps run by PyTorch in float32
+  torch_fp32_grad_rel_err         max over params of max|g32-g64| / max|g64| (what PyTorch's own
+                                  fp32 run misses by; a floor for a sensible test tolerance)
+  decay, adamw, model config      the decayed parameter names, optimizer settings, sizes
 
 References are computed in float64 (inputs are the fp32 weights widened exactly), so a C++ fp32
 implementation is compared against the truth, not against another fp32 rounding.
@@ -48,7 +50,7 @@ ADAMW_STEPS = 10
 # ----------------------------------------------------------------------------- safetensors
 def save_safetensors(path, tensors, metadata):
     """tensors: list of (name, torch tensor). Writes header + raw little-endian data, temp + rename."""
-    dtype_names = {torch.float32: "F32", torch.float64: "F64", torch.int32: "I32"}
+    dtype_names = {torch.float32: "F32", torch.int32: "I32"}
     header = {"__metadata__": {k: str(v) for k, v in metadata.items()}}
     blobs, offset = [], 0
     for name, t in tensors:
@@ -212,16 +214,19 @@ def write(name, params32, logits_fn, inputs, targets, decays, config):
     print(f"{name}: adamw losses f64 {[round(x, 6) for x in losses64]}")
     print(f"{name}: max |loss32 - loss64| over steps "
           f"{max(abs(a - b) for a, b in zip(losses32, losses64)):.2e}")
-    f64 = lambda x: torch.tensor(x, dtype=torch.float64)
     tensors = [("inputs", inputs), ("targets", targets.to(torch.int32))]
     tensors += [(k, v) for k, v in params32.items()]
-    tensors += [("logits", ref_logits.float()),
-                ("loss_sum", f64(total)), ("loss_count", f64(count)),
-                ("loss_mean", f64(total / count)), ("loss_per_target", per.reshape(-1))]
+    tensors += [("logits", ref_logits.float()), ("loss_per_target", per.reshape(-1).float())]
     tensors += [("grad." + k, g64[k].float()) for k in params32]
-    tensors += [("adamw_losses", f64(losses64)), ("torch_fp32_adamw_losses", f64(losses32)),
-                ("torch_fp32_grad_rel_err", f64(rel))]
+    # Scalars as exact decimal doubles in the metadata (safetensors metadata values are strings;
+    # mantissa's Tensor has no f64, so the file holds only F32 and I32 tensors).
     meta = dict(config)
+    meta["loss_sum"] = repr(total)
+    meta["loss_count"] = str(count)
+    meta["loss_mean"] = repr(total / count)
+    meta["adamw_losses"] = json.dumps(losses64)
+    meta["torch_fp32_adamw_losses"] = json.dumps(losses32)
+    meta["torch_fp32_grad_rel_err"] = repr(rel)
     meta["decay"] = json.dumps([k for k in params32 if decays(k)])
     meta["adamw"] = json.dumps(dict(ADAMW, steps=ADAMW_STEPS))
     meta["generator"] = f"tests/golden/make_golden.py, torch {torch.__version__}"

@@ -36,7 +36,7 @@ TEST(Elementwise, ArithmeticIsCorrectlyRounded) {
   acc = b;
   axpy(acc.data(), a.data(), -1.7f, kN);
   for (int64_t i = 0; i < kN; ++i) {
-    const double want = double(b[i]) + -1.7 * double(static_cast<float>(-1.7f)) / -1.7 * double(a[i]);
+    const double want = double(b[i]) + double(-1.7f) * double(a[i]);
     ASSERT_NEAR(acc[i], want, 2.0 * kEps32 * (std::abs(want) + std::abs(1.7 * a[i]))) << i;
   }
 }

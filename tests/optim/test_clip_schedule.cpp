@@ -19,7 +19,7 @@ struct Grads {
   Grads() {
     for (int64_t n : {20000, 3, 1}) {
       Parameter p;
-      p.name = "p" + std::to_string(n);
+      p.name = std::string("p").append(std::to_string(n));  // (GCC 12 -Wrestrict false positive on "lit" + string)
       p.value = Tensor::zeros({n});
       p.grad = Tensor::zeros({n});
       for (int64_t i = 0; i < n; ++i) p.grad.f32()[i] = static_cast<float>(std::cos(0.1 * static_cast<double>(i * n)) * (n == 1 ? 3.0 : 0.01));

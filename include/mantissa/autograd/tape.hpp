@@ -120,6 +120,8 @@ class Tape {
 
   // Seeds d(root) = seed (every element) and runs the tape newest first.
   void backward(const Var& root, float seed = 1.0f);
+  // Seeds d(root) = grad (fp32, root's shape): a vector-Jacobian product.
+  void backward(const Var& root, const Tensor& grad);
   size_t size() const { return ops_.size(); }
   void clear() { ops_.clear(); }
 

@@ -32,6 +32,10 @@ struct MxArray {
 };
 
 // n need not be a multiple of the block size; the last block is shorter.
+// An all-zero block gets the scale 2^-127 (code 0x00); a block holding NaN or
+// inf gets the NaN scale 0xFF and dequantises to NaN throughout. MXINT8
+// element codes are two's complement with 6 fraction bits (value = code / 64).
+// Throws std::invalid_argument for a bad config (block < 1, e8m0 elements).
 MxArray mx_quantize(const MxConfig& cfg, const float* in, size_t n);
 void mx_dequantize(const MxConfig& cfg, const MxArray& a, float* out);
 

@@ -1,0 +1,110 @@
+// `mantissa eval --checkpoint DIR [--data PATH]`: validation loss and bits per
+// character of a saved model (a model directory or a training checkpoint).
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "cli/command.hpp"
+#include "mantissa/data/idx.hpp"
+#include "mantissa/data/text.hpp"
+#include "mantissa/io/checkpoint.hpp"
+#include "mantissa/kernels/kernels.hpp"
+#include "mantissa/nn/gpt.hpp"
+#include "mantissa/nn/mlp.hpp"
+#include "mantissa/train/session.hpp"
+
+namespace mantissa::cli {
+namespace {
+
+struct EvalArgs {
+  std::string checkpoint;
+  std::string data;
+  int64_t batch_size = 16;
+  int64_t seq_len = 0;  // 0: the model's context
+  int64_t max_batches = 0;
+  int64_t threads = 0;
+};
+
+// GPT configs carry Hugging Face's keys; MLP configs their layer list.
+std::string model_kind(const std::string& config_json, const std::string& dir) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(config_json);
+  } catch (const nlohmann::json::exception&) {
+    throw UsageError(dir + "/config.json is not valid JSON");
+  }
+  if (j.contains("n_embd") || j.value("model_type", "") == "gpt2") return "gpt";
+  if (j.contains("hidden") || j.contains("classes")) return "mlp";
+  throw UsageError(dir + "/config.json describes neither a GPT nor an MLP");
+}
+
+void eval_command(const EvalArgs& a) {
+  if (a.batch_size <= 0) throw UsageError("--batch-size must be positive");
+  if (a.seq_len < 0 || a.max_batches < 0 || a.threads < 0)
+    throw UsageError("--seq-len, --max-batches and --threads must not be negative");
+  if (a.threads > 0) kernels::set_num_threads(static_cast<int>(a.threads));
+  const std::string cfg = io::read_model_config(a.checkpoint);
+  const std::string kind = model_kind(cfg, a.checkpoint);
+  auto model = train::model_from_config(kind, cfg);
+  io::load_model_weights(a.checkpoint, *model);
+  const std::string path = a.data.empty() ? train::default_data_path(kind) : a.data;
+  double sum = 0;
+  int64_t count = 0;
+  if (kind == "gpt") {
+    const int64_t context = static_cast<nn::GPT&>(*model).config().context;
+    const int64_t T = a.seq_len > 0 ? a.seq_len : context;
+    if (T > context)
+      throw UsageError("--seq-len " + std::to_string(T) + " exceeds the model's context " + std::to_string(context));
+    const auto corpus = data::TextCorpus::load(path);
+    corpus.check_seq_len(T);
+    data::TextValidation val(corpus, a.batch_size, T, a.max_batches);
+    for (int64_t i = 0; i < val.num_batches(); ++i) {
+      const auto r = model->evaluate(val.batch(i));
+      sum += r.sum;
+      count += r.count;
+    }
+    const double loss = sum / static_cast<double>(count);
+    std::printf("checkpoint %s\ndata %s (validation: last %ld bytes, %ld targets)\nval_loss %.4f nats  val_bpc %.4f bits/char\n",
+                a.checkpoint.c_str(), path.c_str(), static_cast<long>(corpus.val_size()), static_cast<long>(count), loss,
+                loss / std::log(2.0));
+  } else {
+    const auto test = data::load_fashion_mnist(path, "test");
+    data::SequentialBatches val(test, a.batch_size);
+    int64_t correct = 0;
+    auto& mlp = static_cast<nn::MLP&>(*model);
+    for (int64_t i = 0; i < val.num_batches(); ++i) {
+      const nn::Batch b = val.batch(i);
+      const auto r = model->evaluate(b);
+      sum += r.sum;
+      count += r.count;
+      const Tensor logits = mlp.logits(b.inputs);
+      const int64_t rows = logits.dim(0), classes = logits.dim(1);
+      for (int64_t row = 0; row < rows; ++row) {
+        const float* l = logits.f32() + row * classes;
+        int64_t best = 0;
+        for (int64_t k = 1; k < classes; ++k)
+          if (l[k] > l[best]) best = k;
+        correct += best == b.targets.data<int32_t>()[row];
+      }
+    }
+    std::printf("checkpoint %s\ndata %s (test split, %ld examples)\nval_loss %.4f nats  accuracy %.2f%%\n",
+                a.checkpoint.c_str(), path.c_str(), static_cast<long>(count), sum / static_cast<double>(count),
+                100.0 * static_cast<double>(correct) / static_cast<double>(count));
+  }
+}
+
+Registrar reg(31, [](CLI::App& app) {
+  auto* cmd = app.add_subcommand("eval", "validation loss and bits per character of a saved model");
+  auto a = std::make_shared<EvalArgs>();
+  cmd->add_option("--checkpoint", a->checkpoint, "model or checkpoint directory (written by train --save)")->required();
+  cmd->add_option("--data", a->data, "text file (gpt) or Fashion-MNIST directory (mlp); default corpus if empty");
+  cmd->add_option("--batch-size", a->batch_size, "windows per batch");
+  cmd->add_option("--seq-len", a->seq_len, "tokens per window (default: the model's context)");
+  cmd->add_option("--max-batches", a->max_batches, "evaluate only the first N batches (0: the whole split)");
+  cmd->add_option("--threads", a->threads, "compute threads (0: default)");
+  cmd->callback([a] { eval_command(*a); });
+});
+
+}  // namespace
+}  // namespace mantissa::cli

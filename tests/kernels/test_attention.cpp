@@ -1,0 +1,165 @@
+// Causal multi-head attention against a float64 naive recomputation, the
+// backward against the float64 analytic gradient and central differences.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "kernels/reference.hpp"
+#include "mantissa/kernels/kernels.hpp"
+
+namespace mantissa::kernels {
+namespace {
+
+using test::kEps32;
+using test::random_floats;
+
+struct Shape {
+  int64_t B, T, C, NH;
+  int64_t hs() const { return C / NH; }
+};
+
+// Float64 forward: out [B, T, C], att [B, NH, T, T].
+void attention_ref(const Shape& s, const std::vector<double>& qkv, std::vector<double>& out,
+                   std::vector<double>& att) {
+  const int64_t B = s.B, T = s.T, C = s.C, NH = s.NH, hs = s.hs();
+  out.assign(B * T * C, 0.0);
+  att.assign(B * NH * T * T, 0.0);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(hs));
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t h = 0; h < NH; ++h) {
+      for (int64_t t = 0; t < T; ++t) {
+        const double* q = &qkv[(b * T + t) * 3 * C + h * hs];
+        double* a = &att[((b * NH + h) * T + t) * T];
+        double mx = -1e300;
+        for (int64_t u = 0; u <= t; ++u) {
+          const double* k = &qkv[(b * T + u) * 3 * C + C + h * hs];
+          double dot = 0;
+          for (int64_t i = 0; i < hs; ++i) dot += q[i] * k[i];
+          a[u] = dot * scale;
+          mx = std::max(mx, a[u]);
+        }
+        double sum = 0;
+        for (int64_t u = 0; u <= t; ++u) sum += (a[u] = std::exp(a[u] - mx));
+        for (int64_t u = 0; u <= t; ++u) a[u] /= sum;
+        double* o = &out[(b * T + t) * C + h * hs];
+        for (int64_t u = 0; u <= t; ++u) {
+          const double* v = &qkv[(b * T + u) * 3 * C + 2 * C + h * hs];
+          for (int64_t i = 0; i < hs; ++i) o[i] += a[u] * v[i];
+        }
+      }
+    }
+  }
+}
+
+void check_forward(const Shape& s, uint32_t seed) {
+  auto qkv = random_floats(s.B * s.T * 3 * s.C, seed, -1.5f, 1.5f);
+  std::vector<float> out(s.B * s.T * s.C, 7.0f), att(s.B * s.NH * s.T * s.T, 7.0f);
+  attention_forward(out.data(), att.data(), qkv.data(), s.B, s.T, s.C, s.NH);
+  std::vector<double> out_ref, att_ref;
+  attention_ref(s, test::to_double(qkv), out_ref, att_ref);
+  // Scores: hs-term fp32 dots; probabilities inherit ~hs u absolute error on the
+  // exponent; outputs are convex combinations of |v| <= 1.5 over T terms.
+  const double tol_att = 4 * (s.hs() + 8) * kEps32 * 3;
+  test::expect_near_all(att, att_ref, 0, tol_att, "att");
+  test::expect_near_all(out, out_ref, 0, 1.5 * tol_att + 4 * s.T * kEps32 * 1.5, "out");
+  // Causal: entries above the diagonal are exact zeros.
+  for (int64_t r = 0; r < s.B * s.NH * s.T; ++r) {
+    const int64_t t = r % s.T;
+    for (int64_t u = t + 1; u < s.T; ++u) ASSERT_EQ(att[r * s.T + u], 0.0f) << r << "," << u;
+  }
+}
+
+TEST(Attention, ForwardSmallMatchesFloat64) { check_forward({2, 7, 12, 3}, 1); }
+TEST(Attention, ForwardModelSizeMatchesFloat64) { check_forward({2, 128, 256, 4}, 2); }
+
+TEST(Attention, FutureTokensDoNotChangeThePast) {
+  const Shape s{1, 16, 32, 4};
+  auto qkv = random_floats(s.B * s.T * 3 * s.C, 3);
+  std::vector<float> out1(s.T * s.C), out2(s.T * s.C), att(s.NH * s.T * s.T);
+  attention_forward(out1.data(), att.data(), qkv.data(), s.B, s.T, s.C, s.NH);
+  for (int64_t j = 10 * 3 * s.C; j < s.T * 3 * s.C; ++j) qkv[j] = -qkv[j] * 2.0f;  // change t >= 10
+  attention_forward(out2.data(), att.data(), qkv.data(), s.B, s.T, s.C, s.NH);
+  for (int64_t j = 0; j < 10 * s.C; ++j) ASSERT_EQ(out1[j], out2[j]) << j;
+  bool changed = false;
+  for (int64_t j = 10 * s.C; j < s.T * s.C; ++j) changed |= out1[j] != out2[j];
+  EXPECT_TRUE(changed);
+}
+
+TEST(Attention, BackwardMatchesFiniteDifferences) {
+  const Shape s{2, 5, 8, 2};
+  auto qkv = random_floats(s.B * s.T * 3 * s.C, 4);
+  auto g = random_floats(s.B * s.T * s.C, 5);
+  std::vector<float> out(s.B * s.T * s.C), att(s.B * s.NH * s.T * s.T), datt(att.size());
+  attention_forward(out.data(), att.data(), qkv.data(), s.B, s.T, s.C, s.NH);
+  std::vector<float> dqkv(qkv.size(), 0.5f);
+  attention_backward(dqkv.data(), datt.data(), g.data(), qkv.data(), att.data(), s.B, s.T, s.C, s.NH);
+  auto qd = test::to_double(qkv);
+  auto loss = [&]() {
+    std::vector<double> o, a;
+    attention_ref(s, qd, o, a);
+    double L = 0;
+    for (size_t i = 0; i < o.size(); ++i) L += o[i] * g[i];
+    return L;
+  };
+  for (size_t i = 0; i < qd.size(); ++i) {
+    const double h = 1e-6, keep = qd[i];
+    qd[i] = keep + h;
+    const double up = loss();
+    qd[i] = keep - h;
+    const double down = loss();
+    qd[i] = keep;
+    EXPECT_NEAR(dqkv[i], 0.5 + (up - down) / (2 * h), 2e-6) << i;
+  }
+}
+
+// Model size: analytic float64 gradient (the same formulas in double, naive loops).
+TEST(Attention, BackwardModelSizeMatchesFloat64) {
+  const Shape s{1, 128, 256, 4};
+  const int64_t B = s.B, T = s.T, C = s.C, NH = s.NH, hs = s.hs();
+  auto qkv = random_floats(B * T * 3 * C, 6);
+  auto g = random_floats(B * T * C, 7);
+  std::vector<float> out(B * T * C), att(B * NH * T * T), datt(att.size()), dqkv(qkv.size(), 0.0f);
+  attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH);
+  attention_backward(dqkv.data(), datt.data(), g.data(), qkv.data(), att.data(), B, T, C, NH);
+  auto qd = test::to_double(qkv);
+  std::vector<double> o, P;
+  attention_ref(s, qd, o, P);
+  std::vector<double> want(qkv.size(), 0.0);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(hs));
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t h = 0; h < NH; ++h) {
+      for (int64_t t = 0; t < T; ++t) {
+        const double* p = &P[((b * NH + h) * T + t) * T];
+        const float* go = &g[(b * T + t) * C + h * hs];
+        std::vector<double> dp(t + 1);
+        double dot = 0;
+        for (int64_t u = 0; u <= t; ++u) {
+          const double* v = &qd[(b * T + u) * 3 * C + 2 * C + h * hs];
+          double* dv = &want[(b * T + u) * 3 * C + 2 * C + h * hs];
+          for (int64_t i = 0; i < hs; ++i) {
+            dp[u] += go[i] * v[i];
+            dv[i] += p[u] * go[i];
+          }
+          dot += dp[u] * p[u];
+        }
+        for (int64_t u = 0; u <= t; ++u) {
+          const double ds = p[u] * (dp[u] - dot) * scale;
+          for (int64_t i = 0; i < hs; ++i) {
+            want[(b * T + t) * 3 * C + h * hs + i] += ds * qd[(b * T + u) * 3 * C + C + h * hs + i];
+            want[(b * T + u) * 3 * C + C + h * hs + i] += ds * qd[(b * T + t) * 3 * C + h * hs + i];
+          }
+        }
+      }
+    }
+  }
+  test::expect_near_all(dqkv, want, 0, 4 * (T + hs) * kEps32 * 4, "dqkv");
+}
+
+TEST(Attention, RejectsHeadsNotDividingWidth) {
+  std::vector<float> buf(3 * 10);
+  EXPECT_THROW(attention_forward(buf.data(), buf.data(), buf.data(), 1, 1, 10, 3), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace mantissa::kernels

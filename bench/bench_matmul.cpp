@@ -6,9 +6,11 @@
 #include <benchmark/benchmark.h>
 #include <omp.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <dnnl.hpp>
-#include <map>
 #include <random>
 #include <string>
 #include <vector>
@@ -71,78 +73,104 @@ void set_counters(benchmark::State& state, const Shape& s) {
 
 // packed: mantissa may pre-pack the constant weight (b_is_constant); otherwise
 // every call passes the plain weight.
-void bm_mantissa(benchmark::State& state, Shape s, bool bf16, bool packed) {
-  Operands o = make_operands(s);
+struct MantissaCase {
+  Operands o;
   mantissa::kernels::MatmulArgs args;
-  args.M = s.M;
-  args.N = s.N;
-  args.K = s.K;
-  args.trans_a = s.trans_a;
-  args.trans_b = s.trans_b;
-  args.accumulate = s.accumulate;
-  args.a_type = args.b_type = bf16 ? DType::bf16 : DType::f32;
-  args.b_is_constant = packed;
-  args.b_cache_key = packed ? o.b.data() : nullptr;
-  const void* A = bf16 ? static_cast<const void*>(o.a16.data()) : o.a.data();
-  const void* B = bf16 ? static_cast<const void*>(o.b16.data()) : o.b.data();
-  for (auto _ : state) {
-    mantissa::kernels::matmul(args, A, B, o.c.data());
-    benchmark::ClobberMemory();
+  const void* A;
+  const void* B;
+  MantissaCase(const Shape& s, bool bf16, bool packed) : o(make_operands(s)) {
+    args.M = s.M;
+    args.N = s.N;
+    args.K = s.K;
+    args.trans_a = s.trans_a;
+    args.trans_b = s.trans_b;
+    args.accumulate = s.accumulate;
+    args.a_type = args.b_type = bf16 ? DType::bf16 : DType::f32;
+    args.b_is_constant = packed;
+    args.b_cache_key = packed ? o.b.data() : nullptr;
+    A = bf16 ? static_cast<const void*>(o.a16.data()) : o.a.data();
+    B = bf16 ? static_cast<const void*>(o.b16.data()) : o.b.data();
   }
-  state.SetLabel(mantissa::kernels::last_matmul_impl());
-  set_counters(state, s);
-}
+  void run() { mantissa::kernels::matmul(args, A, B, o.c.data()); }
+  std::string impl() const { return mantissa::kernels::last_matmul_impl(); }
+};
 
 // The same product as one oneDNN primitive built here; with packed, the
-// weight is reordered into the primitive's preferred layout once, outside the loop.
-void bm_raw(benchmark::State& state, Shape s, bool bf16, bool packed) {
-  Operands o = make_operands(s);
-  dnnl::engine eng(dnnl::engine::kind::cpu, 0);
-  dnnl::stream strm(eng);
-  const auto dt = bf16 ? memory::data_type::bf16 : memory::data_type::f32;
-  memory::desc a_md({s.M, s.K}, dt, s.trans_a ? memory::dims{1, s.M} : memory::dims{s.K, 1});
-  memory::desc b_plain({s.K, s.N}, dt, s.trans_b ? memory::dims{1, s.K} : memory::dims{s.N, 1});
-  memory::desc c_md({s.M, s.N}, memory::data_type::f32, memory::dims{s.N, 1});
-  memory::desc b_md = packed ? memory::desc({s.K, s.N}, dt, memory::format_tag::any) : b_plain;
-  dnnl::primitive_attr attr;
-  if (s.accumulate) {
-    dnnl::post_ops ops;
-    ops.append_sum(1.0f);
-    attr.set_post_ops(ops);
+// weight is reordered into the primitive's preferred layout once, up front.
+struct RawCase {
+  Operands o;
+  dnnl::engine eng{dnnl::engine::kind::cpu, 0};
+  dnnl::stream strm{eng};
+  dnnl::matmul::primitive_desc pd;
+  dnnl::matmul prim;
+  memory a_mem, b_mem, c_mem;
+  RawCase(const Shape& s, bool bf16, bool packed) : o(make_operands(s)) {
+    const auto dt = bf16 ? memory::data_type::bf16 : memory::data_type::f32;
+    memory::desc a_md({s.M, s.K}, dt, s.trans_a ? memory::dims{1, s.M} : memory::dims{s.K, 1});
+    memory::desc b_plain({s.K, s.N}, dt, s.trans_b ? memory::dims{1, s.K} : memory::dims{s.N, 1});
+    memory::desc c_md({s.M, s.N}, memory::data_type::f32, memory::dims{s.N, 1});
+    memory::desc b_md = packed ? memory::desc({s.K, s.N}, dt, memory::format_tag::any) : b_plain;
+    dnnl::primitive_attr attr;
+    if (s.accumulate) {
+      dnnl::post_ops ops;
+      ops.append_sum(1.0f);
+      attr.set_post_ops(ops);
+    }
+    pd = dnnl::matmul::primitive_desc(dnnl::matmul::desc(a_md, b_md, c_md), attr, eng);
+    prim = dnnl::matmul(pd);
+    void* A = bf16 ? static_cast<void*>(o.a16.data()) : o.a.data();
+    void* B = bf16 ? static_cast<void*>(o.b16.data()) : o.b.data();
+    a_mem = memory(a_md, eng, A);
+    c_mem = memory(c_md, eng, o.c.data());
+    memory b_src(b_plain, eng, B);
+    b_mem = b_src;
+    if (packed && pd.weights_desc() != b_plain) {
+      b_mem = memory(pd.weights_desc(), eng);
+      dnnl::reorder(b_src, b_mem).execute(strm, b_src, b_mem);
+      strm.wait();
+    }
   }
-  dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, b_md, c_md), attr, eng);
-  dnnl::matmul prim(pd);
-  void* A = bf16 ? static_cast<void*>(o.a16.data()) : o.a.data();
-  void* B = bf16 ? static_cast<void*>(o.b16.data()) : o.b.data();
-  memory a_mem(a_md, eng, A), b_src(b_plain, eng, B), c_mem(c_md, eng, o.c.data());
-  memory b_mem = b_src;
-  if (packed && pd.weights_desc() != b_plain) {
-    b_mem = memory(pd.weights_desc(), eng);
-    dnnl::reorder(b_src, b_mem).execute(strm, b_src, b_mem);
-    strm.wait();
-  }
-  for (auto _ : state) {
+  void run() {
     prim.execute(strm, {{DNNL_ARG_SRC, a_mem}, {DNNL_ARG_WEIGHTS, b_mem}, {DNNL_ARG_DST, c_mem}});
     strm.wait();
+  }
+  std::string impl() const { return pd.impl_info_str(); }
+};
+
+template <class Case>
+void bm_case(benchmark::State& state, Shape s, bool bf16, bool packed) {
+  Case c(s, bf16, packed);
+  for (auto _ : state) {
+    c.run();
     benchmark::ClobberMemory();
   }
-  state.SetLabel(pd.impl_info_str());
+  state.SetLabel(c.impl());
   set_counters(state, s);
 }
 
-// Collects real time per benchmark name so main can print ratios.
-class RatioReporter : public benchmark::ConsoleReporter {
- public:
-  std::map<std::string, double> ns;
-  void ReportRuns(const std::vector<Run>& runs) override {
-    for (const auto& r : runs) {
-      if (r.run_type == Run::RT_Iteration && !r.error_occurred) {
-        ns[r.benchmark_name()] = r.GetAdjustedRealTime();
-      }
-    }
-    ConsoleReporter::ReportRuns(runs);
+// Paired timing: mantissa and raw calls alternate, so load on a shared machine
+// hits both alike; returns the median seconds of each.
+std::pair<double, double> paired_medians(const Shape& s, bool bf16, bool packed, int reps) {
+  MantissaCase m(s, bf16, packed);
+  RawCase r(s, bf16, packed);
+  m.run();
+  r.run();
+  std::vector<double> tm, tr;
+  for (int i = 0; i < reps; ++i) {
+    auto t0 = std::chrono::steady_clock::now();
+    m.run();
+    auto t1 = std::chrono::steady_clock::now();
+    r.run();
+    auto t2 = std::chrono::steady_clock::now();
+    tm.push_back(std::chrono::duration<double>(t1 - t0).count());
+    tr.push_back(std::chrono::duration<double>(t2 - t1).count());
   }
-};
+  auto median = [](std::vector<double>& v) {
+    std::nth_element(v.begin(), v.begin() + static_cast<long>(v.size() / 2), v.end());
+    return v[v.size() / 2];
+  };
+  return {median(tm), median(tr)};
+}
 
 std::string case_name(const char* who, const Shape& s, bool bf16, bool packed) {
   return std::string(who) + "/" + s.name + (bf16 ? "/bf16" : "/f32") + (packed ? "/packed" : "/plain");
@@ -152,43 +180,50 @@ std::string case_name(const char* who, const Shape& s, bool bf16, bool packed) {
 
 int main(int argc, char** argv) {
   mantissa::kernels::set_num_threads(2);
+  int reps = 41;
+  if (const char* env = std::getenv("MANTISSA_BENCH_REPS")) reps = std::max(1, std::atoi(env));
   for (const Shape& s : kShapes) {
     for (bool bf16 : {false, true}) {
       for (bool packed : {false, true}) {
         if (packed && !s.b_constant) continue;
-        benchmark::RegisterBenchmark(case_name("mantissa", s, bf16, packed).c_str(), bm_mantissa, s, bf16, packed)
+        benchmark::RegisterBenchmark(case_name("mantissa", s, bf16, packed).c_str(), bm_case<MantissaCase>, s,
+                                     bf16, packed)
             ->Unit(benchmark::kMicrosecond)
             ->UseRealTime();
-        benchmark::RegisterBenchmark(case_name("raw", s, bf16, packed).c_str(), bm_raw, s, bf16, packed)
+        benchmark::RegisterBenchmark(case_name("raw", s, bf16, packed).c_str(), bm_case<RawCase>, s, bf16,
+                                     packed)
             ->Unit(benchmark::kMicrosecond)
             ->UseRealTime();
       }
     }
   }
   benchmark::Initialize(&argc, argv);
-  RatioReporter reporter;
-  benchmark::RunSpecifiedBenchmarks(&reporter);
+  benchmark::RunSpecifiedBenchmarks();
 
-  std::printf("\n%-28s %-5s %-6s %10s %10s %8s %10s\n", "shape", "type", "B", "mantissa", "raw",
-              "m/raw", "GFLOP/s");
+  std::printf("\nPaired medians over %d alternating calls (2 threads)\n", reps);
+  std::printf("%-28s %-5s %-6s %11s %11s %7s %9s %9s\n", "shape", "type", "B", "mantissa", "raw", "m/raw",
+              "m GFLOP/s", "raw GF/s");
+  double worst = 0;
   for (const Shape& s : kShapes) {
     for (bool bf16 : {false, true}) {
+      double plain_time = 0;
       for (bool packed : {false, true}) {
-        auto m = reporter.ns.find(case_name("mantissa", s, bf16, packed) + "/real_time");
-        auto r = reporter.ns.find(case_name("raw", s, bf16, packed) + "/real_time");
-        if (m == reporter.ns.end() || r == reporter.ns.end()) continue;
-        std::printf("%-28s %-5s %-6s %8.1fus %8.1fus %8.3f %10.1f\n", s.name, bf16 ? "bf16" : "f32",
-                    packed ? "packed" : "plain", m->second, r->second, m->second / r->second,
-                    flops(s) / (m->second * 1e3));
-      }
-      auto plain = reporter.ns.find(case_name("mantissa", s, bf16, false) + "/real_time");
-      auto packed = reporter.ns.find(case_name("mantissa", s, bf16, true) + "/real_time");
-      if (plain != reporter.ns.end() && packed != reporter.ns.end()) {
-        std::printf("%-28s %-5s packing speed-up (plain/packed time): %.3f\n", s.name, bf16 ? "bf16" : "f32",
-                    plain->second / packed->second);
+        if (packed && !s.b_constant) continue;
+        auto [tm, tr] = paired_medians(s, bf16, packed, reps);
+        worst = std::max(worst, tm / tr);
+        std::printf("%-28s %-5s %-6s %9.1fus %9.1fus %7.3f %9.1f %9.1f\n", s.name, bf16 ? "bf16" : "f32",
+                    packed ? "packed" : "plain", tm * 1e6, tr * 1e6, tm / tr, flops(s) / tm * 1e-9,
+                    flops(s) / tr * 1e-9);
+        if (!packed) {
+          plain_time = tm;
+        } else {
+          std::printf("%-28s %-5s packing pays: plain/packed time = %.3f\n", s.name, bf16 ? "bf16" : "f32",
+                      plain_time / tm);
+        }
       }
     }
   }
+  std::printf("worst mantissa/raw ratio: %.3f (target <= 1.10)\n", worst);
   benchmark::Shutdown();
   return 0;
 }

@@ -65,6 +65,7 @@ Amp::Amp(nn::Model& model, optim::Optimizer& optimizer, const Recipe& recipe, Am
   if (recipe_.parametrisation != Parametrisation::standard)
     throw std::invalid_argument("recipe " + recipe_.name + ": parametrisation '" +
                                 parametrisation_name(recipe_.parametrisation) + "' is not available yet");
+  model_.set_precision(precision_policy(recipe_));
   master_.initialise();
   model_.zero_grad();
 }

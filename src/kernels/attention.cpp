@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "kernels/parallel.hpp"
+#include "kernels/row_math.hpp"
 #include "mantissa/kernels/kernels.hpp"
 #include "mantissa/kernels/matmul.hpp"
 
@@ -110,16 +111,9 @@ void attention_forward(float* out, float* att, const float* qkv, int64_t B, int6
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t t = r % T;
     float* a = att + r * T;
-    float mx = -std::numeric_limits<float>::infinity();
-    for (int64_t j = 0; j <= t; ++j) mx = std::max(mx, a[j]);
-    float sum = 0.0f;
-    for (int64_t j = 0; j <= t; ++j) {
-      a[j] = std::exp(a[j] - mx);
-      sum += a[j];
-    }
-    const float inv = 1.0f / sum;
-#pragma omp simd
-    for (int64_t j = 0; j <= t; ++j) a[j] *= inv;
+    const float mx = span_max(a, t + 1);
+    const float sum = span_exp_sum(a, a, t + 1, mx);
+    span_scale(a, t + 1, 1.0f / sum);
     std::fill(a + t + 1, a + T, 0.0f);
   }
 

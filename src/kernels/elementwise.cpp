@@ -11,6 +11,7 @@
 
 #include "kernels/bf16_convert.hpp"
 #include "kernels/parallel.hpp"
+#include "kernels/row_math.hpp"
 #include "mantissa/kernels/kernels.hpp"
 
 namespace mantissa::kernels {
@@ -42,33 +43,13 @@ void mul(float* out, const float* a, const float* b, int64_t n) {
   for (int64_t i = 0; i < n; ++i) out[i] = a[i] * b[i];
 }
 
-// ---- GELU (GPT-2 tanh approximation) ------------------------------------------
-// y = 0.5 x (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3)
-// dy/dx = 0.5 (1 + tanh u) + 0.5 x (1 - tanh^2 u) sqrt(2/pi) (1 + 3 * 0.044715 x^2)
-namespace {
-constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2/pi)
-constexpr float kGeluCubic = 0.044715f;
-}  // namespace
-
+// ---- GELU (GPT-2 tanh approximation), vectorised in row_math.cpp ----------------
 void gelu_forward(float* out, const float* x, int64_t n) {
-  MANTISSA_PARALLEL_SIMD
-  for (int64_t i = 0; i < n; ++i) {
-    const float v = x[i];
-    const float u = kGeluScale * (v + kGeluCubic * v * v * v);
-    out[i] = 0.5f * v * (1.0f + std::tanh(u));
-  }
+  for_chunks(n, [&](int64_t b, int64_t e) { span_gelu_forward(out + b, x + b, e - b); });
 }
 
 void gelu_backward(float* dx, const float* x, const float* dout, int64_t n) {
-  MANTISSA_PARALLEL_SIMD
-  for (int64_t i = 0; i < n; ++i) {
-    const float v = x[i];
-    const float u = kGeluScale * (v + kGeluCubic * v * v * v);
-    const float th = std::tanh(u);
-    const float du = kGeluScale * (1.0f + 3.0f * kGeluCubic * v * v);
-    const float grad = 0.5f * (1.0f + th) + 0.5f * v * (1.0f - th * th) * du;
-    dx[i] += grad * dout[i];
-  }
+  for_chunks(n, [&](int64_t b, int64_t e) { span_gelu_backward(dx + b, x + b, dout + b, e - b); });
 }
 
 void relu_forward(float* out, const float* x, int64_t n) {

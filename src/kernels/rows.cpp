@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "kernels/parallel.hpp"
+#include "kernels/row_math.hpp"
 #include "mantissa/kernels/kernels.hpp"
 
 namespace mantissa::kernels {
@@ -121,16 +122,9 @@ void softmax_forward(float* y, const float* x, int64_t N, int64_t C) {
   for (int64_t i = 0; i < N; ++i) {
     const float* xi = x + i * C;
     float* yi = y + i * C;
-    float mx = -std::numeric_limits<float>::infinity();
-    for (int64_t j = 0; j < C; ++j) mx = std::max(mx, xi[j]);
-    float s = 0.0f;
-    for (int64_t j = 0; j < C; ++j) {
-      yi[j] = std::exp(xi[j] - mx);
-      s += yi[j];
-    }
-    const float inv = 1.0f / s;
-#pragma omp simd
-    for (int64_t j = 0; j < C; ++j) yi[j] *= inv;
+    const float mx = span_max(xi, C);
+    const float s = span_exp_sum(yi, xi, C, mx);
+    span_scale(yi, C, 1.0f / s);
   }
 }
 
@@ -176,20 +170,14 @@ double cross_entropy(const float* logits, const int32_t* targets, int64_t N, int
       if (gi) std::fill(gi, gi + V, 0.0f);
       continue;
     }
-    float mx = -std::numeric_limits<float>::infinity();
-    for (int64_t j = 0; j < V; ++j) mx = std::max(mx, xi[j]);
-    float s = 0.0f;
+    const float mx = span_max(xi, V);
+    float s;
     if (gi) {
-      for (int64_t j = 0; j < V; ++j) {
-        gi[j] = std::exp(xi[j] - mx);
-        s += gi[j];
-      }
-      const float g = grad_scale / s;
-#pragma omp simd
-      for (int64_t j = 0; j < V; ++j) gi[j] *= g;
+      s = span_exp_sum(gi, xi, V, mx);
+      span_scale(gi, V, grad_scale / s);
       gi[t] -= grad_scale;
     } else {
-      for (int64_t j = 0; j < V; ++j) s += std::exp(xi[j] - mx);
+      s = span_sum_exp(xi, V, mx);
     }
     losses[i] = std::log(s) + mx - xi[t];
   }

@@ -54,25 +54,8 @@ amp::Recipe resolve_recipe(const TrainConfig& c) {
   return r;
 }
 
-namespace {
-
-template <class M>
-void set_policy_if_supported(M& m, const autograd::PrecisionPolicy& p) {
-  if constexpr (requires { m.set_policy(p); }) m.set_policy(p);
-  else if constexpr (requires { m.set_precision(p); }) m.set_precision(p);
-  else if constexpr (requires { m.set_precision_policy(p); }) m.set_precision_policy(p);
-  else if (p.matmul != DType::f32 || p.saved != DType::f32)
-    throw std::invalid_argument("the " + m.kind() + " model has no precision policy yet: only fp32 recipes run");
-}
-
-}  // namespace
-
 void apply_precision(nn::Model& model, const amp::Recipe& recipe) {
-  const autograd::PrecisionPolicy p = amp::precision_policy(recipe);
-  if (auto* g = dynamic_cast<nn::GPT*>(&model)) set_policy_if_supported(*g, p);
-  else if (auto* m = dynamic_cast<nn::MLP*>(&model)) set_policy_if_supported(*m, p);
-  else if (p.matmul != DType::f32 || p.saved != DType::f32)
-    throw std::invalid_argument("model kind " + model.kind() + " has no precision policy");
+  model.set_precision(amp::precision_policy(recipe));
 }
 
 std::unique_ptr<nn::Model> make_model(const TrainConfig& c) {

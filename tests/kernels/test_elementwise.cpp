@@ -195,3 +195,41 @@ TEST(Threads, SetAndGet) {
 
 }  // namespace
 }  // namespace mantissa::kernels
+
+namespace mantissa::kernels {
+namespace {
+
+// Ten AdamW steps against the same recurrence in float64 (PyTorch's formula).
+TEST(AdamW, TenStepsMatchFloat64) {
+  const int64_t n = 70001;
+  auto p = test::random_floats(n, 20), m = std::vector<float>(n, 0.0f), v = std::vector<float>(n, 0.0f);
+  std::vector<double> pd(p.begin(), p.end()), md(n, 0.0), vd(n, 0.0);
+  // The hyper-parameters as the fp32 values the kernel receives.
+  const double lr = double(1e-3f), b1 = double(0.9f), b2 = double(0.95f), eps = double(1e-8f), wd = double(0.1f),
+               gs = 0.5;
+  for (int64_t step = 1; step <= 10; ++step) {
+    auto g = test::random_floats(n, 100 + static_cast<uint32_t>(step), -2.0f, 2.0f);
+    adamw_step(p.data(), g.data(), m.data(), v.data(), n, float(lr), float(b1), float(b2), float(eps), float(wd),
+               step, float(gs));
+    for (int64_t i = 0; i < n; ++i) {
+      const double gi = g[i] * gs;
+      pd[i] *= 1 - lr * wd;
+      md[i] = b1 * md[i] + (1 - b1) * gi;
+      vd[i] = b2 * vd[i] + (1 - b2) * gi * gi;
+      const double denom = std::sqrt(vd[i]) / std::sqrt(1 - std::pow(b2, step)) + eps;
+      pd[i] -= lr / (1 - std::pow(b1, step)) * md[i] / denom;
+    }
+  }
+  // m, v: EMAs of |g| <= 1 and g^2 <= 1, a few fp32 roundings of O(1) terms per
+  // step -> absolute error ~ 10 steps x 3u. p: its own rounding (|p| <= 1) plus
+  // the update lr m_hat / denom, whose relative error follows m's absolute
+  // error over sqrt(v_hat) (>= ~1e-2 here): 10 x (2u + lr 1e-4).
+  test::expect_near_all(m, md, 0, 10 * 3 * test::kEps32, "m");
+  test::expect_near_all(v, vd, 0, 10 * 3 * test::kEps32, "v");
+  test::expect_near_all(p, pd, 0, 10 * (2 * test::kEps32 + lr * 1e-4), "param");
+  EXPECT_THROW(adamw_step(p.data(), p.data(), m.data(), v.data(), n, 0.1f, 0.9f, 0.9f, 1e-8f, 0.0f, 0),
+               std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace mantissa::kernels

@@ -5,11 +5,11 @@
 //   amp.backward(batch);          // scaled forward + backward, as often as you accumulate
 //   amp.step(lr);                 // unscale, skip if non-finite, clip, update, round weights
 //
-// The recipe's precision policy (matmul format, saved activations) is the
-// model's business: set it with precision_policy(recipe) on models that have
-// one (nn::GPT, nn::MLP). Amp owns the rest: the loss scaler, the fp32
-// master weights / working-format rounding, the gradient format, and the
-// underflow/overflow diagnostics.
+// Amp sets the recipe's precision policy on the model (matmul format, saved
+// activations: nn::Model::set_precision; a custom model reads it back with
+// precision()) and owns the rest: the loss scaler, the fp32 master weights /
+// working-format rounding, the gradient format, and the underflow/overflow
+// diagnostics.
 #pragma once
 
 #include <cstdint>

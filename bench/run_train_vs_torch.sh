@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# run_train_vs_torch.sh: training-step tokens/s of mantissa's GPT against PyTorch on the same CPU
+# and thread count, in one run (issue 3 item 11, issue 8 item 1).
+#
+#   bash bench/run_train_vs_torch.sh [--threads 2] [--build-dir DIR] [--out FILE.json]
+#                                    [--recipes fp32,bf16-amp] [--steps 10] [--warmup 3]
+#                                    [any size flag: --layers L --d-model C --heads H --seq-len T --batch B]
+#
+# Builds bench_train if needed, installs Debian's python3-torch if /usr/bin/python3 has no torch,
+# runs bench/torch_gpt.py and bench_train with the same sizes and threads, prints both and the
+# ratios, and writes a JSON summary (default DIR/train_vs_torch.json).
+# The reference PyTorch fp32 speed depends on the BLAS behind Debian's libblas.so.3: with the
+# netlib reference BLAS it is ~100x slower than with OpenBLAS, so the script refuses to compare
+# against a reference BLAS (install libopenblas0-openmp).
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+THREADS=2
+BUILD_DIR=$ROOT/build
+OUT=
+RECIPES=fp32,bf16-amp
+STEPS=10
+WARMUP=3
+SIZE_ARGS=()
+while [ $# -gt 0 ]; do
+  case $1 in
+    --threads) THREADS=$2; shift 2 ;;
+    --build-dir) BUILD_DIR=$2; shift 2 ;;
+    --out) OUT=$2; shift 2 ;;
+    --recipes) RECIPES=$2; shift 2 ;;
+    --steps) STEPS=$2; shift 2 ;;
+    --warmup) WARMUP=$2; shift 2 ;;
+    --layers|--d-model|--heads|--seq-len|--batch) SIZE_ARGS+=("$1" "$2"); shift 2 ;;
+    -h|--help) sed -n 2,15p "$0"; exit 0 ;;
+    *) echo "run_train_vs_torch.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
+  esac
+done
+case $THREADS in ''|*[!0-9]*|0) echo "run_train_vs_torch.sh: --threads must be a positive integer, got '$THREADS'" >&2; exit 2 ;; esac
+OUT=${OUT:-$BUILD_DIR/train_vs_torch.json}
+
+PY=/usr/bin/python3
+if ! $PY -c 'import torch' 2>/dev/null; then
+  echo "installing Debian's python3-torch ..." >&2
+  apt-get install -y python3-torch >/dev/null
+fi
+BLAS=$(readlink -f /usr/lib/x86_64-linux-gnu/libblas.so.3 || true)
+case $BLAS in
+  */blas/libblas.so.3*)
+    echo "run_train_vs_torch.sh: libblas.so.3 is the netlib reference BLAS ($BLAS); PyTorch fp32 would be" \
+         "measured against it. Install an optimised BLAS first: apt-get install -y libopenblas0-openmp" >&2
+    exit 2 ;;
+esac
+
+if [ ! -x "$BUILD_DIR/bench/bench_train" ]; then
+  [ -f "$BUILD_DIR/CMakeCache.txt" ] || cmake -S "$ROOT" -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release >/dev/null
+  cmake --build "$BUILD_DIR" --target bench_train -j "$THREADS" >/dev/null
+fi
+
+# Both sides get exactly the threads asked for; neither is told about the other.
+export OMP_NUM_THREADS=$THREADS
+echo "PyTorch ($PY, $THREADS threads) ..." >&2
+TORCH_JSON=$($PY "$ROOT/bench/torch_gpt.py" --threads "$THREADS" --steps "$STEPS" --warmup "$WARMUP" "${SIZE_ARGS[@]}")
+echo "mantissa ($RECIPES, $THREADS threads) ..." >&2
+MANTISSA_JSON=$("$BUILD_DIR/bench/bench_train" --threads "$THREADS" --recipe "$RECIPES" --steps "$STEPS" \
+                --warmup "$WARMUP" "${SIZE_ARGS[@]}")
+
+$PY - "$OUT" "$TORCH_JSON" "$MANTISSA_JSON" "$BLAS" <<'EOF'
+import json, os, platform, subprocess, sys, time
+out, torch_json, mantissa_json, blas = sys.argv[1], json.loads(sys.argv[2]), json.loads(sys.argv[3]), sys.argv[4]
+try:
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                            cwd=os.path.dirname(out) or ".").stdout.strip()
+except OSError:
+    commit = ""
+rows = []
+for name, m in mantissa_json["recipes"].items():
+    ref_key = "tokens_per_s_bf16" if "bf16" in name else "tokens_per_s_fp32"
+    ref = torch_json[ref_key]
+    rows.append({"mantissa": name, "mantissa_tokens_per_s": round(m["tokens_per_s"], 1),
+                 "mantissa_step_ms": round(m["step_ms"], 2), "torch": ref_key[len("tokens_per_s_"):],
+                 "torch_tokens_per_s": ref, "ratio": round(m["tokens_per_s"] / ref, 3),
+                 "vs_torch_fp32": round(m["tokens_per_s"] / torch_json["tokens_per_s_fp32"], 3)})
+summary = {"time_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "commit": commit,
+           "cpu": platform.processor() or platform.machine(), "blas": blas,
+           "load_average": os.getloadavg()[0], "torch": torch_json, "mantissa": mantissa_json,
+           "comparison": rows,
+           "targets": {"issue3_fp32_vs_torch_fp32": 1.3, "issue8_fp32_vs_torch_fp32": 1.5,
+                       "issue8_bf16_amp_vs_torch_bf16": 1.5}}
+tmp = out + ".tmp"
+with open(tmp, "w") as f:
+    json.dump(summary, f, indent=1)
+os.replace(tmp, out)
+t = torch_json
+print(f"GPT L{t['layers']} C{t['d_model']} H{t['heads']} T{t['seq_len']} B{t['batch']}, "
+      f"{t['threads']} threads, torch {t['torch_version']}, load average {summary['load_average']:.1f}")
+print(f"  PyTorch fp32            {t['tokens_per_s_fp32']:10.1f} tokens/s")
+print(f"  PyTorch autocast bf16   {t['tokens_per_s_bf16']:10.1f} tokens/s")
+for r in rows:
+    print(f"  mantissa {r['mantissa']:<14} {r['mantissa_tokens_per_s']:10.1f} tokens/s   "
+          f"ratio vs PyTorch {r['torch']}: {r['ratio']:.2f}x")
+b = mantissa_json.get("fp32_breakdown")
+if b:
+    print("  mantissa fp32 step: " + ", ".join(f"{k[:-3]} {v:.1f} ms" for k, v in b.items()))
+print(f"summary: {out}")
+EOF

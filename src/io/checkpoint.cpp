@@ -1,0 +1,283 @@
+#include "mantissa/io/checkpoint.hpp"
+
+#include <fcntl.h>
+#include <stdio.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "mantissa/io/files.hpp"
+
+namespace mantissa::io {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* kModelFile = "model.safetensors";
+constexpr const char* kConfigFile = "config.json";
+constexpr const char* kOptimizerFile = "optimizer.safetensors";
+constexpr const char* kOptimizerJson = "optimizer.json";
+constexpr const char* kTrainerFile = "trainer_state.json";
+constexpr const char* kComplete = "COMPLETE";
+constexpr const char* kExtraPrefix = "extra.";
+// Buffers of Hugging Face GPT-2 files that are not parameters (the causal
+// mask); a file holding them still loads.
+constexpr const char* kHfBufferSuffixes[] = {".attn.bias", ".attn.masked_bias"};
+
+std::string join(const std::string& dir, const std::string& name) { return (fs::path(dir) / name).string(); }
+
+// Parameters as stored: a parameter sharing storage with an earlier one (a
+// tied head) is not stored, as in Hugging Face GPT-2 files.
+std::vector<nn::Parameter*> stored_parameters(nn::Model& model) {
+  std::vector<nn::Parameter*> out;
+  for (nn::Parameter* p : model.parameters()) {
+    bool tied = false;
+    for (const nn::Parameter* q : out) tied = tied || q->value.same_storage(p->value);
+    if (!tied) out.push_back(p);
+  }
+  return out;
+}
+
+std::string model_bytes(nn::Model& model) {
+  std::vector<std::pair<std::string, Tensor>> tensors;
+  for (nn::Parameter* p : stored_parameters(model)) tensors.emplace_back(p->name, p->value);
+  // "format": "pt" is what Hugging Face transformers expects of a PyTorch-layout file.
+  return encode_safetensors(tensors, {{"format", "pt"}});
+}
+
+std::string config_bytes(nn::Model& model) {
+  const std::string cfg = model.config_json();
+  try {
+    return nlohmann::json::parse(cfg).dump(2) + "\n";
+  } catch (const nlohmann::json::exception& e) {
+    throw std::logic_error("model.config_json() is not valid JSON: " + std::string(e.what()));
+  }
+}
+
+void apply_model_weights(const SafetensorsFile& file, const std::string& file_name, nn::Model& model) {
+  std::vector<std::pair<std::string, Tensor*>> dst;
+  auto params = stored_parameters(model);
+  for (nn::Parameter* p : params) dst.emplace_back(p->name, &p->value);
+  SafetensorsFile filtered;
+  filtered.metadata = file.metadata;
+  for (const auto& [name, t] : file.tensors) {
+    bool buffer = false;
+    for (const char* suffix : kHfBufferSuffixes)
+      buffer = buffer || (name.size() > std::strlen(suffix) && name.ends_with(suffix));
+    if (!buffer) filtered.tensors.emplace(name, t);
+  }
+  load_into(filtered, file_name, dst);
+  for (nn::Parameter* p : model.parameters()) ++p->version;
+}
+
+void fsync_path(const std::string& path, bool directory) {
+  int fd = ::open(path.c_str(), directory ? (O_RDONLY | O_DIRECTORY) : O_RDONLY);
+  if (fd < 0) return;
+  ::fsync(fd);
+  ::close(fd);
+}
+
+std::string parent_of(const std::string& dir) {
+  fs::path p = fs::path(dir).parent_path();
+  return p.empty() ? "." : p.string();
+}
+
+// Sibling directories DIR.<tag>-* (left by interrupted saves).
+std::vector<fs::path> siblings(const std::string& dir, const std::string& tag) {
+  std::vector<fs::path> out;
+  const fs::path d = fs::path(dir).lexically_normal();
+  const std::string prefix = d.filename().string() + "." + tag + "-";
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(parent_of(d.string()), ec))
+    if (e.path().filename().string().rfind(prefix, 0) == 0) out.push_back(e.path());
+  return out;
+}
+
+std::string without_trailing_slash(std::string dir) {
+  while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
+  return dir;
+}
+
+// The directory that holds the checkpoint: dir if complete, else (dir
+// missing) the most recent complete DIR.old-* left by a save interrupted
+// between its two renames. Empty if none.
+std::string resolve(const std::string& dir) {
+  std::error_code ec;
+  if (fs::exists(join(dir, kComplete), ec)) return dir;
+  if (fs::exists(dir, ec)) return {};
+  std::string best;
+  fs::file_time_type best_time{};
+  for (const fs::path& p : siblings(dir, "old")) {
+    const auto marker = p / kComplete;
+    if (!fs::exists(marker, ec)) continue;
+    auto t = fs::last_write_time(marker, ec);
+    if (best.empty() || t > best_time) best = p.string(), best_time = t;
+  }
+  return best;
+}
+
+std::map<std::string, std::string> read_verified(const std::string& dir) {
+  const std::string marker = join(dir, kComplete);
+  nlohmann::json manifest;
+  try {
+    manifest = nlohmann::json::parse(read_file(marker));
+  } catch (const std::exception& e) {
+    throw FormatError(marker + ": unreadable checkpoint manifest: " + e.what());
+  }
+  if (!manifest.is_object() || manifest.value("format", "") != "mantissa-checkpoint" || !manifest.contains("files") ||
+      !manifest["files"].is_object())
+    throw FormatError(marker + ": not a mantissa checkpoint manifest");
+  std::map<std::string, std::string> files;
+  for (const auto& [name, info] : manifest["files"].items()) {
+    const std::string path = join(dir, name);
+    std::string bytes;
+    try {
+      bytes = read_file(path);
+    } catch (const std::invalid_argument& e) {
+      throw FormatError(std::string("checkpoint file missing: ") + e.what());
+    }
+    const auto want_bytes = info.value("bytes", uint64_t{0});
+    const auto want_crc = info.value("crc32", uint64_t{0});
+    if (bytes.size() != want_bytes)
+      throw FormatError(path + ": " + std::to_string(bytes.size()) + " bytes but the checkpoint manifest says " +
+                        std::to_string(want_bytes) + (bytes.size() < want_bytes ? " (truncated)" : ""));
+    if (crc32(bytes.data(), bytes.size()) != want_crc)
+      throw FormatError(path + ": CRC-32 does not match the checkpoint manifest (corrupt file)");
+    files.emplace(name, std::move(bytes));
+  }
+  return files;
+}
+
+std::atomic<int> g_save_counter{0};
+
+}  // namespace
+
+void save_model(const std::string& dir, nn::Model& model) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) throw std::runtime_error("cannot create directory '" + dir + "': " + ec.message());
+  write_file_atomic(join(dir, kModelFile), model_bytes(model));
+  write_file_atomic(join(dir, kConfigFile), config_bytes(model));
+}
+
+void load_model_weights(const std::string& dir, nn::Model& model) {
+  const std::string path = join(dir, kModelFile);
+  apply_model_weights(load_safetensors(path), path, model);
+}
+
+std::string read_model_config(const std::string& dir) {
+  const std::string resolved = resolve(without_trailing_slash(dir));
+  const std::string path = join(resolved.empty() ? dir : resolved, kConfigFile);
+  std::string text;
+  try {
+    text = read_file(path);
+  } catch (const std::invalid_argument& e) {
+    throw FormatError(std::string("model config: ") + e.what());
+  }
+  if (!nlohmann::json::accept(text)) throw FormatError(path + ": not valid JSON");
+  return text;
+}
+
+void save_checkpoint(const std::string& dir_in, nn::Model& model, const optim::Optimizer* optimizer,
+                     const std::string& trainer_state, const std::map<std::string, Tensor>& extra_tensors) {
+  const std::string dir = without_trailing_slash(dir_in);
+  const std::string tag = std::to_string(::getpid()) + "-" + std::to_string(g_save_counter++);
+  const std::string tmp = dir + ".tmp-" + tag;
+  std::error_code ec;
+  // Leftovers of saves that were killed: never the live checkpoint.
+  for (const fs::path& p : siblings(dir, "tmp")) fs::remove_all(p, ec);
+  fs::create_directories(parent_of(dir), ec);
+  fs::create_directories(tmp, ec);
+  if (ec) throw std::runtime_error("cannot create directory '" + tmp + "': " + ec.message());
+
+  std::map<std::string, std::string> files;
+  files[kModelFile] = model_bytes(model);
+  files[kConfigFile] = config_bytes(model);
+  files[kTrainerFile] = trainer_state;
+  if (optimizer || !extra_tensors.empty()) {
+    std::vector<std::pair<std::string, Tensor>> state;
+    if (optimizer)
+      for (const auto& [name, t] : optimizer->state_tensors()) state.emplace_back(name, t);
+    for (const auto& [name, t] : extra_tensors) state.emplace_back(kExtraPrefix + name, t);
+    files[kOptimizerFile] = encode_safetensors(state);
+  }
+  if (optimizer) files[kOptimizerJson] = optimizer->state_json();
+
+  nlohmann::json manifest = {{"format", "mantissa-checkpoint"}, {"version", 1}, {"files", nlohmann::json::object()}};
+  for (const auto& [name, bytes] : files) {
+    write_file_atomic(join(tmp, name), bytes);
+    manifest["files"][name] = {{"bytes", bytes.size()}, {"crc32", crc32(bytes.data(), bytes.size())}};
+  }
+  // COMPLETE last: a directory without it is never loaded.
+  write_file_atomic(join(tmp, kComplete), manifest.dump(2) + "\n");
+  fsync_path(tmp, true);
+
+  if (!fs::exists(dir, ec)) {
+    if (std::rename(tmp.c_str(), dir.c_str()) != 0)
+      throw std::runtime_error("cannot rename '" + tmp + "' to '" + dir + "': " + std::strerror(errno));
+  } else if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, dir.c_str(), RENAME_EXCHANGE) == 0) {
+    fs::remove_all(tmp, ec);  // now the previous checkpoint
+  } else {
+    // No atomic exchange on this file system: move the old one aside first;
+    // load_checkpoint falls back to DIR.old-* while DIR is missing.
+    const std::string old = dir + ".old-" + tag;
+    if (std::rename(dir.c_str(), old.c_str()) != 0)
+      throw std::runtime_error("cannot rename '" + dir + "' to '" + old + "': " + std::strerror(errno));
+    fsync_path(parent_of(dir), true);
+    if (std::rename(tmp.c_str(), dir.c_str()) != 0)
+      throw std::runtime_error("cannot rename '" + tmp + "' to '" + dir + "': " + std::strerror(errno));
+    fsync_path(parent_of(dir), true);
+    fs::remove_all(old, ec);
+  }
+  fsync_path(parent_of(dir), true);
+  for (const fs::path& p : siblings(dir, "old")) fs::remove_all(p, ec);
+}
+
+CheckpointData load_checkpoint(const std::string& dir_in, nn::Model& model, optim::Optimizer* optimizer) {
+  const std::string dir = without_trailing_slash(dir_in);
+  const std::string where = resolve(dir);
+  if (where.empty()) {
+    std::error_code ec;
+    if (!fs::exists(dir, ec)) throw FormatError("checkpoint directory '" + dir + "' does not exist");
+    throw FormatError("'" + dir + "' is not a complete checkpoint (no " + kComplete +
+                      " marker: the save was interrupted, or it holds only a saved model)");
+  }
+  std::map<std::string, std::string> files = read_verified(where);
+  auto need = [&](const char* name) -> const std::string& {
+    auto it = files.find(name);
+    if (it == files.end()) throw FormatError(join(where, name) + ": missing from the checkpoint");
+    return it->second;
+  };
+  const std::string model_path = join(where, kModelFile);
+  SafetensorsFile weights = decode_safetensors(need(kModelFile), model_path);
+  SafetensorsFile state;
+  if (files.count(kOptimizerFile))
+    state = decode_safetensors(files[kOptimizerFile], join(where, kOptimizerFile), MemoryKind::optimizer_state);
+
+  CheckpointData out;
+  out.trainer_state = need(kTrainerFile);
+  std::map<std::string, Tensor> optimizer_tensors;
+  for (auto& [name, t] : state.tensors) {
+    if (name.rfind(kExtraPrefix, 0) == 0) out.extra_tensors.emplace(name.substr(std::strlen(kExtraPrefix)), t);
+    else optimizer_tensors.emplace(name, t);
+  }
+  apply_model_weights(weights, model_path, model);
+  if (optimizer) {
+    const std::string& json = need(kOptimizerJson);
+    try {
+      optimizer->load_state(optimizer_tensors, json);
+    } catch (const std::invalid_argument& e) {
+      throw FormatError(join(where, kOptimizerFile) + ": " + e.what());
+    }
+  }
+  return out;
+}
+
+bool checkpoint_exists(const std::string& dir) { return !resolve(without_trailing_slash(dir)).empty(); }
+
+}  // namespace mantissa::io

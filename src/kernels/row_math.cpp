@@ -1,0 +1,68 @@
+#include "kernels/row_math.hpp"
+
+#include <algorithm>
+#include <limits>
+
+#include "kernels/vec_math.hpp"
+
+namespace mantissa::kernels {
+
+MANTISSA_CLONES float span_max(const float* x, int64_t n) {
+  float mx = -std::numeric_limits<float>::infinity();
+#pragma omp simd reduction(max : mx)
+  for (int64_t i = 0; i < n; ++i) mx = std::max(mx, x[i]);
+  return mx;
+}
+
+MANTISSA_CLONES float span_exp_sum(float* y, const float* x, int64_t n, float shift) {
+  float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+  for (int64_t i = 0; i < n; ++i) {
+    const float e = vexp(x[i] - shift);
+    y[i] = e;
+    s += e;
+  }
+  return s;
+}
+
+MANTISSA_CLONES float span_sum_exp(const float* x, int64_t n, float shift) {
+  float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+  for (int64_t i = 0; i < n; ++i) s += vexp(x[i] - shift);
+  return s;
+}
+
+MANTISSA_CLONES void span_scale(float* y, int64_t n, float s) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) y[i] *= s;
+}
+
+namespace {
+constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2/pi)
+constexpr float kGeluCubic = 0.044715f;
+}  // namespace
+
+MANTISSA_CLONES void span_gelu_forward(float* out, const float* x, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = x[i];
+    const float u = kGeluScale * (v + kGeluCubic * v * v * v);
+    out[i] = v * vsigmoid(2.0f * u);
+  }
+}
+
+// d/dx x sigmoid(2u) = s + 2 x s (1 - s) du/dx, s = sigmoid(2u) = (1 + tanh u) / 2
+MANTISSA_CLONES void span_gelu_backward(float* dx, const float* x, const float* dout, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = x[i];
+    const float u = kGeluScale * (v + kGeluCubic * v * v * v);
+    // 1 - s = e s with e = exp(-2u): no cancellation where s is close to 1.
+    const float e = vexp(-2.0f * u);
+    const float s = 1.0f / (1.0f + e);
+    const float du = kGeluScale * (1.0f + 3.0f * kGeluCubic * v * v);
+    dx[i] += (s + 2.0f * v * s * (e * s) * du) * dout[i];
+  }
+}
+
+}  // namespace mantissa::kernels

@@ -1,0 +1,19 @@
+// Vectorised spans used by the row kernels (softmax, attention,
+// cross-entropy, GELU). Each has an AVX-512 / AVX2 clone chosen at load time.
+#pragma once
+
+#include <cstdint>
+
+namespace mantissa::kernels {
+
+float span_max(const float* x, int64_t n);
+// y[i] = exp(x[i] - shift); returns the sum (fp32). y may alias x.
+float span_exp_sum(float* y, const float* x, int64_t n, float shift);
+// sum of exp(x[i] - shift) without storing.
+float span_sum_exp(const float* x, int64_t n, float shift);
+void span_scale(float* y, int64_t n, float s);
+// y = 0.5 x (1 + tanh u) = x sigmoid(2u), u = sqrt(2/pi)(x + 0.044715 x^3)
+void span_gelu_forward(float* out, const float* x, int64_t n);
+void span_gelu_backward(float* dx, const float* x, const float* dout, int64_t n);
+
+}  // namespace mantissa::kernels

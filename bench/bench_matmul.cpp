@@ -29,18 +29,20 @@ struct Shape {
   bool trans_a, trans_b, accumulate, b_constant;
 };
 
-// Forward: activations [2048, K] x weight stored [N, K] (a linear layer).
-// Backward: dX = dY W (weight plain [K, N]); dW += dY^T X (dY stored [K, M]).
+// The GPT's linear layers keep weights [in, out] (GPT-2 Conv1D layout).
+// Forward: y [2048, N] = x [2048, K] w [K, N] (w constant: may be pre-packed).
+// Backward: dx = dy w^T (w stored [N_out, K_out] as the transposed operand);
+// dw += x^T dy (x stored [K, M]: transposed A, accumulate).
 const Shape kShapes[] = {
-    {"fwd_qkv_2048x256x768", 2048, 256, 768, false, true, false, true},
-    {"fwd_fc_2048x256x1024", 2048, 256, 1024, false, true, false, true},
-    {"fwd_proj_2048x1024x256", 2048, 1024, 256, false, true, false, true},
-    {"fwd_attnproj_2048x256x256", 2048, 256, 256, false, true, false, true},
-    {"fwd_head_2048x256x256", 2048, 256, 256, false, true, false, true},
-    {"bwd_dx_qkv_2048x768x256", 2048, 768, 256, false, false, false, true},
-    {"bwd_dw_qkv_768x2048x256", 768, 2048, 256, true, false, true, false},
-    {"bwd_dx_proj_2048x256x1024", 2048, 256, 1024, false, false, false, true},
-    {"bwd_dw_proj_256x2048x1024", 256, 2048, 1024, true, false, true, false},
+    {"fwd_qkv_2048x256x768", 2048, 256, 768, false, false, false, true},
+    {"fwd_fc_2048x256x1024", 2048, 256, 1024, false, false, false, true},
+    {"fwd_proj_2048x1024x256", 2048, 1024, 256, false, false, false, true},
+    {"fwd_attnproj_2048x256x256", 2048, 256, 256, false, false, false, true},
+    {"fwd_head_2048x256x256", 2048, 256, 256, false, true, false, true},  // tied wte [V, C]
+    {"bwd_dx_qkv_2048x768x256", 2048, 768, 256, false, true, false, false},
+    {"bwd_dw_qkv_256x2048x768", 256, 2048, 768, true, false, true, false},
+    {"bwd_dx_fc_2048x1024x256", 2048, 1024, 256, false, true, false, false},
+    {"bwd_dw_proj_1024x2048x256", 1024, 2048, 256, true, false, true, false},
 };
 
 struct Operands {

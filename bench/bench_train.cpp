@@ -23,12 +23,12 @@
 #include <string>
 #include <vector>
 
+#include "mantissa/amp/amp.hpp"
 #include "mantissa/amp/recipe.hpp"
 #include "mantissa/data/source.hpp"
 #include "mantissa/kernels/kernels.hpp"
 #include "mantissa/nn/gpt.hpp"
 #include "mantissa/optim/optimizer.hpp"
-#include "mantissa/train/session.hpp"
 #include "mantissa/train/trainer.hpp"
 
 namespace {
@@ -159,7 +159,7 @@ optim::OptimizerConfig adamw_config() {  // the settings bench/torch_gpt.py uses
 nlohmann::json time_recipe(const Options& o, const std::string& recipe_name) {
   amp::Recipe recipe = amp::find_recipe(recipe_name);
   nn::GPT model(gpt_config(o));
-  train::apply_precision(model, recipe);
+  model.set_precision(amp::precision_policy(recipe));  // as train::apply_precision does
   auto optimizer = optim::make_optimizer(adamw_config(), model.parameters());
   RandomTokens source(o.batch, o.seq_len, o.vocab);
   train::TrainerOptions options;

@@ -89,6 +89,10 @@ def cpp_side(binary):
     for r in runs:
         parts = r["name"].split("/")  # bm_quantize/bf16/67108864/real_time, bm_memcpy/67108864/real_time
         name = "memcpy" if parts[0] == "bm_memcpy" else parts[1]
+        if parts[0] == "bm_mx_fast":
+            name = "mxfp8_e4m3 (vector kernel)"
+        elif parts[0] == "bm_mx":
+            name = "mxfp8_e4m3 (mx_quantize)"
         n = int(parts[-2])
         out[(name, n)] = (r["bytes_per_second"] / 1e9, r["memcpy_GBps"])
     return out
@@ -104,15 +108,19 @@ def main():
     print(f"numpy {np.__version__}, ml_dtypes {md.__version__}; mantissa threads (OMP_NUM_THREADS) {threads}")
     cpp = cpp_side(args.cpp) if args.cpp else {}
     npy = numpy_side(sizes)
-    print(f"{'conversion':12s} {'elements':>10s} {'numpy GB/s':>11s}" +
+    print(f"{'conversion':27s} {'elements':>10s} {'numpy GB/s':>11s}" +
           (f" {'mantissa GB/s':>14s} {'memcpy GB/s':>12s} {'vs numpy':>9s} {'vs memcpy':>10s}" if cpp else ""))
     worst_numpy = float("inf")
+    rows = ["memcpy", "bf16", "fp16", "e4m3fn", "e5m2", "mxfp8_e4m3 (mx_quantize)", "mxfp8_e4m3 (vector kernel)"]
     for n in sizes:
-        for name in ["memcpy"] + [c for c, _ in conversions()]:
-            line = f"{name:12s} {n:10d} {npy[(name, n)]:11.3f}"
+        for name in rows:
+            base = name.split(" ")[0]
+            if (base, n) not in npy:
+                continue
+            line = f"{name:27s} {n:10d} {npy[(base, n)]:11.3f}"
             if (name, n) in cpp:
                 gbps, mc = cpp[(name, n)]
-                ratio = gbps / npy[(name, n)]
+                ratio = gbps / npy[(base, n)]
                 if name != "memcpy":
                     worst_numpy = min(worst_numpy, ratio)
                 line += f" {gbps:14.3f} {mc:12.3f} {ratio:8.1f}x {gbps / mc:10.2f}"

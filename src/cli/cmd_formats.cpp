@@ -19,12 +19,13 @@ bool has_subnormals(const mf::Format& f) {
   return f.kind == mf::Kind::floating && f.subnormals && f.mantissa_bits > 0;
 }
 
-// Powers of two as 2^k (every min normal / min subnormal is one), other
-// values with enough digits to tell neighbours apart.
-std::string pretty(double v) {
+// Powers of two as 2^k (always for the min normal / min subnormal columns,
+// for max only when decimals get long), other values with enough digits to
+// tell neighbours apart.
+std::string pretty(double v, bool pow2_always = false) {
   char buf[64];
   int e = 0;
-  if (v > 0 && std::frexp(v, &e) == 0.5 && (e - 1 < -3 || e - 1 > 16)) {
+  if (v > 0 && std::frexp(v, &e) == 0.5 && (pow2_always || e - 1 < -3 || e - 1 > 16)) {
     std::snprintf(buf, sizeof buf, "2^%d", e - 1);
   } else {
     std::snprintf(buf, sizeof buf, "%.9g", v);
@@ -51,8 +52,8 @@ std::string table(const std::vector<mf::Format>& formats) {
   for (const auto& f : formats) {
     std::snprintf(line, sizeof line, "%-13s %4d %3d %3d %5d %5d %5d  %-14s %-11s %-13s %-3s %-4s %-3s %d\n",
                   f.name.c_str(), f.total_bits(), f.exponent_bits, f.mantissa_bits, f.bias, f.max_exponent(),
-                  f.min_exponent(), pretty(f.max()).c_str(), pretty(f.min_normal()).c_str(),
-                  has_subnormals(f) ? pretty(f.min_subnormal()).c_str() : "none", f.has_inf ? "yes" : "no",
+                  f.min_exponent(), pretty(f.max()).c_str(), pretty(f.min_normal(), true).c_str(),
+                  has_subnormals(f) ? pretty(f.min_subnormal(), true).c_str() : "none", f.has_inf ? "yes" : "no",
                   f.nan_name(), f.negative_zero ? "yes" : "no", f.storage_bytes());
     out += line;
   }

@@ -131,8 +131,9 @@ ClassificationSet load_fashion_mnist(const std::string& dir, const std::string& 
   else throw DataError("Fashion-MNIST split '" + split + "' is neither 'train' nor 'test'");
   std::error_code ec;
   if (!std::filesystem::is_directory(dir, ec)) throw DataError("Fashion-MNIST directory '" + dir + "' does not exist");
-  return load_idx_classification(find_file(dir, prefix + "-images-idx3-ubyte"),
-                                 find_file(dir, prefix + "-labels-idx1-ubyte"), 10, norm);
+  const std::string images = find_file(dir, prefix + "-images-idx3-ubyte");
+  const std::string labels = find_file(dir, prefix + "-labels-idx1-ubyte");
+  return load_idx_classification(images, labels, 10, norm);
 }
 
 nn::Batch ClassificationSet::gather(const int64_t* indices, int64_t n) const {

@@ -4,6 +4,8 @@
 // kept until their version changes.
 #include "mantissa/kernels/matmul.hpp"
 
+#include <omp.h>
+
 #include <cstring>
 #include <dnnl.hpp>
 #include <memory>
@@ -25,6 +27,7 @@ struct Key {
   bool trans_a, trans_b, accumulate, has_bias, packed_b;
   bool bf16;  // both operands bf16 (else both f32)
   uint32_t alpha_bits;
+  int threads;  // oneDNN fixes its work split when the primitive is created
   bool operator==(const Key&) const = default;
 };
 
@@ -39,6 +42,7 @@ struct KeyHash {
     mix((k.trans_a ? 1u : 0u) | (k.trans_b ? 2u : 0u) | (k.accumulate ? 4u : 0u) |
         (k.has_bias ? 8u : 0u) | (k.packed_b ? 16u : 0u) | (k.bf16 ? 32u : 0u));
     mix(k.alpha_bits);
+    mix(static_cast<uint64_t>(k.threads));
     return static_cast<size_t>(h);
   }
 };
@@ -179,7 +183,7 @@ void matmul(const MatmulArgs& args, const void* A, const void* B, float* C, cons
   const bool packed = args.b_is_constant && args.b_cache_key != nullptr;
   const Key key{args.batch,   args.M,       args.N,          args.K,          args.trans_a,
                 args.trans_b, args.accumulate, bias != nullptr, packed,       bf16,
-                alpha_bits};
+                alpha_bits,   omp_get_max_threads()};
 
   State& st = state();
   std::shared_ptr<Entry> e;

@@ -47,10 +47,12 @@ void layernorm_backward(float* dx, float* dweight, float* dbias, const float* do
                         const float* weight, const float* mean, const float* rstd, int64_t N, int64_t C) {
   const bool par = parallel_rows(N, C);
   const int threads = par ? omp_get_max_threads() : 1;
-  std::vector<float> partial(static_cast<size_t>(threads) * 2 * static_cast<size_t>(C), 0.0f);
+  thread_local std::vector<float> partial;  // reused: no allocation in the steady state
+  partial.assign(static_cast<size_t>(threads) * 2 * static_cast<size_t>(C), 0.0f);
+  float* const partial_base = partial.data();  // the caller's copy, shared with the team
 #pragma omp parallel num_threads(threads) if (par)
   {
-    float* dw = partial.data() + static_cast<size_t>(omp_get_thread_num()) * 2 * static_cast<size_t>(C);
+    float* dw = partial_base + static_cast<size_t>(omp_get_thread_num()) * 2 * static_cast<size_t>(C);
     float* db = dw + C;
 #pragma omp for schedule(static)
     for (int64_t i = 0; i < N; ++i) {
@@ -79,7 +81,7 @@ void layernorm_backward(float* dx, float* dweight, float* dbias, const float* do
     }
   }
   for (int t = 0; t < threads; ++t) {
-    const float* dw = partial.data() + static_cast<size_t>(t) * 2 * static_cast<size_t>(C);
+    const float* dw = partial_base + static_cast<size_t>(t) * 2 * static_cast<size_t>(C);
     if (dweight) {
       for (int64_t j = 0; j < C; ++j) dweight[j] += dw[j];
     }

@@ -260,6 +260,11 @@ std::pair<AxisPlan, AxisPlan> plans(const HistogramPlot& p) {
     xr.add(b.lo, p.x.log2);
     xr.add(b.hi, p.x.log2);
   }
+  // Headroom above the tallest bar for the band brackets (one row each).
+  if (!yr.empty() && !p.bands.empty()) {
+    const double room = 1.0 + 0.1 * static_cast<double>(p.bands.size());
+    yr.hi = p.y.log2 ? yr.hi * std::exp2(room) : yr.hi * room;
+  }
   return {plan_axis(p.x, xr), plan_axis(p.y, yr, true)};
 }
 }  // namespace
@@ -327,9 +332,16 @@ std::string render(const HistogramPlot& p) {
     const std::string color = b.color.empty() ? kPalette[(i + 5) % std::size(kPalette)] : b.color;
     const double x0 = std::clamp(l.x(b.lo), l.left, l.left + l.width), x1 = std::clamp(l.x(b.hi), l.left, l.left + l.width);
     s += "<rect x=\"" + fmt(x0) + "\" y=\"" + fmt(l.top) + "\" width=\"" + fmt(x1 - x0) + "\" height=\"" + fmt(l.height) +
-         "\" fill=\"" + color + "\" fill-opacity=\"0.13\" stroke=\"" + color + "\" stroke-opacity=\"0.6\" stroke-dasharray=\"4 3\"/>\n";
-    s += "<text x=\"" + fmt(x0 + 4) + "\" y=\"" + fmt(l.top + 14 + 15.0 * static_cast<double>(i)) + "\" fill=\"" + color +
-         "\" font-size=\"11\" font-weight=\"bold\">" + xml_escape(b.label) + "</text>\n";
+         "\" fill=\"" + color + "\" fill-opacity=\"0.07\" stroke=\"" + color + "\" stroke-opacity=\"0.6\" stroke-dasharray=\"4 3\"/>\n";
+    // A bracket per band near the top, one row each, so overlapping ranges
+    // stay readable: |<---- label ---->|.
+    const double row = l.top + 17 + 18.0 * static_cast<double>(i);
+    s += "<path d=\"M" + fmt(x0 + 1) + " " + fmt(row - 4) + " V" + fmt(row + 4) + " M" + fmt(x0 + 1) + " " + fmt(row) + " H" +
+         fmt(x1 - 1) + " M" + fmt(x1 - 1) + " " + fmt(row - 4) + " V" + fmt(row + 4) + "\" stroke=\"" + color +
+         "\" stroke-width=\"2\" fill=\"none\"/>\n";
+    s += "<text x=\"" + fmt((x0 + x1) / 2) + "\" y=\"" + fmt(row - 3) + "\" text-anchor=\"middle\" fill=\"" + color +
+         "\" font-size=\"11\" font-weight=\"bold\" stroke=\"white\" stroke-width=\"3\" paint-order=\"stroke\">" +
+         xml_escape(b.label) + "</text>\n";
   }
   s += "</g>\n<g class=\"plot-area\">\n";
   std::vector<std::string> names, colors;

@@ -14,7 +14,9 @@
 #include <string>
 #include <vector>
 
+#include "formats/convert_mx.hpp"
 #include "mantissa/formats/convert.hpp"
+#include "mantissa/formats/mx.hpp"
 
 namespace mf = mantissa::formats;
 
@@ -281,4 +283,49 @@ TEST(Convert, KernelSelectionFollowsIsaCap) {
     EXPECT_EQ(mf::last_kernel(), "avx512:generic:bf16:up");
   }
   EXPECT_EQ(out[0], 0x3FC0);  // 1.5 in bf16, whichever kernel ran
+}
+
+// The vector MX block quantiser against the scalar mx_quantize: blocks of
+// every magnitude (fp32 subnormal to near overflow), zero blocks, blocks
+// with NaN or inf, a short last block, both scale rules, and rounding modes.
+TEST(Convert, MxFastMatchesScalarMx) {
+  IsaGuard guard;
+  if (mf::detected_isa() < mf::Isa::avx512) GTEST_SKIP() << "no AVX-512 on this CPU";
+  const size_t n = mf::kParallelThreshold + 21;
+  std::mt19937 rng(17);
+  std::vector<float> in(n);
+  for (size_t b = 0; b * 32 < n; ++b) {
+    const int e = static_cast<int>(rng() % 290) - 160;  // block magnitude 2^-160 .. 2^129
+    for (size_t i = b * 32; i < std::min(n, b * 32 + 32); ++i) {
+      const uint32_t r = rng();
+      const float m = 1.0f + static_cast<float>(r & 0x7FFFFF) * 0x1p-23f;
+      in[i] = ((r >> 31) ? -1.0f : 1.0f) * std::ldexp(m, e - static_cast<int>(rng() % 24));
+    }
+  }
+  for (size_t i = 64; i < 96; ++i) in[i] = 0.0f;
+  in[70] = -0.0f;
+  in[130] = std::numeric_limits<float>::quiet_NaN();
+  in[200] = -std::numeric_limits<float>::infinity();
+  in[300] = 0x1p-149f;
+  for (const char* name : {"mxfp8_e4m3", "mxfp8_e5m2", "mxfp6_e2m3", "mxfp6_e3m2", "mxfp4"}) {
+    for (mf::ScaleRounding sr : {mf::ScaleRounding::floor, mf::ScaleRounding::ceil}) {
+      for (mf::RoundOptions ro : {mf::RoundOptions{.saturate = true}, mf::RoundOptions{.mode = mf::Round::up},
+                                  mf::RoundOptions{.mode = mf::Round::stochastic, .saturate = true, .seed = 3}}) {
+        mf::MxConfig cfg = mf::mx_preset(name);
+        cfg.scale_rounding = sr;
+        cfg.round = ro;
+        const mf::MxArray want = mf::mx_quantize(cfg, in.data(), n);
+        std::vector<uint8_t> codes(want.codes.size(), 0xAB), scales(want.scales.size(), 0xAB);
+        ASSERT_TRUE(mf::detail::mx_quantize_fast(cfg, in.data(), n, codes.data(), scales.data()));
+        const std::string what = std::string(name) + (sr == mf::ScaleRounding::ceil ? " ceil " : " floor ") +
+                                 mf::round_name(ro.mode);
+        for (size_t b = 0; b < scales.size(); ++b) ASSERT_EQ(scales[b], want.scales[b]) << what << " block " << b;
+        for (size_t i = 0; i < codes.size(); ++i)
+          ASSERT_EQ(codes[i], want.codes[i]) << what << " element " << i << " input " << std::hexfloat << in[i];
+      }
+    }
+  }
+  mf::set_max_isa(mf::Isa::scalar);
+  std::vector<uint8_t> codes(n), scales(n / 32 + 1);
+  EXPECT_FALSE(mf::detail::mx_quantize_fast(mf::mx_preset("mxfp8_e4m3"), in.data(), n, codes.data(), scales.data()));
 }

@@ -156,6 +156,49 @@ TEST(Attention, BackwardModelSizeMatchesFloat64) {
   test::expect_near_all(dqkv, want, 0, 4 * (T + hs) * kEps32 * 4, "dqkv");
 }
 
+// bf16 products: q, k, v are rounded to bf16 and multiplied exactly with fp32
+// accumulation, so the probabilities match a float64 reference on the
+// bf16-rounded qkv to fp32 accuracy; the output additionally sees P rounded to
+// bf16 (relative 2^-9 per term, sum P = 1, |v| <= 1.5: |err| <= 1.5 * 2^-9).
+TEST(Attention, Bf16ProductsForwardMatchesRoundedReference) {
+  const Shape s{2, 64, 128, 2};
+  auto qkv = random_floats(s.B * s.T * 3 * s.C, 8, -1.5f, 1.5f);
+  std::vector<float> out(s.B * s.T * s.C), att(s.B * s.NH * s.T * s.T);
+  attention_forward(out.data(), att.data(), qkv.data(), s.B, s.T, s.C, s.NH, true);
+  std::vector<double> rounded(qkv.size());
+  for (size_t i = 0; i < qkv.size(); ++i) rounded[i] = test::round_to_bf16(qkv[i]);
+  std::vector<double> out_ref, att_ref;
+  attention_ref(s, rounded, out_ref, att_ref);
+  test::expect_near_all(att, att_ref, 0, 4 * (s.hs() + 8) * kEps32 * 3, "att (bf16 products)");
+  test::expect_near_all(out, out_ref, 0, 1.5 / 512 + 1e-5, "out (bf16 products)");
+  // And the rounding really happened: against the unrounded inputs the scores differ.
+  std::vector<double> out_exact, att_exact;
+  attention_ref(s, test::to_double(qkv), out_exact, att_exact);
+  double max_diff = 0;
+  for (size_t i = 0; i < att.size(); ++i) max_diff = std::max(max_diff, std::abs(att[i] - att_exact[i]));
+  EXPECT_GT(max_diff, 1e-4);
+}
+
+// bf16 backward against the fp32 kernel: every operand of the four products
+// is rounded once (relative 2^-9), errors relative to the gradient's scale.
+TEST(Attention, Bf16ProductsBackwardCloseToFp32) {
+  const Shape s{2, 64, 128, 2};
+  auto qkv = random_floats(s.B * s.T * 3 * s.C, 9, -1.5f, 1.5f);
+  auto g = random_floats(s.B * s.T * s.C, 10);
+  std::vector<float> out(s.B * s.T * s.C), att(s.B * s.NH * s.T * s.T), datt(att.size());
+  std::vector<float> d32(qkv.size(), 0.0f), d16(qkv.size(), 0.0f);
+  attention_forward(out.data(), att.data(), qkv.data(), s.B, s.T, s.C, s.NH, false);
+  attention_backward(d32.data(), datt.data(), g.data(), qkv.data(), att.data(), s.B, s.T, s.C, s.NH, false);
+  attention_backward(d16.data(), datt.data(), g.data(), qkv.data(), att.data(), s.B, s.T, s.C, s.NH, true);
+  double scale = 0, max_diff = 0;
+  for (size_t i = 0; i < d32.size(); ++i) {
+    scale = std::max(scale, double(std::abs(d32[i])));
+    max_diff = std::max(max_diff, double(std::abs(d32[i] - d16[i])));
+  }
+  EXPECT_LT(max_diff, 4.0 / 256 * scale);
+  EXPECT_GT(max_diff, 1e-6 * scale);  // the bf16 path was taken
+}
+
 TEST(Attention, RejectsHeadsNotDividingWidth) {
   std::vector<float> buf(3 * 10);
   EXPECT_THROW(attention_forward(buf.data(), buf.data(), buf.data(), 1, 1, 10, 3), std::invalid_argument);

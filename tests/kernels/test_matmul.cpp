@@ -257,6 +257,12 @@ TEST(Matmul, ReportsImplementationAndCaches) {
   run_case({1, 8, 8, 8, false, false, 1.0f, false, false, DType::f32, DType::f32});
   EXPECT_EQ(cached_matmul_primitives(), 1);
   EXPECT_GT(std::strlen(last_matmul_impl()), 0u);
+  // A new thread count gets its own primitive (oneDNN fixes the work split at creation).
+  const int saved = num_threads();
+  set_num_threads(saved == 1 ? 2 : 1);
+  run_case({1, 8, 8, 8, false, false, 1.0f, false, false, DType::f32, DType::f32});
+  set_num_threads(saved);
+  EXPECT_EQ(cached_matmul_primitives(), 2);
 }
 
 }  // namespace

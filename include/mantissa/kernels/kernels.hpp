@@ -62,11 +62,15 @@ void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32
 // qkv [B, T, 3C] (q | k | v, each C = NH heads x hs); out [B, T, C].
 // att [B, NH, T, T] keeps the softmax probabilities for backward (row t uses
 // columns <= t; the rest are written as 0). Scores are scaled by 1/sqrt(hs).
+// bf16_products: the four products per pass take bf16-rounded operands (q, k,
+// v, dout, probabilities, score gradients) with fp32 accumulation (AMX);
+// softmax and its backward stay fp32.
 void attention_forward(float* out, float* att, const float* qkv, int64_t B, int64_t T, int64_t C,
-                       int64_t NH);
+                       int64_t NH, bool bf16_products = false);
 // dqkv [B, T, 3C] += gradient; datt is scratch of att's size.
 void attention_backward(float* dqkv, float* datt, const float* dout, const float* qkv,
-                        const float* att, int64_t B, int64_t T, int64_t C, int64_t NH);
+                        const float* att, int64_t B, int64_t T, int64_t C, int64_t NH,
+                        bool bf16_products = false);
 
 // ---- optimizer -------------------------------------------------------------------------
 // One fused AdamW pass over a parameter tensor, in PyTorch's order (torch.optim.AdamW):

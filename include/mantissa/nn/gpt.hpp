@@ -53,6 +53,9 @@ class GPT : public Model {
   Tensor logits(const Tensor& ids);
   // Bytes held by weight casts for low-precision matmuls.
   size_t cast_cache_bytes() const { return casts_.bytes(); }
+  // What a tape for this model carries: its precision policy, weight-cast
+  // cache, and (training) a fresh dropout stream.
+  autograd::OpContext context(bool training);
 
  private:
   struct Block {
@@ -60,7 +63,6 @@ class GPT : public Model {
     Parameter *ln2_w, *ln2_b, *fc_w, *fc_b, *mlp_proj_w, *mlp_proj_b;
   };
   Parameter* add(std::string name, const Shape& shape, bool decay, int64_t fan_in);
-  autograd::OpContext context(bool training);
   void check_batch(const Batch& batch) const;
 
   GPTConfig config_;

@@ -42,9 +42,9 @@ class MLP : public Model {
   // logits [B, classes] for x f32 [B, inputs] on the given tape.
   autograd::Var forward(autograd::Tape& tape, const autograd::Var& x);
   Tensor logits(const Tensor& x);
+  autograd::OpContext context(bool training);
 
  private:
-  autograd::OpContext context(bool training);
   void check_batch(const Batch& batch) const;
 
   MLPConfig config_;

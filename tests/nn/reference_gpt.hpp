@@ -1,0 +1,124 @@
+// A float64 GPT-2 forward written straight from the definition (no shared
+// code with the engine), for whole-model gradient checks.
+#pragma once
+
+#include <cmath>
+#include <map>
+#include <numbers>
+#include <string>
+#include <vector>
+
+namespace reference {
+
+using Vec = std::vector<double>;
+using Params = std::map<std::string, Vec>;
+
+struct GPTShape {
+  int64_t V, C, L, NH;
+};
+
+// y [N, out] = x [N, in] @ w [in, out] + b
+inline Vec linear(const Vec& x, const Vec& w, const Vec& b, int64_t N, int64_t in, int64_t out) {
+  Vec y(N * out);
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t o = 0; o < out; ++o) {
+      double s = b[o];
+      for (int64_t i = 0; i < in; ++i) s += x[n * in + i] * w[i * out + o];
+      y[n * out + o] = s;
+    }
+  return y;
+}
+
+inline Vec layer_norm(const Vec& x, const Vec& w, const Vec& b, int64_t N, int64_t C) {
+  Vec y(N * C);
+  for (int64_t r = 0; r < N; ++r) {
+    double mean = 0, var = 0;
+    for (int64_t c = 0; c < C; ++c) mean += x[r * C + c];
+    mean /= C;
+    for (int64_t c = 0; c < C; ++c) var += (x[r * C + c] - mean) * (x[r * C + c] - mean);
+    var /= C;
+    const double rstd = 1.0 / std::sqrt(var + 1e-5);
+    for (int64_t c = 0; c < C; ++c) y[r * C + c] = (x[r * C + c] - mean) * rstd * w[c] + b[c];
+  }
+  return y;
+}
+
+inline double gelu(double x) {
+  const double k = std::sqrt(2.0 / std::numbers::pi);
+  return 0.5 * x * (1.0 + std::tanh(k * (x + 0.044715 * x * x * x)));
+}
+
+// qkv [B, T, 3C] -> [B, T, C]
+inline Vec attention(const Vec& qkv, int64_t B, int64_t T, int64_t C, int64_t NH) {
+  const int64_t hs = C / NH;
+  Vec out(B * T * C, 0.0);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < NH; ++h)
+      for (int64_t t = 0; t < T; ++t) {
+        auto at = [&](int64_t tt, int64_t part, int64_t d) { return qkv[(b * T + tt) * 3 * C + part * C + h * hs + d]; };
+        Vec s(t + 1);
+        double m = -1e300, z = 0;
+        for (int64_t u = 0; u <= t; ++u) {
+          double dot = 0;
+          for (int64_t d = 0; d < hs; ++d) dot += at(t, 0, d) * at(u, 1, d);
+          s[u] = dot / std::sqrt(static_cast<double>(hs));
+          m = std::max(m, s[u]);
+        }
+        for (int64_t u = 0; u <= t; ++u) z += (s[u] = std::exp(s[u] - m));
+        for (int64_t d = 0; d < hs; ++d) {
+          double acc = 0;
+          for (int64_t u = 0; u <= t; ++u) acc += s[u] / z * at(u, 2, d);
+          out[(b * T + t) * C + h * hs + d] = acc;
+        }
+      }
+  return out;
+}
+
+// Sum over rows with target >= 0 of -log softmax(logits)[target].
+inline double cross_entropy(const Vec& logits, const std::vector<int32_t>& targets, int64_t V) {
+  double loss = 0;
+  for (size_t r = 0; r < targets.size(); ++r) {
+    if (targets[r] < 0) continue;
+    double m = -1e300, z = 0;
+    for (int64_t c = 0; c < V; ++c) m = std::max(m, logits[r * V + c]);
+    for (int64_t c = 0; c < V; ++c) z += std::exp(logits[r * V + c] - m);
+    loss += m + std::log(z) - logits[r * V + targets[r]];
+  }
+  return loss;
+}
+
+// Summed cross-entropy of a GPT-2 (HF names) on ids/targets [B, T].
+inline double gpt_loss(const Params& p, const GPTShape& s, const std::vector<int32_t>& ids,
+                       const std::vector<int32_t>& targets, int64_t B, int64_t T) {
+  const int64_t C = s.C, N = B * T;
+  auto P = [&](const std::string& n) -> const Vec& { return p.at(n); };
+  Vec x(N * C);
+  for (int64_t i = 0; i < N; ++i)
+    for (int64_t c = 0; c < C; ++c)
+      x[i * C + c] = P("transformer.wte.weight")[ids[i] * C + c] + P("transformer.wpe.weight")[(i % T) * C + c];
+  for (int64_t l = 0; l < s.L; ++l) {
+    const std::string h = "transformer.h." + std::to_string(l) + ".";
+    Vec a = layer_norm(x, P(h + "ln_1.weight"), P(h + "ln_1.bias"), N, C);
+    Vec qkv = linear(a, P(h + "attn.c_attn.weight"), P(h + "attn.c_attn.bias"), N, C, 3 * C);
+    Vec att = attention(qkv, B, T, C, s.NH);
+    Vec proj = linear(att, P(h + "attn.c_proj.weight"), P(h + "attn.c_proj.bias"), N, C, C);
+    for (int64_t i = 0; i < N * C; ++i) x[i] += proj[i];
+    Vec m = layer_norm(x, P(h + "ln_2.weight"), P(h + "ln_2.bias"), N, C);
+    Vec f = linear(m, P(h + "mlp.c_fc.weight"), P(h + "mlp.c_fc.bias"), N, C, 4 * C);
+    for (double& v : f) v = gelu(v);
+    Vec y = linear(f, P(h + "mlp.c_proj.weight"), P(h + "mlp.c_proj.bias"), N, 4 * C, C);
+    for (int64_t i = 0; i < N * C; ++i) x[i] += y[i];
+  }
+  x = layer_norm(x, P("transformer.ln_f.weight"), P("transformer.ln_f.bias"), N, C);
+  Vec logits(N * s.V);
+  const Vec& wte = P("transformer.wte.weight");
+  for (int64_t i = 0; i < N; ++i)
+    for (int64_t v = 0; v < s.V; ++v) {
+      double d = 0;
+      for (int64_t c = 0; c < C; ++c) d += x[i * C + c] * wte[v * C + c];
+      logits[i * s.V + v] = d;
+    }
+  return cross_entropy(logits, targets, s.V);
+}
+
+}  // namespace reference

@@ -56,7 +56,8 @@ int64_t positive(const std::string& flag, const std::string& text) {
   } catch (const std::exception&) {
     usage_error(flag + " expects a positive integer, got '" + text + "'");
   }
-  if (used != text.size() || v <= 0) usage_error(flag + " expects a positive integer, got '" + text + "'");
+  if (used != text.size() || v <= 0)
+    usage_error(flag + " expects a positive integer, got '" + text + "'");
   return v;
 }
 
@@ -65,21 +66,31 @@ Options parse(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     std::string flag = argv[i];
     if (flag == "--help" || flag == "-h") {
-      std::printf("bench_train [--threads N] [--recipe a,b] [--layers L] [--d-model C] [--heads H]\n"
-                  "            [--seq-len T] [--batch B] [--vocab V] [--steps N] [--warmup N]\n");
+      std::printf(
+          "bench_train [--threads N] [--recipe a,b] [--layers L] [--d-model C] [--heads H]\n"
+          "            [--seq-len T] [--batch B] [--vocab V] [--steps N] [--warmup N]\n");
       std::exit(0);
     }
     if (i + 1 >= argc) usage_error("missing value after " + flag);
     std::string value = argv[++i];
-    if (flag == "--threads") o.threads = static_cast<int>(positive(flag, value));
-    else if (flag == "--layers") o.layers = positive(flag, value);
-    else if (flag == "--d-model") o.d_model = positive(flag, value);
-    else if (flag == "--heads") o.heads = positive(flag, value);
-    else if (flag == "--seq-len") o.seq_len = positive(flag, value);
-    else if (flag == "--batch") o.batch = positive(flag, value);
-    else if (flag == "--vocab") o.vocab = positive(flag, value);
-    else if (flag == "--steps") o.steps = static_cast<int>(positive(flag, value));
-    else if (flag == "--warmup") o.warmup = static_cast<int>(positive(flag, value));
+    if (flag == "--threads")
+      o.threads = static_cast<int>(positive(flag, value));
+    else if (flag == "--layers")
+      o.layers = positive(flag, value);
+    else if (flag == "--d-model")
+      o.d_model = positive(flag, value);
+    else if (flag == "--heads")
+      o.heads = positive(flag, value);
+    else if (flag == "--seq-len")
+      o.seq_len = positive(flag, value);
+    else if (flag == "--batch")
+      o.batch = positive(flag, value);
+    else if (flag == "--vocab")
+      o.vocab = positive(flag, value);
+    else if (flag == "--steps")
+      o.steps = static_cast<int>(positive(flag, value));
+    else if (flag == "--warmup")
+      o.warmup = static_cast<int>(positive(flag, value));
     else if (flag == "--recipe") {
       o.recipes.clear();
       std::stringstream ss(value);
@@ -91,7 +102,8 @@ Options parse(int argc, char** argv) {
     }
   }
   if (o.d_model % o.heads != 0)
-    usage_error("--d-model " + std::to_string(o.d_model) + " is not divisible by --heads " + std::to_string(o.heads));
+    usage_error("--d-model " + std::to_string(o.d_model) + " is not divisible by --heads " +
+                std::to_string(o.heads));
   return o;
 }
 
@@ -156,7 +168,7 @@ optim::OptimizerConfig adamw_config() {  // the settings bench/torch_gpt.py uses
 }
 
 // The whole training step as `mantissa train` runs it, under one recipe.
-nlohmann::json time_recipe(const Options& o, const std::string& recipe_name) {
+nlohmann::ordered_json time_recipe(const Options& o, const std::string& recipe_name) {
   amp::Recipe recipe = amp::find_recipe(recipe_name);
   nn::GPT model(gpt_config(o));
   model.set_precision(amp::precision_policy(recipe));  // as train::apply_precision does
@@ -170,7 +182,8 @@ nlohmann::json time_recipe(const Options& o, const std::string& recipe_name) {
   for (int step = 0; step < o.warmup + o.steps; ++step) {
     train::StepMetrics m;
     double s = seconds_of([&] { m = trainer.train_step(); });
-    if (!std::isfinite(m.loss)) throw std::runtime_error(recipe_name + ": non-finite loss at step " + std::to_string(step));
+    if (!std::isfinite(m.loss))
+      throw std::runtime_error(recipe_name + ": non-finite loss at step " + std::to_string(step));
     if (step == 0) first_loss = m.loss;
     if (step >= o.warmup) times.push_back(s);
   }
@@ -182,7 +195,7 @@ nlohmann::json time_recipe(const Options& o, const std::string& recipe_name) {
 
 // fp32 step split into its phases by driving model and optimizer directly (medians in ms).
 // backward = forward_backward - forward-only evaluate.
-nlohmann::json fp32_breakdown(const Options& o) {
+nlohmann::ordered_json fp32_breakdown(const Options& o) {
   nn::GPT model(gpt_config(o));
   auto optimizer = optim::make_optimizer(adamw_config(), model.parameters());
   RandomTokens source(o.batch, o.seq_len, o.vocab);
@@ -198,8 +211,10 @@ nlohmann::json fp32_breakdown(const Options& o) {
     zero.push_back(z), fwd.push_back(f), fwd_bwd.push_back(fb), opt.push_back(p);
   }
   double f = median(fwd), fb = median(fwd_bwd);
-  return {{"zero_grad_ms", median(zero) * 1e3}, {"forward_ms", f * 1e3},
-          {"backward_ms", (fb - f) * 1e3}, {"forward_backward_ms", fb * 1e3},
+  return {{"zero_grad_ms", median(zero) * 1e3},
+          {"forward_ms", f * 1e3},
+          {"backward_ms", (fb - f) * 1e3},
+          {"forward_backward_ms", fb * 1e3},
           {"optimizer_ms", median(opt) * 1e3}};
 }
 
@@ -209,11 +224,17 @@ int main(int argc, char** argv) {
   Options o = parse(argc, argv);
   try {
     kernels::set_num_threads(o.threads);
-    nlohmann::json out = {{"threads", kernels::num_threads()}, {"layers", o.layers}, {"d_model", o.d_model},
-                          {"heads", o.heads}, {"seq_len", o.seq_len}, {"batch", o.batch}, {"vocab", o.vocab},
-                          {"steps", o.steps}, {"warmup", o.warmup}};
+    nlohmann::ordered_json out = {{"threads", kernels::num_threads()},
+                                  {"layers", o.layers},
+                                  {"d_model", o.d_model},
+                                  {"heads", o.heads},
+                                  {"seq_len", o.seq_len},
+                                  {"batch", o.batch},
+                                  {"vocab", o.vocab},
+                                  {"steps", o.steps},
+                                  {"warmup", o.warmup}};
     for (const std::string& r : o.recipes) {
-      nlohmann::json m = time_recipe(o, r);
+      nlohmann::ordered_json m = time_recipe(o, r);
       std::fprintf(stderr, "mantissa %-10s %9.1f tokens/s  %8.2f ms/step\n", r.c_str(),
                    m["tokens_per_s"].get<double>(), m["step_ms"].get<double>());
       out["recipes"][r] = m;

@@ -3,12 +3,14 @@
 # and thread count, in one run (issue 3 item 11, issue 8 item 1).
 #
 #   bash bench/run_train_vs_torch.sh [--threads 2] [--build-dir DIR] [--out FILE.json]
-#                                    [--recipes fp32,bf16-amp] [--steps 10] [--warmup 3]
+#                                    [--recipes fp32,bf16-amp] [--steps 10] [--warmup 3] [--rounds 1]
 #                                    [any size flag: --layers L --d-model C --heads H --seq-len T --batch B]
 #
 # Builds bench_train if needed, installs Debian's python3-torch if /usr/bin/python3 has no torch,
 # runs bench/torch_gpt.py and bench_train with the same sizes and threads, prints both and the
-# ratios, and writes a JSON summary (default DIR/train_vs_torch.json).
+# ratios, and writes a JSON summary (default DIR/train_vs_torch.json). With --rounds N the pair
+# runs N times alternately and the median of each figure is reported, so that a load change on a
+# shared machine hits both sides alike.
 # The reference PyTorch fp32 speed depends on the BLAS behind Debian's libblas.so.3: with the
 # netlib reference BLAS it is ~100x slower than with OpenBLAS, so the script refuses to compare
 # against a reference BLAS (install libopenblas0-openmp).
@@ -20,6 +22,7 @@ OUT=
 RECIPES=fp32,bf16-amp
 STEPS=10
 WARMUP=3
+ROUNDS=1
 SIZE_ARGS=()
 while [ $# -gt 0 ]; do
   case $1 in
@@ -29,12 +32,17 @@ while [ $# -gt 0 ]; do
     --recipes) RECIPES=$2; shift 2 ;;
     --steps) STEPS=$2; shift 2 ;;
     --warmup) WARMUP=$2; shift 2 ;;
+    --rounds) ROUNDS=$2; shift 2 ;;
     --layers|--d-model|--heads|--seq-len|--batch) SIZE_ARGS+=("$1" "$2"); shift 2 ;;
     -h|--help) sed -n 2,15p "$0"; exit 0 ;;
     *) echo "run_train_vs_torch.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
-case $THREADS in ''|*[!0-9]*|0) echo "run_train_vs_torch.sh: --threads must be a positive integer, got '$THREADS'" >&2; exit 2 ;; esac
+for pair in "threads:$THREADS" "steps:$STEPS" "warmup:$WARMUP" "rounds:$ROUNDS"; do
+  case ${pair#*:} in ''|*[!0-9]*|0)
+    echo "run_train_vs_torch.sh: --${pair%%:*} must be a positive integer, got '${pair#*:}'" >&2; exit 2 ;;
+  esac
+done
 OUT=${OUT:-$BUILD_DIR/train_vs_torch.json}
 
 PY=/usr/bin/python3
@@ -57,18 +65,39 @@ fi
 
 # Both sides get exactly the threads asked for; neither is told about the other.
 export OMP_NUM_THREADS=$THREADS
-echo "PyTorch ($PY, $THREADS threads) ..." >&2
-TORCH_JSON=$($PY "$ROOT/bench/torch_gpt.py" --threads "$THREADS" --steps "$STEPS" --warmup "$WARMUP" "${SIZE_ARGS[@]}")
-echo "mantissa ($RECIPES, $THREADS threads) ..." >&2
-MANTISSA_JSON=$("$BUILD_DIR/bench/bench_train" --threads "$THREADS" --recipe "$RECIPES" --steps "$STEPS" \
-                --warmup "$WARMUP" "${SIZE_ARGS[@]}")
+TORCH_RUNS=()
+MANTISSA_RUNS=()
+for round in $(seq "$ROUNDS"); do
+  echo "round $round/$ROUNDS: PyTorch ($PY, $THREADS threads) ..." >&2
+  TORCH_RUNS+=("$($PY "$ROOT/bench/torch_gpt.py" --threads "$THREADS" --steps "$STEPS" --warmup "$WARMUP" \
+                  "${SIZE_ARGS[@]}")")
+  echo "round $round/$ROUNDS: mantissa ($RECIPES, $THREADS threads) ..." >&2
+  MANTISSA_RUNS+=("$("$BUILD_DIR/bench/bench_train" --threads "$THREADS" --recipe "$RECIPES" --steps "$STEPS" \
+                     --warmup "$WARMUP" "${SIZE_ARGS[@]}")")
+done
+TORCH_JSON=$(printf '%s\n' "${TORCH_RUNS[@]}")
+MANTISSA_JSON=$(printf '%s\n' "${MANTISSA_RUNS[@]}")
 
-$PY - "$OUT" "$TORCH_JSON" "$MANTISSA_JSON" "$BLAS" <<'EOF'
-import json, os, platform, subprocess, sys, time
-out, torch_json, mantissa_json, blas = sys.argv[1], json.loads(sys.argv[2]), json.loads(sys.argv[3]), sys.argv[4]
+$PY - "$OUT" "$TORCH_JSON" "$MANTISSA_JSON" "$BLAS" "$ROOT" <<'EOF'
+import json, os, platform, statistics, subprocess, sys, time
+out, blas = sys.argv[1], sys.argv[4]
+torch_runs = [json.loads(l) for l in sys.argv[2].splitlines() if l.strip()]
+mantissa_runs = [json.loads(l) for l in sys.argv[3].splitlines() if l.strip()]
+# Medians over rounds of every figure (per-round results are kept in the summary too).
+torch_json = dict(torch_runs[0])
+for k, v in torch_json.items():
+    if k.startswith(("tokens_per_s", "step_ms")):
+        torch_json[k] = round(statistics.median(r[k] for r in torch_runs), 3)
+mantissa_json = json.loads(json.dumps(mantissa_runs[0]))
+for name, m in mantissa_json["recipes"].items():
+    for k in ("tokens_per_s", "step_ms"):
+        m[k] = statistics.median(r["recipes"][name][k] for r in mantissa_runs)
+if "fp32_breakdown" in mantissa_json:
+    for k in mantissa_json["fp32_breakdown"]:
+        mantissa_json["fp32_breakdown"][k] = statistics.median(r["fp32_breakdown"][k] for r in mantissa_runs)
 try:
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                            cwd=os.path.dirname(out) or ".").stdout.strip()
+                            cwd=sys.argv[5]).stdout.strip()
 except OSError:
     commit = ""
 rows = []
@@ -82,7 +111,8 @@ for name, m in mantissa_json["recipes"].items():
 summary = {"time_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "commit": commit,
            "cpu": platform.processor() or platform.machine(), "blas": blas,
            "load_average": os.getloadavg()[0], "torch": torch_json, "mantissa": mantissa_json,
-           "comparison": rows,
+           "comparison": rows, "rounds": len(torch_runs),
+           "per_round": {"torch": torch_runs, "mantissa": mantissa_runs},
            "targets": {"issue3_fp32_vs_torch_fp32": 1.3, "issue8_fp32_vs_torch_fp32": 1.5,
                        "issue8_bf16_amp_vs_torch_bf16": 1.5}}
 tmp = out + ".tmp"

@@ -83,7 +83,7 @@ Var linear(Tape& t, const Var& x, const Var& w, const Var* b, const OpScales& s)
   Tensor w_saved = x.node ? wb : Tensor();
   t.record([=, xn = x.node, wn = w.node, bn = b ? b->node : nullptr, on = out.node]() {
     if (!on->has_grad()) return;
-    const Tensor& dy = on->grad;
+    const Tensor dy = in_dtype(on->grad, compute);  // converted once for both products
     if (xn) {  // dx [M, K] (+)= backward * dy [M, N] @ w^T
       bool has = false;
       Tensor& dx = xn->writable(&has);
@@ -96,10 +96,10 @@ Var linear(Tape& t, const Var& x, const Var& w, const Var* b, const OpScales& s)
     }
     if (bn) {  // db [N] += weight * column sums of dy
       if (s.weight == 1.0f) {
-        kernels::bias_backward(bn->buffer().f32(), dy.f32(), M, N);
+        kernels::bias_backward(bn->buffer().f32(), on->grad.f32(), M, N);
       } else {
         Tensor db = Tensor::zeros({N});
-        kernels::bias_backward(db.f32(), dy.f32(), M, N);
+        kernels::bias_backward(db.f32(), on->grad.f32(), M, N);
         bn->accumulate_scaled(db, s.weight);
       }
     }
@@ -138,7 +138,7 @@ Var product(Tape& t, const Var& a, const Var& b, bool ta, bool tb, const OpScale
   Tensor b_saved = a.node ? keep_operand(t, b.value, bv) : Tensor();
   t.record([=, an = a.node, bn = b.node, on = out.node]() {
     if (!on->has_grad()) return;
-    const Tensor& dc = on->grad;
+    const Tensor dc = in_dtype(on->grad, compute);  // converted once for both products
     if (an) {
       bool has = false;
       Tensor& da = an->writable(&has);

@@ -69,6 +69,18 @@ Var scale(Tape& t, const Var& x, float alpha) {
   return out;
 }
 
+Var scale_split(Tape& t, const Var& x, float alpha, float beta) {
+  Tensor y = Tensor::empty(x.shape());
+  kernels::scale(y.f32(), x.value.f32(), alpha, x.numel());
+  const bool record = t.wants_grad({&x});
+  Var out = Tape::result(std::move(y), record);
+  if (record)
+    t.record([beta, xn = x.node, on = out.node]() {
+      if (on->has_grad()) xn->accumulate_scaled(on->grad, beta);
+    });
+  return out;
+}
+
 // x [N, C] (leading dims flattened) + b [C]; dx += dout, db += column sums.
 Var add_bias(Tape& t, const Var& x, const Var& b) {
   if (b.value.ndim() != 1 || x.value.ndim() < 1 || x.dim(-1) != b.dim(0))

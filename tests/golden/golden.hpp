@@ -23,10 +23,10 @@ namespace mantissa::golden {
 // Tolerances (stated in tests/golden/README.md). PyTorch's own fp32 run of the same model misses
 // the float64 reference by ~6e-7 (gradients, relative to each tensor's max |value|) and ~6e-7
 // (AdamW losses, absolute); mantissa's fp32 kernels get ~15x that headroom.
-inline constexpr double kLogitsRelTol = 1e-5;    // max|a-r| / max|r| over the logits
-inline constexpr double kGradRelTol = 1e-5;      // max|a-r| / max|r| per parameter gradient
-inline constexpr double kLossAbsTol = 1e-5;      // |mean loss - reference| in nats
-inline constexpr double kAdamwLossAbsTol = 1e-5; // per step, mean loss in nats
+inline constexpr double kLogitsRelTol = 1e-5;     // max|a-r| / max|r| over the logits
+inline constexpr double kGradRelTol = 1e-5;       // max|a-r| / max|r| per parameter gradient
+inline constexpr double kLossAbsTol = 1e-5;       // |mean loss - reference| in nats
+inline constexpr double kAdamwLossAbsTol = 1e-5;  // per step, mean loss in nats
 
 struct Golden {
   std::string path;
@@ -42,7 +42,9 @@ struct Golden {
     if (it == file.metadata.end()) throw std::runtime_error(path + ": no metadata '" + key + "'");
     return it->second;
   }
-  nlohmann::json meta_json(const std::string& key) const { return nlohmann::json::parse(meta(key)); }
+  nlohmann::json meta_json(const std::string& key) const {
+    return nlohmann::json::parse(meta(key));
+  }
   double meta_double(const std::string& key) const { return std::stod(meta(key)); }
   int64_t meta_int(const std::string& key) const { return std::stoll(meta(key)); }
 };
@@ -131,7 +133,8 @@ inline std::vector<double> adamw_losses(const Golden& g, nn::Model& model, const
   std::vector<double> losses;
   for (int step = 0; step < h["steps"].get<int>(); ++step) {
     model.zero_grad();
-    nn::LossSum ls = model.forward_backward(batch, 1.0f / static_cast<float>(g.meta_int("loss_count")));
+    nn::LossSum ls =
+        model.forward_backward(batch, 1.0f / static_cast<float>(g.meta_int("loss_count")));
     losses.push_back(ls.sum / static_cast<double>(ls.count));
     opt->step(h["lr"].get<double>());
   }

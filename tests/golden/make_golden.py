@@ -49,7 +49,8 @@ ADAMW_STEPS = 10
 
 # ----------------------------------------------------------------------------- safetensors
 def save_safetensors(path, tensors, metadata):
-    """tensors: list of (name, torch tensor). Writes header + raw little-endian data, temp + rename."""
+    """tensors: list of (name, torch tensor). Writes header + raw little-endian data via a temp
+    file renamed into place."""
     dtype_names = {torch.float32: "F32", torch.int32: "I32"}
     header = {"__metadata__": {k: str(v) for k, v in metadata.items()}}
     blobs, offset = [], 0
@@ -206,7 +207,8 @@ def run(params32, logits_fn, targets, decays, dtype):
 
 
 def write(name, params32, logits_fn, inputs, targets, decays, config):
-    ref_logits, per, total, count, g64, losses64 = run(params32, logits_fn, targets, decays, torch.float64)
+    ref_logits, per, total, count, g64, losses64 = run(params32, logits_fn, targets, decays,
+                                                       torch.float64)
     _, _, total32, _, g32, losses32 = run(params32, logits_fn, targets, decays, torch.float32)
     rel = max(float((g32[k].double() - g64[k]).abs().max() / g64[k].abs().max()) for k in g64)
     print(f"{name}: loss_mean {total / count:.9f} (fp32 {total32 / count:.9f}), "
@@ -247,7 +249,8 @@ def main():
     targets[0, 3] = -1   # ignored targets, in the middle and at the end of a row
     targets[1, 15] = -1
     targets[1, 0] = -1
-    write("gpt", params, lambda p: gpt_logits(p, cfg, inputs), inputs.to(torch.int32), targets, gpt_decays,
+    write("gpt", params, lambda p: gpt_logits(p, cfg, inputs), inputs.to(torch.int32), targets,
+          gpt_decays,
           dict(model="gpt", vocab_size=cfg.vocab_size, n_positions=cfg.n_positions,
                n_embd=cfg.n_embd, n_layer=cfg.n_layer, n_head=cfg.n_head, batch=B, seq_len=T))
 
@@ -256,7 +259,8 @@ def main():
     B = 8
     x = torch.randn((B, MLP_SIZES[0]), generator=gen)
     y = torch.randint(0, MLP_SIZES[-1], (B,), generator=gen, dtype=torch.int64)
-    write("mlp", params, lambda p: mlp_logits(p, x.to(p["layers.0.weight"].dtype)), x, y, mlp_decays,
+    write("mlp", params, lambda p: mlp_logits(p, x.to(p["layers.0.weight"].dtype)), x, y,
+          mlp_decays,
           dict(model="mlp", sizes=json.dumps(MLP_SIZES), batch=B))
 
 

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <random>
@@ -188,4 +189,39 @@ TEST(Files, Crc32MatchesKnownValues) {
   EXPECT_EQ(io::crc32("", 0), 0u);
   // Incremental use gives the same result.
   EXPECT_EQ(io::crc32("6789", 4, io::crc32("12345", 5)), 0xCBF43926u);
+}
+
+// A file written by the reference implementation (safetensors 0.8.0's Rust
+// core, low-precision codes from ml_dtypes): tests/io/make_golden_safetensors.py.
+TEST(Safetensors, ReadsTheReferenceImplementationsFile) {
+  const std::string path = std::string(MANTISSA_SOURCE_DIR) + "/tests/io/data/reference.safetensors";
+  auto f = io::load_safetensors(path);
+  EXPECT_EQ(f.metadata.at("format"), "pt");
+  EXPECT_EQ(f.metadata.at("writer"), "safetensors 0.8.0");
+  ASSERT_EQ(f.tensors.size(), 6u);
+  auto values = [&](const std::string& name) { return f.tensors.at(name).to_vector(); };
+  std::vector<float> wte;
+  for (int i = 0; i < 12; ++i) wte.push_back(static_cast<float>(i) * 0.5f - 2.0f);
+  EXPECT_EQ(f.tensors.at("transformer.wte.weight").shape(), (mantissa::Shape{3, 4}));
+  EXPECT_EQ(values("transformer.wte.weight"), wte);
+  EXPECT_EQ(f.tensors.at("h.bf16").dtype(), DType::bf16);
+  EXPECT_EQ(values("h.bf16"), (std::vector<float>{1.0f, -2.5f, 3.140625f, 0.0f, std::ldexp(1.0f, -133)}));
+  EXPECT_EQ(f.tensors.at("h.f16").shape(), (mantissa::Shape{2, 2}));
+  EXPECT_EQ(values("h.f16"), (std::vector<float>{0.5f, 65504.0f, -std::ldexp(1.0f, -10), std::ldexp(1.0f, -24)}));
+  EXPECT_EQ(f.tensors.at("q.e4m3").dtype(), DType::e4m3fn);
+  EXPECT_EQ(values("q.e4m3"), (std::vector<float>{448.0f, -std::ldexp(1.0f, -9), 1.5f, 0.0f}));
+  EXPECT_EQ(f.tensors.at("q.e5m2").dtype(), DType::e5m2);
+  EXPECT_EQ(values("q.e5m2"), (std::vector<float>{57344.0f, -std::ldexp(1.0f, -16), 3.0f}));
+  const auto* idx = f.tensors.at("idx").data<int32_t>();
+  EXPECT_EQ(std::vector<int32_t>(idx, idx + 3), (std::vector<int32_t>{7, -1, 2147483647}));
+  // Written back in the file's data order, the data section is identical
+  // and the header agrees except for the order of the metadata keys.
+  std::vector<std::pair<std::string, Tensor>> order;
+  for (const char* n : {"transformer.wte.weight", "idx", "h.bf16", "h.f16", "q.e4m3", "q.e5m2"})
+    order.emplace_back(n, f.tensors.at(n));
+  const std::string ours = io::encode_safetensors(order, f.metadata);
+  const std::string ref = io::read_file(path);
+  ASSERT_EQ(ours.size(), ref.size());
+  EXPECT_EQ(ours.substr(ours.size() - 85), ref.substr(ref.size() - 85));
+  EXPECT_EQ(ours.substr(0, 8), ref.substr(0, 8));
 }

@@ -64,7 +64,8 @@ TEST_F(GoldenGPT, LossAndAllGradientsMatchReference) {
 TEST_F(GoldenGPT, EvaluateMatchesReferenceLoss) {
   nn::LossSum ls = model_->evaluate(batch_of(g_));
   ASSERT_EQ(ls.count, g_.meta_int("loss_count"));
-  EXPECT_NEAR(ls.sum, g_.meta_double("loss_sum"), golden::kLossAbsTol * static_cast<double>(ls.count));
+  EXPECT_NEAR(ls.sum, g_.meta_double("loss_sum"),
+              golden::kLossAbsTol * static_cast<double>(ls.count));
 }
 
 TEST_F(GoldenGPT, DecayFlagsMatchReferenceOptimizer) { golden::expect_decay_flags(g_, *model_); }
@@ -93,11 +94,13 @@ TEST_F(GoldenGPT, TransposedConv1DWeightIsDetected) {
   ASSERT_EQ(n, proj->value.dim(1));
   std::vector<float> w = proj->value.to_vector(), t(w.size());
   for (int64_t i = 0; i < n; ++i)
-    for (int64_t j = 0; j < n; ++j) t[static_cast<size_t>(j * n + i)] = w[static_cast<size_t>(i * n + j)];
+    for (int64_t j = 0; j < n; ++j)
+      t[static_cast<size_t>(j * n + i)] = w[static_cast<size_t>(i * n + j)];
   std::memcpy(proj->value.raw(), t.data(), t.size() * sizeof(float));
   ++proj->version;
   nn::LossSum ls = model_->evaluate(batch_of(g_));
-  const double shift = std::fabs(ls.sum / static_cast<double>(ls.count) - g_.meta_double("loss_mean"));
+  const double shift =
+      std::fabs(ls.sum / static_cast<double>(ls.count) - g_.meta_double("loss_mean"));
   std::printf("loss shift from a transposed c_proj: %.2e\n", shift);
   EXPECT_GT(shift, 10 * golden::kLossAbsTol);
 }

@@ -59,7 +59,8 @@ TEST_F(GoldenMLP, LossAndAllGradientsMatchReference) {
 TEST_F(GoldenMLP, EvaluateMatchesReferenceLoss) {
   nn::LossSum ls = model_->evaluate(batch_of(g_));
   ASSERT_EQ(ls.count, g_.meta_int("loss_count"));
-  EXPECT_NEAR(ls.sum, g_.meta_double("loss_sum"), golden::kLossAbsTol * static_cast<double>(ls.count));
+  EXPECT_NEAR(ls.sum, g_.meta_double("loss_sum"),
+              golden::kLossAbsTol * static_cast<double>(ls.count));
 }
 
 TEST_F(GoldenMLP, DecayFlagsMatchReferenceOptimizer) { golden::expect_decay_flags(g_, *model_); }

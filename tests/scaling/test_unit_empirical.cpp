@@ -7,8 +7,9 @@
 //   chosen so that swapping two dimensions or dropping a sqrt is off by >= 2x;
 //   the sampling error at these sizes is ~1-3%).
 //   library interpolations (gelu/silu/softmax/attention with mult): the
-//   library only claims "approximately unit"; gelu/silu within 15%, softmax
-//   and attention within [1/2, 2] (the analysis acceptance band of issue 5).
+//   library only claims "approximately unit". Measured: gelu/silu 0.97-1.04
+//   (bound 6%), softmax over 64 0.80-1.08 and causal attention 1.04-1.06
+//   (bound 25%, well inside issue 5's [1/2, 2] acceptance band).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -30,11 +31,7 @@ void expect_unit(const Vec& v, double tol, const char* what) {
   EXPECT_GT(s, 1 - tol) << what;
   EXPECT_LT(s, 1 + tol) << what;
 }
-void expect_band(const Vec& v, const char* what) {
-  const double s = ref::stddev(v);
-  EXPECT_GT(s, 0.5) << what;
-  EXPECT_LT(s, 2.0) << what;
-}
+void expect_band(const Vec& v, const char* what) { expect_unit(v, 0.25, what); }
 
 template <class F, class G>
 void elementwise(const us::Scales& s, F f, G df, double tol, const char* what) {
@@ -115,10 +112,10 @@ TEST(UnitEmpirical, ElementwiseLibraryInterpolations) {
   for (double mult : {0.5, 1.0, 2.0}) {
     elementwise(
         us::gelu(mult, kLib), [mult](double x) { return ref::gelu(x, mult); },
-        [mult](double x) { return ref::gelu_grad(x, mult); }, 0.15, "library gelu");
+        [mult](double x) { return ref::gelu_grad(x, mult); }, 0.06, "library gelu");
     elementwise(
         us::silu(mult, kLib), [mult](double x) { return ref::silu(x, mult); },
-        [mult](double x) { return ref::silu_grad(x, mult); }, 0.15, "library silu");
+        [mult](double x) { return ref::silu_grad(x, mult); }, 0.06, "library silu");
   }
 }
 

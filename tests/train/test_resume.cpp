@@ -34,8 +34,8 @@ amp::Recipe resume_recipe() {
   return r;
 }
 
-struct Run {
-  explicit Run(const data::TextCorpus& corpus, uint64_t init_seed)
+struct RunState {
+  explicit RunState(const data::TextCorpus& corpus, uint64_t init_seed)
       : model(256, init_seed), source(corpus, 4, 16, 99) {
     optim::OptimizerConfig oc;
     oc.weight_decay = 0.1;
@@ -72,16 +72,16 @@ TEST(Resume, BitIdenticalToAnUninterruptedRun) {
   std::filesystem::remove_all(dir);
 
   std::vector<double> straight;
-  Run a(corpus, 1);
+  RunState a(corpus, 1);
   for (int s = 0; s < 12; ++s) straight.push_back(a.trainer->train_step().loss);
 
   std::vector<double> resumed;
   {
-    Run b(corpus, 1);
+    RunState b(corpus, 1);
     for (int s = 0; s < 6; ++s) resumed.push_back(b.trainer->train_step().loss);
     b.trainer->save(dir);
   }
-  Run c(corpus, 12345);  // another init: everything must come from the checkpoint
+  RunState c(corpus, 12345);  // another init: everything must come from the checkpoint
   c.trainer->resume(dir);
   EXPECT_EQ(c.trainer->step(), 6);
   for (int s = 0; s < 6; ++s) resumed.push_back(c.trainer->train_step().loss);

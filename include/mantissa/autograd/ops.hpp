@@ -13,10 +13,13 @@
 namespace mantissa::autograd {
 
 // ---- matrix products (compute dtype = policy.matmul, fp32 accumulation) --------------
-// y [..., out] = x [..., in] @ w [in, out] (+ b [out]); w as Hugging Face Conv1D.
-// scales: y *= forward, dx *= backward, dw and db *= weight.
+// y [..., out] = forward * (x [..., in] @ w [in, out]) + b [out]; w as Hugging Face Conv1D.
+// Backward: dx = backward * dy @ w^T, dw = weight * x^T @ dy, db = weight * sum dy
+// (the backward multipliers replace `forward`, as in unit scaling; for the exact
+// gradient of a scaled product pass backward = weight = forward).
 Var linear(Tape& t, const Var& x, const Var& w, const Var* b = nullptr, const OpScales& s = {});
-// c [M, N] = op(a) @ op(b); a [M, K] (or [K, M] when trans_a), b [K, N] (or [N, K] when trans_b).
+// c [M, N] = forward * op(a) @ op(b); a [M, K] (or [K, M] when trans_a), b [K, N] (or [N, K]
+// when trans_b). Backward: da x= backward, db x= weight (see linear).
 Var matmul(Tape& t, const Var& a, const Var& b, bool trans_a = false, bool trans_b = false,
            const OpScales& s = {});
 // Batched: a [batch, M, K], b [batch, K, N] (same transposition rules per batch).
@@ -27,6 +30,9 @@ Var bmm(Tape& t, const Var& a, const Var& b, bool trans_a = false, bool trans_b 
 Var add(Tape& t, const Var& a, const Var& b);  // same shape
 Var mul(Tape& t, const Var& a, const Var& b);  // same shape
 Var scale(Tape& t, const Var& x, float alpha);
+// Unit-scaling primitive: forward y = alpha x, backward dx += beta dy (alpha and
+// beta independent, so forward and backward scales can be chosen separately).
+Var scale_split(Tape& t, const Var& x, float alpha, float beta);
 // y = x + b [C] broadcast over rows of x [N, C].
 Var add_bias(Tape& t, const Var& x, const Var& b);
 Var gelu(Tape& t, const Var& x);  // tanh approximation

@@ -56,6 +56,10 @@ class GPT : public Model {
   // What a tape for this model carries: its precision policy, weight-cast
   // cache, and (training) a fresh dropout stream.
   autograd::OpContext context(bool training);
+  // Number of training passes so far: the dropout stream position, part of a
+  // resumable checkpoint (restore it so that a resumed run drops the same units).
+  uint64_t dropout_passes() const { return passes_; }
+  void set_dropout_passes(uint64_t n) { passes_ = n; }
 
  private:
   struct Block {

@@ -139,27 +139,36 @@ ag::OpContext GPT::context(bool training) {
 }
 
 // ---- forward ------------------------------------------------------------------------------------
+// One pre-LN block on the residual stream x [B, T, C].
+ag::Var GPT::block(ag::Tape& t, const Block& b, const ag::Var& x_in) {
+  const float p = config_.dropout;
+  ag::Var h = ag::layer_norm(t, x_in, t.param(*b.ln1_w), t.param(*b.ln1_b));
+  ag::Var attn_b = t.param(*b.attn_b);
+  ag::Var qkv = ag::linear(t, h, t.param(*b.attn_w), &attn_b);  // [B, T, 3C]
+  ag::Var a = ag::causal_self_attention(t, qkv, config_.heads);   // [B, T, C]
+  ag::Var proj_b = t.param(*b.proj_b);
+  ag::Var y = ag::dropout(t, ag::linear(t, a, t.param(*b.proj_w), &proj_b), p);
+  ag::Var x = ag::add(t, x_in, y);
+  h = ag::layer_norm(t, x, t.param(*b.ln2_w), t.param(*b.ln2_b));
+  ag::Var fc_b = t.param(*b.fc_b);
+  ag::Var f = ag::gelu(t, ag::linear(t, h, t.param(*b.fc_w), &fc_b));  // [B, T, 4C]
+  ag::Var mlp_b = t.param(*b.mlp_proj_b);
+  y = ag::dropout(t, ag::linear(t, f, t.param(*b.mlp_proj_w), &mlp_b), p);
+  return ag::add(t, x, y);
+}
+
 // ids [B, T] -> logits [B, T, V]; x is the residual stream [B, T, C].
 ag::Var GPT::forward(ag::Tape& t, const Tensor& ids) {
   const int64_t B = ids.dim(0), T = ids.dim(1), C = config_.d_model, V = config_.vocab;
-  const float p = config_.dropout;
   ag::Var wte = t.param(*wte_);
   ag::Var x = ag::token_position_embedding(t, ids, wte, t.param(*wpe_));
-  x = ag::dropout(t, x, p);
-  for (const Block& b : blocks_) {
-    ag::Var h = ag::layer_norm(t, x, t.param(*b.ln1_w), t.param(*b.ln1_b));
-    ag::Var attn_b = t.param(*b.attn_b);
-    ag::Var qkv = ag::linear(t, h, t.param(*b.attn_w), &attn_b);  // [B, T, 3C]
-    ag::Var a = ag::causal_self_attention(t, qkv, config_.heads);   // [B, T, C]
-    ag::Var proj_b = t.param(*b.proj_b);
-    ag::Var y = ag::dropout(t, ag::linear(t, a, t.param(*b.proj_w), &proj_b), p);
-    x = ag::add(t, x, y);
-    h = ag::layer_norm(t, x, t.param(*b.ln2_w), t.param(*b.ln2_b));
-    ag::Var fc_b = t.param(*b.fc_b);
-    ag::Var f = ag::gelu(t, ag::linear(t, h, t.param(*b.fc_w), &fc_b));  // [B, T, 4C]
-    ag::Var mlp_b = t.param(*b.mlp_proj_b);
-    y = ag::dropout(t, ag::linear(t, f, t.param(*b.mlp_proj_w), &mlp_b), p);
-    x = ag::add(t, x, y);
+  x = ag::dropout(t, x, config_.dropout);
+  for (size_t l = 0; l < blocks_.size(); ++l) {
+    const Block& b = blocks_[l];
+    if (checkpoint_every_ > 0 && l % static_cast<size_t>(checkpoint_every_) == 0)
+      x = ag::checkpoint(t, x, [this, &b](ag::Tape& inner, const ag::Var& xin) { return block(inner, b, xin); });
+    else
+      x = block(t, b, x);
   }
   x = ag::layer_norm(t, x, t.param(*lnf_w_), t.param(*lnf_b_));
   // Tied head: logits [B*T, V] = x [B*T, C] @ wte^T.

@@ -56,7 +56,7 @@ __attribute__((target("avx512f"))) void adam_chunk_avx512(float* p, const float*
     const __m512 vi = _mm512_fmadd_ps(_mm512_loadu_ps(v + i), b2, _mm512_mul_ps(_mm512_mul_ps(omb2, gi), gi));
     _mm512_storeu_ps(m + i, mi);
     _mm512_storeu_ps(v + i, vi);
-    const __m512 denom = _mm512_fmadd_ps(_mm512_sqrt_ps(vi), inv, eps);
+    const __m512 denom = _mm512_fmadd_ps(_mm512_mask_sqrt_ps(vi, 0xFFFF, vi) /* unmasked form trips a GCC 12 -Wmaybe-uninitialized */, inv, eps);
     _mm512_storeu_ps(p + i, _mm512_fmadd_ps(neg_step, _mm512_div_ps(mi, denom), w));
   }
   adam_chunk_scalar(p + i, g + i, m + i, v + i, n - i, s);

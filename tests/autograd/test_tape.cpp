@@ -188,3 +188,22 @@ TEST(Tape, ScaleSplitHasIndependentForwardAndBackwardScales) {
     EXPECT_EQ(g[i], 4.0f * static_cast<float>(R[i]));
   }
 }
+
+TEST(Tape, CheckpointRecomputesAndMatchesDirectGradients) {
+  nn::Parameter w = make_param({6, 6}, 14);
+  const gradcheck::Vec xv = random_vec(24, 15), R = random_vec(24, 16);
+  auto segment = [&w](ag::Tape& t, const ag::Var& x) { return ag::gelu(t, ag::linear(t, x, t.param(w))); };
+  std::vector<float> gx[2], gw[2];
+  for (int use_checkpoint = 0; use_checkpoint < 2; ++use_checkpoint) {
+    w.grad.zero_();
+    ag::Tape t;
+    ag::Var x = t.leaf(to_tensor({4, 6}, xv));
+    ag::Var y = use_checkpoint ? ag::checkpoint(t, x, segment) : segment(t, x);
+    EXPECT_EQ(t.size(), use_checkpoint ? 1u : 2u);
+    t.backward(y, to_tensor({4, 6}, R));
+    gx[use_checkpoint] = x.node->grad.to_vector();
+    gw[use_checkpoint] = w.grad.to_vector();
+  }
+  EXPECT_EQ(gx[1], gx[0]);
+  EXPECT_EQ(gw[1], gw[0]);
+}

@@ -1,13 +1,17 @@
-// Format descriptors against BRIEF section 1, transcribed literally, and the
-// user-defined format parser.
+// Format descriptors against BRIEF section 1, transcribed literally, the
+// user-defined format parser, and the codes of special values (NaN, inf, -0,
+// overflow, underflow) that ml_dtypes and the OCP spec fix.
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
+#include <limits>
 #include <set>
 #include <stdexcept>
 #include <string>
 
 #include "mantissa/formats/format.hpp"
+#include "mantissa/formats/round.hpp"
 
 namespace mf = mantissa::formats;
 
@@ -172,4 +176,133 @@ TEST(Format, BadSpecsNameTheProblem) {
       EXPECT_NE(std::string(e.what()).find(b.mention), std::string::npos) << e.what();
     }
   }
+}
+
+// ---- Special values, overflow policy, saturation, flush --------------------
+
+namespace {
+constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+uint32_t enc(const char* name, double x, mf::RoundOptions opt = {}) { return mf::encode(mf::preset(name), x, opt); }
+}  // namespace
+
+TEST(Round, OverflowMatchesMlDtypesAndSaturates) {
+  const mf::RoundOptions sat{.saturate = true};
+  EXPECT_EQ(enc("e4m3fn", 464), 0x7eu);  // tie between 448 and 480 (the NaN slot) goes to even 448
+  EXPECT_EQ(enc("e4m3fn", 465), 0x7fu);  // NaN
+  EXPECT_EQ(enc("e4m3fn", -465), 0xffu);
+  EXPECT_EQ(enc("e4m3fn", 465, sat), 0x7eu);
+  EXPECT_EQ(enc("e4m3fn", -1e30, sat), 0xfeu);
+  EXPECT_EQ(enc("e5m2", 61440), 0x7cu);    // tie between 57344 and 65536 -> inf (57344 is odd)
+  EXPECT_EQ(enc("e5m2", 61439.9), 0x7bu);  // just below the tie
+  EXPECT_EQ(enc("e5m2", 1e6, sat), 0x7bu);
+  EXPECT_EQ(enc("e4m3fnuz", 300), 0x80u);  // fnuz: the only NaN
+  EXPECT_EQ(enc("e4m3fnuz", -300), 0x80u);
+  EXPECT_EQ(enc("e4m3fnuz", -300, sat), 0xffu);
+  EXPECT_EQ(enc("fp16", 65520), 0x7c00u);  // fp16 overflow threshold
+  EXPECT_EQ(enc("fp16", 65519.99), 0x7bffu);
+  EXPECT_EQ(enc("bf16", 1e39), 0x7f80u);
+  EXPECT_EQ(enc("e2m1fn", 100), 0x7u);  // FP6/FP4 always saturate
+  EXPECT_EQ(enc("e2m3fn", -100), 0x3fu);
+  EXPECT_EQ(enc("e3m2fn", 1e300), 0x1fu);
+  EXPECT_EQ(enc("int8", 1000), 0x7fu);
+  EXPECT_EQ(enc("int8", -1000), 0x81u);
+  // Directed rounding toward zero never overflows (IEEE 754); away does.
+  EXPECT_EQ(enc("e5m2", 1e6, {.mode = mf::Round::toward_zero}), 0x7bu);
+  EXPECT_EQ(enc("e5m2", 1e6, {.mode = mf::Round::down}), 0x7bu);
+  EXPECT_EQ(enc("e5m2", -1e6, {.mode = mf::Round::down}), 0xfcu);
+  EXPECT_EQ(enc("e5m2", -1e6, {.mode = mf::Round::up}), 0xfbu);
+  EXPECT_EQ(enc("e4m3fn", 449, {.mode = mf::Round::up}), 0x7fu);
+  EXPECT_EQ(enc("e4m3fn", 479, {.mode = mf::Round::toward_zero}), 0x7eu);
+}
+
+TEST(Round, NanInfAndSignedZero) {
+  EXPECT_EQ(enc("e4m3fn", kNaN), 0x7fu);
+  EXPECT_EQ(enc("e4m3fn", -kNaN), 0xffu);
+  EXPECT_EQ(enc("e5m2", kNaN), 0x7eu);
+  EXPECT_EQ(enc("bf16", -kNaN), 0xffc0u);
+  EXPECT_EQ(enc("fp32", kNaN), 0x7fc00000u);
+  EXPECT_EQ(enc("e5m2fnuz", kNaN), 0x80u);
+  EXPECT_EQ(enc("e8m0", kNaN), 0xffu);
+  EXPECT_EQ(enc("e2m1fn", kNaN), 0x0u);  // no NaN code: +0 (documented in round.cpp)
+  EXPECT_EQ(enc("int8", -kNaN), 0x0u);
+  EXPECT_EQ(enc("e5m2", kInf), 0x7cu);
+  EXPECT_EQ(enc("e5m2", -kInf), 0xfcu);
+  EXPECT_EQ(enc("e5m2", -kInf, {.saturate = true}), 0xfbu);
+  EXPECT_EQ(enc("e5m2", kInf, {.mode = mf::Round::toward_zero}), 0x7cu);  // inf is exact, not an overflow
+  EXPECT_EQ(enc("e4m3fn", kInf), 0x7fu);
+  EXPECT_EQ(enc("e4m3fn", -kInf, {.saturate = true}), 0xfeu);
+  EXPECT_EQ(enc("e2m3fn", -kInf), 0x3fu);
+  EXPECT_EQ(enc("e8m0", kInf), 0xffu);
+  EXPECT_EQ(enc("e8m0", kInf, {.saturate = true}), 0xfeu);
+  EXPECT_EQ(enc("e4m3fn", -0.0), 0x80u);
+  EXPECT_EQ(enc("e4m3fnuz", -0.0), 0x00u);
+  EXPECT_EQ(enc("e2m1fn", -0.0), 0x8u);
+  EXPECT_EQ(enc("int8", -0.0), 0x0u);
+  EXPECT_EQ(enc("e8m0", 0.0), 0xffu);
+  EXPECT_EQ(enc("e8m0", -4.0), 0xffu);
+  EXPECT_TRUE(std::isinf(mf::decode(mf::preset("fp16"), 0xfc00)));
+  EXPECT_TRUE(std::signbit(mf::decode(mf::preset("fp16"), 0x8000)));
+  EXPECT_TRUE(std::isnan(mf::decode(mf::preset("e8m0"), 0xff)));
+}
+
+TEST(Round, UnderflowToSubnormalsZeroAndFlush) {
+  const auto& e4 = mf::preset("e4m3fn");
+  EXPECT_EQ(mf::encode(e4, std::ldexp(1, -9)), 0x01u);         // min subnormal
+  EXPECT_EQ(mf::encode(e4, std::ldexp(1, -10)), 0x00u);        // half of it: tie to even 0
+  EXPECT_EQ(mf::encode(e4, std::ldexp(1.0001, -10)), 0x01u);   // above half
+  EXPECT_EQ(mf::encode(e4, -std::ldexp(1, -10)), 0x80u);       // -0 kept
+  EXPECT_EQ(mf::encode(e4, std::ldexp(3, -10)), 0x02u);        // 1.5 min subnormals: tie to even 2
+  EXPECT_EQ(mf::encode(e4, 1e-300, {.mode = mf::Round::up}), 0x01u);
+  EXPECT_EQ(mf::encode(e4, -1e-300, {.mode = mf::Round::up}), 0x80u);
+  EXPECT_EQ(mf::encode(e4, std::ldexp(1, -1074)), 0x00u);      // fp64 subnormal input
+  const auto& fz = mf::preset("e5m2fnuz");
+  EXPECT_EQ(mf::encode(fz, -std::ldexp(1, -19)), 0x00u);       // fnuz: -0 becomes +0
+  const mf::RoundOptions flush{.flush_subnormals = true};
+  EXPECT_EQ(mf::encode(e4, std::ldexp(5, -9), flush), 0x00u);
+  EXPECT_EQ(mf::encode(e4, -std::ldexp(5, -9), flush), 0x80u);
+  EXPECT_EQ(mf::encode(e4, std::ldexp(1, -6), flush), 0x08u);  // min normal survives
+  EXPECT_EQ(mf::encode(e4, std::ldexp(15.5, -10), flush), 0x08u);  // rounds up to min normal first
+  EXPECT_EQ(enc("fp16", std::ldexp(1, -24)), 0x0001u);
+  EXPECT_EQ(enc("fp16", std::ldexp(1, -25)), 0x0000u);
+  EXPECT_EQ(enc("bf16", std::ldexp(1, -133)), 0x0001u);
+  // e8m0 has no zero: tiny positives clamp to 2^-127 (ml_dtypes gives the same).
+  EXPECT_EQ(enc("e8m0", std::ldexp(1, -130)), 0x00u);
+  EXPECT_EQ(enc("e8m0", std::ldexp(1.4, -127)), 0x00u);  // correctly rounded (ml_dtypes 0.6 says 0x01)
+  EXPECT_EQ(enc("e8m0", 1.5), 0x80u);  // ties round up, as ml_dtypes and PyTorch
+  EXPECT_EQ(enc("e8m0", 3.0), 0x81u);
+  EXPECT_EQ(enc("e8m0", 1.4), 0x7fu);
+  EXPECT_EQ(enc("e8m0", 1.4, {.mode = mf::Round::up}), 0x80u);
+  EXPECT_EQ(enc("e8m0", std::ldexp(1, 127)), 0xfeu);
+  EXPECT_EQ(enc("e8m0", std::ldexp(1.5, 127)), 0xffu);
+}
+
+TEST(Round, Fp32IdentityTf32LayoutAndInt8) {
+  const auto& fp32 = mf::preset("fp32");
+  for (const float x : {0.0f, -0.0f, 1.0f, -3.5e-42f, 3.4028235e38f, 1e-45f, 0.1f, -123456.78f}) {
+    EXPECT_EQ(mf::encode(fp32, x), std::bit_cast<uint32_t>(x));
+    EXPECT_EQ(mf::decode_f32(fp32, std::bit_cast<uint32_t>(x)), x);
+  }
+  // fp64 -> fp32 rounds once, exactly: 1 + 2^-24 is a tie, 1 + 2^-24 + 2^-60 is not.
+  EXPECT_EQ(mf::encode(fp32, 1.0 + std::ldexp(1, -24)), 0x3f800000u);
+  EXPECT_EQ(mf::encode(fp32, 1.0 + std::ldexp(1, -24) + std::ldexp(1, -52)), 0x3f800001u);
+  const auto& tf32 = mf::preset("tf32");
+  EXPECT_EQ(mf::encode(tf32, 1.0f), 0x3f800000u);
+  EXPECT_EQ(mf::encode(tf32, 1.0 + std::ldexp(1, -10)), 0x3f802000u);
+  EXPECT_EQ(mf::encode(tf32, 1.0 + std::ldexp(1, -11)), 0x3f800000u);  // tie to even
+  EXPECT_EQ(mf::encode(tf32, 1.0 + std::ldexp(3, -11)), 0x3f804000u);  // tie to even (up)
+  EXPECT_EQ(mf::encode(tf32, kNaN), 0x7fc00000u);
+  EXPECT_EQ(mf::encode(tf32, -kInf), 0xff800000u);
+  for (uint32_t c : {0x3f802000u, 0x00002000u, 0x80000000u, 0x7f7fe000u}) {
+    EXPECT_EQ(mf::encode(tf32, mf::decode(tf32, c)), c);
+    EXPECT_EQ(c & 0x1fffu, 0u);
+  }
+  EXPECT_EQ(mf::decode(tf32, 0x7f7fe000u), tf32.max());
+  EXPECT_EQ(enc("int8", 2.5), 0x02u);
+  EXPECT_EQ(enc("int8", -2.5), 0xfeu);
+  EXPECT_EQ(enc("int8", 2.5, {.mode = mf::Round::nearest_away}), 0x03u);
+  EXPECT_EQ(enc("int8", -0.4, {.mode = mf::Round::down}), 0xffu);
+  EXPECT_EQ(enc("int8", 126.5), 0x7eu);
+  EXPECT_EQ(enc("int8", 127.4), 0x7fu);
+  EXPECT_EQ(mf::decode(mf::preset("int8"), 0x81), -127);
 }

@@ -72,6 +72,7 @@ void check_forward(const Shape& s, uint32_t seed) {
 
 TEST(Attention, ForwardSmallMatchesFloat64) { check_forward({2, 7, 12, 3}, 1); }
 TEST(Attention, ForwardModelSizeMatchesFloat64) { check_forward({2, 128, 256, 4}, 2); }
+TEST(Attention, ForwardLargestSizeMatchesFloat64) { check_forward({1, 256, 768, 12}, 12); }
 
 TEST(Attention, FutureTokensDoNotChangeThePast) {
   const Shape s{1, 16, 32, 4};

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "mantissa/autograd/policy.hpp"
@@ -64,6 +65,14 @@ struct LossStats {
 Var cross_entropy(Tape& t, const Var& logits, const Tensor& targets, LossStats* stats = nullptr);
 // Result [1] = sum (pred - target)^2.
 Var mse(Tape& t, const Var& pred, const Var& target);
+
+// ---- activation checkpointing ------------------------------------------------------------
+// y = fn(x) computed without recording; only x is kept. The backward pass
+// reruns fn on a fresh tape with the same context (policy, weight casts and
+// dropout stream position, so masks replay) and backpropagates through it.
+// Parameters used inside fn (via tape.param) receive their gradients as usual.
+using Segment = std::function<Var(Tape&, const Var&)>;
+Var checkpoint(Tape& t, const Var& x, const Segment& fn);
 
 // ---- shapes ----------------------------------------------------------------------------------
 Var reshape(Tape& t, const Var& x, const Shape& shape);  // shares storage

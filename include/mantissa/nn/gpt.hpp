@@ -60,6 +60,10 @@ class GPT : public Model {
   // resumable checkpoint (restore it so that a resumed run drops the same units).
   uint64_t dropout_passes() const { return passes_; }
   void set_dropout_passes(uint64_t n) { passes_ = n; }
+  // Activation checkpointing: every k-th block (0, k, 2k, ...) keeps only its
+  // input and is recomputed in the backward pass; 0 = off, 1 = every block.
+  void set_activation_checkpointing(int every) { checkpoint_every_ = every < 0 ? 0 : every; }
+  int activation_checkpointing() const { return checkpoint_every_; }
 
  private:
   struct Block {
@@ -67,6 +71,7 @@ class GPT : public Model {
     Parameter *ln2_w, *ln2_b, *fc_w, *fc_b, *mlp_proj_w, *mlp_proj_b;
   };
   Parameter* add(std::string name, const Shape& shape, bool decay, int64_t fan_in);
+  autograd::Var block(autograd::Tape& tape, const Block& b, const autograd::Var& x);
   void check_batch(const Batch& batch) const;
 
   GPTConfig config_;
@@ -75,6 +80,7 @@ class GPT : public Model {
   std::vector<Block> blocks_;
   autograd::CastCache casts_;
   uint64_t passes_ = 0;  // dropout stream: one per training forward
+  int checkpoint_every_ = 0;
 };
 
 }  // namespace mantissa::nn

@@ -5,6 +5,7 @@
 #include <stdexcept>
 
 #include "mantissa/autograd/ops.hpp"
+#include "mantissa/kernels/matmul.hpp"
 #include "mantissa/nn/init.hpp"
 
 namespace mantissa::nn {
@@ -119,6 +120,11 @@ GPT::GPT(const GPTConfig& config) : config_(config) {
   lnf_w_ = add("transformer.ln_f.weight", {C}, false, 1);
   lnf_w_->value.fill(1.0f);
   lnf_b_ = add("transformer.ln_f.bias", {C}, false, 1);
+}
+
+GPT::~GPT() {
+  // A later Parameter at the same address and version must not find our packing.
+  for (auto& p : params_) kernels::forget_packed_operand(p.get());
 }
 
 std::vector<Parameter*> GPT::parameters() {

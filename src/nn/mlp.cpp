@@ -5,6 +5,7 @@
 #include <stdexcept>
 
 #include "mantissa/autograd/ops.hpp"
+#include "mantissa/kernels/matmul.hpp"
 #include "mantissa/nn/init.hpp"
 
 namespace mantissa::nn {
@@ -67,6 +68,11 @@ MLP::MLP(const MLPConfig& config) : config_(config) {
     params_.push_back(make_parameter(prefix + "bias", {out}, false, 1));
     in = out;
   }
+}
+
+MLP::~MLP() {
+  // A later Parameter at the same address and version must not find our packing.
+  for (auto& p : params_) kernels::forget_packed_operand(p.get());
 }
 
 std::vector<Parameter*> MLP::parameters() {

@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "autograd/gradcheck.hpp"
+#include "mantissa/kernels/matmul.hpp"
 #include "mantissa/nn/module.hpp"
 
 using namespace mantissa;
@@ -16,6 +17,12 @@ namespace ag = mantissa::autograd;
 
 namespace {
 size_t activation_bytes() { return memory_stats().of(MemoryKind::activation); }
+
+// Stack parameters reuse addresses across tests: drop the kernels' packing of them.
+struct ForgetPacking {
+  const nn::Parameter* p;
+  ~ForgetPacking() { kernels::forget_packed_operand(p); }
+};
 
 nn::Parameter make_param(const Shape& s, uint64_t seed) {
   nn::Parameter p{std::string("w"), Tensor(), Tensor()};
@@ -37,6 +44,7 @@ double bf16_round(float x) {
 
 TEST(Tape, NoGradRecordsAndRetainsNothing) {
   nn::Parameter w = make_param({8, 8}, 1);
+  ForgetPacking forget{&w};
   const size_t base = activation_bytes();
   {
     ag::NoGrad no_grad;
@@ -73,6 +81,7 @@ TEST(Tape, BackwardFreesSavedTensorsAsItGoes) {
 
 TEST(Tape, ParameterGradientsAccumulateAcrossPasses) {
   nn::Parameter w = make_param({3, 2}, 3);
+  ForgetPacking forget{&w};
   const gradcheck::Vec xv = random_vec(12, 4);
   std::vector<float> once;
   for (int pass = 0; pass < 2; ++pass) {
@@ -114,6 +123,7 @@ TEST(Tape, SharedGradientsAreCopiedBeforeWriting) {
 TEST(Tape, Bf16MatmulPolicyRoundsOperandsAndAccumulatesInFp32) {
   const int64_t M = 5, K = 64, N = 3;
   nn::Parameter w = make_param({K, N}, 8);
+  ForgetPacking forget{&w};
   const gradcheck::Vec xv = random_vec(M * K, 9);
   ag::CastCache cache;
   ag::OpContext ctx;
@@ -141,6 +151,7 @@ TEST(Tape, Bf16MatmulPolicyRoundsOperandsAndAccumulatesInFp32) {
 
 TEST(Tape, WeightCastIsCachedPerVersion) {
   nn::Parameter w = make_param({4, 4}, 10);
+  ForgetPacking forget{&w};
   ag::CastCache cache;
   const Tensor& first = cache.get(w, DType::bf16);
   EXPECT_EQ(first.dtype(), DType::bf16);
@@ -191,6 +202,7 @@ TEST(Tape, ScaleSplitHasIndependentForwardAndBackwardScales) {
 
 TEST(Tape, CheckpointRecomputesAndMatchesDirectGradients) {
   nn::Parameter w = make_param({6, 6}, 14);
+  ForgetPacking forget{&w};
   const gradcheck::Vec xv = random_vec(24, 15), R = random_vec(24, 16);
   auto segment = [&w](ag::Tape& t, const ag::Var& x) { return ag::gelu(t, ag::linear(t, x, t.param(w))); };
   std::vector<float> gx[2], gw[2];

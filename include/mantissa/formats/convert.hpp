@@ -20,8 +20,16 @@ Isa detected_isa();
 void set_max_isa(Isa cap);
 Isa active_isa();
 const char* isa_name(Isa isa);
-// Name of the kernel the last quantize/dequantize call on this thread ran,
-// e.g. "avx512_bf16:bf16:nearest_even"; printed when MANTISSA_VERBOSE=1.
+// Name of the kernel the last quantize/dequantize/fake_quantize call on this
+// thread ran, "<isa>:<kernel>:<format>[:<rounding>]", e.g.
+// "avx512_bf16:cvtneps2bf16:bf16:nearest-even", "avx512:generic:e4m3fn:up",
+// "scalar:int8:nearest-even"; every call prints it to stderr when
+// MANTISSA_VERBOSE=1. Kernels in order of preference: AVX512-BF16
+// vcvtneps2bf16 (bf16, nearest-even, not saturating, not flushing), vcvtps2ph
+// (fp16, same conditions), the AVX-512 integer rounder (every floating
+// format with <= 8 exponent bits and subnormals: fp32, tf32, bf16, fp16, FP8,
+// FP6, FP4 and user eXmY; every mode incl. stochastic), then the scalar
+// reference (int8, e8m0, unusual user formats, CPUs without AVX-512).
 std::string last_kernel();
 
 // codes must hold n * f.storage_bytes() bytes.

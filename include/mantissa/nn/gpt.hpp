@@ -39,6 +39,10 @@ struct GPTConfig {
 class GPT : public Model {
  public:
   explicit GPT(const GPTConfig& config);
+  // Drops the weights pre-packed by the matmul kernels (keyed by Parameter address).
+  ~GPT() override;
+  GPT(const GPT&) = delete;
+  GPT& operator=(const GPT&) = delete;
 
   std::vector<Parameter*> parameters() override;
   LossSum forward_backward(const Batch& batch, float grad_scale) override;

@@ -31,6 +31,10 @@ struct MLPConfig {
 class MLP : public Model {
  public:
   explicit MLP(const MLPConfig& config);
+  // Drops the weights pre-packed by the matmul kernels (keyed by Parameter address).
+  ~MLP() override;
+  MLP(const MLP&) = delete;
+  MLP& operator=(const MLP&) = delete;
 
   std::vector<Parameter*> parameters() override;
   LossSum forward_backward(const Batch& batch, float grad_scale) override;

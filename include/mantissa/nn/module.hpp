@@ -18,6 +18,8 @@ struct Parameter {
   bool decay = true;    // weight decay applies (false for biases, norm gains, positions)
   int64_t fan_in = 1;   // for parametrisation-dependent learning-rate rules
   int version = 0;      // bumped by whoever changes `value`, so cached casts/packings refresh
+                        // (the matmul kernels key packed weights by this Parameter's address:
+                        // its owner calls kernels::forget_packed_operand(this) before destroying it)
 };
 
 class Module {

@@ -2,6 +2,7 @@
 // key of --config FILE.json (flags win over the file).
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -39,7 +40,7 @@ void train_command(CLI::App* cmd, train::TrainConfig& cfg) {
   std::fflush(stdout);
 
   train::RunOptions ro;
-  ro.steps = c.steps;
+  ro.steps = c.stop_after > 0 ? std::min(c.steps, session->trainer->step() + c.stop_after) : c.steps;
   ro.eval_every = c.eval_every;
   ro.save_every = c.save_every;
   ro.save_dir = c.save;
@@ -72,7 +73,8 @@ Registrar reg(30, [](CLI::App& app) {
         [&](auto* target) {
           using T = std::remove_pointer_t<decltype(target)>;
           if constexpr (std::is_same_v<T, bool>) cmd->add_flag(flag, *target, k.help);
-          else cmd->add_option(flag, *target, k.help);
+          else if constexpr (std::is_same_v<T, std::vector<std::string>>) cmd->add_option(flag, *target, k.help);
+          else cmd->add_option(flag, *target, k.help)->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
         },
         k.target);
   }

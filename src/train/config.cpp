@@ -52,6 +52,7 @@ std::vector<ConfigKey> config_keys(TrainConfig& c) {
       {"save", "checkpoint directory (written every --save-every steps and at the end)", &c.save},
       {"save-every", "save every N steps (0: only at the end)", &c.save_every},
       {"resume", "resume from this checkpoint directory", &c.resume},
+      {"stop-after", "stop (and save) after N steps of this invocation; the schedule still spans --steps", &c.stop_after},
   };
 }
 
@@ -155,6 +156,7 @@ void validate(const TrainConfig& c) {
   positive("eval-batches", c.eval_batches);
   positive("log-every", c.log_every);
   non_negative("save-every", c.save_every);
+  non_negative("stop-after", c.stop_after);
   if (!c.opt_level.empty() && c.opt_level != "O0" && c.opt_level != "O1" && c.opt_level != "O2" && c.opt_level != "O3")
     throw std::invalid_argument("--opt-level must be O0, O1, O2 or O3 (got '" + c.opt_level + "')");
   if (!c.weight_rounding.empty() && c.weight_rounding != "nearest" && c.weight_rounding != "stochastic")

@@ -133,7 +133,8 @@ TEST_F(CliTrain, ResumeContinuesWithBitIdenticalLosses) {
   const std::string common = tiny() + " --eval-every 0 --eval-batches 1 --recipe bf16-amp --loss-scale dynamic "
                              "--init-scale 256 --growth-interval 2";
   ASSERT_EQ(run(common + " --steps 8 --metrics " + path("straight.jsonl")).code, 0);
-  ASSERT_EQ(run(common + " --steps 4 --save " + path("ck") + " --metrics " + path("resumed.jsonl")).code, 0);
+  // An interrupted job: the same --steps (the schedule spans 8), stopped after 4.
+  ASSERT_EQ(run(common + " --steps 8 --stop-after 4 --save " + path("ck") + " --metrics " + path("resumed.jsonl")).code, 0);
   const Result r = run(common + " --steps 8 --resume " + path("ck") + " --metrics " + path("resumed.jsonl"));
   ASSERT_EQ(r.code, 0) << r.out;
   auto losses = [](const std::vector<nlohmann::json>& lines) {

@@ -74,7 +74,9 @@ Var causal_self_attention(Tape& t, const Var& qkv, int64_t heads) {
                                 std::to_string(heads) + " heads");
   Tensor y = Tensor::empty({B, T, C});
   Tensor att = Tensor::empty({B, heads, T, T});
-  kernels::attention_forward(y.f32(), att.f32(), qkv.value.f32(), B, T, C, heads);
+  // Under a bf16 matmul policy the four products per pass run on AMX too.
+  const bool bf16 = t.policy().matmul == DType::bf16;
+  kernels::attention_forward(y.f32(), att.f32(), qkv.value.f32(), B, T, C, heads, bf16);
   const bool record = t.wants_grad({&qkv});
   Var out = Tape::result(std::move(y), record);
   if (record)
@@ -82,7 +84,7 @@ Var causal_self_attention(Tape& t, const Var& qkv, int64_t heads) {
       if (!on->has_grad()) return;
       Tensor datt = Tensor::empty({B, heads, T, T}, DType::f32, MemoryKind::workspace);
       kernels::attention_backward(qn->buffer().f32(), datt.f32(), on->grad.f32(), Tape::restore(qs).f32(),
-                                  Tape::restore(as).f32(), B, T, C, heads);
+                                  Tape::restore(as).f32(), B, T, C, heads, bf16);
     });
   return out;
 }

@@ -7,6 +7,7 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
 bash scripts/setup.sh
 bash scripts/pyenv.sh >/dev/null
+bash scripts/data.sh >/dev/null   # real Fashion-MNIST / corpus checks need the data
 JOBS=$(nproc)
 echo "== Release build"
 bash scripts/build.sh build

@@ -28,7 +28,7 @@ void train_command(CLI::App* cmd, train::TrainConfig& cfg) {
   auto& model = *session->model;
   std::printf("mantissa train: %s model, %ld parameters, recipe %s, %d threads\n", model.kind().c_str(),
               static_cast<long>(model.parameter_count()), session->recipe.name.c_str(), kernels::num_threads());
-  std::printf("  model %s\n  data %s", model.config_json().c_str(), session->data_path.c_str());
+  std::printf("  model %s\n  data %s", nlohmann::json::parse(model.config_json()).dump().c_str(), session->data_path.c_str());
   if (session->corpus)
     std::printf(" (%ld bytes: %ld train, %ld validation)", static_cast<long>(session->corpus->size()),
                 static_cast<long>(session->corpus->train_size()), static_cast<long>(session->corpus->val_size()));

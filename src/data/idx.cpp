@@ -1,6 +1,5 @@
 #include "mantissa/data/idx.hpp"
 
-#include <dlfcn.h>
 #include <zlib.h>
 
 #include <algorithm>
@@ -15,33 +14,10 @@ namespace mantissa::data {
 
 namespace {
 
-// zlib is loaded at run time (libz.so.1, part of every Debian system) so that
-// the library and every program linking it need no extra link flag; only the
-// gzip'ed IDX files use it.
-struct Zlib {
-  decltype(&inflateInit2_) init;
-  decltype(&inflate) run;
-  decltype(&inflateEnd) end;
-};
-
-const Zlib& zlib(const std::string& path) {
-  static const Zlib* z = nullptr;
-  if (z) return *z;
-  void* h = dlopen("libz.so.1", RTLD_NOW | RTLD_LOCAL);
-  if (!h) throw DataError(path + ": reading gzip needs zlib (libz.so.1): " + dlerror());
-  static Zlib loaded{reinterpret_cast<decltype(&inflateInit2_)>(dlsym(h, "inflateInit2_")),
-                     reinterpret_cast<decltype(&inflate)>(dlsym(h, "inflate")),
-                     reinterpret_cast<decltype(&inflateEnd)>(dlsym(h, "inflateEnd"))};
-  if (!loaded.init || !loaded.run || !loaded.end) throw DataError(path + ": libz.so.1 lacks inflate functions");
-  z = &loaded;
-  return *z;
-}
-
 std::string gunzip(const std::string& gz, const std::string& path) {
-  const Zlib& z = zlib(path);
   z_stream zs{};
   // 16 + MAX_WBITS: expect a gzip wrapper (and check its CRC and length).
-  if (z.init(&zs, 16 + MAX_WBITS, ZLIB_VERSION, static_cast<int>(sizeof(z_stream))) != Z_OK) throw DataError(path + ": cannot initialise zlib");
+  if (inflateInit2(&zs, 16 + MAX_WBITS) != Z_OK) throw DataError(path + ": cannot initialise zlib");
   std::string out;
   out.resize(gz.size() * 4 + (1 << 16));
   zs.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(gz.data()));
@@ -51,19 +27,19 @@ std::string gunzip(const std::string& gz, const std::string& path) {
     if (zs.total_out == out.size()) out.resize(out.size() * 2);
     zs.next_out = reinterpret_cast<Bytef*>(out.data() + zs.total_out);
     zs.avail_out = static_cast<uInt>(std::min<size_t>(out.size() - zs.total_out, 1u << 30));
-    rc = z.run(&zs, Z_NO_FLUSH);
+    rc = inflate(&zs, Z_NO_FLUSH);
     if (rc == Z_BUF_ERROR && zs.avail_in == 0) {
-      z.end(&zs);
+      inflateEnd(&zs);
       throw DataError(path + ": gzip stream is truncated");
     }
     if (rc != Z_OK && rc != Z_STREAM_END && rc != Z_BUF_ERROR) {
       std::string msg = zs.msg ? zs.msg : "error " + std::to_string(rc);
-      z.end(&zs);
+      inflateEnd(&zs);
       throw DataError(path + ": corrupt gzip data (" + msg + ")");
     }
   }
   out.resize(zs.total_out);
-  z.end(&zs);
+  inflateEnd(&zs);
   return out;
 }
 

@@ -17,10 +17,19 @@ Tensor in_dtype(const Tensor& x, DType want) {
   return x.to(want, MemoryKind::workspace);
 }
 
+// The kernel multiplies f32 or bf16. An fp16 operand is widened to f32, which
+// is exact, and every product of two fp16 values is exact in fp32, so fp16
+// matrix products with fp32 accumulation come out as on fp16 hardware; the
+// operand stays stored in 2 bytes wherever it is kept.
+Tensor kernel_operand(const Tensor& x) {
+  if (x.dtype() == DType::f16) return x.to(DType::f32, MemoryKind::workspace);
+  return x;
+}
+
 // C [batch, M, N] (+)= alpha * op(A) @ op(B), operands converted to `compute`.
 void gemm(DType compute, int64_t batch, int64_t M, int64_t N, int64_t K, bool ta, bool tb,
           const Tensor& A, const Tensor& B, float* C, float alpha, bool accumulate) {
-  Tensor a = in_dtype(A, compute), b = in_dtype(B, compute);
+  Tensor a = kernel_operand(in_dtype(A, compute)), b = kernel_operand(in_dtype(B, compute));
   kernels::MatmulArgs args;
   args.batch = batch;
   args.M = M;
@@ -28,8 +37,8 @@ void gemm(DType compute, int64_t batch, int64_t M, int64_t N, int64_t K, bool ta
   args.K = K;
   args.trans_a = ta;
   args.trans_b = tb;
-  args.a_type = compute;
-  args.b_type = compute;
+  args.a_type = a.dtype();
+  args.b_type = b.dtype();
   args.alpha = alpha;
   args.accumulate = accumulate;
   kernels::matmul(args, a.raw(), b.raw(), C);
@@ -61,20 +70,21 @@ Var linear(Tape& t, const Var& x, const Var& w, const Var* b, const OpScales& s)
   const DType compute = t.policy().matmul;
   Tensor xa = t.matmul_operand(x);
   Tensor wb = t.matmul_operand(w);
+  const Tensor xk = kernel_operand(xa), wk = kernel_operand(wb);
   Tensor y = Tensor::empty(out_shape);
   kernels::MatmulArgs args;
   args.M = M;
   args.N = N;
   args.K = K;
-  args.a_type = xa.dtype();
-  args.b_type = wb.dtype();
+  args.a_type = xk.dtype();
+  args.b_type = wk.dtype();
   args.alpha = s.forward;
   if (w.param) {
     args.b_is_constant = true;
     args.b_cache_key = w.param;
     args.b_cache_version = w.param->version;
   }
-  kernels::matmul(args, xa.raw(), wb.raw(), y.f32(), b ? b->value.f32() : nullptr);
+  kernels::matmul(args, xk.raw(), wk.raw(), y.f32(), b ? b->value.f32() : nullptr);
 
   const bool record = t.wants_grad({&x, &w, b});
   Var out = Tape::result(std::move(y), record);

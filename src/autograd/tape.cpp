@@ -132,7 +132,8 @@ Tensor Tape::restore(const Tensor& saved) {
 Tensor Tape::matmul_operand(const Var& v) const {
   DType t = ctx_.policy.matmul;
   if (t == DType::f32 || v.value.dtype() == t) return v.value;
-  if (t != DType::bf16) throw std::invalid_argument(std::string("matmul dtype ") + dtype_name(t) + " is not supported (f32 or bf16)");
+  if (t != DType::bf16 && t != DType::f16)
+    throw std::invalid_argument(std::string("matmul dtype ") + dtype_name(t) + " is not supported (f32, bf16 or f16)");
   if (v.param && ctx_.casts) return ctx_.casts->get(*v.param, t);
   return v.value.to(t, MemoryKind::activation);
 }

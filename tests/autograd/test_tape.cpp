@@ -219,3 +219,40 @@ TEST(Tape, CheckpointRecomputesAndMatchesDirectGradients) {
   EXPECT_EQ(gx[1], gx[0]);
   EXPECT_EQ(gw[1], gw[0]);
 }
+
+// fp16 products: operands rounded to fp16 (reference: the compiler's _Float16
+// conversion, independent of the formats module), fp32 accumulation; and the
+// output gradient is rounded to fp16 too, so tiny gradients underflow to zero
+// (what loss scaling exists to prevent).
+TEST(Tape, Fp16MatmulPolicyRoundsOperandsAndGradients) {
+  const int64_t M = 4, K = 32, N = 3;
+  nn::Parameter w = make_param({K, N}, 18);
+  ForgetPacking forget{&w};
+  const gradcheck::Vec xv = random_vec(M * K, 19);
+  auto half = [](double v) { return static_cast<double>(static_cast<_Float16>(static_cast<float>(v))); };
+  for (float seed : {1.0f, 1e-8f}) {
+    w.grad.zero_();
+    ag::CastCache cache;
+    ag::OpContext ctx;
+    ctx.policy.matmul = DType::f16;
+    ctx.casts = &cache;
+    ag::Tape t(ctx);
+    ag::Var y = ag::linear(t, t.constant(to_tensor({M, K}, xv)), t.param(w));
+    auto got = y.value.to_vector();
+    const float* wv = w.value.f32();
+    double max_err = 0;
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < N; ++j) {
+        double exact = 0;
+        for (int64_t k = 0; k < K; ++k) exact += half(xv[i * K + k]) * half(wv[k * N + j]);
+        max_err = std::max(max_err, std::abs(got[i * N + j] - exact));
+      }
+    EXPECT_LT(max_err, 1e-5);
+    t.backward(y, seed);
+    // dw[k][j] = sum_i x[i][k] * seed (seed rounded to fp16: 1e-8 -> 0).
+    double max_grad = 0;
+    for (int64_t i = 0; i < K * N; ++i) max_grad = std::max(max_grad, std::abs(double(w.grad.f32()[i])));
+    if (seed == 1.0f) EXPECT_GT(max_grad, 0.1);
+    else EXPECT_EQ(max_grad, 0.0) << "a 1e-8 gradient must underflow in fp16";
+  }
+}

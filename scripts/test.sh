@@ -12,6 +12,15 @@ JOBS=$(nproc)
 echo "== Release build"
 bash scripts/build.sh build
 (cd build && ctest --output-on-failure -j "$JOBS" -LE exhaustive)
+echo "== Installed library used from another project (examples/)"
+cmake --install build --prefix build/install >/dev/null
+cmake -S examples -B build/examples -DCMAKE_PREFIX_PATH="$ROOT/build/install" -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build build/examples -j "$JOBS" >/dev/null
+./build/examples/amp_example bf16-amp | tail -1
+echo "== Benchmark smoke (must run; no timing is checked)"
+./build/bench/bench_train --threads 2 --recipe fp32,bf16-amp,fp16-amp --layers 1 --d-model 64 --heads 2 --seq-len 32 --batch 2 --steps 2 --warmup 1 | tail -3
+MANTISSA_BENCH_REPS=1 ./build/bench/bench_matmul >/dev/null
+./build/bench/bench_convert --benchmark_filter='/32768' --benchmark_min_time=0.01 >/dev/null
 echo "== AddressSanitizer + UBSan build"
 bash scripts/build.sh build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMANTISSA_SANITIZE=ON -DMANTISSA_BUILD_BENCH=OFF
 (cd build-asan && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j "$JOBS" -LE "exhaustive|oracle|slow")

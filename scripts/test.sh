@@ -19,7 +19,7 @@ cmake --build build/examples -j "$JOBS" >/dev/null
 ./build/examples/amp_example bf16-amp | tail -1
 echo "== Benchmark smoke (must run; no timing is checked)"
 ./build/bench/bench_train --threads 2 --recipe fp32,bf16-amp,fp16-amp --layers 1 --d-model 64 --heads 2 --seq-len 32 --batch 2 --steps 2 --warmup 1 | tail -3
-MANTISSA_BENCH_REPS=1 ./build/bench/bench_matmul >/dev/null
+MANTISSA_BENCH_REPS=1 ./build/bench/bench_matmul --benchmark_filter=attnproj >/dev/null
 ./build/bench/bench_convert --benchmark_filter='/32768' --benchmark_min_time=0.01 >/dev/null
 echo "== AddressSanitizer + UBSan build"
 bash scripts/build.sh build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMANTISSA_SANITIZE=ON -DMANTISSA_BUILD_BENCH=OFF

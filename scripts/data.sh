@@ -27,10 +27,15 @@ if ((${#need[@]})); then
   mkdir -p "$DATA"
   WORK=$(mktemp -d "$DATA/.fetch.XXXXXX")
   trap 'rm -rf "$WORK"' EXIT
-  if ! (cd "$WORK" && apt-get download "${need[@]}") >"$WORK/apt.log" 2>&1; then
-    cat "$WORK/apt.log" >&2
-    echo "data.sh: 'apt-get download ${need[*]}' failed; on a fresh machine run 'sudo apt-get update' first" >&2
-    exit 1
+  fetch() { (cd "$WORK" && apt-get download "${need[@]}") >"$WORK/apt.log" 2>&1; }
+  # A fresh machine may have empty package lists: refresh them once if we can.
+  if ! fetch; then
+    if [[ $(id -u) -eq 0 ]]; then apt-get update -qq >/dev/null 2>&1 || true; fi
+    if ! fetch; then
+      cat "$WORK/apt.log" >&2
+      echo "data.sh: 'apt-get download ${need[*]}' failed; on a fresh machine run 'sudo apt-get update' first" >&2
+      exit 1
+    fi
   fi
   for deb in "$WORK"/*.deb; do dpkg-deb -x "$deb" "$WORK/root"; done
 

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "kernels/bf16_convert.hpp"
+#include "mantissa/formats/convert.hpp"
 #include "kernels/parallel.hpp"
 #include "kernels/row_math.hpp"
 #include "mantissa/kernels/kernels.hpp"
@@ -165,14 +166,14 @@ bool all_finite(const float* x, int64_t n) {
 }
 
 // ---- bf16 storage helpers -------------------------------------------------------------
+// The formats module owns rounding: its bf16 path (AVX512-BF16 where present)
+// is checked bit for bit against the scalar reference on all 2^32 inputs.
 void f32_to_bf16(uint16_t* out, const float* in, int64_t n) {
-  MANTISSA_PARALLEL_SIMD
-  for (int64_t i = 0; i < n; ++i) out[i] = f32_to_bf16_one(in[i]);
+  formats::quantize(formats::preset("bf16"), in, out, static_cast<size_t>(n));
 }
 
 void bf16_to_f32(float* out, const uint16_t* in, int64_t n) {
-  MANTISSA_PARALLEL_SIMD
-  for (int64_t i = 0; i < n; ++i) out[i] = bf16_to_f32_one(in[i]);
+  formats::dequantize(formats::preset("bf16"), in, out, static_cast<size_t>(n));
 }
 
 // ---- threads ---------------------------------------------------------------------------

@@ -72,14 +72,6 @@ void attention_backward(float* dqkv, float* datt, const float* dout, const float
                         const float* att, int64_t B, int64_t T, int64_t C, int64_t NH,
                         bool bf16_products = false);
 
-// ---- optimizer -------------------------------------------------------------------------
-// One fused AdamW pass over a parameter tensor, in PyTorch's order (torch.optim.AdamW):
-//   p *= 1 - lr wd;  m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2
-//   p -= lr / (1 - b1^step) * m / (sqrt(v) / sqrt(1 - b2^step) + eps)
-// step counts from 1. grad_scale multiplies g first (e.g. a clipping factor or 1/loss_scale).
-void adamw_step(float* param, const float* grad, float* m, float* v, int64_t n, float lr, float beta1,
-                float beta2, float eps, float weight_decay, int64_t step, float grad_scale = 1.0f);
-
 // ---- reductions -------------------------------------------------------------------------
 double sum(const float* x, int64_t n);            // fp64 accumulation
 double sum_squares(const float* x, int64_t n);    // fp64 accumulation

@@ -7,10 +7,27 @@
 
 namespace mantissa::optim {
 
-Optimizer::Optimizer(std::vector<nn::Parameter*> params) : params_(std::move(params)) {
+namespace {
+// A tied weight (e.g. a head sharing the embedding's storage) is updated once,
+// as PyTorch's parameters() yields a shared tensor once: updating it twice would
+// apply the step twice, and two threads would race on the same memory.
+std::vector<nn::Parameter*> without_tied(std::vector<nn::Parameter*> params) {
+  // The same Parameter listed twice is kept, so the duplicate-name check refuses it.
+  std::vector<nn::Parameter*> kept;
+  for (nn::Parameter* p : params) {
+    if (!p) throw std::invalid_argument("optimizer: null parameter");
+    bool tied = false;
+    for (const nn::Parameter* q : kept)
+      tied = tied || (p != q && p->value.defined() && p->value.same_storage(q->value));
+    if (!tied) kept.push_back(p);
+  }
+  return kept;
+}
+}  // namespace
+
+Optimizer::Optimizer(std::vector<nn::Parameter*> params) : params_(without_tied(std::move(params))) {
   std::set<std::string> names;
   for (const nn::Parameter* p : params_) {
-    if (!p) throw std::invalid_argument("optimizer: null parameter");
     if (!p->value.defined() || p->value.dtype() != DType::f32)
       throw std::invalid_argument("optimizer: parameter '" + p->name + "' needs an fp32 value tensor");
     if (!p->grad.defined() || p->grad.dtype() != DType::f32 || p->grad.shape() != p->value.shape())

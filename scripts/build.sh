@@ -4,7 +4,10 @@
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 DIR=${1:-$ROOT/build}; shift || true
-cmake -S "$ROOT" -B "$DIR" -DCMAKE_BUILD_TYPE=Release -DMANTISSA_WERROR=ON "$@" >/dev/null
+# ccache (when installed) lets several build directories share compiled objects.
+LAUNCHER=()
+if command -v ccache >/dev/null; then LAUNCHER=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache); fi
+cmake -S "$ROOT" -B "$DIR" -DCMAKE_BUILD_TYPE=Release -DMANTISSA_WERROR=ON "${LAUNCHER[@]}" "$@" >/dev/null
 set +e
 cmake --build "$DIR" -j "$(nproc)" 2>&1 | grep -vE '^\[ *[0-9]+%\]|^Consolidate|^-- '
 rc=${PIPESTATUS[0]}

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -76,6 +77,9 @@ struct OpContext {
   bool training = true;        // dropout active
   uint64_t seed = 0;           // dropout stream of this pass
   uint64_t dropout_calls = 0;  // advanced by every dropout op (the kernel's `offset`)
+  // Scale analysis: when set, models report named forward values and (through
+  // identity ops) their gradients here; null in training.
+  std::function<void(const std::string& name, bool backward, const Tensor& value)> observer;
 };
 
 // Gradient recording is on unless a NoGrad scope is alive on this thread.

@@ -11,6 +11,7 @@
 #include "cli/command.hpp"
 #include "mantissa/amp/recipe.hpp"
 #include "mantissa/kernels/kernels.hpp"
+#include "mantissa/nn/gpt.hpp"
 #include "mantissa/train/run.hpp"
 #include "mantissa/train/session.hpp"
 
@@ -26,6 +27,7 @@ void train_command(CLI::App* cmd, train::TrainConfig& cfg) {
   auto session = train::build_session(cfg);
   const train::TrainConfig& c = session->config;
   auto& model = *session->model;
+  if (auto* gpt = dynamic_cast<nn::GPT*>(&model)) gpt->set_activation_checkpointing(static_cast<int>(c.checkpoint_activations));
   std::printf("mantissa train: %s model, %ld parameters, recipe %s, %d threads\n", model.kind().c_str(),
               static_cast<long>(model.parameter_count()), session->recipe.name.c_str(), kernels::num_threads());
   std::printf("  model %s\n  data %s", nlohmann::json::parse(model.config_json()).dump().c_str(), session->data_path.c_str());
@@ -74,6 +76,9 @@ Registrar reg(30, [](CLI::App& app) {
           using T = std::remove_pointer_t<decltype(target)>;
           if constexpr (std::is_same_v<T, bool>) cmd->add_flag(flag, *target, k.help);
           else if constexpr (std::is_same_v<T, std::vector<std::string>>) cmd->add_option(flag, *target, k.help);
+          else if (k.key == "checkpoint-activations")  // a bare flag means every block
+            cmd->add_option(flag, *target, k.help)->expected(0, 1)->default_str("1")
+                ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
           else cmd->add_option(flag, *target, k.help)->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
         },
         k.target);

@@ -45,6 +45,9 @@ std::vector<ConfigKey> config_keys(TrainConfig& c) {
       {"weight-rounding", "master -> working weight rounding: nearest or stochastic", &c.weight_rounding},
       {"set", "override any recipe setting: key=value (repeatable)", &c.set},
       {"grad-stats", "record gradient underflow/overflow fractions per parameter group", &c.grad_stats},
+      {"checkpoint-activations",
+       "gpt: keep only every k-th block's input and recompute the block in backward (bare flag: k = 1; 0: off)",
+       &c.checkpoint_activations},
       {"eval-every", "evaluate every N steps (0: only at the end)", &c.eval_every},
       {"eval-batches", "validation batches per evaluation", &c.eval_batches},
       {"log-every", "log line every N steps when not on a terminal", &c.log_every},
@@ -157,6 +160,9 @@ void validate(const TrainConfig& c) {
   positive("log-every", c.log_every);
   non_negative("save-every", c.save_every);
   non_negative("stop-after", c.stop_after);
+  non_negative("checkpoint-activations", c.checkpoint_activations);
+  if (c.checkpoint_activations > 0 && c.model != "gpt")
+    throw std::invalid_argument("--checkpoint-activations applies to the gpt model's blocks (got --model " + c.model + ")");
   if (!c.opt_level.empty() && c.opt_level != "O0" && c.opt_level != "O1" && c.opt_level != "O2" && c.opt_level != "O3")
     throw std::invalid_argument("--opt-level must be O0, O1, O2 or O3 (got '" + c.opt_level + "')");
   if (!c.weight_rounding.empty() && c.weight_rounding != "nearest" && c.weight_rounding != "stochastic")

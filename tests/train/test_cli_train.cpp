@@ -54,6 +54,22 @@ class CliTrain : public ::testing::Test {
     return "train --model gpt --data " + path("corpus.txt") +
            " --layers 1 --d-model 16 --heads 2 --seq-len 16 --batch-size 2 --threads 1 --warmup 2 --lr 1e-2";
   }
+  // Every step's training loss in two metrics files is the same, bit for bit.
+  static void expect_identical_losses(const std::string& a_file, const std::string& b_file, size_t steps) {
+    auto losses = [](const std::vector<nlohmann::json>& lines) {
+      std::vector<std::pair<int, double>> v;
+      for (const auto& j : lines)
+        if (j.contains("loss")) v.emplace_back(j["step"].get<int>(), j["loss"].get<double>());
+      return v;
+    };
+    const auto a = losses(read_jsonl(a_file)), b = losses(read_jsonl(b_file));
+    ASSERT_EQ(a.size(), steps);
+    ASSERT_EQ(b.size(), steps);
+    for (size_t i = 0; i < a.size(); ++i) {
+      EXPECT_EQ(a[i].first, b[i].first);
+      EXPECT_EQ(a[i].second, b[i].second) << "step " << a[i].first;  // exact, not near
+    }
+  }
   static std::vector<nlohmann::json> read_jsonl(const std::string& file) {
     std::ifstream in(file);
     std::vector<nlohmann::json> v;
@@ -137,22 +153,25 @@ TEST_F(CliTrain, ResumeContinuesWithBitIdenticalLosses) {
   ASSERT_EQ(run(common + " --steps 8 --stop-after 4 --save " + path("ck") + " --metrics " + path("resumed.jsonl")).code, 0);
   const Result r = run(common + " --steps 8 --resume " + path("ck") + " --metrics " + path("resumed.jsonl"));
   ASSERT_EQ(r.code, 0) << r.out;
-  auto losses = [](const std::vector<nlohmann::json>& lines) {
-    std::vector<std::pair<int, double>> v;
-    for (const auto& j : lines)
-      if (j.contains("loss")) v.emplace_back(j["step"].get<int>(), j["loss"].get<double>());
-    return v;
-  };
-  const auto a = losses(read_jsonl(path("straight.jsonl"))), b = losses(read_jsonl(path("resumed.jsonl")));
-  ASSERT_EQ(a.size(), 8u);
-  ASSERT_EQ(b.size(), 8u);
-  for (size_t i = 0; i < a.size(); ++i) {
-    EXPECT_EQ(a[i].first, b[i].first);
-    EXPECT_EQ(a[i].second, b[i].second) << "step " << a[i].first;  // exact, not near
-  }
+  expect_identical_losses(path("straight.jsonl"), path("resumed.jsonl"), 8);
   // Resuming under another recipe is refused rather than silently mixing them.
   const Result bad = run(common + " --steps 9 --recipe fp32 --resume " + path("ck"));
   EXPECT_EQ(bad.code, 2) << bad.out;
+}
+
+// Recomputing blocks in backward (replaying dropout masks and the bf16 policy)
+// changes nothing: the same losses at every step, so the same gradients.
+TEST_F(CliTrain, CheckpointedActivationsTrainIdentically) {
+  const std::string common = tiny() + " --layers 3 --dropout 0.1 --eval-every 0 --eval-batches 1 --recipe bf16-amp --steps 4";
+  ASSERT_EQ(run(common + " --metrics " + path("plain.jsonl")).code, 0);
+  const Result every = run(common + " --checkpoint-activations --metrics " + path("every.jsonl"));
+  ASSERT_EQ(every.code, 0) << every.out;
+  const Result second = run(common + " --checkpoint-activations 2 --metrics " + path("second.jsonl"));
+  ASSERT_EQ(second.code, 0) << second.out;
+  expect_identical_losses(path("plain.jsonl"), path("every.jsonl"), 4);
+  expect_identical_losses(path("plain.jsonl"), path("second.jsonl"), 4);
+  EXPECT_EQ(read_jsonl(path("every.jsonl")).front()["run"]["config"]["checkpoint-activations"], 1);
+  expect_usage_error(run(common + " --checkpoint-activations -1"), "--checkpoint-activations");
 }
 
 TEST(CliRecipes, JsonListsEveryRecipeWithItsSettings) {

@@ -49,6 +49,8 @@ struct TrainConfig {
   std::string weight_rounding;    // "" (recipe's), nearest, stochastic
   std::vector<std::string> set;   // "key=value" recipe overrides
   bool grad_stats = false;
+  // Memory.
+  int64_t checkpoint_activations = 0;  // gpt: recompute every k-th block in backward (0: off)
   // Evaluation, logging, checkpoints.
   int64_t eval_every = 100;  // 0: only at the end
   int64_t eval_batches = 16;

@@ -78,6 +78,10 @@ detail::QuantKernel pick_quantize(const QuantPlan& p, const char** name) {
     *name = "avx512:cvtps2ph";
     return detail::quantize_avx512_fp16_hw;
   }
+  if (isa >= Isa::avx512 && p.shape == Shape::generic && detail::small_route(p)) {
+    *name = "avx512:via_fp16";
+    return detail::quantize_avx512_small;
+  }
   if (isa >= Isa::avx512 && p.shape != Shape::scalar_only) {
     *name = "avx512:generic";
     return detail::quantize_avx512_generic;

@@ -51,6 +51,11 @@ void dequantize_scalar(const QuantPlan& p, const void* codes, float* out, size_t
 void quantize_avx512_generic(const QuantPlan& p, const float* in, void* codes, size_t n, uint64_t base);
 void quantize_avx512_bf16_hw(const QuantPlan& p, const float* in, void* codes, size_t n, uint64_t base);
 void quantize_avx512_fp16_hw(const QuantPlan& p, const float* in, void* codes, size_t n, uint64_t base);
+// True when p can take the fp16 route: signed, subnormals, 1-byte codes,
+// E <= 5, M <= 8, exponent range fits fp16's, deterministic rounding.
+bool small_route(const QuantPlan& p);
+// FP8/FP6/FP4 through vcvtps2ph (convert_avx512_small.cpp; only where small_route(p)).
+void quantize_avx512_small(const QuantPlan& p, const float* in, void* codes, size_t n, uint64_t base);
 void dequantize_avx512(const QuantPlan& p, const void* codes, float* out, size_t n);
 
 }  // namespace mantissa::formats::detail

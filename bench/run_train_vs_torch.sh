@@ -89,9 +89,18 @@ for k, v in torch_json.items():
     if k.startswith(("tokens_per_s", "step_ms")):
         torch_json[k] = round(statistics.median(r[k] for r in torch_runs), 3)
 mantissa_json = json.loads(json.dumps(mantissa_runs[0]))
-for name, m in mantissa_json["recipes"].items():
+for name, m in mantissa_json.get("recipes", {}).items():
     for k in ("tokens_per_s", "step_ms"):
         m[k] = statistics.median(r["recipes"][name][k] for r in mantissa_runs)
+    if "breakdown" in m:  # per-category medians over rounds
+        for k in m["breakdown"]["ms"]:
+            m["breakdown"]["ms"][k] = statistics.median(r["recipes"][name]["breakdown"]["ms"][k]
+                                                        for r in mantissa_runs)
+        for k in ("profiled_step_ms", "matmul_gflops", "attention_gflops", "step_gflops",
+                  "matmul_fraction_of_peak", "step_fraction_of_peak"):
+            m["breakdown"][k] = statistics.median(r["recipes"][name]["breakdown"][k] for r in mantissa_runs)
+        total = m["breakdown"]["profiled_step_ms"]
+        m["breakdown"]["share"] = {k: v / total for k, v in m["breakdown"]["ms"].items()}
 if "fp32_breakdown" in mantissa_json:
     for k in mantissa_json["fp32_breakdown"]:
         mantissa_json["fp32_breakdown"][k] = statistics.median(r["fp32_breakdown"][k] for r in mantissa_runs)
@@ -101,8 +110,9 @@ try:
 except OSError:
     commit = ""
 rows = []
-for name, m in mantissa_json["recipes"].items():
-    ref_key = "tokens_per_s_bf16" if "bf16" in name else "tokens_per_s_fp32"
+for name, m in mantissa_json.get("recipes", {}).items():
+    # fp32 recipes against PyTorch fp32, every low-precision recipe against autocast bf16
+    ref_key = "tokens_per_s_fp32" if "fp32" in name else "tokens_per_s_bf16"
     ref = torch_json[ref_key]
     rows.append({"mantissa": name, "mantissa_tokens_per_s": round(m["tokens_per_s"], 1),
                  "mantissa_step_ms": round(m["step_ms"], 2), "torch": ref_key[len("tokens_per_s_"):],

@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# The run command: installs dependencies, builds, fetches the default corpus
-# (Jane Austen's novels, from Debian's r-cran-janeaustenr) and trains the
-# reference GPT (4 layers, d_model 256, 4 heads, T 128, batch 16) in fp32,
-# printing validation bits per character as it goes. Extra arguments go to
-# `mantissa train` (e.g. --recipe bf16-amp --steps 1000).
+# The run command: installs dependencies, builds, fetches the default data
+# (Jane Austen's novels from Debian's r-cran-janeaustenr, Fashion-MNIST from
+# dataset-fashion-mnist) and runs the recipe study
+# `mantissa experiment --preset quick` (about 10 minutes on 2 cores): the same
+# GPT trained under every recipe, plus a Fashion-MNIST MLP, then a report with
+# tables and figures. Extra arguments go to `mantissa experiment`
+# (e.g. --preset paper, --recipes fp32,bf16-amp,unit-fp8, --resume).
+# MANTISSA_OUT sets the report directory (default <repo>/report).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
@@ -11,8 +14,14 @@ bash scripts/setup.sh
 bash scripts/build.sh build
 bash scripts/data.sh >/dev/null
 OUT=${MANTISSA_OUT:-$ROOT/report}
-mkdir -p "$OUT"
-./build/mantissa train --model gpt --steps 600 --eval-every 100 --threads "$(nproc)" \
-  --metrics "$OUT/train.jsonl" --save "$OUT/model" "$@"
-echo "run: metrics in $OUT/train.jsonl, model in $OUT/model (safetensors + config.json)"
-./build/mantissa eval --checkpoint "$OUT/model" --data .cache/data/austen.txt
+start=$(date +%s)
+status=0
+./build/mantissa experiment --preset quick --threads "$(nproc)" --out "$OUT" "$@" || status=$?
+echo "run: study took $(($(date +%s) - start)) s"
+if [[ -f $OUT/report.md ]]; then
+  echo "run: report in $OUT/report.md and $OUT/report.html (figures in $OUT/figures, per-run metrics in $OUT/runs)"
+fi
+if [[ $status -eq 130 ]]; then
+  echo "run: interrupted; finished runs are kept: rerun with --resume to complete the study"
+fi
+exit "$status"

@@ -9,6 +9,7 @@
 
 #include "mantissa/formats/convert.hpp"
 #include "mantissa/optim/clip.hpp"
+#include "mantissa/scaling/fp8.hpp"
 
 namespace mantissa::amp {
 namespace {
@@ -33,9 +34,26 @@ formats::Format diagnostic_format(const Recipe& r) {
 }  // namespace
 
 autograd::PrecisionPolicy precision_policy(const Recipe& r) {
+  if (r.cast_scaling == CastScaling::propagate)
+    throw std::invalid_argument("recipe " + r.name +
+                                ": cast_scaling 'propagate' needs the scale-propagation quantiser, which is not wired "
+                                "into the engine yet");
   autograd::PrecisionPolicy p;
   p.matmul = policy_dtype("matmul_format", r.matmul_format);
   p.saved = policy_dtype("saved_format", r.saved_format);
+  if (!r.cast_forward.empty() || !r.cast_backward.empty()) {
+    scaling::Fp8Config c;
+    c.scaling = static_cast<scaling::Fp8Scaling>(r.cast_scaling);  // same order up to `propagate`
+    c.forward_format = r.cast_forward;
+    c.backward_format = r.cast_backward;
+    c.amax_history = r.amax_history;
+    c.margin = static_cast<int>(r.cast_margin);
+    try {
+      p.quantiser = std::make_shared<scaling::Fp8Quantiser>(c);
+    } catch (const std::invalid_argument& e) {
+      throw std::invalid_argument("recipe " + r.name + ": " + e.what());
+    }
+  }
   return p;
 }
 
@@ -62,9 +80,8 @@ Amp::Amp(nn::Model& model, optim::Optimizer& optimizer, const Recipe& recipe, Am
   if (recipe_.optimizer_state_format != "fp32")
     throw std::invalid_argument("recipe " + recipe_.name + ": optimizer_state_format '" +
                                 recipe_.optimizer_state_format + "' is not supported by the optimizers yet (valid: fp32)");
-  if (recipe_.parametrisation != Parametrisation::standard)
-    throw std::invalid_argument("recipe " + recipe_.name + ": parametrisation '" +
-                                parametrisation_name(recipe_.parametrisation) + "' is not available yet");
+  // The parametrisation (standard or unit) is the model's: it is built
+  // with it (nn::GPTConfig / MLPConfig); Amp only handles precision.
   model_.set_precision(precision_policy(recipe_));
   master_.initialise();
   model_.zero_grad();
@@ -108,6 +125,9 @@ AmpStepResult Amp::step(double lr) {
     ++updates_;
   }
   scaler_.update(r.skipped);
+  // Delayed FP8 scaling rolls its amax histories once per optimizer step
+  // (skipped steps included: their finite amaxes are real observations).
+  if (const auto& q = model_.precision().quantiser) q->end_step();
   model_.zero_grad();
   return r;
 }

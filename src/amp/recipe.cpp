@@ -40,6 +40,85 @@ Recipe pure_recipe(std::string name, const std::string& low, std::string descrip
   return r;
 }
 
+// FP8 casts at every matrix product on top of bf16 mixed precision: the
+// products run on the exact bf16 path, everything else as in bf16-amp.
+Recipe fp8_recipe(std::string name, CastScaling scaling, const char* bwd, std::string description) {
+  Recipe r = amp_recipe(std::move(name), "bf16", ScalingMethod::none, std::move(description));
+  r.cast_forward = "e4m3fn";
+  r.cast_backward = bwd;
+  r.cast_scaling = scaling;
+  return r;
+}
+
+// Unit scaling (issue 5): the unit-scaled model keeps tensors near scale 1,
+// so no loss scaling anywhere.
+void add_unit_recipes(std::vector<Recipe>& v) {
+  Recipe u32 = make("unit-fp32", "unit-scaled model in fp32");
+  u32.parametrisation = Parametrisation::unit;
+  v.push_back(u32);
+  Recipe ubf = amp_recipe("unit-bf16", "bf16", ScalingMethod::none,
+                          "unit-scaled model, bf16 matrix products and saved activations, fp32 weights");
+  ubf.parametrisation = Parametrisation::unit;
+  v.push_back(ubf);
+  Recipe u16 = pure_recipe("unit-fp16", "fp16",
+                           "unit-scaled model, fp16 matrix products, activations, weights and gradients, fp32 master "
+                           "weights, no loss scaling");
+  u16.parametrisation = Parametrisation::unit;
+  u16.master_format = "fp32";
+  v.push_back(u16);
+  Recipe u8 = fp8_recipe("unit-fp8", CastScaling::unit, "e5m2",
+                         "unit-scaled model, e4m3fn matrix-product inputs forward, e5m2 output gradients backward, "
+                         "scale 1, no loss scaling");
+  u8.parametrisation = Parametrisation::unit;
+  v.push_back(u8);
+}
+
+// Production FP8 (issue 6 item 4; BRIEF section 6) and the unscaled baseline.
+void add_fp8_recipes(std::vector<Recipe>& v) {
+  v.push_back(fp8_recipe("fp8-noscale", CastScaling::unit, "e5m2",
+                         "standard model with unit-fp8's casts (e4m3fn forward, e5m2 backward, scale 1): what unit "
+                         "scaling fixes"));
+  v.push_back(fp8_recipe("fp8-current", CastScaling::current, "e5m2",
+                         "e4m3fn forward / e5m2 backward, per-tensor power-of-two scale from this step's amax"));
+  v.push_back(fp8_recipe("fp8-delayed", CastScaling::delayed, "e5m2",
+                         "e4m3fn forward / e5m2 backward, per-tensor scale from the max of a 1024-step amax history, "
+                         "margin 0 (Transformer Engine DelayedScaling)"));
+  v.push_back(fp8_recipe("mxfp8", CastScaling::mx, "e5m2",
+                         "MXFP8: 32-element blocks along the contraction dim with E8M0 scales, e4m3fn forward / "
+                         "e5m2 backward"));
+  v.push_back(fp8_recipe("fp8-blockwise", CastScaling::blockwise, "e4m3fn",
+                         "e4m3fn everywhere, 1x128 activation tiles and 128x128 weight blocks with power-of-two "
+                         "scales (DeepSeek-V3)"));
+}
+
+// Scale propagation (issue 6 item 3; BRIEF section 5): scales travel with
+// the tensors, so the casts need no loss scaling.
+void add_scalify_recipes(std::vector<Recipe>& v) {
+  auto scalify = [](std::string name, const char* fwd, const char* bwd, std::string description) {
+    Recipe r = make(std::move(name), std::move(description));
+    r.matmul_format = r.saved_format = r.gradient_format = "fp16";
+    r.cast_forward = fwd;
+    r.cast_backward = bwd;
+    r.cast_scaling = CastScaling::propagate;
+    return r;
+  };
+  v.push_back(scalify("scalify-fp16", "fp16", "fp16",
+                      "scale propagation: fp16 matrix products and gradients, fp32 master weights"));
+  Recipe m16 = scalify("scalify-fp16-master", "fp16", "fp16",
+                       "scalify-fp16 with fp16 master weights and a dynamic rescale on the layer-norm backward");
+  m16.weight_format = m16.master_format = "fp16";
+  v.push_back(m16);
+  Recipe f8 = scalify("scalify-fp8", "e4m3fn", "e5m2",
+                      "scale propagation: e4m3fn matrix products, e5m2 gradients, fp16 master weights");
+  f8.weight_format = f8.master_format = "fp16";
+  v.push_back(f8);
+  Recipe f8s = f8;
+  f8s.name = "scalify-fp8-fp16state";
+  f8s.description = "scalify-fp8 with fp16 Adam moments and rescaled gradients";
+  f8s.optimizer_state_format = "fp16";
+  v.push_back(f8s);
+}
+
 std::vector<Recipe> builtin_recipes() {
   std::vector<Recipe> v;
   v.push_back(make("fp32", "everything in fp32 (apex O0)"));
@@ -65,6 +144,9 @@ std::vector<Recipe> builtin_recipes() {
   llmc.master_format = "fp32";
   llmc.weight_rounding = WeightRounding::stochastic;
   v.push_back(llmc);
+  add_unit_recipes(v);
+  add_fp8_recipes(v);
+  add_scalify_recipes(v);
   return v;
 }
 
@@ -89,6 +171,7 @@ E parse_enum(std::string_view value, const char* (&names)[N], std::string_view w
 const char* kParamNames[] = {"standard", "unit"};
 const char* kScalingNames[] = {"none", "static", "dynamic"};
 const char* kRoundingNames[] = {"nearest", "stochastic"};
+const char* kCastScalingNames[] = {"unit", "current", "delayed", "mx", "blockwise", "propagate"};
 
 double parse_number(std::string_view key, std::string_view value) {
   std::string s(value);
@@ -113,11 +196,31 @@ void check_format(const std::string& field, const std::string& name, bool allow_
   }
 }
 
+constexpr int64_t kMaxAmaxHistory = 1 << 20;
+
+// A cast target: "" (no cast) or a format whose every value is exact in bf16
+// (<= 8 exponent bits, <= 7 mantissa bits, 1 byte), so the cast operand can
+// be multiplied exactly through the bf16 matrix path. Scale propagation may
+// also cast to 16-bit formats (fp16, bf16): its quantiser decides.
+void check_cast_format(const std::string& field, const std::string& name, CastScaling scaling) {
+  if (name.empty()) return;
+  check_format(field, name, false);
+  const formats::Format f = formats::parse_format(name);
+  if (scaling == CastScaling::propagate) return;
+  if (f.kind != formats::Kind::floating || f.storage_bytes() != 1 || f.exponent_bits > 8 || f.mantissa_bits > 7)
+    throw std::invalid_argument("recipe setting " + field + ": '" + name +
+                                "' is not a 1-byte floating format exact in bf16 (e.g. e4m3fn, e4m3fnuz, e5m2, "
+                                "e5m2fnuz); 16-bit casts need cast_scaling = propagate");
+  // Scaled formats: the scale exponent can place any value of the format's
+  // range, so only the element format matters here.
+}
+
 }  // namespace
 
 const char* parametrisation_name(Parametrisation p) { return kParamNames[static_cast<int>(p)]; }
 const char* scaling_name(ScalingMethod s) { return kScalingNames[static_cast<int>(s)]; }
 const char* weight_rounding_name(WeightRounding r) { return kRoundingNames[static_cast<int>(r)]; }
+const char* cast_scaling_name(CastScaling s) { return kCastScalingNames[static_cast<int>(s)]; }
 
 void register_recipe(const Recipe& r) {
   validate_recipe(r);
@@ -167,6 +270,18 @@ void validate_recipe(const Recipe& r) {
   check_format("weight_format", r.weight_format, false);
   check_format("master_format", r.master_format, true);
   check_format("optimizer_state_format", r.optimizer_state_format, false);
+  check_cast_format("cast_forward", r.cast_forward, r.cast_scaling);
+  check_cast_format("cast_backward", r.cast_backward, r.cast_scaling);
+  if (r.amax_history < 1 || r.amax_history > kMaxAmaxHistory)
+    throw std::invalid_argument("recipe " + r.name + ": amax_history must be in [1, " +
+                                std::to_string(kMaxAmaxHistory) + "]");
+  if (!std::isfinite(r.cast_margin) || r.cast_margin < 0 || r.cast_margin > 64 ||
+      r.cast_margin != std::floor(r.cast_margin))
+    throw std::invalid_argument("recipe " + r.name + ": cast_margin must be an integer in [0, 64]");
+  if (r.cast_scaling != CastScaling::unit && r.cast_scaling != CastScaling::propagate && r.cast_forward.empty() &&
+      r.cast_backward.empty())
+    throw std::invalid_argument("recipe " + r.name + ": cast_scaling '" + cast_scaling_name(r.cast_scaling) +
+                                "' needs cast_forward or cast_backward");
   const auto& ls = r.loss_scale;
   if (!(ls.init_scale > 0) || !std::isfinite(ls.init_scale))
     throw std::invalid_argument("recipe " + r.name + ": loss_scale.init_scale must be positive");
@@ -203,13 +318,32 @@ void set_recipe_field(Recipe& r, std::string_view key, std::string_view value) {
     if (d != std::floor(d) || d < 1 || d > 1e15)
       throw std::invalid_argument("recipe setting loss_scale.growth_interval: '" + v + "' is not a positive integer");
     ls.growth_interval = static_cast<int64_t>(d);
+  } else if (key == "cast_forward") {
+    check_cast_format(std::string(key), v, CastScaling::propagate);
+    r.cast_forward = v;
+  } else if (key == "cast_backward") {
+    check_cast_format(std::string(key), v, CastScaling::propagate);
+    r.cast_backward = v;
+  } else if (key == "cast_scaling") r.cast_scaling = parse_enum<CastScaling>(value, kCastScalingNames, key);
+  else if (key == "amax_history") {
+    const double d = parse_number(key, value);
+    if (d != std::floor(d) || d < 1 || d > static_cast<double>(kMaxAmaxHistory))
+      throw std::invalid_argument("recipe setting amax_history: '" + v + "' is not an integer in [1, " +
+                                  std::to_string(kMaxAmaxHistory) + "]");
+    r.amax_history = static_cast<int64_t>(d);
+  } else if (key == "cast_margin") {
+    const double d = parse_number(key, value);
+    if (d != std::floor(d) || d < 0 || d > 64)
+      throw std::invalid_argument("recipe setting cast_margin: '" + v + "' is not an integer in [0, 64]");
+    r.cast_margin = d;
   } else if (key == "loss_scale.min_scale") ls.min_scale = parse_number(key, value);
   else if (key == "loss_scale.max_scale") ls.max_scale = parse_number(key, value);
   else
     throw std::invalid_argument(
         "unknown recipe setting '" + std::string(key) +
         "' (valid: parametrisation, matmul_format, saved_format, gradient_format, weight_format, master_format, "
-        "optimizer_state_format, norms_fp32, weight_rounding, loss_scale.method, loss_scale.init_scale, "
+        "optimizer_state_format, norms_fp32, weight_rounding, cast_forward, cast_backward, cast_scaling, "
+        "amax_history, cast_margin, loss_scale.method, loss_scale.init_scale, "
         "loss_scale.growth_factor, loss_scale.backoff_factor, loss_scale.growth_interval, loss_scale.min_scale, "
         "loss_scale.max_scale)");
 }
@@ -227,6 +361,11 @@ std::string recipe_to_json(const Recipe& r) {
             {"optimizer_state_format", r.optimizer_state_format},
             {"norms_fp32", r.norms_fp32},
             {"weight_rounding", weight_rounding_name(r.weight_rounding)},
+            {"cast_forward", r.cast_forward},
+            {"cast_backward", r.cast_backward},
+            {"cast_scaling", cast_scaling_name(r.cast_scaling)},
+            {"amax_history", r.amax_history},
+            {"cast_margin", r.cast_margin},
             {"loss_scale",
              {{"method", scaling_name(ls.method)},
               {"init_scale", ls.init_scale},

@@ -1,6 +1,9 @@
 // Matrix-product ops: linear (Conv1D layout), matmul, batched matmul.
 // Operands go to the kernel in the policy's matmul dtype (bf16: weights cast
 // once per version through the tape's CastCache); accumulation is fp32.
+// With an OperandQuantiser in the policy (FP8 recipes) the operands are cast
+// to real 1-byte tensors instead and multiplied exactly through bf16 (see
+// cast_product below and scaling/fp8.hpp).
 #include <stdexcept>
 
 #include "mantissa/autograd/ops.hpp"
@@ -52,6 +55,154 @@ Tensor keep_operand(const Tape& t, const Tensor& fp32, const Tensor& compute_ope
   return t.save(fp32);
 }
 
+// ---- cast products (FP8) ---------------------------------------------------------------------
+// One operand of a cast product: the 1-byte codes (kept for the backward
+// pass), their exact bf16 decode and the per-tensor scale that goes to alpha;
+// or, when the forward pass is not cast, the plain operand as without casts.
+struct CastOperand {
+  QuantisedOperand q;      // defined when cast
+  Tensor bf16;             // decode of q (weights: the quantiser's cached one)
+  const void* cache_key = nullptr;
+  int cache_version = 0;
+  Tensor plain;            // not cast: the operand in the policy's matmul dtype
+  float scale() const { return q.defined() ? q.codes.scale() : 1.0f; }
+};
+
+// x stored as [batch, rows, cols] with the contraction along `axis` (1 rows, 2 cols).
+CastOperand forward_operand(Tape& t, OperandQuantiser& q, const Var& x, int64_t batch, int axis, QuantSite site,
+                            bool batched) {
+  CastOperand op;
+  if (!q.casts_forward()) {
+    op.plain = t.matmul_operand(x);
+    return op;
+  }
+  if (x.param && !batched) {
+    site.role = OperandRole::weight;
+    OperandQuantiser::Weight w = q.quantise_weight(*x.param, axis, site);
+    op.q = std::move(w.operand);
+    op.bf16 = std::move(w.bf16);
+    op.cache_key = w.cache_key;
+    op.cache_version = w.cache_version;
+    return op;
+  }
+  site.role = OperandRole::activation;
+  op.q = q.quantise(x.value, batch, x.dim(-2), x.dim(-1), axis, site);
+  op.bf16 = q.decode_bf16(op.q);
+  return op;
+}
+
+// What the backward pass keeps of an operand: the codes (1 byte) of a cast
+// activation, the cached decode of a cast weight, else as keep_operand.
+CastOperand kept_operand(const Tape& t, const Var& x, CastOperand op) {
+  if (op.q.defined()) {
+    if (!(x.param && op.cache_key)) op.bf16 = Tensor();  // decoded again in backward
+    return op;
+  }
+  op.plain = keep_operand(t, x.value, op.plain);
+  return op;
+}
+
+// The operand for a backward GEMM (bf16 decode or the kept plain operand).
+Tensor backward_operand(const OperandQuantiser& q, const CastOperand& op) {
+  if (!op.q.defined()) return op.plain;
+  return op.bf16.defined() ? op.bf16 : q.decode_bf16(op.q);
+}
+
+// c [batch, M, N] = forward * op(a) @ op(b) (+ bias [N]) with cast operands;
+// backward as product() below, the output gradient cast when the quantiser
+// casts backward. Decoded FP8 operands are exact in bf16, so products of two
+// of them run in bf16 (fp32 accumulation); a product with an uncast operand
+// runs in the policy's dtype (fp32 when that is f16, which cannot hold every
+// scaled FP8 value).
+Var cast_product(Tape& t, const Var& a, const Var& b, const Var* bias, bool ta, bool tb, const OpScales& s,
+                 bool batched, int64_t batch, int64_t M, int64_t N, int64_t K, Shape out_shape) {
+  const std::shared_ptr<OperandQuantiser> qp = t.policy().quantiser;
+  QuantSite site;
+  if (!batched) site.key = b.param ? static_cast<const void*>(b.param) : static_cast<const void*>(a.param);
+  if (!site.key) site.ordinal = t.ctx().quant_calls++;
+  site.record = grad_enabled();
+  const CastOperand ao = forward_operand(t, *qp, a, batch, ta ? 1 : 2, site, batched);
+  const CastOperand bo = forward_operand(t, *qp, b, batch, tb ? 2 : 1, site, batched);
+  const DType policy_dtype = t.policy().matmul;
+  const DType cast_compute = policy_dtype == DType::bf16 ? DType::bf16 : DType::f32;
+
+  Tensor c = Tensor::empty(out_shape);
+  kernels::MatmulArgs args;
+  args.batch = batch;
+  args.M = M;
+  args.N = N;
+  args.K = K;
+  args.trans_a = ta;
+  args.trans_b = tb;
+  args.alpha = s.forward * ao.scale() * bo.scale();
+  const float* bias_data = bias ? bias->value.f32() : nullptr;
+  if (qp->casts_forward()) {
+    args.a_type = args.b_type = DType::bf16;
+    if (bo.cache_key) {
+      args.b_is_constant = true;
+      args.b_cache_key = bo.cache_key;
+      args.b_cache_version = bo.cache_version;
+    }
+    kernels::matmul(args, ao.bf16.raw(), bo.bf16.raw(), c.f32(), bias_data);
+  } else {
+    const Tensor ak = kernel_operand(ao.plain), bk = kernel_operand(bo.plain);
+    args.a_type = ak.dtype();
+    args.b_type = bk.dtype();
+    kernels::matmul(args, ak.raw(), bk.raw(), c.f32(), bias_data);
+  }
+
+  const bool record = t.wants_grad({&a, &b, bias});
+  Var out = Tape::result(std::move(c), record);
+  if (!record) return out;
+  const CastOperand a_kept = b.node ? kept_operand(t, a, ao) : CastOperand{};
+  const CastOperand b_kept = a.node ? kept_operand(t, b, bo) : CastOperand{};
+  const DType compute = qp->casts_forward() ? cast_compute : policy_dtype;
+  t.record([=, an = a.node, bn = b.node, biasn = bias ? bias->node : nullptr, on = out.node]() {
+    if (!on->has_grad()) return;
+    // dC [batch, M, N], cast with the contraction of dA = dC op(B)^T (N) along its rows.
+    QuantisedOperand dq;
+    Tensor dc;
+    DType dtype = compute;
+    if (qp->casts_backward()) {
+      QuantSite gsite = site;
+      gsite.role = OperandRole::grad_output;
+      gsite.record = true;
+      dq = qp->quantise(on->grad, batch, M, N, 2, gsite);
+      dc = qp->decode_bf16(dq);
+      if (!qp->casts_forward()) dtype = policy_dtype == DType::f16 ? DType::f32 : policy_dtype;
+    } else {
+      dc = in_dtype(on->grad, compute);
+    }
+    const float sdc = dq.defined() ? dq.codes.scale() : 1.0f;
+    if (an) {
+      const Tensor bb = backward_operand(*qp, b_kept);
+      bool has = false;
+      Tensor& da = an->writable(&has);
+      const float alpha = s.backward * sdc * b_kept.scale();
+      if (!ta)  // dA [M, K] = dC [M, N] @ op(B)^T
+        gemm(dtype, batch, M, K, N, false, !tb, dc, bb, da.f32(), alpha, has);
+      else      // dA [K, M] = op(B) [K, N] @ dC^T
+        gemm(dtype, batch, K, M, N, tb, true, bb, dc, da.f32(), alpha, has);
+    }
+    if (bn) {
+      const Tensor aa = backward_operand(*qp, a_kept);
+      bool has = false;
+      Tensor& db = bn->writable(&has);
+      const float alpha = s.weight * sdc * a_kept.scale();
+      if (!tb)  // dB [K, N] = op(A)^T @ dC
+        gemm(dtype, batch, K, N, M, !ta, false, aa, dc, db.f32(), alpha, has);
+      else      // dB [N, K] = dC^T @ op(A)
+        gemm(dtype, batch, N, K, M, true, ta, dc, aa, db.f32(), alpha, has);
+    }
+    if (biasn) {  // db [N] += weight * column sums of the uncast dC (as Transformer Engine)
+      Tensor g = Tensor::zeros({N});
+      kernels::bias_backward(g.f32(), on->grad.f32(), batch * M, N);
+      biasn->accumulate_scaled(g, s.weight);
+    }
+  });
+  return out;
+}
+
 }  // namespace
 
 // ---- linear ---------------------------------------------------------------------------
@@ -66,6 +217,11 @@ Var linear(Tape& t, const Var& x, const Var& w, const Var* b, const OpScales& s)
   const int64_t M = x.numel() / K;
   Shape out_shape = x.shape();
   out_shape.back() = N;
+  if (t.policy().quantiser) {
+    // x viewed as [M, K]: a 2-D product whose output takes x's leading dims.
+    const Var x2 = x.value.ndim() == 2 ? x : Var{x.value.view({M, K}), x.node, x.param};
+    return cast_product(t, x2, w, b, false, false, s, false, 1, M, N, K, std::move(out_shape));
+  }
 
   const DType compute = t.policy().matmul;
   Tensor xa = t.matmul_operand(x);
@@ -135,9 +291,10 @@ Var product(Tape& t, const Var& a, const Var& b, bool ta, bool tb, const OpScale
   if (K != Kb)
     throw std::invalid_argument(std::string(batched ? "bmm" : "matmul") + ": inner dimensions differ: " +
                                 shape_str(a.shape()) + (ta ? "^T" : "") + " x " + shape_str(b.shape()) + (tb ? "^T" : ""));
+  Shape out_shape = batched ? Shape{batch, M, N} : Shape{M, N};
+  if (t.policy().quantiser) return cast_product(t, a, b, nullptr, ta, tb, s, batched, batch, M, N, K, std::move(out_shape));
   const DType compute = t.policy().matmul;
   Tensor av = t.matmul_operand(a), bv = t.matmul_operand(b);
-  Shape out_shape = batched ? Shape{batch, M, N} : Shape{M, N};
   Tensor c = Tensor::empty(out_shape);
   gemm(compute, batch, M, N, K, ta, tb, av, bv, c.f32(), s.forward, false);
 

@@ -109,7 +109,10 @@ Var gelu(Tape& t, const Var& x) {
   if (record)
     t.record([n, saved = t.save(x.value), xn = x.node, on = out.node]() {
       if (!on->has_grad()) return;
-      kernels::gelu_backward(xn->buffer().f32(), Tape::restore(saved).f32(), on->grad.f32(), n);
+      if (saved.dtype() == DType::bf16)  // widened on the fly, no fp32 copy
+        kernels::gelu_backward_bf16x(xn->buffer().f32(), saved.data<uint16_t>(), on->grad.f32(), n);
+      else
+        kernels::gelu_backward(xn->buffer().f32(), Tape::restore(saved).f32(), on->grad.f32(), n);
     });
   return out;
 }

@@ -73,9 +73,24 @@ Var causal_self_attention(Tape& t, const Var& qkv, int64_t heads) {
     throw std::invalid_argument("causal_self_attention: " + std::to_string(C) + " channels do not split into " +
                                 std::to_string(heads) + " heads");
   Tensor y = Tensor::empty({B, T, C});
-  Tensor att = Tensor::empty({B, heads, T, T});
   // Under a bf16 matmul policy the four products per pass run on AMX too.
   const bool bf16 = t.policy().matmul == DType::bf16;
+  if (bf16 && t.policy().saved == DType::bf16) {
+    // The probabilities are made once in bf16: operand of P V and what backward keeps.
+    Tensor att16 = Tensor::empty({B, heads, T, T}, DType::bf16, MemoryKind::activation);
+    kernels::attention_forward_bf16(y.f32(), att16.data<uint16_t>(), qkv.value.f32(), B, T, C, heads);
+    const bool record = t.wants_grad({&qkv});
+    Var out = Tape::result(std::move(y), record);
+    if (record)
+      t.record([=, qs = t.save(qkv.value), qn = qkv.node, on = out.node]() {
+        if (!on->has_grad()) return;
+        Tensor datt = Tensor::empty({B, heads, T, T}, DType::f32, MemoryKind::workspace);
+        kernels::attention_backward_bf16(qn->buffer().f32(), datt.f32(), on->grad.f32(), Tape::restore(qs).f32(),
+                                         att16.data<uint16_t>(), B, T, C, heads);
+      });
+    return out;
+  }
+  Tensor att = Tensor::empty({B, heads, T, T});
   kernels::attention_forward(y.f32(), att.f32(), qkv.value.f32(), B, T, C, heads, bf16);
   const bool record = t.wants_grad({&qkv});
   Var out = Tape::result(std::move(y), record);

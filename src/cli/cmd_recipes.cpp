@@ -10,19 +10,30 @@ namespace mantissa::cli {
 namespace {
 
 void print_table() {
-  std::printf("%-18s %-8s %-8s %-8s %-8s %-6s %-9s %-5s %-10s %s\n", "recipe", "matmul", "saved", "grads", "weights",
-              "master", "scaling", "norms", "rounding", "description");
+  std::printf("%-22s %-8s %-8s %-8s %-8s %-8s %-6s %-9s %-5s %-10s %-8s %-8s %-14s %s\n", "recipe", "param",
+              "matmul", "saved", "grads", "weights", "master", "scaling", "norms", "rounding", "cast-fwd", "cast-bwd",
+              "cast-scaling", "description");
   for (const auto& r : amp::recipes()) {
     std::string scaling = amp::scaling_name(r.loss_scale.method);
     if (r.loss_scale.method == amp::ScalingMethod::static_scale) scaling += "(" + std::to_string(static_cast<long long>(r.loss_scale.init_scale)) + ")";
-    std::printf("%-18s %-8s %-8s %-8s %-8s %-6s %-9s %-5s %-10s %s\n", r.name.c_str(), r.matmul_format.c_str(),
-                r.saved_format.c_str(), r.gradient_format.c_str(), r.weight_format.c_str(), r.master_format.c_str(),
-                scaling.c_str(), r.norms_fp32 ? "fp32" : "-", amp::weight_rounding_name(r.weight_rounding),
-                r.description.c_str());
+    std::string cast_scaling = amp::cast_scaling_name(r.cast_scaling);
+    if (r.cast_scaling == amp::CastScaling::delayed)
+      cast_scaling += "(" + std::to_string(static_cast<long long>(r.amax_history)) + ")";
+    std::string state = r.optimizer_state_format == "fp32" ? "" : " [optimizer state " + r.optimizer_state_format + "]";
+    std::printf("%-22s %-8s %-8s %-8s %-8s %-8s %-6s %-9s %-5s %-10s %-8s %-8s %-14s %s%s\n", r.name.c_str(),
+                amp::parametrisation_name(r.parametrisation), r.matmul_format.c_str(), r.saved_format.c_str(),
+                r.gradient_format.c_str(), r.weight_format.c_str(), r.master_format.c_str(), scaling.c_str(),
+                r.norms_fp32 ? "fp32" : "-", amp::weight_rounding_name(r.weight_rounding),
+                r.cast_forward.empty() ? "-" : r.cast_forward.c_str(),
+                r.cast_backward.empty() ? "-" : r.cast_backward.c_str(), cast_scaling.c_str(), r.description.c_str(),
+                state.c_str());
   }
   std::printf("\napex opt levels: O0 = fp32, O1 = fp16-amp, O2 = fp16-master, O3 = fp16-pure\n"
               "dynamic scaling: init 2^16, x2 every 2000 clean steps, x0.5 on overflow (override with mantissa train "
-              "--init-scale, --growth-interval, --growth-factor, --backoff-factor)\n");
+              "--init-scale, --growth-interval, --growth-factor, --backoff-factor)\n"
+              "cast scaling: unit = scale 1; current = per-tensor 2^floor(log2(max/amax)) from this step; "
+              "delayed(N) = the same from the max over an N-step amax history; mx = 32-element E8M0 blocks; "
+              "blockwise = 1x128 / 128x128 power-of-two blocks; propagate = scale propagation\n");
 }
 
 Registrar reg(40, [](CLI::App& app) {

@@ -15,6 +15,7 @@
 #include "kernels/row_math.hpp"
 #include "mantissa/kernels/kernels.hpp"
 #include "mantissa/kernels/matmul.hpp"
+#include "mantissa/kernels/profile.hpp"
 
 namespace mantissa::kernels {
 namespace {
@@ -51,7 +52,7 @@ struct Buffer {
   DType type() const { return bf16 ? DType::bf16 : DType::f32; }
   void store(int64_t at, const float* src, int64_t n) {
     if (bf16) {
-      for (int64_t j = 0; j < n; ++j) b16[static_cast<size_t>(at + j)] = f32_to_bf16_one(src[j]);
+      span_to_bf16(b16.data() + at, src, n);
     } else {
       std::copy_n(src, n, f32.data() + at);
     }
@@ -127,6 +128,7 @@ Scratch& scratch() {
 // att [B, NH, T, T] = causal_softmax(q k^T / sqrt(hs)); out [B, T, C] = att v
 void attention_forward(float* out, float* att, const float* qkv, int64_t B, int64_t T, int64_t C, int64_t NH,
                        bool bf16_products) {
+  kernels::profile::Scope profile_scope(kernels::profile::Category::attention, 4.0 * static_cast<double>(B * NH) * static_cast<double>(T * T) * static_cast<double>(C / (NH > 0 ? NH : 1)));
   const Dims d = check_dims(B, T, C, NH);
   const DType type = bf16_products ? DType::bf16 : DType::f32;
   Scratch& s = scratch();
@@ -159,6 +161,7 @@ void attention_forward(float* out, float* att, const float* qkv, int64_t B, int6
 //   dQ = dS K;    dK = dS^T Q
 void attention_backward(float* dqkv, float* datt, const float* dout, const float* qkv, const float* att,
                         int64_t B, int64_t T, int64_t C, int64_t NH, bool bf16_products) {
+  kernels::profile::Scope profile_scope(kernels::profile::Category::attention, 8.0 * static_cast<double>(B * NH) * static_cast<double>(T * T) * static_cast<double>(C / (NH > 0 ? NH : 1)));
   const Dims d = check_dims(B, T, C, NH);
   const DType type = bf16_products ? DType::bf16 : DType::f32;
   Scratch& s = scratch();
@@ -192,6 +195,92 @@ void attention_backward(float* dqkv, float* datt, const float* dout, const float
   batched(d, T, d.hs, T, false, false, 1.0f, ds, s.k.data(), type, s.y.data());  // dQ
   scatter_heads(dqkv, s.y.data(), 3 * C, 0, d, true);
   batched(d, T, d.hs, T, true, false, 1.0f, ds, s.q.data(), type, s.y.data());  // dK
+  scatter_heads(dqkv, s.y.data(), 3 * C, C, d, true);
+}
+
+// ---- bf16-amp variant: probabilities made once, in bf16 ----------------------------------
+// Under bf16 products with bf16 saved activations the probabilities were
+// rounded to bf16 twice in the forward pass (as the P V operand and when
+// saved) and widened again in the backward pass. Here the softmax writes the
+// bf16 codes directly into att16, which is both the operand and what backward
+// keeps; the score gradients are written as bf16 operand codes the same way.
+// Bits equal attention_forward/backward(bf16_products = true) given att16 =
+// bf16(att), since both round to nearest even.
+namespace {
+std::vector<float>& score_scratch(int64_t n) {
+  thread_local std::vector<float> s;
+  s.resize(static_cast<size_t>(n));
+  return s;
+}
+}  // namespace
+
+void attention_forward_bf16(float* out, uint16_t* att16, const float* qkv, int64_t B, int64_t T, int64_t C,
+                            int64_t NH) {
+  const Dims d = check_dims(B, T, C, NH);
+  kernels::profile::Scope profile_scope(kernels::profile::Category::attention,
+                                        4.0 * static_cast<double>(d.heads() * T * T * d.hs));
+  Scratch& s = scratch();
+  gather_heads(s.q, qkv, 3 * C, 0, d, true);
+  gather_heads(s.k, qkv, 3 * C, C, d, true);
+  gather_heads(s.v, qkv, 3 * C, 2 * C, d, true);
+  const int64_t rows = d.heads() * T;
+  float* scores = score_scratch(rows * T).data();
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d.hs));
+  batched(d, T, T, d.hs, false, true, scale, s.q.data(), s.k.data(), DType::bf16, scores);
+#pragma omp parallel for schedule(static) if (parallel_rows(rows, T))
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t t = r % T;
+    float* a = scores + r * T;
+    const float mx = span_max(a, t + 1);
+    const float sum = span_exp_sum(a, a, t + 1, mx);
+    const float inv = 1.0f / sum;
+    uint16_t* p = att16 + r * T;
+#pragma omp simd
+    for (int64_t j = 0; j <= t; ++j) p[j] = f32_to_bf16_one(a[j] * inv);
+    std::fill(p + t + 1, p + T, uint16_t{0});
+  }
+  s.y.resize(static_cast<size_t>(d.head_elems()));
+  batched(d, T, d.hs, T, false, false, 1.0f, att16, s.v.data(), DType::bf16, s.y.data());
+  scatter_heads(out, s.y.data(), C, 0, d, false);
+}
+
+void attention_backward_bf16(float* dqkv, float* datt, const float* dout, const float* qkv, const uint16_t* att16,
+                             int64_t B, int64_t T, int64_t C, int64_t NH) {
+  const Dims d = check_dims(B, T, C, NH);
+  kernels::profile::Scope profile_scope(kernels::profile::Category::attention,
+                                        8.0 * static_cast<double>(d.heads() * T * T * d.hs));
+  Scratch& s = scratch();
+  gather_heads(s.q, qkv, 3 * C, 0, d, true);
+  gather_heads(s.k, qkv, 3 * C, C, d, true);
+  gather_heads(s.v, qkv, 3 * C, 2 * C, d, true);
+  gather_heads(s.dy, dout, C, 0, d, true);
+  s.y.resize(static_cast<size_t>(d.head_elems()));
+  const int64_t rows = d.heads() * T;
+
+  batched(d, T, T, d.hs, false, true, 1.0f, s.dy.data(), s.v.data(), DType::bf16, datt);  // dP
+  batched(d, T, d.hs, T, true, false, 1.0f, att16, s.dy.data(), DType::bf16, s.y.data());  // dV
+  scatter_heads(dqkv, s.y.data(), 3 * C, 2 * C, d, true);
+
+  // dS in bf16 operand codes, straight from dP and the bf16 probabilities.
+  s.tmp.prepare(rows * T, true);
+  uint16_t* ds = s.tmp.b16.data();
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d.hs));
+#pragma omp parallel for schedule(static) if (parallel_rows(rows, T))
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t t = r % T;
+    const uint16_t* pr = att16 + r * T;
+    const float* g = datt + r * T;
+    uint16_t* o = ds + r * T;
+    float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+    for (int64_t j = 0; j <= t; ++j) dot += bf16_to_f32_one(pr[j]) * g[j];
+#pragma omp simd
+    for (int64_t j = 0; j <= t; ++j) o[j] = f32_to_bf16_one(bf16_to_f32_one(pr[j]) * (g[j] - dot) * scale);
+    std::fill(o + t + 1, o + T, uint16_t{0});
+  }
+  batched(d, T, d.hs, T, false, false, 1.0f, ds, s.k.data(), DType::bf16, s.y.data());  // dQ
+  scatter_heads(dqkv, s.y.data(), 3 * C, 0, d, true);
+  batched(d, T, d.hs, T, true, false, 1.0f, ds, s.q.data(), DType::bf16, s.y.data());  // dK
   scatter_heads(dqkv, s.y.data(), 3 * C, C, d, true);
 }
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <limits>
 
+#include "kernels/bf16_convert.hpp"
 #include "kernels/vec_math.hpp"
 
 namespace mantissa::kernels {
@@ -62,6 +63,29 @@ MANTISSA_CLONES void span_gelu_backward(float* dx, const float* x, const float* 
     const float s = 1.0f / (1.0f + e);
     const float du = kGeluScale * (1.0f + 3.0f * kGeluCubic * v * v);
     dx[i] += (s + 2.0f * v * s * (e * s) * du) * dout[i];
+  }
+}
+
+MANTISSA_CLONES void span_to_bf16(uint16_t* y, const float* x, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) y[i] = f32_to_bf16_one(x[i]);
+}
+
+MANTISSA_CLONES void span_from_bf16(float* y, const uint16_t* x, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) y[i] = bf16_to_f32_one(x[i]);
+}
+
+MANTISSA_CLONES void span_add_inplace(float* acc, const float* x, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) acc[i] += x[i];
+}
+
+MANTISSA_CLONES void span_column_sums(float* acc, const float* x, int64_t N, int64_t stride, int64_t w) {
+  for (int64_t i = 0; i < N; ++i) {
+    const float* xi = x + i * stride;
+#pragma omp simd
+    for (int64_t j = 0; j < w; ++j) acc[j] += xi[j];
   }
 }
 

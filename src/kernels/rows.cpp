@@ -13,6 +13,7 @@
 #include "kernels/parallel.hpp"
 #include "kernels/row_math.hpp"
 #include "mantissa/kernels/kernels.hpp"
+#include "mantissa/kernels/profile.hpp"
 
 namespace mantissa::kernels {
 
@@ -21,6 +22,7 @@ namespace mantissa::kernels {
 // out = (x - mean) * rstd * weight + bias; rstd = 1/sqrt(var + eps).
 void layernorm_forward(float* out, float* mean, float* rstd, const float* x, const float* weight,
                        const float* bias, int64_t N, int64_t C, float eps) {
+  kernels::profile::Scope profile_scope(kernels::profile::Category::norms);
 #pragma omp parallel for schedule(static) if (parallel_rows(N, C))
   for (int64_t i = 0; i < N; ++i) {
     const float* xi = x + i * C;
@@ -45,6 +47,7 @@ void layernorm_forward(float* out, float* mean, float* rstd, const float* x, con
 //   dweight += sum_rows norm dout; dbias += sum_rows dout
 void layernorm_backward(float* dx, float* dweight, float* dbias, const float* dout, const float* x,
                         const float* weight, const float* mean, const float* rstd, int64_t N, int64_t C) {
+  kernels::profile::Scope profile_scope(kernels::profile::Category::norms);
   const bool par = parallel_rows(N, C);
   const int threads = par ? omp_get_max_threads() : 1;
   thread_local std::vector<float> partial;  // reused: no allocation in the steady state
@@ -93,6 +96,7 @@ void layernorm_backward(float* dx, float* dweight, float* dbias, const float* do
 
 // ---- bias ------------------------------------------------------------------------------
 void bias_add(float* out, const float* x, const float* bias, int64_t N, int64_t C) {
+  kernels::profile::Scope profile_scope(kernels::profile::Category::elementwise);
 #pragma omp parallel for schedule(static) if (parallel_rows(N, C))
   for (int64_t i = 0; i < N; ++i) {
 #pragma omp simd
@@ -103,23 +107,21 @@ void bias_add(float* out, const float* x, const float* bias, int64_t N, int64_t 
 // Column sums: threads own disjoint column blocks and walk all rows, so the
 // sum order is fixed (row order) whatever the thread count.
 void bias_backward(float* dbias, const float* dout, int64_t N, int64_t C) {
+  kernels::profile::Scope profile_scope(kernels::profile::Category::elementwise);
   constexpr int64_t kBlock = 64;
   const int64_t blocks = (C + kBlock - 1) / kBlock;
 #pragma omp parallel for schedule(static) if (parallel_rows(N, C) && blocks > 1)
   for (int64_t b = 0; b < blocks; ++b) {
     const int64_t j0 = b * kBlock, j1 = std::min(C, j0 + kBlock);
     float acc[kBlock] = {};
-    for (int64_t i = 0; i < N; ++i) {
-      const float* gi = dout + i * C;
-#pragma omp simd
-      for (int64_t j = j0; j < j1; ++j) acc[j - j0] += gi[j];
-    }
+    span_column_sums(acc, dout + j0, N, C, j1 - j0);
     for (int64_t j = j0; j < j1; ++j) dbias[j] += acc[j - j0];
   }
 }
 
 // ---- softmax -------------------------------------------------------------------------------
 void softmax_forward(float* y, const float* x, int64_t N, int64_t C) {
+  kernels::profile::Scope profile_scope(kernels::profile::Category::norms);
 #pragma omp parallel for schedule(static) if (parallel_rows(N, C))
   for (int64_t i = 0; i < N; ++i) {
     const float* xi = x + i * C;
@@ -131,6 +133,7 @@ void softmax_forward(float* y, const float* x, int64_t N, int64_t C) {
 }
 
 void softmax_backward(float* dx, const float* y, const float* dy, int64_t N, int64_t C) {
+  kernels::profile::Scope profile_scope(kernels::profile::Category::norms);
 #pragma omp parallel for schedule(static) if (parallel_rows(N, C))
   for (int64_t i = 0; i < N; ++i) {
     const float* yi = y + i * C;
@@ -150,6 +153,7 @@ void softmax_backward(float* dx, const float* y, const float* dy, int64_t N, int
 // in row order in fp64, so the sum does not depend on the thread count.
 double cross_entropy(const float* logits, const int32_t* targets, int64_t N, int64_t V,
                      float grad_scale, float* losses, float* dlogits, int64_t* count) {
+  kernels::profile::Scope profile_scope(kernels::profile::Category::norms);
   for (int64_t i = 0; i < N; ++i) {
     if (targets[i] >= V) {
       throw std::invalid_argument("cross_entropy: target " + std::to_string(targets[i]) + " at row " +

@@ -5,6 +5,7 @@
 #include <stdexcept>
 
 #include "mantissa/autograd/ops.hpp"
+#include "mantissa/autograd/ops_unit.hpp"
 #include "mantissa/kernels/matmul.hpp"
 #include "mantissa/nn/init.hpp"
 
@@ -26,6 +27,7 @@ void GPTConfig::validate() const {
                                 std::to_string(heads));
   if (!(dropout >= 0.0f && dropout < 1.0f))
     throw std::invalid_argument("GPT config: dropout must be in [0, 1), got " + std::to_string(dropout));
+  unit.validate();
 }
 
 std::string GPTConfig::to_json() const {
@@ -45,8 +47,10 @@ std::string GPTConfig::to_json() const {
   j["attn_pdrop"] = 0.0;
   j["layer_norm_epsilon"] = 1e-5;
   j["initializer_range"] = 0.02;
-  j["tie_word_embeddings"] = true;
-  j["mantissa"] = {{"kind", "gpt"}, {"seed", seed}, {"dropout", dropout}};
+  j["tie_word_embeddings"] = !unit.enabled;
+  j["mantissa"] = {{"kind", "gpt"}, {"seed", seed}, {"dropout", dropout},
+                   {"parametrisation", unit.enabled ? "unit" : "standard"}};
+  if (unit.enabled) j["mantissa"]["unit"] = nlohmann::json::parse(unit.to_json());
   return j.dump(2);
 }
 
@@ -72,6 +76,13 @@ GPTConfig GPTConfig::from_json(const std::string& text) {
     const auto& m = j["mantissa"];
     if (m.contains("seed")) c.seed = m["seed"].get<uint64_t>();
     if (m.contains("dropout")) c.dropout = m["dropout"].get<float>();
+    if (m.contains("unit")) c.unit = UnitConfig::from_json(m["unit"].dump());
+    if (m.contains("parametrisation")) {
+      const std::string p = m["parametrisation"].get<std::string>();
+      if (p != "unit" && p != "standard")
+        throw std::invalid_argument("GPT config: parametrisation must be standard or unit, got '" + p + "'");
+      c.unit.enabled = p == "unit";
+    }
   } else if (j.contains("resid_pdrop") && j["resid_pdrop"].is_number()) {
     c.dropout = j["resid_pdrop"].get<float>();
   }
@@ -89,7 +100,9 @@ GPT::GPT(const GPTConfig& config) : config_(config) {
   config_.validate();
   const int64_t V = config_.vocab, T = config_.context, C = config_.d_model, L = config_.layers;
   Rng rng(config_.seed);
-  const double std_w = 0.02, std_proj = 0.02 / std::sqrt(2.0 * static_cast<double>(L));
+  // Unit scaling: every weight N(0, 1); the per-op scales do the rest.
+  const bool u = config_.unit.enabled;
+  const double std_w = u ? 1.0 : 0.02, std_proj = u ? 1.0 : 0.02 / std::sqrt(2.0 * static_cast<double>(L));
   wte_ = add("transformer.wte.weight", {V, C}, true, C);
   init_normal(wte_->value, rng, std_w);
   wpe_ = add("transformer.wpe.weight", {T, C}, false, 1);
@@ -120,6 +133,10 @@ GPT::GPT(const GPTConfig& config) : config_(config) {
   lnf_w_ = add("transformer.ln_f.weight", {C}, false, 1);
   lnf_w_->value.fill(1.0f);
   lnf_b_ = add("transformer.ln_f.bias", {C}, false, 1);
+  if (u) {  // u-muP unties the readout
+    lm_head_ = add("lm_head.weight", {V, C}, true, C);
+    init_normal(lm_head_->value, rng, 1.0);
+  }
 }
 
 GPT::~GPT() {
@@ -139,6 +156,7 @@ ag::OpContext GPT::context(bool training) {
   ctx.policy = precision_;
   ctx.casts = &casts_;
   ctx.training = training;
+  ctx.observer = observer_;
   // Each training pass gets its own dropout stream derived from the seed.
   ctx.seed = config_.seed * 0x9E3779B97F4A7C15ull + (training ? ++passes_ : 0);
   return ctx;
@@ -146,40 +164,53 @@ ag::OpContext GPT::context(bool training) {
 
 // ---- forward ------------------------------------------------------------------------------------
 // One pre-LN block on the residual stream x [B, T, C].
-ag::Var GPT::block(ag::Tape& t, const Block& b, const ag::Var& x_in) {
+// Every op output passes through observe() (a no-op unless a scale analysis
+// set an observer), named "h<layer>.<op>".
+ag::Var GPT::block(ag::Tape& t, const Block& b, const ag::Var& x_in, size_t layer) {
   const float p = config_.dropout;
-  ag::Var h = ag::layer_norm(t, x_in, t.param(*b.ln1_w), t.param(*b.ln1_b));
+  std::string n("h");  // (not "h" + ...: GCC 12 -Wrestrict false positive)
+  n += std::to_string(layer);
+  n += '.';
+  ag::Var h = ag::observe(t, ag::layer_norm(t, x_in, t.param(*b.ln1_w), t.param(*b.ln1_b)), n + "attn.ln");
   ag::Var attn_b = t.param(*b.attn_b);
-  ag::Var qkv = ag::linear(t, h, t.param(*b.attn_w), &attn_b);  // [B, T, 3C]
-  ag::Var a = ag::causal_self_attention(t, qkv, config_.heads);   // [B, T, C]
+  ag::Var qkv = ag::observe(t, ag::linear(t, h, t.param(*b.attn_w), &attn_b), n + "attn.qkv");  // [B, T, 3C]
+  ag::Var a = ag::observe(t, ag::causal_self_attention(t, qkv, config_.heads), n + "attn.sdpa");  // [B, T, C]
   ag::Var proj_b = t.param(*b.proj_b);
-  ag::Var y = ag::dropout(t, ag::linear(t, a, t.param(*b.proj_w), &proj_b), p);
-  ag::Var x = ag::add(t, x_in, y);
-  h = ag::layer_norm(t, x, t.param(*b.ln2_w), t.param(*b.ln2_b));
+  ag::Var y = ag::observe(t, ag::dropout(t, ag::linear(t, a, t.param(*b.proj_w), &proj_b), p), n + "attn.proj");
+  ag::Var x = ag::observe(t, ag::add(t, x_in, y), n + "attn.residual");
+  h = ag::observe(t, ag::layer_norm(t, x, t.param(*b.ln2_w), t.param(*b.ln2_b)), n + "mlp.ln");
   ag::Var fc_b = t.param(*b.fc_b);
-  ag::Var f = ag::gelu(t, ag::linear(t, h, t.param(*b.fc_w), &fc_b));  // [B, T, 4C]
+  ag::Var fc = ag::observe(t, ag::linear(t, h, t.param(*b.fc_w), &fc_b), n + "mlp.fc");  // [B, T, 4C]
+  ag::Var f = ag::observe(t, ag::gelu(t, fc), n + "mlp.gelu");
   ag::Var mlp_b = t.param(*b.mlp_proj_b);
-  y = ag::dropout(t, ag::linear(t, f, t.param(*b.mlp_proj_w), &mlp_b), p);
-  return ag::add(t, x, y);
+  y = ag::observe(t, ag::dropout(t, ag::linear(t, f, t.param(*b.mlp_proj_w), &mlp_b), p), n + "mlp.proj");
+  return ag::observe(t, ag::add(t, x, y), n + "mlp.residual");
 }
 
 // ids [B, T] -> logits [B, T, V]; x is the residual stream [B, T, C].
 ag::Var GPT::forward(ag::Tape& t, const Tensor& ids) {
+  if (config_.unit.enabled) return unit_forward(t, ids);
   const int64_t B = ids.dim(0), T = ids.dim(1), C = config_.d_model, V = config_.vocab;
   ag::Var wte = t.param(*wte_);
   ag::Var x = ag::token_position_embedding(t, ids, wte, t.param(*wpe_));
-  x = ag::dropout(t, x, config_.dropout);
+  x = ag::observe(t, ag::dropout(t, x, config_.dropout), "embedding");
   for (size_t l = 0; l < blocks_.size(); ++l) {
     const Block& b = blocks_[l];
     if (checkpoint_every_ > 0 && l % static_cast<size_t>(checkpoint_every_) == 0)
-      x = ag::checkpoint(t, x, [this, &b](ag::Tape& inner, const ag::Var& xin) { return block(inner, b, xin); });
+      x = ag::checkpoint(t, x, [this, &b, l](ag::Tape& inner, const ag::Var& xin) { return block(inner, b, xin, l); });
     else
-      x = block(t, b, x);
+      x = block(t, b, x, l);
   }
-  x = ag::layer_norm(t, x, t.param(*lnf_w_), t.param(*lnf_b_));
+  x = ag::observe(t, ag::layer_norm(t, x, t.param(*lnf_w_), t.param(*lnf_b_)), "ln_f");
   // Tied head: logits [B*T, V] = x [B*T, C] @ wte^T.
-  ag::Var logits = ag::matmul(t, ag::reshape(t, x, {B * T, C}), wte, false, true);
+  ag::Var logits = ag::observe(t, ag::matmul(t, ag::reshape(t, x, {B * T, C}), wte, false, true), "logits");
   return ag::reshape(t, logits, {B, T, V});
+}
+
+ag::Var GPT::loss(ag::Tape& t, const ag::Var& logits, const Tensor& targets, ag::LossStats* stats) {
+  if (!config_.unit.enabled) return ag::cross_entropy(t, logits, targets, stats);
+  const int64_t V = config_.vocab, rows = logits.numel() / V;
+  return ag::unit_cross_entropy(t, logits, targets, scaling::cross_entropy(V, rows, config_.unit.loss_mult), stats);
 }
 
 void GPT::check_batch(const Batch& batch) const {
@@ -200,9 +231,12 @@ LossSum GPT::forward_backward(const Batch& batch, float grad_scale) {
   ag::Var loss;
   {
     ag::Var logits = forward(t, batch.inputs);
-    loss = ag::cross_entropy(t, logits, batch.targets, &stats);
+    loss = this->loss(t, logits, batch.targets, &stats);
   }  // logits (and every other forward value not saved by an op) is gone here
-  t.backward(loss, grad_scale);
+  // Unit scaling: the logit gradient is unit per row whatever the batch (the
+  // mean is a forward-only 1/rows), so this micro-batch's share of the step,
+  // count/total, is the seed; grad_scale = loss_scale/total carries 1/total.
+  t.backward(loss, config_.unit.enabled ? grad_scale * static_cast<float>(stats.count) : grad_scale);
   return {stats.sum, stats.count};
 }
 
@@ -211,7 +245,7 @@ LossSum GPT::evaluate(const Batch& batch) {
   ag::NoGrad no_grad;
   ag::Tape t(context(false));
   ag::LossStats stats;
-  ag::cross_entropy(t, forward(t, batch.inputs), batch.targets, &stats);
+  loss(t, forward(t, batch.inputs), batch.targets, &stats);
   return {stats.sum, stats.count};
 }
 

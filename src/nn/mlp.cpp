@@ -5,6 +5,7 @@
 #include <stdexcept>
 
 #include "mantissa/autograd/ops.hpp"
+#include "mantissa/autograd/ops_unit.hpp"
 #include "mantissa/kernels/matmul.hpp"
 #include "mantissa/nn/init.hpp"
 
@@ -20,6 +21,7 @@ void MLPConfig::validate() const {
                                   std::to_string(hidden[i]));
   if (activation != "relu" && activation != "gelu")
     throw std::invalid_argument("MLP config: activation must be relu or gelu, got '" + activation + "'");
+  unit.validate();
 }
 
 std::string MLPConfig::to_json() const {
@@ -30,6 +32,8 @@ std::string MLPConfig::to_json() const {
   j["classes"] = classes;
   j["activation"] = activation;
   j["seed"] = seed;
+  j["parametrisation"] = unit.enabled ? "unit" : "standard";
+  if (unit.enabled) j["unit"] = nlohmann::json::parse(unit.to_json());
   return j.dump(2);
 }
 
@@ -47,6 +51,13 @@ MLPConfig MLPConfig::from_json(const std::string& text) {
     c.classes = j.at("classes").get<int64_t>();
     c.activation = j.at("activation").get<std::string>();
     if (j.contains("seed")) c.seed = j["seed"].get<uint64_t>();
+    if (j.contains("unit")) c.unit = UnitConfig::from_json(j["unit"].dump());
+    if (j.contains("parametrisation")) {
+      const std::string p = j["parametrisation"].get<std::string>();
+      if (p != "unit" && p != "standard")
+        throw std::invalid_argument("MLP config: parametrisation must be standard or unit, got '" + p + "'");
+      c.unit.enabled = p == "unit";
+    }
   } catch (const nlohmann::json::exception& e) {
     throw std::invalid_argument(std::string("MLP config: ") + e.what());
   }
@@ -64,7 +75,9 @@ MLP::MLP(const MLPConfig& config) : config_(config) {
     const int64_t out = last ? config_.classes : config_.hidden[i];
     const std::string prefix = "layers." + std::to_string(i) + ".";
     params_.push_back(make_parameter(prefix + "weight", {in, out}, true, in));
-    init_normal(params_.back()->value, rng, (last ? 1.0 : std::sqrt(2.0)) / std::sqrt(static_cast<double>(in)));
+    // Unit scaling: N(0, 1) weights, the op scales do the rest.
+    init_normal(params_.back()->value, rng,
+                config_.unit.enabled ? 1.0 : (last ? 1.0 : std::sqrt(2.0)) / std::sqrt(static_cast<double>(in)));
     params_.push_back(make_parameter(prefix + "bias", {out}, false, 1));
     in = out;
   }
@@ -86,19 +99,46 @@ ag::OpContext MLP::context(bool training) {
   ctx.policy = precision_;
   ctx.casts = &casts_;
   ctx.training = training;
+  ctx.observer = observer_;
   return ctx;
 }
 
 // x [B, inputs] -> h_i [B, hidden_i] -> logits [B, classes].
+// Unit: linear scales in the GEMM alpha (the last layer is the readout),
+// the activation's scales in its own pass. Outputs are observed as
+// "layers.<i>.linear" / "layers.<i>.act" for the scale analysis.
 ag::Var MLP::forward(ag::Tape& t, const ag::Var& x) {
+  namespace us = mantissa::scaling;
+  const UnitConfig& u = config_.unit;
   ag::Var h = x;
   const size_t layers = params_.size() / 2;
   for (size_t i = 0; i < layers; ++i) {
+    const bool last = i + 1 == layers;
     ag::Var b = t.param(*params_[2 * i + 1]);
-    h = ag::linear(t, h, t.param(*params_[2 * i]), &b);
-    if (i + 1 < layers) h = config_.activation == "gelu" ? ag::gelu(t, h) : ag::relu(t, h);
+    ag::Var w = t.param(*params_[2 * i]);
+    ag::OpScales s;
+    if (u.enabled) {
+      const int64_t fi = w.dim(0), fo = w.dim(1), batch = h.numel() / fi;
+      s = ag::op_scales(last ? us::linear_readout(fi, fo, batch, u.rules("readout")) : us::linear(fi, fo, batch, u.rules("linear")));
+    }
+    std::string name("layers.");  // (not "layers." + ...: GCC 12 -Wrestrict false positive)
+    name += std::to_string(i);
+    h = ag::observe(t, ag::linear(t, h, w, &b, s), name + ".linear");
+    if (last) break;
+    const bool gelu = config_.activation == "gelu";
+    if (u.enabled)
+      h = gelu ? ag::unit_gelu(t, h, us::gelu(1.0, u.rules("gelu"))) : ag::unit_relu(t, h, us::relu(u.rules("relu")));
+    else
+      h = gelu ? ag::gelu(t, h) : ag::relu(t, h);
+    h = ag::observe(t, h, name + ".act");
   }
   return h;
+}
+
+ag::Var MLP::loss(ag::Tape& t, const ag::Var& logits, const Tensor& targets, ag::LossStats* stats) {
+  if (!config_.unit.enabled) return ag::cross_entropy(t, logits, targets, stats);
+  const int64_t V = config_.classes, rows = logits.numel() / V;
+  return ag::unit_cross_entropy(t, logits, targets, scaling::cross_entropy(V, rows, config_.unit.loss_mult), stats);
 }
 
 void MLP::check_batch(const Batch& batch) const {
@@ -113,8 +153,9 @@ LossSum MLP::forward_backward(const Batch& batch, float grad_scale) {
   check_batch(batch);
   ag::Tape t(context(true));
   ag::LossStats stats;
-  ag::Var loss = ag::cross_entropy(t, forward(t, t.constant(batch.inputs)), batch.targets, &stats);
-  t.backward(loss, grad_scale);
+  ag::Var l = loss(t, forward(t, t.constant(batch.inputs)), batch.targets, &stats);
+  // Unit: the logit gradient is unit per row; count/total is this micro-batch's share.
+  t.backward(l, config_.unit.enabled ? grad_scale * static_cast<float>(stats.count) : grad_scale);
   return {stats.sum, stats.count};
 }
 
@@ -123,7 +164,7 @@ LossSum MLP::evaluate(const Batch& batch) {
   ag::NoGrad no_grad;
   ag::Tape t(context(false));
   ag::LossStats stats;
-  ag::cross_entropy(t, forward(t, t.constant(batch.inputs)), batch.targets, &stats);
+  loss(t, forward(t, t.constant(batch.inputs)), batch.targets, &stats);
   return {stats.sum, stats.count};
 }
 

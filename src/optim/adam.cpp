@@ -1,80 +1,23 @@
-#include <immintrin.h>
-
 #include <cmath>
 #include <nlohmann/json.hpp>
+#include <stdexcept>
+#include <string>
 
 #include "mantissa/optim/optimizer.hpp"
+#include "optim/adam_kernel.hpp"
 #include "optim/fused_loop.hpp"
 
 namespace mantissa::optim {
 
-namespace {
+using detail::AdamScalars;
+using detail::adam_chunk;
 
-struct AdamScalars {
-  float decay_factor;   // AdamW: 1 - lr*wd (1 when not decoupled or no decay)
-  float l2;             // Adam: wd added to the gradient (0 for AdamW)
-  float one_minus_b1, b2, one_minus_b2;
-  float step_size;      // lr / (1 - beta1^t)
-  float inv_bc2_sqrt;   // 1 / sqrt(1 - beta2^t)
-  float eps;
-};
-
-// One element of torch.optim.Adam/AdamW's single-tensor update in fp32, in
-// PyTorch's operation order: decay, m.lerp_(g, 1-b1), v.mul_(b2).addcmul_(g, g,
-// 1-b2), denom = sqrt(v)/sqrt(bc2) + eps, p.addcdiv_(m, denom, -step_size).
-// Written with explicit fused multiply-adds so that the AVX-512 path below
-// gives the same bits.
-inline void adam_element(float& p, float g_in, float& m, float& v, const AdamScalars& s) {
-  const float w = p * s.decay_factor;
-  const float g = std::fma(s.l2, w, g_in);
-  const float mi = std::fma(s.one_minus_b1, g - m, m);
-  const float vi = std::fma(v, s.b2, (s.one_minus_b2 * g) * g);
-  m = mi;
-  v = vi;
-  const float denom = std::fma(std::sqrt(vi), s.inv_bc2_sqrt, s.eps);
-  p = std::fma(-s.step_size, mi / denom, w);
-}
-
-void adam_chunk_scalar(float* p, const float* g, float* m, float* v, int64_t n, const AdamScalars& s) {
-  for (int64_t i = 0; i < n; ++i) adam_element(p[i], g[i], m[i], v[i], s);
-}
-
-// Explicit intrinsics: GCC does not vectorise std::sqrt while errno
-// semantics are on (the project does not build with -fno-math-errno).
-__attribute__((target("avx512f"))) void adam_chunk_avx512(float* p, const float* g, float* m, float* v, int64_t n,
-                                                           const AdamScalars& s) {
-  const __m512 decay = _mm512_set1_ps(s.decay_factor), l2 = _mm512_set1_ps(s.l2);
-  const __m512 omb1 = _mm512_set1_ps(s.one_minus_b1), b2 = _mm512_set1_ps(s.b2), omb2 = _mm512_set1_ps(s.one_minus_b2);
-  const __m512 inv = _mm512_set1_ps(s.inv_bc2_sqrt), eps = _mm512_set1_ps(s.eps);
-  const __m512 neg_step = _mm512_set1_ps(-s.step_size);
-  int64_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    const __m512 w = _mm512_mul_ps(_mm512_loadu_ps(p + i), decay);
-    const __m512 gi = _mm512_fmadd_ps(l2, w, _mm512_loadu_ps(g + i));
-    const __m512 m0 = _mm512_loadu_ps(m + i);
-    const __m512 mi = _mm512_fmadd_ps(omb1, _mm512_sub_ps(gi, m0), m0);
-    const __m512 vi = _mm512_fmadd_ps(_mm512_loadu_ps(v + i), b2, _mm512_mul_ps(_mm512_mul_ps(omb2, gi), gi));
-    _mm512_storeu_ps(m + i, mi);
-    _mm512_storeu_ps(v + i, vi);
-    const __m512 denom = _mm512_fmadd_ps(_mm512_mask_sqrt_ps(vi, 0xFFFF, vi) /* unmasked form trips a GCC 12 -Wmaybe-uninitialized */, inv, eps);
-    _mm512_storeu_ps(p + i, _mm512_fmadd_ps(neg_step, _mm512_div_ps(mi, denom), w));
-  }
-  adam_chunk_scalar(p + i, g + i, m + i, v + i, n - i, s);
-}
-
-void adam_chunk(float* p, const float* g, float* m, float* v, int64_t n, const AdamScalars& s) {
-  static const bool avx512 = __builtin_cpu_supports("avx512f");
-  if (avx512) adam_chunk_avx512(p, g, m, v, n, s);
-  else adam_chunk_scalar(p, g, m, v, n, s);
-}
-
-}  // namespace
 
 Adam::Adam(std::vector<nn::Parameter*> params, const OptimizerConfig& config, bool decoupled)
-    : Optimizer(std::move(params)), cfg_(config), decoupled_(decoupled) {
+    : Optimizer(std::move(params)), cfg_(config), decoupled_(decoupled), format_(parse_state_format(config.state_format)) {
   for (const nn::Parameter* p : params_) {
-    exp_avg_.push_back(Tensor::zeros(p->value.shape(), DType::f32, MemoryKind::optimizer_state));
-    exp_avg_sq_.push_back(Tensor::zeros(p->value.shape(), DType::f32, MemoryKind::optimizer_state));
+    exp_avg_.push_back(Tensor::zeros(p->value.shape(), format_.m, MemoryKind::optimizer_state));
+    exp_avg_sq_.push_back(Tensor::zeros(p->value.shape(), format_.v, MemoryKind::optimizer_state));
   }
 }
 
@@ -96,6 +39,12 @@ void Adam::step(double lr) {
     s.step_size = static_cast<float>(plr / bc1);
     s.inv_bc2_sqrt = static_cast<float>(1.0 / std::sqrt(bc2));
     s.eps = static_cast<float>(cfg_.eps);
+  }
+  if (!format_.is_fp32()) {
+    update_low_precision(scalars);
+    for (nn::Parameter* p : params_) ++p->version;
+    steps_ = t;
+    return;
   }
   const auto spans = detail::make_spans(params_);
   const auto n_spans = static_cast<int64_t>(spans.size());
@@ -125,7 +74,8 @@ std::string Adam::state_json() const {
                         {"beta1", cfg_.beta1},
                         {"beta2", cfg_.beta2},
                         {"eps", cfg_.eps},
-                        {"weight_decay", cfg_.weight_decay}}
+                        {"weight_decay", cfg_.weight_decay},
+                        {"state_format", state_format_name(format_)}}
       .dump();
 }
 
@@ -135,7 +85,18 @@ void Adam::load_state(const std::map<std::string, Tensor>& tensors, const std::s
   for (size_t i = 0; i < params_.size(); ++i) {
     restore_tensor(tensors, params_[i]->name + ".exp_avg", m[i]);
     restore_tensor(tensors, params_[i]->name + ".exp_avg_sq", v[i]);
+    for (const Tensor* st : {&m[i], &v[i]})
+      if (!(st->scale() > 0.0f) || !std::isfinite(st->scale()))
+        throw std::invalid_argument("optimizer state: tensor '" + params_[i]->name + (st == &m[i] ? ".exp_avg" : ".exp_avg_sq") +
+                                    "' has scale " + std::to_string(st->scale()) + " (must be positive and finite)");
   }
+  // Older checkpoints have no "state_format": their moments are fp32, which
+  // restore_tensor's dtype check already enforces.
+  const auto j = nlohmann::json::parse(json, nullptr, false);
+  if (j.is_object() && j.contains("state_format") && j["state_format"].is_string() &&
+      j["state_format"].get<std::string>() != state_format_name(format_))
+    throw std::invalid_argument("optimizer state has moments in '" + j["state_format"].get<std::string>() +
+                                "' but the optimizer stores them in '" + state_format_name(format_) + "'");
   restore_common(json);
   exp_avg_ = std::move(m);
   exp_avg_sq_ = std::move(v);

@@ -4,9 +4,11 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <cstdio>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
+#include <utility>
 
 #include "mantissa/amp/amp.hpp"
 #include "mantissa/io/checkpoint.hpp"
@@ -40,7 +42,8 @@ amp::Recipe resolve_recipe(const TrainConfig& c) {
   if (c.min_scale >= 0) ls.min_scale = c.min_scale;
   if (c.max_scale >= 0) ls.max_scale = c.max_scale;
   if (!c.weight_rounding.empty()) amp::set_recipe_field(r, "weight_rounding", c.weight_rounding);
-  for (const std::string& kv : c.set) {
+  nn::UnitConfig ignored;  // unit.* keys configure the model, not the recipe
+  for (const std::string& kv : take_unit_settings(c.set, ignored)) {
     const auto eq = kv.find('=');
     if (eq == std::string::npos || eq == 0)
       throw std::invalid_argument("--set expects key=value (got '" + kv + "')");
@@ -58,7 +61,16 @@ void apply_precision(nn::Model& model, const amp::Recipe& recipe) {
   model.set_precision(amp::precision_policy(recipe));
 }
 
-std::unique_ptr<nn::Model> make_model(const TrainConfig& c) {
+nn::UnitConfig unit_config(const TrainConfig& c, const amp::Recipe& recipe) {
+  nn::UnitConfig u;
+  take_unit_settings(c.set, u);
+  u.enabled = recipe.parametrisation == amp::Parametrisation::unit;
+  return u;
+}
+
+std::unique_ptr<nn::Model> make_model(const TrainConfig& c) { return make_model(c, nn::UnitConfig{}); }
+
+std::unique_ptr<nn::Model> make_model(const TrainConfig& c, const nn::UnitConfig& unit) {
   if (c.model == "gpt") {
     nn::GPTConfig g;
     g.vocab = data::kByteVocab;
@@ -68,12 +80,14 @@ std::unique_ptr<nn::Model> make_model(const TrainConfig& c) {
     g.heads = c.heads;
     g.dropout = static_cast<float>(c.dropout);
     g.seed = static_cast<uint64_t>(c.seed);
+    g.unit = unit;
     g.validate();
     return std::make_unique<nn::GPT>(g);
   }
   nn::MLPConfig m;
   m.hidden.assign(static_cast<size_t>(c.layers), c.d_model);
   m.seed = static_cast<uint64_t>(c.seed);
+  m.unit = unit;
   m.validate();
   return std::make_unique<nn::MLP>(m);
 }
@@ -83,6 +97,113 @@ std::unique_ptr<nn::Model> model_from_config(const std::string& kind, const std:
   if (kind == "mlp") return std::make_unique<nn::MLP>(nn::MLPConfig::from_json(config_json));
   throw std::invalid_argument("unknown model kind '" + kind + "' in the checkpoint");
 }
+
+// ---- unit scaling ------------------------------------------------------------------
+
+namespace {
+double parse_number(const std::string& entry, const std::string& value) {
+  char* end = nullptr;
+  const double v = std::strtod(value.c_str(), &end);
+  if (value.empty() || *end != '\0') throw std::invalid_argument("--set " + entry + ": '" + value + "' is not a number");
+  return v;
+}
+}  // namespace
+
+std::vector<std::string> take_unit_settings(const std::vector<std::string>& set, nn::UnitConfig& u) {
+  std::vector<std::string> rest;
+  for (const std::string& kv : set) {
+    if (kv.rfind("unit.", 0) != 0) {
+      rest.push_back(kv);
+      continue;
+    }
+    const auto eq = kv.find('=');
+    if (eq == std::string::npos) throw std::invalid_argument("--set expects key=value (got '" + kv + "')");
+    const std::string key = kv.substr(5, eq - 5), value = kv.substr(eq + 1);
+    if (key == "rule_set") u.rule_set = value;
+    else if (key == "constraint") u.constraint = value;
+    else if (key.rfind("constraint.", 0) == 0) u.op_constraints[key.substr(11)] = value;
+    else if (key == "tau_attn") u.tau_attn = parse_number(kv, value);
+    else if (key == "tau_mlp") u.tau_mlp = parse_number(kv, value);
+    else if (key == "attn_mult") u.attn_mult = parse_number(kv, value);
+    else if (key == "loss_mult") u.loss_mult = parse_number(kv, value);
+    else
+      throw std::invalid_argument("--set " + kv + ": unknown unit key '" + key +
+                                  "' (valid: rule_set, constraint, constraint.OP, tau_attn, tau_mlp, attn_mult, loss_mult)");
+    try {
+      u.validate();
+    } catch (const std::invalid_argument& e) {
+      throw std::invalid_argument("--set " + kv + ": " + e.what());
+    }
+  }
+  return rest;
+}
+
+scaling::ParamRole unit_param_role(const nn::Parameter& p, const std::string& model_kind, const std::string& readout_name) {
+  (void)model_kind;
+  if (p.name == readout_name) return scaling::ParamRole::output;
+  if (p.value.ndim() >= 2) return scaling::ParamRole::weight;
+  if (p.name.find("ln_") != std::string::npos) return scaling::ParamRole::norm;
+  return scaling::ParamRole::bias;
+}
+
+std::optional<int> unit_param_depth(const nn::Parameter& p, int layers) {
+  if (p.name.rfind("transformer.h.", 0) == 0) return layers;
+  return std::nullopt;
+}
+
+IndependentDecay::IndependentDecay(std::unique_ptr<optim::Optimizer> inner, double base_lr, double decay)
+    : Optimizer(inner->parameters()), inner_(std::move(inner)), base_lr_(base_lr), decay_(decay) {
+  if (!(base_lr_ > 0)) throw std::invalid_argument("independent weight decay needs a positive base learning rate");
+  for (size_t i = 0; i < params_.size(); ++i) lr_mult_[i] = inner_->lr_multiplier(i);
+}
+
+void IndependentDecay::step(double lr) {
+  inner_->step(lr);
+  steps_ = inner_->step_count();
+  const float keep = static_cast<float>(1.0 - lr / base_lr_ * decay_);
+  if (decay_ == 0.0) return;
+  for (nn::Parameter* p : params_) {
+    if (!p->decay) continue;
+    float* v = p->value.f32();
+    const int64_t n = p->value.numel();
+#pragma omp parallel for schedule(static) if (n > 65536)
+    for (int64_t i = 0; i < n; ++i) v[i] *= keep;
+  }
+}
+
+void IndependentDecay::load_state(const std::map<std::string, Tensor>& tensors, const std::string& json) {
+  inner_->load_state(tensors, json);
+  steps_ = inner_->step_count();
+}
+
+
+namespace {
+
+bool is_unit(const nn::Model& m) {
+  if (auto* g = dynamic_cast<const nn::GPT*>(&m)) return g->config().unit.enabled;
+  if (auto* p = dynamic_cast<const nn::MLP*>(&m)) return p->config().unit.enabled;
+  return false;
+}
+
+// u-muP learning-rate multipliers (scaling::lr_scale) on every parameter.
+void set_unit_lr_multipliers(nn::Model& model, optim::Optimizer& opt, const std::string& optimizer) {
+  const auto kind = optimizer == "sgd" ? scaling::OptimizerKind::sgd : scaling::OptimizerKind::adam;
+  std::string readout = "lm_head.weight";
+  int layers = 0;
+  if (auto* g = dynamic_cast<nn::GPT*>(&model)) layers = static_cast<int>(g->config().layers);
+  if (auto* m = dynamic_cast<nn::MLP*>(&model)) readout = "layers." + std::to_string(m->config().hidden.size()) + ".weight";
+  opt.set_lr_multipliers([&](const nn::Parameter& p) {
+    // lr_scale reads PyTorch shapes ([out, in] for linear weights); our linear
+    // weights are Conv1D [in, out]; embeddings and the readout are [V, C] in both.
+    Shape shape = p.value.shape();
+    const bool table = p.name == "transformer.wte.weight" || p.name == "transformer.wpe.weight" || p.name == "lm_head.weight";
+    if (shape.size() == 2 && !table) std::swap(shape[0], shape[1]);
+    return scaling::lr_scale(kind, unit_param_role(p, model.kind(), readout), shape,
+                             layers > 0 ? unit_param_depth(p, layers) : std::nullopt);
+  });
+}
+
+}  // namespace
 
 namespace {
 
@@ -145,6 +266,12 @@ std::unique_ptr<Session> build_session(const TrainConfig& config) {
   TrainConfig& c = s->config;
   if (c.min_lr < 0) c.min_lr = c.lr / 10;
   s->recipe = resolve_recipe(c);
+  const nn::UnitConfig unit = unit_config(c, s->recipe);
+  if (unit.enabled && c.lr == TrainConfig{}.lr && c.optimizer != "sgd") {
+    // --lr left at its default: the unit default (the standard one is ~8x too small for unit models).
+    c.lr = kUnitDefaultLr;
+    if (config.min_lr < 0) c.min_lr = c.lr / 10;
+  }
   if (c.threads > 0) kernels::set_num_threads(static_cast<int>(c.threads));
 
   // A resumed run takes its model configuration from the checkpoint, so the
@@ -154,8 +281,13 @@ std::unique_ptr<Session> build_session(const TrainConfig& config) {
       throw std::invalid_argument("--resume " + c.resume + ": no complete checkpoint there");
     const std::string cfg = io::read_model_config(c.resume);
     s->model = model_from_config(c.model, cfg);
+    if (is_unit(*s->model) != unit.enabled)
+      throw std::invalid_argument("--resume " + c.resume + ": the checkpoint holds a " +
+                                  (is_unit(*s->model) ? "unit-scaled" : "standard") + " model but recipe " +
+                                  s->recipe.name + " wants the " + (unit.enabled ? "unit" : "standard") +
+                                  " parametrisation");
   } else {
-    s->model = make_model(c);
+    s->model = make_model(c, unit);
   }
   apply_precision(*s->model, s->recipe);
 
@@ -186,7 +318,15 @@ std::unique_ptr<Session> build_session(const TrainConfig& config) {
   oc.beta2 = c.beta2;
   oc.weight_decay = c.weight_decay;
   if (c.optimizer == "sgd") oc.momentum = c.beta1;
-  s->optimizer = optim::make_optimizer(oc, s->model->parameters());
+  if (unit.enabled) {
+    // u-muP: per-parameter LR rules, and weight decay that does not follow them.
+    oc.weight_decay = 0;
+    auto inner = optim::make_optimizer(oc, s->model->parameters());
+    set_unit_lr_multipliers(*s->model, *inner, c.optimizer);
+    s->optimizer = std::make_unique<IndependentDecay>(std::move(inner), c.lr, c.weight_decay * c.lr);
+  } else {
+    s->optimizer = optim::make_optimizer(oc, s->model->parameters());
+  }
 
   TrainerOptions to;
   to.grad_accum = c.grad_accum;
@@ -197,7 +337,11 @@ std::unique_ptr<Session> build_session(const TrainConfig& config) {
   to.amp.grad_clip = c.grad_clip;
   to.amp.seed = static_cast<uint64_t>(c.seed);
   to.amp.grad_stats = c.grad_stats;
-  s->trainer = std::make_unique<Trainer>(*s->model, *s->optimizer, *s->train, s->val.get(), s->recipe, to);
+  // The model already honours the parametrisation; amp::Amp only handles
+  // precision and (until amp.cpp drops its check) refuses non-standard ones.
+  amp::Recipe amp_recipe = s->recipe;
+  amp_recipe.parametrisation = amp::Parametrisation::standard;
+  s->trainer = std::make_unique<Trainer>(*s->model, *s->optimizer, *s->train, s->val.get(), amp_recipe, to);
   if (!c.resume.empty()) s->trainer->resume(c.resume);
   return s;
 }

@@ -94,6 +94,7 @@ TEST(Recipe, JsonRoundTripsEverySetting) {
     const auto parsed = nlohmann::json::parse(j);
     for (const char* key : {"name", "parametrisation", "matmul_format", "saved_format", "gradient_format",
                             "weight_format", "master_format", "optimizer_state_format", "weight_rounding",
+                            "cast_forward", "cast_backward", "cast_scaling", "amax_history", "cast_margin",
                             "loss_scale"})
       EXPECT_TRUE(parsed.contains(key)) << r.name << " lacks " << key;
   }
@@ -122,4 +123,91 @@ TEST(Recipe, PrecisionPolicyMapsFormats) {
   Recipe odd = find_recipe("fp32");
   odd.matmul_format = "e3m4";
   EXPECT_THROW(precision_policy(odd), std::invalid_argument);
+}
+
+// Issue 5 item 5 and issue 6 items 3-4: the casts each low-precision recipe
+// puts at the matrix products, and how it scales them (BRIEF sections 4-6).
+TEST(Recipe, CastRecipesHaveTheDocumentedSettings) {
+  struct Want {
+    const char* name;
+    Parametrisation param;
+    const char* fwd;
+    const char* bwd;
+    CastScaling scaling;
+  };
+  const Want wants[] = {
+      {"fp8-noscale", Parametrisation::standard, "e4m3fn", "e5m2", CastScaling::unit},
+      {"fp8-current", Parametrisation::standard, "e4m3fn", "e5m2", CastScaling::current},
+      {"fp8-delayed", Parametrisation::standard, "e4m3fn", "e5m2", CastScaling::delayed},
+      {"mxfp8", Parametrisation::standard, "e4m3fn", "e5m2", CastScaling::mx},
+      {"fp8-blockwise", Parametrisation::standard, "e4m3fn", "e4m3fn", CastScaling::blockwise},
+      {"unit-fp32", Parametrisation::unit, "", "", CastScaling::unit},
+      {"unit-bf16", Parametrisation::unit, "", "", CastScaling::unit},
+      {"unit-fp16", Parametrisation::unit, "", "", CastScaling::unit},
+      {"unit-fp8", Parametrisation::unit, "e4m3fn", "e5m2", CastScaling::unit},
+      {"scalify-fp16", Parametrisation::standard, "fp16", "fp16", CastScaling::propagate},
+      {"scalify-fp16-master", Parametrisation::standard, "fp16", "fp16", CastScaling::propagate},
+      {"scalify-fp8", Parametrisation::standard, "e4m3fn", "e5m2", CastScaling::propagate},
+      {"scalify-fp8-fp16state", Parametrisation::standard, "e4m3fn", "e5m2", CastScaling::propagate},
+  };
+  for (const Want& w : wants) {
+    const Recipe r = find_recipe(w.name);
+    EXPECT_EQ(r.parametrisation, w.param) << w.name;
+    EXPECT_EQ(r.cast_forward, w.fwd) << w.name;
+    EXPECT_EQ(r.cast_backward, w.bwd) << w.name;
+    EXPECT_EQ(r.cast_scaling, w.scaling) << w.name;
+    // Unit scaling, FP8 scaling and scale propagation all replace loss scaling.
+    EXPECT_EQ(r.loss_scale.method, ScalingMethod::none) << w.name;
+  }
+  const Recipe delayed = find_recipe("fp8-delayed");
+  EXPECT_EQ(delayed.amax_history, 1024);  // Transformer Engine defaults
+  EXPECT_EQ(delayed.cast_margin, 0.0);
+  EXPECT_EQ(delayed.matmul_format, "bf16");
+  const Recipe u16 = find_recipe("unit-fp16");
+  EXPECT_EQ(u16.matmul_format, "fp16");
+  EXPECT_EQ(u16.weight_format, "fp16");
+  EXPECT_EQ(u16.master_format, "fp32");
+  EXPECT_EQ(find_recipe("scalify-fp16").master_format, "fp32");
+  EXPECT_EQ(find_recipe("scalify-fp16-master").master_format, "fp16");
+  EXPECT_EQ(find_recipe("scalify-fp8").master_format, "fp16");
+  EXPECT_EQ(find_recipe("scalify-fp8-fp16state").optimizer_state_format, "fp16");
+}
+
+TEST(Recipe, CastSettingsAreCheckedAndNamed) {
+  Recipe r = find_recipe("fp8-delayed");
+  set_recipe_field(r, "cast_forward", "e4m3fnuz");
+  set_recipe_field(r, "cast_backward", "e5m2fnuz");
+  set_recipe_field(r, "cast_scaling", "current");
+  set_recipe_field(r, "amax_history", "16");
+  set_recipe_field(r, "cast_margin", "1");
+  EXPECT_NO_THROW(validate_recipe(r));
+  EXPECT_EQ(r.cast_forward, "e4m3fnuz");
+  EXPECT_EQ(r.cast_scaling, CastScaling::current);
+  EXPECT_EQ(r.amax_history, 16);
+  EXPECT_EQ(r.cast_margin, 1.0);
+  auto message = [](auto&& fn) {
+    try {
+      fn();
+    } catch (const std::invalid_argument& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no exception)");
+  };
+  EXPECT_NE(message([&] { set_recipe_field(r, "cast_scaling", "sideways"); }).find("cast_scaling"), std::string::npos);
+  EXPECT_NE(message([&] { set_recipe_field(r, "cast_forward", "fp7"); }).find("cast_forward"), std::string::npos);
+  EXPECT_NE(message([&] { set_recipe_field(r, "amax_history", "0"); }).find("amax_history"), std::string::npos);
+  EXPECT_NE(message([&] { set_recipe_field(r, "cast_margin", "0.5"); }).find("cast_margin"), std::string::npos);
+  // A 16-bit cast is only for scale propagation; the 1-byte path needs a format exact in bf16.
+  Recipe wide = r;
+  wide.cast_forward = "fp16";
+  EXPECT_NE(message([&] { validate_recipe(wide); }).find("cast_forward"), std::string::npos);
+  wide.cast_scaling = CastScaling::propagate;
+  EXPECT_NO_THROW(validate_recipe(wide));
+  Recipe empty = r;
+  empty.cast_forward = empty.cast_backward = "";
+  EXPECT_NE(message([&] { validate_recipe(empty); }).find("cast_scaling"), std::string::npos);
+}
+
+TEST(Recipe, ScalePropagationNeedsItsQuantiser) {
+  EXPECT_THROW(precision_policy(find_recipe("scalify-fp8")), std::invalid_argument);
 }

@@ -2,6 +2,7 @@
 // backward against the float64 analytic gradient and central differences.
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
 #include <vector>
 
@@ -198,6 +199,45 @@ TEST(Attention, Bf16ProductsBackwardCloseToFp32) {
   }
   EXPECT_LT(max_diff, 4.0 / 256 * scale);
   EXPECT_GT(max_diff, 1e-6 * scale);  // the bf16 path was taken
+}
+
+// The bf16-amp variant keeps the probabilities as bf16 codes. Its outputs must
+// be bit for bit those of the bf16-products kernels fed the same rounding:
+// att16 = bf16(att) (round to nearest even, checked against the scalar
+// reference rounding), out identical, and the backward identical when the
+// fp32 kernel is given the widened att16 (what the tape restored before).
+TEST(Attention, Bf16ProbabilityVariantIsBitExact) {
+  const Shape s{2, 48, 96, 3};
+  auto qkv = random_floats(s.B * s.T * 3 * s.C, 21, -1.5f, 1.5f);
+  auto g = random_floats(s.B * s.T * s.C, 22);
+  const size_t n_att = static_cast<size_t>(s.B * s.NH * s.T * s.T);
+  std::vector<float> out(s.B * s.T * s.C), att(n_att), datt(n_att), out16(out.size());
+  std::vector<uint16_t> att16(n_att);
+  attention_forward(out.data(), att.data(), qkv.data(), s.B, s.T, s.C, s.NH, true);
+  attention_forward_bf16(out16.data(), att16.data(), qkv.data(), s.B, s.T, s.C, s.NH);
+  std::vector<float> widened(n_att);
+  for (size_t i = 0; i < n_att; ++i) {
+    ASSERT_EQ(std::bit_cast<uint32_t>(test::round_to_bf16(att[i])),
+              static_cast<uint32_t>(att16[i]) << 16) << "att " << i;
+    widened[i] = std::bit_cast<float>(static_cast<uint32_t>(att16[i]) << 16);
+  }
+  for (size_t i = 0; i < out.size(); ++i)
+    ASSERT_EQ(std::bit_cast<uint32_t>(out[i]), std::bit_cast<uint32_t>(out16[i])) << "out " << i;
+  std::vector<float> d_ref(qkv.size(), 0.5f), d16(qkv.size(), 0.5f);  // both accumulate into 0.5
+  attention_backward(d_ref.data(), datt.data(), g.data(), qkv.data(), widened.data(), s.B, s.T, s.C, s.NH, true);
+  attention_backward_bf16(d16.data(), datt.data(), g.data(), qkv.data(), att16.data(), s.B, s.T, s.C, s.NH);
+  for (size_t i = 0; i < d_ref.size(); ++i)
+    ASSERT_EQ(std::bit_cast<uint32_t>(d_ref[i]), std::bit_cast<uint32_t>(d16[i])) << "dqkv " << i;
+  // and the gradient is a real one: against the fp32 kernel within bf16 error
+  std::vector<float> d32(qkv.size(), 0.5f);
+  attention_forward(out.data(), att.data(), qkv.data(), s.B, s.T, s.C, s.NH, false);
+  attention_backward(d32.data(), datt.data(), g.data(), qkv.data(), att.data(), s.B, s.T, s.C, s.NH, false);
+  double scale = 0, max_diff = 0;
+  for (size_t i = 0; i < d32.size(); ++i) {
+    scale = std::max(scale, double(std::abs(d32[i] - 0.5f)));
+    max_diff = std::max(max_diff, double(std::abs(d32[i] - d16[i])));
+  }
+  EXPECT_LT(max_diff, 4.0 / 256 * scale);
 }
 
 TEST(Attention, RejectsHeadsNotDividingWidth) {

@@ -183,6 +183,23 @@ TEST(Bf16, RoundsToNearestEvenLikeTheReference) {
   EXPECT_TRUE(std::isnan(nback));
 }
 
+// GELU backward reading x as bf16 codes equals the fp32 kernel on the widened
+// codes, bit for bit (odd length: partial blocks; above the threading threshold).
+TEST(GeluBackward, Bf16InputMatchesWidenedFp32) {
+  const int64_t n = 70001;
+  auto x = random_floats(n, 31, -6.0f, 6.0f);
+  auto g = random_floats(n, 32);
+  std::vector<uint16_t> x16(n);
+  f32_to_bf16(x16.data(), x.data(), n);
+  std::vector<float> wide(n), d_ref(n, 0.25f), d16(n, 0.25f);
+  for (int64_t i = 0; i < n; ++i) wide[i] = test::round_to_bf16(x[i]);
+  gelu_backward(d_ref.data(), wide.data(), g.data(), n);
+  gelu_backward_bf16x(d16.data(), x16.data(), g.data(), n);
+  for (int64_t i = 0; i < n; ++i)
+    ASSERT_EQ(std::bit_cast<uint32_t>(d_ref[i]), std::bit_cast<uint32_t>(d16[i])) << i;
+  EXPECT_NE(d16[n / 2], 0.25f);  // something was added
+}
+
 TEST(Threads, SetAndGet) {
   const int saved = num_threads();
   set_num_threads(1);

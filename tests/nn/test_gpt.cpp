@@ -267,9 +267,15 @@ TEST(GPT, Bf16PolicyIsCloseToFp32AndHalvesSavedActivations) {
     for (auto* p : m.parameters()) r.grads.push_back(p->grad.to_vector());
     return r;
   };
-  Run f32 = run({DType::f32, DType::f32});
-  Run bf16 = run({DType::bf16, DType::bf16});
-  Run saved16 = run({DType::f32, DType::bf16});
+  auto policy = [](DType matmul, DType saved) {
+    autograd::PrecisionPolicy p;
+    p.matmul = matmul;
+    p.saved = saved;
+    return p;
+  };
+  Run f32 = run(policy(DType::f32, DType::f32));
+  Run bf16 = run(policy(DType::bf16, DType::bf16));
+  Run saved16 = run(policy(DType::f32, DType::bf16));
   EXPECT_NEAR(bf16.loss.sum, f32.loss.sum, 0.01 * f32.loss.sum);
   size_t k = 0;
   for (auto* p : m.parameters()) {

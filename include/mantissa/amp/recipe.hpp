@@ -15,10 +15,22 @@ namespace mantissa::amp {
 enum class Parametrisation : uint8_t { standard, unit };
 enum class ScalingMethod : uint8_t { none, static_scale, dynamic };
 enum class WeightRounding : uint8_t { nearest, stochastic };
+// How an FP8 (or other low-format) cast of a matrix-product operand is scaled:
+//   unit      scale 1, no scaling at all (unit-fp8, fp8-noscale)
+//   current   one power-of-two scale per tensor from this step's amax
+//   delayed   one power-of-two scale per tensor from an amax history
+//             (Transformer Engine DelayedScaling: max over `amax_history`
+//             steps, margin `cast_margin`)
+//   mx        32-element blocks along the contraction dim, E8M0 scales (OCP MX)
+//   blockwise 1x128 activation tiles and 128x128 weight blocks, power-of-two
+//             scales (DeepSeek-V3)
+//   propagate scale propagation (Scalify): scales travel with the tensors
+enum class CastScaling : uint8_t { unit, current, delayed, mx, blockwise, propagate };
 
 const char* parametrisation_name(Parametrisation p);
 const char* scaling_name(ScalingMethod s);
 const char* weight_rounding_name(WeightRounding r);
+const char* cast_scaling_name(CastScaling s);
 
 // Loss scaling (torch.cuda.amp.GradScaler semantics for dynamic).
 struct LossScaleConfig {
@@ -49,6 +61,16 @@ struct Recipe {
   bool norms_fp32 = false;
   WeightRounding weight_rounding = WeightRounding::nearest;
   LossScaleConfig loss_scale;
+  // Casts at the matrix products: the forward inputs (activation and weight)
+  // of every linear/matmul/bmm are cast to `cast_forward`, the output gradient
+  // to `cast_backward` in the backward pass ("" = no cast; e.g. "e4m3fn",
+  // "e4m3fnuz", "e5m2", "e5m2fnuz"; "fp16" with propagate). The cast operands
+  // are real 1-byte tensors multiplied exactly through the bf16 path.
+  std::string cast_forward;
+  std::string cast_backward;
+  CastScaling cast_scaling = CastScaling::unit;
+  int64_t amax_history = 1024;  // delayed: steps of amax kept per tensor
+  double cast_margin = 0.0;     // delayed/current: scale = 2^floor(log2(max/amax)) / 2^margin
 };
 
 // ---- registry ---------------------------------------------------------------

@@ -1,18 +1,105 @@
 // Precision policy and scale hooks consulted by every op, so that recipes
-// (issue 4) and scaling rules (unit scaling, scale propagation) wrap ops
-// without rewriting the models.
+// (issue 4) and scaling rules (unit scaling, scale propagation, FP8 casts)
+// wrap ops without rewriting the models.
 #pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
 
 #include "mantissa/tensor/tensor.hpp"
 
+namespace mantissa::nn {
+struct Parameter;
+}
+
 namespace mantissa::autograd {
+
+// ---- operand casts at the matrix products (FP8 recipes) ------------------------------------
+// Which operand of a product is being cast. Forward inputs (activation and
+// weight) take the forward format, output gradients the backward format.
+enum class OperandRole : uint8_t { activation, weight, grad_output };
+
+// Where a cast happens, so a quantiser can keep per-site state (delayed
+// scaling's amax history). `key` is stable across steps and across
+// activation-checkpoint replays: the Parameter the product multiplies by
+// (linear's weight; the parameter operand of matmul), or null for products of
+// two activations, which are told apart by `ordinal` (their call order within
+// the pass, OpContext::quant_calls).
+struct QuantSite {
+  const void* key = nullptr;
+  uint64_t ordinal = 0;
+  OperandRole role = OperandRole::activation;
+  // False for casts that must not update per-site state: passes without
+  // gradient (evaluation, the first forward of a checkpointed segment).
+  bool record = true;
+};
+
+// Power-of-two scales of the tiles of an operand viewed as [batch, rows,
+// cols]: tile (b, i, j) covers rows [i*tile_rows, ...) and cols
+// [j*tile_cols, ...) of batch b (edge tiles are shorter). value = decoded
+// code x 2^exponent. Kept next to the 1-byte codes for the backward pass.
+struct BlockScales {
+  int64_t batch = 1, rows = 0, cols = 0;
+  int64_t tile_rows = 1, tile_cols = 1;
+  std::vector<int8_t> exponents;  // [batch, ceil(rows/tile_rows), ceil(cols/tile_cols)]
+  int64_t tiles_down() const { return (rows + tile_rows - 1) / tile_rows; }
+  int64_t tiles_across() const { return (cols + tile_cols - 1) / tile_cols; }
+};
+
+// A cast operand: real low-precision codes (1-byte dtype e4m3fn, e5m2, ...)
+// in the source's shape. value = decode(code) x codes.scale() x block scale
+// (blocks: null for per-tensor scaling).
+struct QuantisedOperand {
+  Tensor codes;
+  std::shared_ptr<const BlockScales> blocks;
+  bool defined() const { return codes.defined(); }
+  size_t bytes() const { return codes.bytes() + (blocks ? blocks->exponents.size() : 0); }
+};
+
+// Casts matrix-product operands. Implemented above autograd (scaling/fp8.hpp:
+// unit, current, delayed, MX and blockwise scaling); ops_matmul calls it
+// through this interface only. One instance serves one model (it holds
+// per-site state) and is shared by copies of the PrecisionPolicy.
+class OperandQuantiser {
+ public:
+  virtual ~OperandQuantiser() = default;
+  virtual bool casts_forward() const = 0;   // activations and weights are cast
+  virtual bool casts_backward() const = 0;  // output gradients are cast
+  // x (fp32 or 16-bit) viewed as [batch, rows, cols] with the product's
+  // contraction along `contraction_axis` (1 = rows, 2 = cols): block
+  // scalings tile along it.
+  virtual QuantisedOperand quantise(const Tensor& x, int64_t batch, int64_t rows, int64_t cols,
+                                    int contraction_axis, const QuantSite& site) = 0;
+  // A weight [rows, cols] with its exact bf16 decode, cached until its
+  // Parameter::version (or, for delayed scaling, its scale) changes;
+  // (cache_key, cache_version) identify the decode for the GEMM's
+  // pre-packing cache.
+  struct Weight {
+    QuantisedOperand operand;
+    Tensor bf16;
+    const void* cache_key = nullptr;
+    int cache_version = 0;
+  };
+  virtual Weight quantise_weight(const nn::Parameter& p, int contraction_axis, const QuantSite& site) = 0;
+  // bf16 values of the codes with block scales folded in (exact: every FP8
+  // value times a power of two within bf16's range is a bf16 value); the
+  // per-tensor scale is left to the GEMM's alpha.
+  virtual Tensor decode_bf16(const QuantisedOperand& q) const = 0;
+  // Once per optimizer step, after the update (or the skip): delayed scaling
+  // rolls its amax history and computes the next step's scales.
+  virtual void end_step() {}
+};
 
 // Op classes as in the mixed-precision literature: matrix products in
 // `matmul` (fp32 accumulation always), activations kept for the backward pass
 // stored as `saved`; norms, softmax, losses and reductions always in fp32.
+// With a `quantiser`, matrix-product operands are cast by it and multiplied
+// through the bf16 path whatever `matmul` says.
 struct PrecisionPolicy {
-  DType matmul = DType::f32;  // f32 or bf16 (FP8 operands are widened to bf16 by the caller)
+  DType matmul = DType::f32;  // f32, bf16 or f16
   DType saved = DType::f32;   // f32, bf16 or f16
+  std::shared_ptr<OperandQuantiser> quantiser;  // null: no casts
 };
 
 // Unit-scaling style multipliers of one op: the forward output is multiplied

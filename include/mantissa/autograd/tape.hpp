@@ -77,6 +77,7 @@ struct OpContext {
   bool training = true;        // dropout active
   uint64_t seed = 0;           // dropout stream of this pass
   uint64_t dropout_calls = 0;  // advanced by every dropout op (the kernel's `offset`)
+  uint64_t quant_calls = 0;    // advanced by every cast product of two activations (QuantSite::ordinal)
   // Scale analysis: when set, models report named forward values and (through
   // identity ops) their gradients here; null in training.
   std::function<void(const std::string& name, bool backward, const Tensor& value)> observer;

@@ -18,6 +18,8 @@ void mul(float* out, const float* a, const float* b, int64_t n);        // out =
 // GELU, tanh approximation (GPT-2).
 void gelu_forward(float* out, const float* x, int64_t n);
 void gelu_backward(float* dx, const float* x, const float* dout, int64_t n);  // dx += gelu'(x) dout
+// The same with x stored as bf16 codes (exactly widened).
+void gelu_backward_bf16x(float* dx, const uint16_t* x16, const float* dout, int64_t n);
 void relu_forward(float* out, const float* x, int64_t n);
 void relu_backward(float* dx, const float* x, const float* dout, int64_t n);
 
@@ -71,6 +73,13 @@ void attention_forward(float* out, float* att, const float* qkv, int64_t B, int6
 void attention_backward(float* dqkv, float* datt, const float* dout, const float* qkv,
                         const float* att, int64_t B, int64_t T, int64_t C, int64_t NH,
                         bool bf16_products = false);
+// bf16 products with the probabilities kept as bf16 codes att16 [B, NH, T, T]
+// (made once, used as operand and by backward); same bits as the functions
+// above with bf16_products and att rounded to bf16. datt is fp32 scratch.
+void attention_forward_bf16(float* out, uint16_t* att16, const float* qkv, int64_t B, int64_t T, int64_t C,
+                            int64_t NH);
+void attention_backward_bf16(float* dqkv, float* datt, const float* dout, const float* qkv, const uint16_t* att16,
+                             int64_t B, int64_t T, int64_t C, int64_t NH);
 
 // ---- reductions -------------------------------------------------------------------------
 double sum(const float* x, int64_t n);            // fp64 accumulation

@@ -19,6 +19,11 @@
 
 #include "mantissa/autograd/tape.hpp"
 #include "mantissa/nn/module.hpp"
+#include "mantissa/nn/unit_config.hpp"
+
+namespace mantissa::autograd {
+struct LossStats;
+}
 
 namespace mantissa::nn {
 
@@ -30,6 +35,10 @@ struct GPTConfig {
   int64_t heads = 4;
   float dropout = 0.0f;
   uint64_t seed = 0;
+  // Unit-scaled parametrisation (issue 5): weights N(0,1), per-op scales,
+  // residual_split/add with tau, u-muP attention, untied unit readout
+  // "lm_head.weight" [V, C] and unit cross-entropy. See nn/unit_config.hpp.
+  UnitConfig unit;
 
   void validate() const;  // throws std::invalid_argument naming the field
   std::string to_json() const;  // Hugging Face GPT2Config keys (+ "mantissa" extras)
@@ -75,12 +84,17 @@ class GPT : public Model {
     Parameter *ln2_w, *ln2_b, *fc_w, *fc_b, *mlp_proj_w, *mlp_proj_b;
   };
   Parameter* add(std::string name, const Shape& shape, bool decay, int64_t fan_in);
-  autograd::Var block(autograd::Tape& tape, const Block& b, const autograd::Var& x);
+  autograd::Var block(autograd::Tape& tape, const Block& b, const autograd::Var& x, size_t layer);
+  autograd::Var unit_block(autograd::Tape& tape, const Block& b, const autograd::Var& x, size_t layer);
+  autograd::Var unit_forward(autograd::Tape& tape, const Tensor& ids);
+  // Sum of per-target losses of logits (unit: the unit cross-entropy, scaled backward).
+  autograd::Var loss(autograd::Tape& tape, const autograd::Var& logits, const Tensor& targets, autograd::LossStats* stats);
   void check_batch(const Batch& batch) const;
 
   GPTConfig config_;
   std::vector<std::unique_ptr<Parameter>> params_;
   Parameter *wte_ = nullptr, *wpe_ = nullptr, *lnf_w_ = nullptr, *lnf_b_ = nullptr;
+  Parameter* lm_head_ = nullptr;  // unit only (the standard head is tied to wte)
   std::vector<Block> blocks_;
   autograd::CastCache casts_;
   uint64_t passes_ = 0;  // dropout stream: one per training forward

@@ -13,6 +13,11 @@
 
 #include "mantissa/autograd/tape.hpp"
 #include "mantissa/nn/module.hpp"
+#include "mantissa/nn/unit_config.hpp"
+
+namespace mantissa::autograd {
+struct LossStats;
+}
 
 namespace mantissa::nn {
 
@@ -22,6 +27,9 @@ struct MLPConfig {
   int64_t classes = 10;
   std::string activation = "relu";  // relu | gelu
   uint64_t seed = 0;
+  // Unit-scaled parametrisation (issue 5): weights N(0,1), unit linear
+  // scales, scaled activation, unit readout and cross-entropy.
+  UnitConfig unit;
 
   void validate() const;
   std::string to_json() const;
@@ -50,6 +58,7 @@ class MLP : public Model {
 
  private:
   void check_batch(const Batch& batch) const;
+  autograd::Var loss(autograd::Tape& tape, const autograd::Var& logits, const Tensor& targets, autograd::LossStats* stats);
 
   MLPConfig config_;
   std::vector<std::unique_ptr<Parameter>> params_;  // weight, bias per layer

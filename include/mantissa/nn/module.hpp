@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -62,8 +63,15 @@ class Model : public Module {
   void set_precision(const autograd::PrecisionPolicy& p) { precision_ = p; }
   const autograd::PrecisionPolicy& precision() const { return precision_; }
 
+  // Scale analysis: every later pass reports its named op outputs (backward
+  // = false) and the gradients arriving at them (backward = true) here
+  // (autograd::observe); an empty function turns it off.
+  using Observer = std::function<void(const std::string& name, bool backward, const Tensor& value)>;
+  void set_observer(Observer o) { observer_ = std::move(o); }
+
  protected:
   autograd::PrecisionPolicy precision_;
+  Observer observer_;
 };
 
 }  // namespace mantissa::nn

@@ -18,9 +18,14 @@
 #include <vector>
 
 #include "mantissa/nn/module.hpp"
+#include "mantissa/optim/state_format.hpp"
 #include "mantissa/tensor/tensor.hpp"
 
 namespace mantissa::optim {
+
+namespace detail {
+struct AdamScalars;
+}
 
 // Hyper-parameters of every optimizer; each one reads the fields it uses.
 struct OptimizerConfig {
@@ -29,6 +34,10 @@ struct OptimizerConfig {
   double beta1 = 0.9;
   double beta2 = 0.999;
   double eps = 1e-8;
+  // Adam / AdamW moment storage (state_format.hpp): "fp32", "bf16", "fp16",
+  // "e4m3fn/fp16" (m/v), ... Non-fp32 moments are decoded, updated in fp32
+  // and re-encoded with fresh per-tensor power-of-two scales in one pass.
+  std::string state_format = "fp32";
   // SGD and Adam: L2 term added to the gradient (coupled). AdamW: decoupled,
   // param *= 1 - lr * weight_decay before the moment update. Parameters with
   // Parameter::decay == false get no weight decay in any optimizer.
@@ -116,6 +125,17 @@ class SGD final : public Optimizer {
 //   m = beta1*m + (1-beta1)*g;  v = beta2*v + (1-beta2)*g*g
 //   p -= (lr / (1-beta1^t)) * m / (sqrt(v) / sqrt(1-beta2^t) + eps)
 // (eps outside the square root, as PyTorch). State: "exp_avg", "exp_avg_sq".
+//
+// Low-precision moments (config.state_format != "fp32", MS-AMP O2 style):
+// per parameter, pass 1 computes the new m and v in fp32 from the decoded
+// stored ones and takes their max |value|; the per-tensor power-of-two
+// scales are chosen from those maxima (state_scale_for); pass 2 recomputes
+// m and v (same bits), updates p with these unrounded fp32 moments and
+// stores m / scale_m and v / scale_v rounded to nearest-even into the
+// 1- or 2-byte tensors. So the stored moments are exactly
+// round(fp32 update of the decoded previous moments), never overflow, and a
+// step costs two reads of g, m, v instead of a full fp32 copy of the state.
+// The state tensors carry their scales (Tensor::scale), which checkpoints keep.
 class Adam final : public Optimizer {
  public:
   Adam(std::vector<nn::Parameter*> params, const OptimizerConfig& config, bool decoupled);
@@ -124,11 +144,23 @@ class Adam final : public Optimizer {
   std::map<std::string, Tensor> state_tensors() const override;
   std::string state_json() const override;
   void load_state(const std::map<std::string, Tensor>& tensors, const std::string& json) override;
+  const StateFormat& state_format() const { return format_; }
 
  private:
+  void update_low_precision(const std::vector<detail::AdamScalars>& scalars);
+
   OptimizerConfig cfg_;
   bool decoupled_;
+  StateFormat format_;
   std::vector<Tensor> exp_avg_, exp_avg_sq_;
 };
+
+// Bytes the allocator currently counts for parameters, gradients and
+// optimizer state (memory.hpp), i.e. what the training state costs.
+struct TrainingStateBytes {
+  size_t parameters = 0, gradients = 0, optimizer_state = 0;
+  size_t total() const { return parameters + gradients + optimizer_state; }
+};
+TrainingStateBytes training_state_bytes();
 
 }  // namespace mantissa::optim

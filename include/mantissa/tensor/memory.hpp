@@ -22,8 +22,13 @@ struct MemoryStats {
 MemoryStats memory_stats();
 void reset_peak_memory();  // peaks restart from the current values
 
-// 64-byte aligned, counted allocation (thread-safe).
+// 64-byte aligned, counted allocation (thread-safe). Freed blocks are kept
+// (up to 1 GiB) and handed out again for the same size, so a steady-state
+// training step allocates nothing from the system; the counts above are of
+// live tensors only, the cache is reported apart.
 void* tracked_alloc(size_t bytes, MemoryKind kind);
 void tracked_free(void* p, size_t bytes, MemoryKind kind);
+size_t cached_memory_bytes();  // held for reuse, not in MemoryStats
+void release_cached_memory();  // returns every cached block to the system
 
 }  // namespace mantissa

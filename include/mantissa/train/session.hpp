@@ -3,13 +3,18 @@
 // Used by `mantissa train` / `mantissa eval` and by tests.
 #pragma once
 
+#include <map>
 #include <memory>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "mantissa/amp/recipe.hpp"
 #include "mantissa/data/idx.hpp"
 #include "mantissa/data/text.hpp"
 #include "mantissa/nn/module.hpp"
+#include "mantissa/nn/unit_config.hpp"
+#include "mantissa/scaling/unit.hpp"
 #include "mantissa/optim/optimizer.hpp"
 #include "mantissa/train/config.hpp"
 #include "mantissa/train/trainer.hpp"
@@ -20,11 +25,60 @@ namespace mantissa::train {
 // every --set key=value. Throws std::invalid_argument naming the flag.
 amp::Recipe resolve_recipe(const TrainConfig& c);
 
+// ---- unit scaling (amp::Parametrisation::unit) -----------------------------------
+// What a unit-scaled recipe changes in a training run besides the model:
+// u-muP learning-rate multipliers per parameter (scaling::lr_scale),
+// independent weight decay, and the model's unit settings from
+// `--set unit.KEY=VALUE`.
+
+// Default base learning rate of unit-scaled models with Adam/AdamW, used when
+// --lr is left at its default (measured: docs/unit-scaling.md, recipe table).
+inline constexpr double kUnitDefaultLr = 0x1p-5;
+
+// Splits "unit.KEY=VALUE" entries off `set` (returned) and applies them to
+// u: keys rule_set, constraint, constraint.OP (OP: linear, readout, gelu,
+// relu, add), tau_attn, tau_mlp, attn_mult, loss_mult. Throws
+// std::invalid_argument naming the --set entry.
+std::vector<std::string> take_unit_settings(const std::vector<std::string>& set, nn::UnitConfig& u);
+
+// The u-muP role of a parameter of the GPT or MLP, from its name and shape:
+// the readout (lm_head.weight, the MLP's last weight) is `output`, other
+// matrices `weight`, norm gains/shifts `norm`, other vectors `bias`.
+scaling::ParamRole unit_param_role(const nn::Parameter& p, const std::string& model_kind, const std::string& readout_name);
+// Residual depth of a GPT parameter inside the blocks (the number of blocks),
+// nullopt outside the trunk.
+std::optional<int> unit_param_depth(const nn::Parameter& p, int layers);
+
+// Wraps an optimizer built with weight decay 0 and applies decoupled weight
+// decay itself after each update: p *= 1 - (lr / base_lr) * decay for every
+// parameter with Parameter::decay, whatever its learning-rate multiplier
+// (u-muP's independent weight decay: per step, decay x the schedule factor).
+// Everything else (state, checkpoints, step count) is the inner optimizer's.
+class IndependentDecay final : public optim::Optimizer {
+ public:
+  IndependentDecay(std::unique_ptr<optim::Optimizer> inner, double base_lr, double decay);
+  void step(double lr) override;
+  std::string type() const override { return inner_->type(); }
+  std::map<std::string, Tensor> state_tensors() const override { return inner_->state_tensors(); }
+  std::string state_json() const override { return inner_->state_json(); }
+  void load_state(const std::map<std::string, Tensor>& tensors, const std::string& json) override;
+  optim::Optimizer& inner() { return *inner_; }
+
+ private:
+  std::unique_ptr<optim::Optimizer> inner_;
+  double base_lr_, decay_;
+};
+
+// The model's unit settings for this run: enabled by the recipe's
+// parametrisation, adjusted by --set unit.KEY=VALUE.
+nn::UnitConfig unit_config(const TrainConfig& c, const amp::Recipe& recipe);
+
 // Applies the recipe's precision policy to models that have one (GPT, MLP).
 void apply_precision(nn::Model& model, const amp::Recipe& recipe);
 
 // A model from its kind and the size flags, or from a saved config.json.
-std::unique_ptr<nn::Model> make_model(const TrainConfig& c);
+std::unique_ptr<nn::Model> make_model(const TrainConfig& c);  // standard parametrisation
+std::unique_ptr<nn::Model> make_model(const TrainConfig& c, const nn::UnitConfig& unit);
 std::unique_ptr<nn::Model> model_from_config(const std::string& kind, const std::string& config_json);
 
 // The default data of a model kind (gpt: austen.txt; mlp: the Fashion-MNIST

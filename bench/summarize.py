@@ -1,0 +1,209 @@
+#!/usr/bin/python3
+"""Summarise one run of bench/run_all.sh: reads the raw outputs in --raw (train_*.json from
+run_train_vs_torch.sh, matmul.txt from bench_matmul, convert.json from bench_convert) and writes
+results.json and summary.md into --out, then prints the summary. Every ratio compares two figures
+measured in the same run; the targets are those of issue 8 (and issue 4's bf16-amp >= 2x fp32)."""
+import argparse
+import json
+import os
+import platform
+import re
+import subprocess
+import time
+
+TARGETS = {
+    "fp32_vs_torch_fp32": 1.5,
+    "bf16_amp_vs_torch_bf16": 1.5,
+    "bf16_amp_vs_mantissa_fp32": 2.0,
+    "fp8_step_vs_bf16_amp_step_max": 1.15,
+    "matmul_wrapper_vs_raw_max": 1.10,
+}
+CATEGORIES = ["matmul", "attention", "norms", "elementwise", "embedding", "conversion", "optimizer", "overhead"]
+
+
+def load(path):
+    with open(path) as f:
+        return json.load(f)
+
+
+def write_atomic(path, text):
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def train_section(summary):
+    """Rows of one train_*.json: PyTorch both precisions, then every mantissa recipe."""
+    t, m = summary["torch"], summary["mantissa"]
+    recipes = m.get("recipes", {})
+    size = f"L{t['layers']} C{t['d_model']} H{t['heads']} T{t['seq_len']} B{t['batch']}"
+    rows = [{"run": "PyTorch fp32", "tokens_per_s": t["tokens_per_s_fp32"], "step_ms": t["step_ms_fp32"]},
+            {"run": "PyTorch autocast bf16", "tokens_per_s": t["tokens_per_s_bf16"], "step_ms": t["step_ms_bf16"]}]
+    fp32 = recipes.get("fp32")
+    bf16 = recipes.get("bf16-amp")
+    checks = []
+    for name, r in recipes.items():
+        ref = "fp32" if "fp32" in name else "bf16"
+        ratio = r["tokens_per_s"] / t["tokens_per_s_" + ref]
+        row = {"run": "mantissa " + name, "tokens_per_s": r["tokens_per_s"], "step_ms": r["step_ms"],
+               "vs_torch": ratio, "torch_ref": ref}
+        if fp32:
+            row["vs_mantissa_fp32"] = r["tokens_per_s"] / fp32["tokens_per_s"]
+        rows.append(row)
+        if name == "fp32":
+            checks.append(("mantissa fp32 / PyTorch fp32 tokens/s", ratio, ">=", TARGETS["fp32_vs_torch_fp32"]))
+        elif name == "bf16-amp":
+            checks.append(("mantissa bf16-amp / PyTorch autocast bf16 tokens/s", ratio, ">=",
+                           TARGETS["bf16_amp_vs_torch_bf16"]))
+            if fp32:
+                checks.append(("mantissa bf16-amp / mantissa fp32 tokens/s (issue 4)",
+                               r["tokens_per_s"] / fp32["tokens_per_s"], ">=", TARGETS["bf16_amp_vs_mantissa_fp32"]))
+        elif "fp8" in name and bf16:
+            checks.append((f"mantissa {name} / bf16-amp step time", r["step_ms"] / bf16["step_ms"], "<=",
+                           TARGETS["fp8_step_vs_bf16_amp_step_max"]))
+    return size, rows, checks, m.get("skipped", {}), recipes
+
+
+def parse_matmul(text):
+    rows = []
+    pat = re.compile(r"^(\S+)\s+(f32|bf16)\s+(plain|packed)\s+([\d.]+)us\s+([\d.]+)us\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)")
+    for line in text.splitlines():
+        g = pat.match(line)
+        if g:
+            rows.append({"shape": g[1], "type": g[2], "b": g[3], "mantissa_us": float(g[4]), "raw_us": float(g[5]),
+                         "wall_ratio": float(g[6]), "mantissa_gflops": float(g[7]), "raw_gflops": float(g[8]),
+                         "cpu_ratio": float(g[9])})
+    over = re.search(r"fixed overhead per call.*difference ([-\d.]+)us", text)
+    return rows, float(over[1]) if over else None
+
+
+def parse_convert(doc):
+    rows = []
+    memcpy = {}
+    for b in doc.get("benchmarks", []):
+        if b.get("run_type") == "aggregate":
+            continue
+        name = b["name"]
+        size = name.split("/")[-2] if name.endswith("real_time") else name.split("/")[-1]
+        ms = b["real_time"] * {"ms": 1.0, "us": 1e-3, "ns": 1e-6}[b["time_unit"]]
+        gbs = b.get("bytes_per_second", 0) / 1e9
+        if name.startswith("bm_memcpy"):
+            memcpy[size] = ms
+        rows.append({"name": name.split("/real_time")[0], "elements": int(size), "ms": ms, "gb_per_s": gbs,
+                     "memcpy_ns": b.get("memcpy_ns")})
+    for r in rows:
+        ref = r["memcpy_ns"] * 1e-6 if r["memcpy_ns"] else memcpy.get(str(r["elements"]))
+        r["vs_memcpy"] = ref / r["ms"] if ref and r["ms"] > 0 else None
+        del r["memcpy_ns"]
+    return rows
+
+
+def fmt(x, d=1):
+    return "-" if x is None else f"{x:,.{d}f}"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--raw", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--root", default=".")
+    a = ap.parse_args()
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                                cwd=a.root).stdout.strip()
+    except OSError:
+        commit = ""
+    results = {"time_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "commit": commit,
+               "machine": platform.processor() or platform.machine(), "load_average": os.getloadavg()[0],
+               "targets": TARGETS, "train": {}, "checks": []}
+    md = []
+    train_files = sorted(f for f in os.listdir(a.raw) if f.startswith("train_") and f.endswith(".json"))
+    train_files.sort(key=lambda f: (f != "train_ref.json", f))
+    for f in train_files:
+        s = load(os.path.join(a.raw, f))
+        size, rows, checks, skipped, recipes = train_section(s)
+        t = s["torch"]
+        results["train"][size] = {"rows": rows, "skipped": skipped, "rounds": s.get("rounds"),
+                                  "torch_version": t["torch_version"], "threads": t["threads"],
+                                  "peak_gflops": s["mantissa"].get("peak_gflops"),
+                                  "breakdown": {n: r.get("breakdown") for n, r in recipes.items()}}
+        if f == "train_ref.json":
+            results["torch_version"] = t["torch_version"]
+            results["threads"] = t["threads"]
+            results["checks"] += [{"what": w, "value": v, "op": op, "target": tg,
+                                   "met": v >= tg if op == ">=" else v <= tg} for w, v, op, tg in checks]
+        md.append(f"## Training step, GPT {size} ({t['threads']} threads, torch {t['torch_version']}, "
+                  f"median of {s.get('rounds', 1)} alternating round(s))\n")
+        md.append("| run | tokens/s | step ms | vs PyTorch (same precision) | vs mantissa fp32 |")
+        md.append("|---|---:|---:|---:|---:|")
+        for r in rows:
+            vs = f"{r['vs_torch']:.2f}x ({r['torch_ref']})" if "vs_torch" in r else "-"
+            md.append(f"| {r['run']} | {fmt(r['tokens_per_s'])} | {fmt(r['step_ms'], 1)} | {vs} | "
+                      f"{fmt(r.get('vs_mantissa_fp32'), 2)} |")
+        for name, why in skipped.items():
+            md.append(f"| mantissa {name} | skipped: {why} | | | |")
+        peaks = s["mantissa"].get("peak_gflops") or {}
+        bd = {n: r["breakdown"] for n, r in recipes.items() if r.get("breakdown")}
+        if bd:
+            md.append(f"\nPer-step breakdown, ms (share); measured matmul peak (1024^3, packed B): "
+                      f"f32 {fmt(peaks.get('f32'), 0)} GFLOP/s, bf16 {fmt(peaks.get('bf16'), 0)} GFLOP/s\n")
+            names = list(bd)
+            md.append("| part | " + " | ".join(names) + " |")
+            md.append("|---|" + "---:|" * len(names))
+            for c in CATEGORIES:
+                md.append(f"| {c} | " + " | ".join(
+                    f"{bd[n]['ms'].get(c, 0):.1f} ({100 * bd[n]['share'].get(c, 0):.0f}%)" for n in names) + " |")
+            md.append("| profiled step | " + " | ".join(f"{bd[n]['profiled_step_ms']:.1f}" for n in names) + " |")
+            md.append("| matmul GFLOP/s (fraction of peak) | " + " | ".join(
+                f"{bd[n]['matmul_gflops']:.0f} ({100 * bd[n]['matmul_fraction_of_peak']:.0f}%)" for n in names) + " |")
+            md.append("| whole step GFLOP/s (fraction of peak) | " + " | ".join(
+                f"{bd[n]['step_gflops']:.0f} ({100 * bd[n]['step_fraction_of_peak']:.0f}%)" for n in names) + " |")
+        md.append("")
+    mm_path = os.path.join(a.raw, "matmul.txt")
+    if os.path.exists(mm_path):
+        with open(mm_path) as f:
+            mm_rows, fixed_us = parse_matmul(f.read())
+        results["matmul"] = {"rows": mm_rows, "fixed_overhead_us": fixed_us}
+        if mm_rows:
+            worst = max(r["wall_ratio"] for r in mm_rows)
+            worst_cpu = max(r["cpu_ratio"] for r in mm_rows)
+            results["checks"].append({"what": "matmul wrapper / raw oneDNN time (worst shape, cpu time)",
+                                      "value": worst_cpu, "op": "<=", "target": TARGETS["matmul_wrapper_vs_raw_max"],
+                                      "met": worst_cpu <= TARGETS["matmul_wrapper_vs_raw_max"]})
+            md.append("## Matrix products: mantissa wrapper vs raw oneDNN (paired medians)\n")
+            md.append("| shape | type | B | mantissa us | raw us | wall ratio | cpu ratio | mantissa GFLOP/s |")
+            md.append("|---|---|---|---:|---:|---:|---:|---:|")
+            for r in mm_rows:
+                md.append(f"| {r['shape']} | {r['type']} | {r['b']} | {r['mantissa_us']:.0f} | {r['raw_us']:.0f} | "
+                          f"{r['wall_ratio']:.3f} | {r['cpu_ratio']:.3f} | {r['mantissa_gflops']:.0f} |")
+            md.append(f"\nworst ratio: wall {worst:.3f}, cpu {worst_cpu:.3f}; fixed overhead per call "
+                      f"{fmt(fixed_us, 2)} us\n")
+    cv_path = os.path.join(a.raw, "convert.json")
+    if os.path.exists(cv_path):
+        cv = parse_convert(load(cv_path))
+        results["convert"] = cv
+        md.append("## Conversions vs memcpy (GB/s of fp32 input)\n")
+        md.append("| case | elements | GB/s | vs memcpy |")
+        md.append("|---|---:|---:|---:|")
+        for r in cv:
+            md.append(f"| {r['name']} | {r['elements']:,} | {r['gb_per_s']:.1f} | {fmt(r['vs_memcpy'], 2)} |")
+        md.append("")
+    head = [f"# mantissa performance harness ({results['time_utc']}, commit {commit or '?'}, "
+            f"load average {results['load_average']:.1f})\n",
+            *(["**--quick run: tiny sizes, one round; it checks that the harness works, its ratios mean "
+               "nothing.**\n"] if os.path.exists(os.path.join(a.raw, "quick")) else []),
+            "## Targets (ratios measured in this run)\n", "| target | value | goal | met |", "|---|---:|---:|---|"]
+    for c in results["checks"]:
+        head.append(f"| {c['what']} | {c['value']:.2f} | {c['op']} {c['target']} | {'yes' if c['met'] else 'NO'} |")
+    head.append("")
+    text = "\n".join(head + md) + "\n"
+    os.makedirs(a.out, exist_ok=True)
+    write_atomic(os.path.join(a.out, "results.json"), json.dumps(results, indent=1))
+    write_atomic(os.path.join(a.out, "summary.md"), text)
+    print(text)
+    print(f"written: {os.path.join(a.out, 'results.json')}, {os.path.join(a.out, 'summary.md')}")
+
+
+if __name__ == "__main__":
+    main()

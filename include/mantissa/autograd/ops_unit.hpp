@@ -1,0 +1,82 @@
+// Unit-scaled ops (Blake et al. 2023; u-muP 2024): the pieces a unit-scaled
+// model needs beyond the OpScales multipliers that linear/matmul/bmm already
+// fuse into the GEMM alpha. Each op takes the numbers from scaling/unit.hpp
+// (scaling::Scales / LossScales / residual taus) and applies them inside the
+// pass that computes the op, so that with unit-variance inputs the output and
+// every input gradient have unit variance. Convention as in scaling/unit.hpp:
+// output *= fwd in the forward pass; the gradient the unscaled op produces
+// for input i is multiplied by bwd[i] in the backward pass.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "mantissa/autograd/ops.hpp"
+#include "mantissa/scaling/unit.hpp"
+
+namespace mantissa::autograd {
+
+// OpScales of a matrix product from a scaling rule: {fwd, bwd[0], bwd[1]}
+// (linear: forward, input gradient, weight gradient).
+OpScales op_scales(const scaling::Scales& s);
+
+// ---- residuals -----------------------------------------------------------------------
+// x -> (branch, skip): both share x's value (no copy). Backward:
+// dx += (tau/d) dbranch + (1/d) dskip in one pass, d = sqrt(1 + tau^2).
+struct ResidualSplit {
+  Var branch;
+  Var skip;
+};
+ResidualSplit residual_split(Tape& t, const Var& x, double tau);
+// y = (tau/d) branch + (1/d) skip in one pass; the gradient passes to both
+// unchanged (the scales live in residual_split's backward).
+Var residual_add(Tape& t, const Var& branch, const Var& skip, double tau);
+
+// ---- elementwise activations -----------------------------------------------------------
+// y = fwd * act(x); dx += bwd[0] * act'(x) dy. The tanh GELU and ReLU run
+// the vectorised kernels with the multiplier applied to their own output /
+// incoming gradient; the erf GELU and SiLU (with `mult`, the library's
+// definitions gelu(mult x)/mult and x sigmoid(mult x)) are computed here.
+enum class GeluForm { tanh, erf };
+Var unit_gelu(Tape& t, const Var& x, const scaling::Scales& s, GeluForm form = GeluForm::tanh, double mult = 1.0);
+Var unit_relu(Tape& t, const Var& x, const scaling::Scales& s);
+Var unit_silu(Tape& t, const Var& x, const scaling::Scales& s, double mult = 1.0);
+
+// ---- rows --------------------------------------------------------------------------------
+// Layer norm of x [N, C] (eps 1e-5); s = scaling::layer_norm(C, numel):
+// out *= s.fwd; dx *= s.bwd[0], dweight *= s.bwd[1], dbias *= s.bwd[2].
+Var unit_layer_norm(Tape& t, const Var& x, const Var& weight, const Var& bias, const scaling::Scales& s);
+// RMS norm y = x / sqrt(mean x^2 + eps) * weight over the last dim (eps 1e-5);
+// s = scaling::rms_norm(C, numel): bwd {x, weight}.
+Var unit_rms_norm(Tape& t, const Var& x, const Var& weight, const scaling::Scales& s, float eps = 1e-5f);
+// Causal multi-head attention on qkv [B, T, 3C] -> [B, T, C] with the u-muP
+// logit scale mult/d_head (not 1/sqrt(d_head)) and s =
+// scaling::scaled_dot_product_attention(T, d_head, true, mult): out *= s.fwd,
+// dQ, dK, dV *= s.bwd[0..2].
+Var unit_causal_self_attention(Tape& t, const Var& qkv, int64_t heads, double mult, const scaling::Scales& s);
+
+// ---- embeddings ------------------------------------------------------------------------
+// out [B, T, C] = fwd * (wte[ids] + wpe[0..T)); dwte += bwd_wte * scatter(dout),
+// dwpe += bwd_wpe * sum over the batch of dout. With unit weights the sum has
+// variance 2, so fwd = 2^-1/2 (scaling::add), bwd_wte = that x
+// sqrt(V / tokens) and bwd_wpe = that x sqrt(T / tokens) (scaling::embedding).
+Var unit_token_position_embedding(Tape& t, const Tensor& ids, const Var& wte, const Var& wpe, float fwd,
+                                  float bwd_wte, float bwd_wpe);
+
+// ---- losses (scalar [1] results, sum reduction) ------------------------------------------
+// Cross-entropy of s.input_fwd x logits [N, V] against targets i32 [N] (< 0
+// ignored), summed; dlogits = dL x s.bwd[0] x (softmax - onehot). The
+// forward-only mean scale s.mean_scale is not applied (callers divide the
+// summed loss); stats get the sum of per-target losses and the count.
+Var unit_cross_entropy(Tape& t, const Var& logits, const Tensor& targets, const scaling::LossScales& s,
+                       LossStats* stats = nullptr);
+// Sum of (pred - target)^2; dpred = dL s.bwd[0] 2 (pred - target), dtarget = -dL s.bwd[1] 2 (pred - target).
+Var unit_mse(Tape& t, const Var& pred, const Var& target, const scaling::LossScales& s);
+
+// ---- analysis ----------------------------------------------------------------------------
+// Identity. When t.ctx().observer is set, reports x's value under `name`
+// (forward) and, in the backward pass, the gradient arriving here; without an
+// observer it returns x itself and records nothing.
+Var observe(Tape& t, const Var& x, const std::string& name);
+
+}  // namespace mantissa::autograd

@@ -1,0 +1,34 @@
+// The unit-scaled parametrisation of a model (issue 5): which scaling rules
+// (scaling/unit.hpp) the model applies, with a model-wide constraint and
+// per-op overrides, the residual taus and the u-muP multipliers. Saved in the
+// model's config.json under "mantissa" -> "unit".
+#pragma once
+
+#include <map>
+#include <string>
+
+#include "mantissa/scaling/unit.hpp"
+
+namespace mantissa::nn {
+
+struct UnitConfig {
+  bool enabled = false;                // false: the standard parametrisation
+  std::string rule_set = "library";    // "library" (unit-scaling 0.3.5) or "paper" (ICML 2023)
+  std::string constraint;              // model-wide constraint; "" = the rule set's default
+  // Per-op overrides by op kind: "linear", "readout", "gelu", "relu", "add".
+  std::map<std::string, std::string> op_constraints;
+  double tau_attn = 0.01;  // residual tau of attention branches (library auto rule)
+  double tau_mlp = 0.5;    // residual tau of every other branch
+  double attn_mult = 1.0;  // u-muP attention logit multiplier (logits x mult / d_head)
+  double loss_mult = 1.0;  // cross-entropy `mult` on the logits
+
+  // Throws std::invalid_argument naming the field and the valid values.
+  void validate() const;
+  // The rules one op kind applies (its override, else the model-wide constraint).
+  scaling::Rules rules(const std::string& op) const;
+  // JSON object text, and back (unknown keys are an error).
+  std::string to_json() const;
+  static UnitConfig from_json(const std::string& text);
+};
+
+}  // namespace mantissa::nn

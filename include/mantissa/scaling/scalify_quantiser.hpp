@@ -1,0 +1,95 @@
+// The `propagate` operand quantiser (issue 6 item 3): FP8 casts of the
+// GPT's matrix-product operands at scales that come from scale propagation
+// (propagate.hpp rules applied along the GPT-2 block structure, from the
+// parameters' own power-of-two scales), not from each tensor's amax.
+//
+//   weight W                 s(W) = pow2_down(rms(W))   (a scaled array's scale, per version)
+//   c_attn / c_fc / head in  layer-norm rule: s(gain), joined with s(bias) by the add rule
+//   attn.c_proj in           attention keeps qkv's scale: add_bias(s_ln1 s(W_attn) r(C), s(b_attn))
+//   mlp.c_proj in            GELU keeps c_fc's scale:    add_bias(s_ln2 s(W_fc) r(C), s(b_fc))
+//   head grad_output         dynamic rescale (the loss gradient enters the scaled world)
+//   attn/mlp.c_proj grad_out dynamic rescale: the residual gradient after a
+//                            layer-norm backward (Scalify's rescale point; 2 per layer)
+//   mlp.c_fc grad_out        GELU backward keeps: s(grad_out mlp.c_proj) s(W_mlp.c_proj) r(C)
+//   attn.c_attn grad_out     attention backward: s(grad_out attn.c_proj) s(W_attn.c_proj) r(C)
+//                            x max(1, s_qkv^2) (dV keeps dO's scale, dQ/dK carry s_qkv^2)
+// with r(K) = pow2_round(sqrt K) and zero tensors "any scale". Operands whose
+// site is not a GPT linear (unknown names, products of two activations) are
+// rescaled dynamically and counted as such. Casts saturate and count
+// saturated values (a propagated scale that underestimates shows up there).
+#pragma once
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "mantissa/autograd/policy.hpp"
+#include "mantissa/formats/format.hpp"
+#include "mantissa/scaling/scaled.hpp"
+
+namespace mantissa::scaling {
+
+struct ScalifyOptions {
+  std::string forward_format = "e4m3fn";  // 1-byte format of activations and weights ("" = not cast)
+  std::string backward_format = "e5m2";   // 1-byte format of output gradients ("" = not cast)
+  Norm rescale_norm = Norm::max;          // dynamic rescales: scale = pow2_round(norm)
+  ScaleRounding rounding = ScaleRounding::down;
+};
+
+struct ScalifyStats {
+  int64_t casts = 0;
+  int64_t dynamic_rescales = 0;       // all steps
+  int64_t saturated_values = 0;       // finite values clipped to +-max
+  int64_t last_step_rescales = 0;     // dynamic rescales in the last completed step
+  int64_t layers = 0;                 // transformer blocks seen
+  double rescales_per_layer() const { return layers ? static_cast<double>(last_step_rescales) / layers : 0.0; }
+};
+
+class ScalifyQuantiser final : public autograd::OperandQuantiser {
+ public:
+  // params: the model's parameters (GPT-2 names); throws std::invalid_argument
+  // for a format without a 1-byte dtype.
+  ScalifyQuantiser(ScalifyOptions options, std::vector<nn::Parameter*> params);
+  bool casts_forward() const override { return cast_fwd_; }
+  bool casts_backward() const override { return cast_bwd_; }
+  autograd::QuantisedOperand quantise(const Tensor& x, int64_t batch, int64_t rows, int64_t cols,
+                                      int contraction_axis, const autograd::QuantSite& site) override;
+  Weight quantise_weight(const nn::Parameter& p, int contraction_axis, const autograd::QuantSite& site) override;
+  Tensor decode_bf16(const autograd::QuantisedOperand& q) const override;
+  void end_step() override;
+
+  ScalifyStats stats() const;
+  // The scale exponent the last cast of this site used (for tests): role x parameter name.
+  std::map<std::string, int> last_exponents() const;
+
+ private:
+  struct CachedWeight {
+    int version = -1;
+    int axis = 0;
+    autograd::QuantisedOperand operand;
+    Tensor bf16;
+    int generation = 0;
+  };
+  double param_scale(const std::string& name) const;  // s(P); 0 when P is zero (any scale)
+  int propagated_exponent(const std::string& name, autograd::OperandRole role, const Tensor& x, bool* dynamic);
+
+  ScalifyOptions options_;
+  formats::Format fwd_, bwd_;
+  bool cast_fwd_ = false, cast_bwd_ = false;
+  std::map<std::string, const nn::Parameter*> by_name_;
+  mutable std::mutex mutex_;
+  std::map<std::string, int> grad_exponent_;  // exponents of this step's rescaled / propagated grad_outputs
+  std::map<std::string, int> last_;
+  std::unordered_map<const nn::Parameter*, CachedWeight> weights_;
+  ScalifyStats stats_;
+  int64_t step_rescales_ = 0;
+};
+
+// The factory amp::precision_policy calls for cast_scaling == propagate.
+std::shared_ptr<autograd::OperandQuantiser> make_scalify_quantiser(const ScalifyOptions& options,
+                                                                  std::vector<nn::Parameter*> params);
+
+}  // namespace mantissa::scaling

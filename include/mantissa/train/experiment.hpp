@@ -1,0 +1,117 @@
+// The recipe study (`mantissa experiment`): the same GPT on the same corpus,
+// the same token budget and data order, once per recipe and seed, plus an MLP
+// on Fashion-MNIST; each run's results written atomically to its own folder
+// (so Ctrl-C keeps finished runs and --resume skips them), then report.md and
+// report.html (report/report.hpp).
+//
+// Recipes are just names: whatever amp::recipes() holds at run time. A name
+// of the preset that is not registered (or that this build cannot train) is
+// reported as "not available" instead of failing the study.
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "mantissa/report/report.hpp"
+#include "mantissa/train/config.hpp"
+
+namespace mantissa::train {
+
+// One model of the study with its size, budget and recipes.
+struct TaskPlan {
+  std::string task;  // "gpt" | "mlp"
+  TrainConfig base;  // model size, batch, steps, warm-up, evaluation cadence, data
+  std::vector<std::string> recipes;
+  double lr_standard = 0;  // per parametrisation (BRIEF section 4: unit models need a larger LR)
+  double lr_unit = 0;
+};
+
+struct ExperimentOptions {
+  std::string preset = "quick";      // quick | paper
+  std::vector<std::string> recipes;  // GPT recipes; empty: the preset's
+  std::vector<std::string> mlp_recipes;  // empty: the preset's; "none": no MLP runs
+  int64_t seeds = 0;                 // 0: the preset's
+  int64_t tokens = 0;                // GPT training tokens per run; 0: the preset's
+  std::string out = "report";
+  std::string data;       // GPT corpus; empty: the default (Jane Austen)
+  std::string mlp_data;   // Fashion-MNIST directory; empty: the default
+  bool resume = false;
+  int64_t threads = 0;    // 0: the library default
+  // Size overrides (0: the preset's), mainly for tests and small machines.
+  int64_t layers = 0, d_model = 0, heads = 0, seq_len = 0, batch_size = 0;
+  int64_t mlp_steps = 0;
+  double lr_standard = 0, lr_unit = 0;  // GPT learning rates; 0: the preset's
+  std::string command;  // the command line, for the report
+};
+
+struct RunSpec {
+  std::string id;  // folder name: "<task>-<recipe>-s<seed>"
+  std::string task, recipe;
+  int64_t seed = 0;
+  TrainConfig config;  // complete: recipe, lr, seed, sizes, steps, data
+  bool available = true;
+  std::string unavailable_reason;
+  std::string parametrisation = "standard";
+};
+
+struct ExperimentPlan {
+  std::string preset;
+  std::vector<TaskPlan> tasks;
+  std::vector<int64_t> seeds;
+  std::vector<RunSpec> runs;        // in execution order: GPT runs first
+  std::vector<std::string> notes;   // shown in the report (e.g. quick's smaller model)
+};
+
+// The preset names and their recipe lists (for --help and tests).
+std::vector<std::string> preset_names();
+// Builds the plan; throws std::invalid_argument naming the flag for bad
+// options (unknown preset, non-positive sizes, empty recipe names).
+ExperimentPlan make_plan(const ExperimentOptions& options);
+// The plan's settings as JSON (shown in the report and stored per run).
+std::string plan_json(const ExperimentPlan& plan);
+
+// Runs the plan, printing progress to `log` (a \r-updated line when
+// `terminal`), writing <out>/runs/<id>/ per run and the report after every
+// run. Throws std::invalid_argument (exit code 2) when --out cannot be
+// written or the data cannot be found, before any training.
+struct ExperimentOutcome {
+  std::vector<report::RunResult> results;
+  report::ReportFiles report;
+  bool interrupted = false;
+  int ran = 0, resumed = 0;
+  double seconds = 0;
+};
+ExperimentOutcome run_experiment(const ExperimentOptions& options, FILE* log, bool terminal);
+
+// One run as a library call (no report); honours the interrupt flag between
+// steps by throwing ExperimentInterrupted.
+struct ExperimentInterrupted : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+struct RunProgress {
+  FILE* log = nullptr;
+  bool terminal = false;
+  std::string label;            // e.g. "[3/17] gpt fp16-amp seed 1337"
+  double study_done_before = 0;     // seconds of study work done before this run
+  int64_t same_task_steps_after = 0;  // steps of later runs of this run's task (timed like this run)
+  double other_seconds_after = 0;     // estimated seconds of later runs of other tasks (NaN: unknown)
+};
+report::RunResult execute_run(const RunSpec& spec, const std::string& dir, const RunProgress& progress);
+
+// Ctrl-C handling: install() makes SIGINT/SIGTERM set a flag that
+// execute_run checks after every step; restore() puts the old handlers back.
+void install_interrupt_handler();
+void restore_interrupt_handler();
+bool interrupt_requested();
+void request_interrupt();  // as if Ctrl-C was pressed (tests)
+void clear_interrupt();
+
+// Versions (mantissa, compiler, oneDNN) and machine (CPU, threads, memory) for the report.
+std::map<std::string, std::string> version_info();
+std::map<std::string, std::string> machine_info();
+
+}  // namespace mantissa::train

@@ -1,0 +1,441 @@
+// Unit-scaled ops: residual split/add, scaled activations, norms, u-muP
+// attention, embeddings and losses with their forward and backward scales
+// applied in the pass that computes them (see ops_unit.hpp).
+#include "mantissa/autograd/ops_unit.hpp"
+
+#include <cmath>
+#include <numbers>
+#include <stdexcept>
+#include <vector>
+
+#include "mantissa/kernels/kernels.hpp"
+
+namespace mantissa::autograd {
+namespace {
+
+float f(double v) { return static_cast<float>(v); }
+
+void need_bwd(const scaling::Scales& s, size_t n, const char* op) {
+  if (s.bwd.size() < n)
+    throw std::invalid_argument(std::string(op) + ": expected " + std::to_string(n) + " backward scales, got " +
+                                std::to_string(s.bwd.size()));
+}
+
+// Adds alpha * g into node's gradient (alpha == 1 adopts g when it is the first contribution).
+void add_scaled(const std::shared_ptr<GradNode>& n, const Tensor& g, float alpha) {
+  if (n) n->accumulate_scaled(g, alpha);
+}
+
+}  // namespace
+
+OpScales op_scales(const scaling::Scales& s) {
+  OpScales o;
+  o.forward = f(s.fwd);
+  if (!s.bwd.empty()) o.backward = f(s.bwd[0]);
+  if (s.bwd.size() > 1) o.weight = f(s.bwd[1]);
+  return o;
+}
+
+// ---- residuals -----------------------------------------------------------------------
+ResidualSplit residual_split(Tape& t, const Var& x, double tau) {
+  const scaling::ResidualScales r = scaling::residual(tau);
+  const bool record = t.wants_grad({&x});
+  ResidualSplit out{Tape::result(x.value, record), Tape::result(x.value, record)};
+  if (record)
+    t.record([b = f(r.branch), s = f(r.skip), xn = x.node, bn = out.branch.node, sn = out.skip.node]() {
+      const bool hb = bn->has_grad(), hs = sn->has_grad();
+      if (!hb && !hs) return;
+      if (!hb || !hs) return xn->accumulate_scaled(hb ? bn->grad : sn->grad, hb ? b : s);
+      Tensor& dx = xn->buffer();
+      float* d = dx.f32();
+      const float* gb = bn->grad.f32();
+      const float* gs = sn->grad.f32();
+      const int64_t n = dx.numel();
+#pragma omp parallel for schedule(static) if (n > 65536)
+      for (int64_t i = 0; i < n; ++i) d[i] += b * gb[i] + s * gs[i];
+    });
+  return out;
+}
+
+Var residual_add(Tape& t, const Var& branch, const Var& skip, double tau) {
+  if (branch.shape() != skip.shape())
+    throw std::invalid_argument("residual_add: shapes differ: " + shape_str(branch.shape()) + " and " +
+                                shape_str(skip.shape()));
+  const scaling::ResidualScales r = scaling::residual(tau);
+  const float b = f(r.branch), s = f(r.skip);
+  const int64_t n = branch.numel();
+  Tensor y = Tensor::empty(branch.shape());
+  float* o = y.f32();
+  const float* pb = branch.value.f32();
+  const float* ps = skip.value.f32();
+#pragma omp parallel for schedule(static) if (n > 65536)
+  for (int64_t i = 0; i < n; ++i) o[i] = b * pb[i] + s * ps[i];
+  const bool record = t.wants_grad({&branch, &skip});
+  Var out = Tape::result(std::move(y), record);
+  if (record)
+    t.record([bn = branch.node, sn = skip.node, on = out.node]() {
+      if (!on->has_grad()) return;
+      if (bn) bn->accumulate(on->grad);
+      if (sn) sn->accumulate(on->grad);
+    });
+  return out;
+}
+
+// ---- activations -----------------------------------------------------------------------
+namespace {
+// y = alpha act(x); dx += beta act'(x) dy, for activations computed here.
+template <class Act, class Grad>
+Var pointwise(Tape& t, const Var& x, float alpha, float beta, Act act, Grad grad) {
+  const int64_t n = x.numel();
+  Tensor y = Tensor::empty(x.shape());
+  float* o = y.f32();
+  const float* in = x.value.f32();
+#pragma omp parallel for schedule(static) if (n > 16384)
+  for (int64_t i = 0; i < n; ++i) o[i] = alpha * act(in[i]);
+  const bool record = t.wants_grad({&x});
+  Var out = Tape::result(std::move(y), record);
+  if (record)
+    t.record([n, beta, grad, saved = t.save(x.value), xn = x.node, on = out.node]() {
+      if (!on->has_grad()) return;
+      const Tensor xs = Tape::restore(saved);
+      const float* xv = xs.f32();
+      const float* dy = on->grad.f32();
+      float* dx = xn->buffer().f32();
+#pragma omp parallel for schedule(static) if (n > 16384)
+      for (int64_t i = 0; i < n; ++i) dx[i] += beta * grad(xv[i]) * dy[i];
+    });
+  return out;
+}
+
+// y = alpha kernel_fwd(x); dx += kernel_bwd(x, beta dy): the multiplier rides on
+// the kernel's own output and on the incoming gradient.
+using KernelFwd = void (*)(float*, const float*, int64_t);
+using KernelBwd = void (*)(float*, const float*, const float*, int64_t);
+Var kernel_pointwise(Tape& t, const Var& x, float alpha, float beta, KernelFwd fwd, KernelBwd bwd) {
+  const int64_t n = x.numel();
+  Tensor y = Tensor::empty(x.shape());
+  fwd(y.f32(), x.value.f32(), n);
+  if (alpha != 1.0f) kernels::scale(y.f32(), y.f32(), alpha, n);
+  const bool record = t.wants_grad({&x});
+  Var out = Tape::result(std::move(y), record);
+  if (record)
+    t.record([n, beta, bwd, saved = t.save(x.value), xn = x.node, on = out.node]() {
+      if (!on->has_grad()) return;
+      Tensor dy = on->grad;
+      if (beta != 1.0f) {
+        dy = Tensor::empty(on->shape, DType::f32, MemoryKind::workspace);
+        kernels::scale(dy.f32(), on->grad.f32(), beta, n);
+      }
+      bwd(xn->buffer().f32(), Tape::restore(saved).f32(), dy.f32(), n);
+    });
+  return out;
+}
+}  // namespace
+
+Var unit_gelu(Tape& t, const Var& x, const scaling::Scales& s, GeluForm form, double mult) {
+  need_bwd(s, 1, "unit_gelu");
+  if (form == GeluForm::tanh) {
+    if (mult != 1.0) throw std::invalid_argument("unit_gelu: the tanh form supports mult 1 only, got " + std::to_string(mult));
+    return kernel_pointwise(t, x, f(s.fwd), f(s.bwd[0]), kernels::gelu_forward, kernels::gelu_backward);
+  }
+  // gelu(m x)/m = x Phi(m x); derivative Phi(m x) + m x phi(m x).
+  const double m = mult;
+  auto act = [m](float v) {
+    const double z = m * v;
+    return static_cast<float>(v * 0.5 * std::erfc(-z / std::numbers::sqrt2));
+  };
+  auto grad = [m](float v) {
+    const double z = m * v;
+    return static_cast<float>(0.5 * std::erfc(-z / std::numbers::sqrt2) +
+                              z * std::exp(-0.5 * z * z) / std::sqrt(2 * std::numbers::pi));
+  };
+  return pointwise(t, x, f(s.fwd), f(s.bwd[0]), act, grad);
+}
+
+Var unit_relu(Tape& t, const Var& x, const scaling::Scales& s) {
+  need_bwd(s, 1, "unit_relu");
+  return kernel_pointwise(t, x, f(s.fwd), f(s.bwd[0]), kernels::relu_forward, kernels::relu_backward);
+}
+
+Var unit_silu(Tape& t, const Var& x, const scaling::Scales& s, double mult) {
+  need_bwd(s, 1, "unit_silu");
+  const double m = mult;
+  auto act = [m](float v) { return static_cast<float>(v / (1.0 + std::exp(-m * v))); };
+  auto grad = [m](float v) {
+    const double sg = 1.0 / (1.0 + std::exp(-m * v));
+    return static_cast<float>(sg + m * v * sg * (1.0 - sg));
+  };
+  return pointwise(t, x, f(s.fwd), f(s.bwd[0]), act, grad);
+}
+
+// ---- norms -------------------------------------------------------------------------------
+Var unit_layer_norm(Tape& t, const Var& x, const Var& weight, const Var& bias, const scaling::Scales& s) {
+  need_bwd(s, 3, "unit_layer_norm");
+  const int64_t C = x.dim(-1), N = x.numel() / C;
+  if (weight.shape() != Shape{C} || bias.shape() != Shape{C})
+    throw std::invalid_argument("unit_layer_norm: weight " + shape_str(weight.shape()) + " / bias " +
+                                shape_str(bias.shape()) + " do not match input " + shape_str(x.shape()));
+  Tensor y = Tensor::empty(x.shape());
+  Tensor mean = Tensor::empty({N}), rstd = Tensor::empty({N});
+  kernels::layernorm_forward(y.f32(), mean.f32(), rstd.f32(), x.value.f32(), weight.value.f32(), bias.value.f32(), N, C);
+  if (s.fwd != 1.0) kernels::scale(y.f32(), y.f32(), f(s.fwd), y.numel());
+  const bool record = t.wants_grad({&x, &weight, &bias});
+  Var out = Tape::result(std::move(y), record);
+  if (record)
+    t.record([N, C, bx = f(s.bwd[0]), bw = f(s.bwd[1]), bb = f(s.bwd[2]), xs = t.save(x.value), w = weight.value, mean,
+              rstd, xn = x.node, wn = weight.node, bn = bias.node, on = out.node]() {
+      if (!on->has_grad()) return;
+      // The kernel adds into its outputs; scaled contributions go through scratch.
+      Tensor dx = xn && bx == 1.0f ? xn->buffer() : Tensor::zeros({N, C}, DType::f32, MemoryKind::workspace);
+      Tensor dw = Tensor::zeros({C}, DType::f32, MemoryKind::workspace);
+      Tensor db = Tensor::zeros({C}, DType::f32, MemoryKind::workspace);
+      kernels::layernorm_backward(dx.f32(), dw.f32(), db.f32(), on->grad.f32(), Tape::restore(xs).f32(), w.f32(),
+                                  mean.f32(), rstd.f32(), N, C);
+      if (xn && bx != 1.0f) xn->accumulate_scaled(dx.view(xn->shape), bx);
+      add_scaled(wn, dw, bw);
+      add_scaled(bn, db, bb);
+    });
+  return out;
+}
+
+// y = x r w with r = 1/sqrt(mean x^2 + eps); dx = r (w dy - xhat mean(xhat w dy)), dw = sum xhat dy.
+Var unit_rms_norm(Tape& t, const Var& x, const Var& weight, const scaling::Scales& s, float eps) {
+  need_bwd(s, 2, "unit_rms_norm");
+  const int64_t C = x.dim(-1), N = x.numel() / C;
+  if (weight.shape() != Shape{C})
+    throw std::invalid_argument("unit_rms_norm: weight " + shape_str(weight.shape()) + " does not match input " +
+                                shape_str(x.shape()));
+  Tensor y = Tensor::empty(x.shape()), rinv = Tensor::empty({N});
+  const float* xv = x.value.f32();
+  const float* w = weight.value.f32();
+  float* o = y.f32();
+  float* r = rinv.f32();
+  const float alpha = f(s.fwd);
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < N; ++i) {
+    double ss = 0;
+    for (int64_t c = 0; c < C; ++c) ss += static_cast<double>(xv[i * C + c]) * xv[i * C + c];
+    r[i] = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(C) + eps));
+    for (int64_t c = 0; c < C; ++c) o[i * C + c] = alpha * xv[i * C + c] * r[i] * w[c];
+  }
+  const bool record = t.wants_grad({&x, &weight});
+  Var out = Tape::result(std::move(y), record);
+  if (record)
+    t.record([N, C, bx = f(s.bwd[0]), bw = f(s.bwd[1]), xs = t.save(x.value), wt = weight.value, rinv,
+              xn = x.node, wn = weight.node, on = out.node]() {
+      if (!on->has_grad()) return;
+      const Tensor xr = Tape::restore(xs);
+      const float* xv2 = xr.f32();
+      const float* w2 = wt.f32();
+      const float* r2 = rinv.f32();
+      const float* dy = on->grad.f32();
+      float* dx = xn ? xn->buffer().f32() : nullptr;
+      std::vector<double> dw(static_cast<size_t>(C), 0.0);
+      for (int64_t i = 0; i < N; ++i) {
+        double dot = 0;
+        for (int64_t c = 0; c < C; ++c) {
+          const double xh = static_cast<double>(xv2[i * C + c]) * r2[i];
+          dot += xh * w2[c] * dy[i * C + c];
+          dw[static_cast<size_t>(c)] += xh * dy[i * C + c];
+        }
+        dot /= static_cast<double>(C);
+        if (dx)
+          for (int64_t c = 0; c < C; ++c) {
+            const double xh = static_cast<double>(xv2[i * C + c]) * r2[i];
+            dx[i * C + c] += static_cast<float>(bx * r2[i] * (w2[c] * dy[i * C + c] - xh * dot));
+          }
+      }
+      if (wn) {
+        float* g = wn->buffer().f32();
+        for (int64_t c = 0; c < C; ++c) g[c] += static_cast<float>(bw * dw[static_cast<size_t>(c)]);
+      }
+    });
+  return out;
+}
+
+// ---- attention -------------------------------------------------------------------------
+// The kernel divides scores by sqrt(d_head); scaling q by mult/sqrt(d_head)
+// first gives the u-muP logits mult q.k/d_head.
+Var unit_causal_self_attention(Tape& t, const Var& qkv, int64_t heads, double mult, const scaling::Scales& s) {
+  need_bwd(s, 3, "unit_causal_self_attention");
+  if (qkv.value.ndim() != 3 || qkv.dim(2) % 3 != 0)
+    throw std::invalid_argument("unit_causal_self_attention: qkv must be [B, T, 3C], got " + shape_str(qkv.shape()));
+  const int64_t B = qkv.dim(0), T = qkv.dim(1), C = qkv.dim(2) / 3;
+  if (heads <= 0 || C % heads != 0)
+    throw std::invalid_argument("unit_causal_self_attention: " + std::to_string(C) + " channels do not split into " +
+                                std::to_string(heads) + " heads");
+  const int64_t D = C / heads, rows = B * T;
+  const float qf = f(scaling::attention_logit_scale(D, mult) * std::sqrt(static_cast<double>(D)));
+  Tensor q2 = Tensor::empty(qkv.shape());
+  {
+    const float* in = qkv.value.f32();
+    float* o = q2.f32();
+#pragma omp parallel for schedule(static) if (rows * C > 16384)
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t c = 0; c < C; ++c) o[r * 3 * C + c] = qf * in[r * 3 * C + c];
+      for (int64_t c = C; c < 3 * C; ++c) o[r * 3 * C + c] = in[r * 3 * C + c];
+    }
+  }
+  Tensor y = Tensor::empty({B, T, C});
+  Tensor att = Tensor::empty({B, heads, T, T});
+  const bool bf16 = t.policy().matmul == DType::bf16;
+  kernels::attention_forward(y.f32(), att.f32(), q2.f32(), B, T, C, heads, bf16);
+  if (s.fwd != 1.0) kernels::scale(y.f32(), y.f32(), f(s.fwd), y.numel());
+  const bool record = t.wants_grad({&qkv});
+  Var out = Tape::result(std::move(y), record);
+  if (record)
+    t.record([=, bq = f(s.bwd[0]), bk = f(s.bwd[1]), bv = f(s.bwd[2]), qs = t.save(q2), as = t.save(att),
+              qn = qkv.node, on = out.node]() {
+      if (!on->has_grad()) return;
+      Tensor d2 = Tensor::zeros({B, T, 3 * C}, DType::f32, MemoryKind::workspace);
+      Tensor datt = Tensor::empty({B, heads, T, T}, DType::f32, MemoryKind::workspace);
+      kernels::attention_backward(d2.f32(), datt.f32(), on->grad.f32(), Tape::restore(qs).f32(), Tape::restore(as).f32(),
+                                  B, T, C, heads, bf16);
+      float* dx = qn->buffer().f32();
+      const float* g = d2.f32();
+      const float sq = bq * qf;
+#pragma omp parallel for schedule(static) if (rows * C > 16384)
+      for (int64_t r = 0; r < rows; ++r) {
+        const int64_t o = r * 3 * C;
+        for (int64_t c = 0; c < C; ++c) dx[o + c] += sq * g[o + c];
+        for (int64_t c = C; c < 2 * C; ++c) dx[o + c] += bk * g[o + c];
+        for (int64_t c = 2 * C; c < 3 * C; ++c) dx[o + c] += bv * g[o + c];
+      }
+    });
+  return out;
+}
+
+// ---- embeddings ------------------------------------------------------------------------
+Var unit_token_position_embedding(Tape& t, const Tensor& ids, const Var& wte, const Var& wpe, float fwd, float bwd_wte,
+                                  float bwd_wpe) {
+  if (ids.ndim() != 2 || ids.dtype() != DType::i32)
+    throw std::invalid_argument("unit_token_position_embedding: ids must be i32 [B, T], got " + shape_str(ids.shape()));
+  if (wte.value.ndim() != 2 || wpe.value.ndim() != 2 || wpe.dim(1) != wte.dim(1))
+    throw std::invalid_argument("unit_token_position_embedding: wte " + shape_str(wte.shape()) + " and wpe " +
+                                shape_str(wpe.shape()) + " must be [V, C] and [T, C]");
+  const int64_t B = ids.dim(0), T = ids.dim(1), C = wte.dim(1), V = wte.dim(0);
+  if (T > wpe.dim(0))
+    throw std::invalid_argument("unit_token_position_embedding: sequence length " + std::to_string(T) +
+                                " exceeds the context of " + std::to_string(wpe.dim(0)) + " positions");
+  const int32_t* id = ids.data<int32_t>();
+  for (int64_t i = 0; i < B * T; ++i)
+    if (id[i] < 0 || id[i] >= V)
+      throw std::out_of_range("unit_token_position_embedding: id " + std::to_string(id[i]) + " at position " +
+                              std::to_string(i) + " is outside the vocabulary [0, " + std::to_string(V) + ")");
+  Tensor y = Tensor::empty({B, T, C});
+  const float* e = wte.value.f32();
+  const float* p = wpe.value.f32();
+  float* o = y.f32();
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < B * T; ++i) {
+    const float* er = e + static_cast<int64_t>(id[i]) * C;
+    const float* pr = p + (i % T) * C;
+    for (int64_t c = 0; c < C; ++c) o[i * C + c] = fwd * (er[c] + pr[c]);
+  }
+  const bool record = t.wants_grad({&wte, &wpe});
+  Var out = Tape::result(std::move(y), record);
+  if (record)
+    t.record([B, T, C, bwd_wte, bwd_wpe, ids, en = wte.node, pn = wpe.node, on = out.node]() {
+      if (!on->has_grad()) return;
+      const float* dy = on->grad.f32();
+      const int32_t* idp = ids.data<int32_t>();
+      if (en) {  // serial: ids repeat
+        float* dw = en->buffer().f32();
+        for (int64_t i = 0; i < B * T; ++i)
+          for (int64_t c = 0; c < C; ++c) dw[static_cast<int64_t>(idp[i]) * C + c] += bwd_wte * dy[i * C + c];
+      }
+      if (pn) {
+        float* dp = pn->buffer().f32();
+#pragma omp parallel for schedule(static)
+        for (int64_t tt = 0; tt < T; ++tt)
+          for (int64_t b = 0; b < B; ++b)
+            for (int64_t c = 0; c < C; ++c) dp[tt * C + c] += bwd_wpe * dy[(b * T + tt) * C + c];
+      }
+    });
+  return out;
+}
+
+// ---- losses ------------------------------------------------------------------------------
+Var unit_cross_entropy(Tape& t, const Var& logits, const Tensor& targets, const scaling::LossScales& s,
+                       LossStats* stats) {
+  if (s.bwd.empty()) throw std::invalid_argument("unit_cross_entropy: missing the logits' backward scale");
+  const int64_t V = logits.dim(-1), N = logits.numel() / V;
+  if (targets.dtype() != DType::i32 || targets.numel() != N)
+    throw std::invalid_argument("unit_cross_entropy: targets must be i32 with one entry per row of logits " +
+                                shape_str(logits.shape()) + ", got " + shape_str(targets.shape()));
+  const int32_t* tg = targets.data<int32_t>();
+  for (int64_t i = 0; i < N; ++i)
+    if (tg[i] >= V)
+      throw std::out_of_range("unit_cross_entropy: target " + std::to_string(tg[i]) + " at row " + std::to_string(i) +
+                              " is outside [0, " + std::to_string(V) + ")");
+  Tensor z = logits.value;
+  if (s.input_fwd != 1.0) {
+    z = Tensor::empty(logits.shape(), DType::f32, MemoryKind::workspace);
+    kernels::scale(z.f32(), logits.value.f32(), f(s.input_fwd), z.numel());
+  }
+  const bool record = t.wants_grad({&logits});
+  Tensor losses = Tensor::empty({N}, DType::f32, MemoryKind::workspace);
+  Tensor dlogits = record ? Tensor::empty(logits.shape()) : Tensor();
+  int64_t count = 0;
+  // The kernel writes grad_scale (softmax - onehot): the unit backward scale goes there.
+  const double sum = kernels::cross_entropy(z.f32(), tg, N, V, f(s.bwd[0]), losses.f32(),
+                                            record ? dlogits.f32() : nullptr, &count);
+  if (stats) {
+    stats->sum += sum;
+    stats->count += count;
+  }
+  Var out = Tape::result(Tensor::from({static_cast<float>(sum)}, {1}), record);
+  if (record)
+    t.record([dlogits, ln = logits.node, on = out.node]() mutable {
+      if (!on->has_grad()) return;
+      const float dL = on->grad.f32()[0];
+      if (dL != 1.0f) kernels::scale(dlogits.f32(), dlogits.f32(), dL, dlogits.numel());
+      ln->accumulate(dlogits);
+      dlogits = Tensor();
+    });
+  return out;
+}
+
+Var unit_mse(Tape& t, const Var& pred, const Var& target, const scaling::LossScales& s) {
+  if (s.bwd.size() < 2) throw std::invalid_argument("unit_mse: expected backward scales {input, target}");
+  if (pred.shape() != target.shape())
+    throw std::invalid_argument("unit_mse: shapes differ: " + shape_str(pred.shape()) + " and " + shape_str(target.shape()));
+  const int64_t n = pred.numel();
+  Tensor diff = Tensor::empty(pred.shape(), DType::f32, MemoryKind::workspace);
+  const float* p = pred.value.f32();
+  const float* q = target.value.f32();
+  float* d = diff.f32();
+  double sum = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    d[i] = p[i] - q[i];
+    sum += static_cast<double>(d[i]) * d[i];
+  }
+  const bool record = t.wants_grad({&pred, &target});
+  Var out = Tape::result(Tensor::from({static_cast<float>(sum)}, {1}), record);
+  if (record)
+    t.record([n, diff, bp = f(s.bwd[0]), bt = f(s.bwd[1]), pn = pred.node, tn = target.node, on = out.node]() {
+      if (!on->has_grad()) return;
+      const float g = 2.0f * on->grad.f32()[0];
+      if (pn) kernels::axpy(pn->buffer().f32(), diff.f32(), bp * g, n);
+      if (tn) kernels::axpy(tn->buffer().f32(), diff.f32(), -bt * g, n);
+    });
+  return out;
+}
+
+// ---- analysis ------------------------------------------------------------------------------
+Var observe(Tape& t, const Var& x, const std::string& name) {
+  const auto& obs = t.ctx().observer;
+  if (!obs) return x;
+  obs(name, false, x.value);
+  const bool record = t.wants_grad({&x});
+  if (!record) return x;
+  Var out = Tape::result(x.value, true);
+  t.record([obs, name, xn = x.node, on = out.node]() {
+    if (!on->has_grad()) return;
+    obs(name, true, on->grad);
+    xn->accumulate(on->grad);
+  });
+  return out;
+}
+
+}  // namespace mantissa::autograd

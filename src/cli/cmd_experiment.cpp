@@ -1,0 +1,112 @@
+// `mantissa experiment`: the side-by-side recipe study and its report
+// (train/experiment.hpp, report/report.hpp).
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <sstream>
+
+#include "cli/command.hpp"
+#include "mantissa/kernels/kernels.hpp"
+#include "mantissa/train/experiment.hpp"
+
+namespace mantissa::cli {
+namespace {
+
+std::vector<std::string> split_list(const std::string& s, const char* flag) {
+  std::vector<std::string> out;
+  std::stringstream in(s);
+  for (std::string item; std::getline(in, item, ',');) {
+    const size_t a = item.find_first_not_of(" \t"), b = item.find_last_not_of(" \t");
+    if (a == std::string::npos) throw UsageError(std::string(flag) + ": empty name in '" + s + "'");
+    out.push_back(item.substr(a, b - a + 1));
+  }
+  if (out.empty()) throw UsageError(std::string(flag) + ": expects a comma-separated list of recipe names");
+  return out;
+}
+
+std::string quoted_command(int argc, char** argv) {
+  std::string c;
+  for (int i = 0; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a.find_first_of(" \t'\"$") != std::string::npos) a = "'" + a + "'";
+    c += (i ? " " : "") + a;
+  }
+  return c;
+}
+
+struct Args {
+  train::ExperimentOptions o;
+  std::string recipes, mlp_recipes;
+};
+
+void experiment_command(Args& a) {
+  if (!a.recipes.empty()) a.o.recipes = split_list(a.recipes, "--recipes");
+  if (!a.mlp_recipes.empty()) a.o.mlp_recipes = split_list(a.mlp_recipes, "--mlp-recipes");
+  if (a.o.threads > 0) kernels::set_num_threads(static_cast<int>(a.o.threads));
+  const bool terminal = ::isatty(::fileno(stdout)) != 0;
+  const auto outcome = train::run_experiment(a.o, stdout, terminal);
+  std::printf("%s: %d runs trained, %d kept from earlier (--resume), %.1f s\n",
+              outcome.interrupted ? "interrupted" : "done", outcome.ran, outcome.resumed, outcome.seconds);
+  std::printf("report: %s\n        %s\n", outcome.report.markdown.c_str(), outcome.report.html.c_str());
+  std::fflush(stdout);
+  if (outcome.interrupted) std::exit(130);  // the shell convention for SIGINT
+}
+
+// CLI11 gives no access to argv in callbacks: main's arguments are read back
+// from /proc so the report can quote the exact command.
+std::string command_line() {
+  FILE* f = std::fopen("/proc/self/cmdline", "rb");
+  if (!f) return "mantissa experiment";
+  std::string raw;
+  char buf[4096];
+  for (size_t n; (n = std::fread(buf, 1, sizeof buf, f)) > 0;) raw.append(buf, n);
+  std::fclose(f);
+  std::vector<std::string> args;
+  std::vector<char*> argv;
+  size_t start = 0;
+  for (size_t i = 0; i < raw.size(); ++i)
+    if (raw[i] == '\0') {
+      args.push_back(raw.substr(start, i - start));
+      start = i + 1;
+    }
+  for (auto& s : args) argv.push_back(s.data());
+  return quoted_command(static_cast<int>(argv.size()), argv.data());
+}
+
+Registrar reg(40, [](CLI::App& app) {
+  auto* cmd = app.add_subcommand(
+      "experiment", "train the same GPT (and a Fashion-MNIST MLP) under every recipe and write a report comparing them");
+  auto a = std::make_shared<Args>();
+  auto& o = a->o;
+  cmd->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // a later flag wins
+  cmd->add_option("--preset", o.preset, "quick (about 10 minutes on 2 cores, smaller GPT) or paper (reference GPT, 3 seeds)")
+      ->check(CLI::IsMember({"quick", "paper"}));
+  cmd->add_option("--recipes", a->recipes, "comma-separated GPT recipes (default: the preset's)");
+  cmd->add_option("--mlp-recipes", a->mlp_recipes,
+                  "comma-separated Fashion-MNIST MLP recipes, or none (default: fp32,bf16-amp,fp16-amp-noscale,unit-fp8,scalify-fp8)");
+  cmd->add_option("--seeds", o.seeds, "seeds per recipe (default: the preset's)")->check(CLI::PositiveNumber);
+  cmd->add_option("--tokens", o.tokens, "GPT training tokens per run (default: the preset's)")->check(CLI::PositiveNumber);
+  cmd->add_option("--out", o.out, "report directory (default: report)");
+  cmd->add_option("--data", o.data, "text corpus for the GPT (default: Jane Austen, .cache/data/austen.txt)");
+  cmd->add_option("--mlp-data", o.mlp_data, "Fashion-MNIST directory (default: .cache/data/fashion-mnist)");
+  cmd->add_flag("--resume", o.resume, "keep runs that finished in an earlier invocation with the same settings");
+  cmd->add_option("--threads", o.threads, "compute threads (default: the library's)")->check(CLI::PositiveNumber);
+  cmd->add_option("--layers", o.layers, "GPT blocks (default: the preset's)")->check(CLI::PositiveNumber);
+  cmd->add_option("--d-model", o.d_model, "GPT width (default: the preset's)")->check(CLI::PositiveNumber);
+  cmd->add_option("--heads", o.heads, "GPT attention heads (default: the preset's)")->check(CLI::PositiveNumber);
+  cmd->add_option("--seq-len", o.seq_len, "GPT context length (default: the preset's)")->check(CLI::PositiveNumber);
+  cmd->add_option("--batch-size", o.batch_size, "GPT windows per step (default: the preset's)")->check(CLI::PositiveNumber);
+  cmd->add_option("--mlp-steps", o.mlp_steps, "MLP optimizer steps (default: the preset's)")->check(CLI::PositiveNumber);
+  cmd->add_option("--lr-standard", o.lr_standard, "GPT learning rate of standard recipes (default 2^-10)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--lr-unit", o.lr_unit, "GPT learning rate of unit-scaled recipes (default 2^-6)")->check(CLI::PositiveNumber);
+  cmd->callback([a] {
+    a->o.command = command_line();
+    experiment_command(*a);
+  });
+});
+
+}  // namespace
+}  // namespace mantissa::cli

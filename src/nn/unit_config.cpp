@@ -1,0 +1,81 @@
+#include "mantissa/nn/unit_config.hpp"
+
+#include <cmath>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+
+namespace mantissa::nn {
+
+namespace {
+const char* kOps[] = {"linear", "readout", "gelu", "relu", "add"};
+
+bool known_op(const std::string& op) {
+  for (const char* k : kOps)
+    if (op == k) return true;
+  return false;
+}
+
+void positive(double v, const char* name) {
+  if (!(v > 0) || !std::isfinite(v))
+    throw std::invalid_argument(std::string("unit config: ") + name + " must be positive and finite, got " +
+                                std::to_string(v));
+}
+}  // namespace
+
+void UnitConfig::validate() const {
+  scaling::parse_rule_set(rule_set);
+  if (!constraint.empty()) scaling::parse_constraint(constraint);
+  for (const auto& [op, c] : op_constraints) {
+    if (!known_op(op))
+      throw std::invalid_argument("unit config: unknown op '" + op + "' in op_constraints (valid: linear, readout, gelu, relu, add)");
+    scaling::parse_constraint(c);
+  }
+  if (!(tau_attn >= 0) || !(tau_mlp >= 0) || !std::isfinite(tau_attn) || !std::isfinite(tau_mlp))
+    throw std::invalid_argument("unit config: residual taus must be finite and >= 0");
+  positive(attn_mult, "attn_mult");
+  positive(loss_mult, "loss_mult");
+}
+
+scaling::Rules UnitConfig::rules(const std::string& op) const {
+  scaling::Rules r{scaling::parse_rule_set(rule_set), std::nullopt};
+  if (auto it = op_constraints.find(op); it != op_constraints.end()) r.constraint = scaling::parse_constraint(it->second);
+  else if (!constraint.empty()) r.constraint = scaling::parse_constraint(constraint);
+  return r;
+}
+
+std::string UnitConfig::to_json() const {
+  nlohmann::ordered_json j;
+  j["enabled"] = enabled;
+  j["rule_set"] = rule_set;
+  j["constraint"] = constraint;
+  j["op_constraints"] = op_constraints;
+  j["tau_attn"] = tau_attn;
+  j["tau_mlp"] = tau_mlp;
+  j["attn_mult"] = attn_mult;
+  j["loss_mult"] = loss_mult;
+  return j.dump();
+}
+
+UnitConfig UnitConfig::from_json(const std::string& text) {
+  UnitConfig u;
+  try {
+    const nlohmann::json j = nlohmann::json::parse(text);
+    for (const auto& [key, value] : j.items()) {
+      if (key == "enabled") u.enabled = value.get<bool>();
+      else if (key == "rule_set") u.rule_set = value.get<std::string>();
+      else if (key == "constraint") u.constraint = value.get<std::string>();
+      else if (key == "op_constraints") u.op_constraints = value.get<std::map<std::string, std::string>>();
+      else if (key == "tau_attn") u.tau_attn = value.get<double>();
+      else if (key == "tau_mlp") u.tau_mlp = value.get<double>();
+      else if (key == "attn_mult") u.attn_mult = value.get<double>();
+      else if (key == "loss_mult") u.loss_mult = value.get<double>();
+      else throw std::invalid_argument("unit config: unknown key '" + key + "'");
+    }
+  } catch (const nlohmann::json::exception& e) {
+    throw std::invalid_argument(std::string("unit config: ") + e.what());
+  }
+  u.validate();
+  return u;
+}
+
+}  // namespace mantissa::nn

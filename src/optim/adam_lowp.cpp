@@ -1,0 +1,126 @@
+// Adam / AdamW with moments stored in bf16, fp16 or FP8 with per-tensor
+// power-of-two scales: decode, update in fp32, re-encode, fused per chunk
+// (see the comment on Adam in optimizer.hpp for the two passes).
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "mantissa/formats/convert.hpp"
+#include "mantissa/optim/optimizer.hpp"
+#include "mantissa/tensor/memory.hpp"
+#include "optim/adam_kernel.hpp"
+#include "optim/fused_loop.hpp"
+
+namespace mantissa::optim {
+
+namespace {
+
+// buf[0, n) = decoded values x scale of t's elements [begin, begin + n).
+void load_chunk(const Tensor& t, int64_t begin, int64_t n, float* buf) {
+  if (t.dtype() == DType::f32) {
+    std::memcpy(buf, t.f32() + begin, static_cast<size_t>(n) * sizeof(float));
+    return;
+  }
+  const auto& fmt = formats::preset(dtype_format_name(t.dtype()));
+  const auto* codes = static_cast<const char*>(t.raw()) + static_cast<size_t>(begin) * dtype_size(t.dtype());
+  formats::dequantize(fmt, codes, buf, static_cast<size_t>(n));
+  const float s = t.scale();
+  if (s != 1.0f)
+    for (int64_t i = 0; i < n; ++i) buf[i] *= s;
+}
+
+// t's elements [begin, begin + n) = round(buf / scale); buf is clobbered.
+void store_chunk(Tensor& t, int64_t begin, int64_t n, float* buf, float scale) {
+  if (t.dtype() == DType::f32) {
+    std::memcpy(t.f32() + begin, buf, static_cast<size_t>(n) * sizeof(float));
+    return;
+  }
+  if (scale != 1.0f) {
+    const float inv = 1.0f / scale;  // exact: scale is a power of two
+    for (int64_t i = 0; i < n; ++i) buf[i] *= inv;
+  }
+  const auto& fmt = formats::preset(dtype_format_name(t.dtype()));
+  auto* codes = static_cast<char*>(t.raw()) + static_cast<size_t>(begin) * dtype_size(t.dtype());
+  formats::quantize(fmt, buf, codes, static_cast<size_t>(n));
+}
+
+// max(a, x) that lets a NaN through, so a non-finite moment keeps the old scale.
+inline float max_abs_nan(float a, float x) {
+  const float ax = std::fabs(x);
+  return (ax > a || ax != ax) ? ax : a;
+}
+
+}  // namespace
+
+void Adam::update_low_precision(const std::vector<detail::AdamScalars>& scalars) {
+  const auto spans = detail::make_spans(params_);
+  const auto n_spans = static_cast<int64_t>(spans.size());
+  std::vector<float> amax_m(spans.size(), 0.0f), amax_v(spans.size(), 0.0f);
+
+  // Pass 1: maxima of the updated moments.
+#pragma omp parallel
+  {
+    std::vector<float> mb(static_cast<size_t>(detail::kChunkElems)), vb(mb.size());
+#pragma omp for schedule(static)
+    for (int64_t k = 0; k < n_spans; ++k) {
+      const detail::Span& sp = spans[static_cast<size_t>(k)];
+      const nn::Parameter& prm = *params_[sp.param];
+      const int64_t n = sp.end - sp.begin;
+      load_chunk(exp_avg_[sp.param], sp.begin, n, mb.data());
+      load_chunk(exp_avg_sq_[sp.param], sp.begin, n, vb.data());
+      const float* p = prm.value.f32() + sp.begin;
+      const float* g = prm.grad.f32() + sp.begin;
+      const detail::AdamScalars& s = scalars[sp.param];
+      float am = 0.0f, av = 0.0f;
+      for (int64_t i = 0; i < n; ++i) {
+        float mi = 0.0f, vi = 0.0f;
+        detail::adam_moments(p[i], g[i], mb[static_cast<size_t>(i)], vb[static_cast<size_t>(i)], s, mi, vi);
+        am = max_abs_nan(am, mi);
+        av = max_abs_nan(av, vi);
+      }
+      amax_m[static_cast<size_t>(k)] = am;
+      amax_v[static_cast<size_t>(k)] = av;
+    }
+  }
+
+  std::vector<float> pm(params_.size(), 0.0f), pv(params_.size(), 0.0f);
+  for (size_t k = 0; k < spans.size(); ++k) {
+    pm[spans[k].param] = max_abs_nan(pm[spans[k].param], amax_m[k]);
+    pv[spans[k].param] = max_abs_nan(pv[spans[k].param], amax_v[k]);
+  }
+  std::vector<float> scale_m(params_.size()), scale_v(params_.size());
+  for (size_t i = 0; i < params_.size(); ++i) {
+    scale_m[i] = state_scale_for(format_.m, pm[i], exp_avg_[i].scale());
+    scale_v[i] = state_scale_for(format_.v, pv[i], exp_avg_sq_[i].scale());
+  }
+
+  // Pass 2: the same moments again, the parameter update, re-encoding.
+#pragma omp parallel
+  {
+    std::vector<float> mb(static_cast<size_t>(detail::kChunkElems)), vb(mb.size());
+#pragma omp for schedule(static)
+    for (int64_t k = 0; k < n_spans; ++k) {
+      const detail::Span& sp = spans[static_cast<size_t>(k)];
+      nn::Parameter& prm = *params_[sp.param];
+      const int64_t n = sp.end - sp.begin;
+      load_chunk(exp_avg_[sp.param], sp.begin, n, mb.data());
+      load_chunk(exp_avg_sq_[sp.param], sp.begin, n, vb.data());
+      detail::adam_chunk(prm.value.f32() + sp.begin, prm.grad.f32() + sp.begin, mb.data(), vb.data(), n,
+                         scalars[sp.param]);
+      store_chunk(exp_avg_[sp.param], sp.begin, n, mb.data(), scale_m[sp.param]);
+      store_chunk(exp_avg_sq_[sp.param], sp.begin, n, vb.data(), scale_v[sp.param]);
+    }
+  }
+  for (size_t i = 0; i < params_.size(); ++i) {
+    exp_avg_[i].set_scale(scale_m[i]);
+    exp_avg_sq_[i].set_scale(scale_v[i]);
+  }
+}
+
+TrainingStateBytes training_state_bytes() {
+  const MemoryStats s = memory_stats();
+  return {s.of(MemoryKind::parameter), s.of(MemoryKind::gradient), s.of(MemoryKind::optimizer_state)};
+}
+
+}  // namespace mantissa::optim

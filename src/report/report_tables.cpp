@@ -1,0 +1,171 @@
+// The report's markdown tables: the main recipe table, the Fashion-MNIST
+// table, and our numbers laid out like the unit-scaling paper's character-LM
+// table and the Scalify table, with the published numbers beside them
+// (BRIEF sections 4 and 5).
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+#include <string>
+
+#include "mantissa/report/report.hpp"
+
+namespace mantissa::report {
+
+namespace {
+
+std::string mean_pm(const MeanStd& m, int decimals) {
+  if (m.n == 0) return "—";
+  std::string s = fmt_fixed(m.mean, decimals);
+  if (m.n >= 2) s += " ± " + fmt_fixed(m.std, decimals);
+  return s;
+}
+
+std::string signed_fixed(double v, int decimals, const char* unit) {
+  if (!std::isfinite(v)) return "—";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%+.*f%s", decimals, v, unit);
+  return buf;
+}
+
+std::string mib(double bytes) { return std::isfinite(bytes) ? fmt_fixed(bytes / (1024.0 * 1024.0), 1) : "—"; }
+
+std::string diverged_cell(const RecipeSummary& s) {
+  if (s.finished == 0) return "—";
+  if (s.diverged == 0) return "no";
+  std::string c = s.diverged == s.finished ? "**yes**" : "**" + std::to_string(s.diverged) + "/" + std::to_string(s.finished) + " seeds**";
+  if (s.first_diverged_at > 0) c += " (step " + std::to_string(s.first_diverged_at) + ")";
+  return c;
+}
+
+// Markdown cells cannot hold '|' or newlines.
+std::string cell_text(std::string s) {
+  for (char& ch : s)
+    if (ch == '|' || ch == '\n') ch = ' ';
+  if (s.size() > 120) s = s.substr(0, 117) + "...";
+  return s;
+}
+
+std::string unavailable_row(const RecipeSummary& s, int columns) {
+  std::string row = "| " + s.recipe + " | " + (s.status == "not-available" ? "not available" : "failed") + ": " +
+                    cell_text(s.note) + " |";
+  for (int i = 2; i < columns; ++i) row += " |";
+  return row + "\n";
+}
+
+const RecipeSummary* find(const std::vector<RecipeSummary>& rows, const std::string& task, const std::string& recipe) {
+  for (const auto& s : rows)
+    if (s.task == task && s.recipe == recipe) return &s;
+  return nullptr;
+}
+
+// Our value for a recipe in a comparison table.
+std::string ours(const std::vector<RecipeSummary>& rows, const std::string& recipe, bool train_loss) {
+  const RecipeSummary* s = find(rows, "gpt", recipe);
+  if (!s) return "not run";
+  if (s->finished == 0) return s->status == "not-available" ? "n/a" : "failed";
+  const MeanStd& m = train_loss ? s->train_loss : s->metric;
+  if (m.n == 0) return "diverged";
+  std::string c = mean_pm(m, train_loss ? 3 : 3);
+  if (s->diverged > 0) c += " (" + std::to_string(s->diverged) + " diverged)";
+  return c;
+}
+
+}  // namespace
+
+std::string main_table_md(const std::vector<RecipeSummary>& rows) {
+  std::ostringstream o;
+  o << "| recipe | val bpc (mean ± std) | gap to fp32 | diverged | skipped steps | step time (ms) | tokens/s | peak memory (MiB) |\n"
+       "|---|---|---|---|---|---|---|---|\n";
+  for (const auto& s : rows) {
+    if (s.task != "gpt") continue;
+    if (s.finished == 0) {
+      o << unavailable_row(s, 8);
+      continue;
+    }
+    o << "| " << s.recipe << " | " << mean_pm(s.metric, 3) << " | " << signed_fixed(s.gap_pct, 2, " %") << " | "
+      << diverged_cell(s) << " | " << fmt_fixed(s.skipped_steps, s.skipped_steps == std::floor(s.skipped_steps) ? 0 : 1)
+      << " | " << fmt_fixed(s.step_ms, 1) << " | " << fmt_fixed(s.tokens_per_s, 0) << " | " << mib(s.peak_memory_bytes)
+      << " |\n";
+  }
+  return o.str();
+}
+
+std::string mlp_table_md(const std::vector<RecipeSummary>& rows) {
+  std::ostringstream o;
+  o << "| recipe | test accuracy % (mean ± std) | gap to fp32 (points) | diverged | skipped steps | step time (ms) | "
+       "examples/s | peak memory (MiB) |\n"
+       "|---|---|---|---|---|---|---|---|\n";
+  for (const auto& s : rows) {
+    if (s.task != "mlp") continue;
+    if (s.finished == 0) {
+      o << unavailable_row(s, 8);
+      continue;
+    }
+    o << "| " << s.recipe << " | " << mean_pm(s.metric, 2) << " | " << signed_fixed(s.gap_pct, 2, "") << " | "
+      << diverged_cell(s) << " | " << fmt_fixed(s.skipped_steps, s.skipped_steps == std::floor(s.skipped_steps) ? 0 : 1)
+      << " | " << fmt_fixed(s.step_ms, 2) << " | " << fmt_fixed(s.tokens_per_s, 0) << " | " << mib(s.peak_memory_bytes)
+      << " |\n";
+  }
+  return o.str();
+}
+
+std::string unit_paper_table_md(const std::vector<RecipeSummary>& rows) {
+  struct Column {
+    const char* title;
+    const char* recipe;
+    const char* post_norm;
+    const char* pre_norm;
+  };
+  // Published: Blake et al. 2023, character LM on WikiText-103 raw, test bpc
+  // (median over seeds, 95% CI 0.010); the paper has no FP8 column for it.
+  const Column cols[] = {
+      {"FP16 regular, no loss scale", "fp16-amp-noscale", "1.660", "1.661"},
+      {"FP16 unit", "unit-fp16", "1.540", "1.567"},
+      {"FP16 regular, loss scale", "fp16-amp", "1.555", "1.587"},
+      {"FP32 regular", "fp32", "1.548", "1.582"},
+      {"FP32 unit", "unit-fp32", "1.540", "1.562"},
+      {"FP8 regular, no scaling", "fp8-noscale", "—", "—"},
+      {"FP8 regular, per-tensor scaling", "fp8-delayed", "—", "—"},
+      {"FP8 unit", "unit-fp8", "—", "—"},
+  };
+  std::ostringstream o;
+  o << "| model |";
+  for (const auto& c : cols) o << " " << c.title << " |";
+  o << "\n|---|";
+  for (size_t i = 0; i < std::size(cols); ++i) o << "---|";
+  o << "\n| paper: attention, post-norm (WikiText-103 test bpc) |";
+  for (const auto& c : cols) o << " " << c.post_norm << " |";
+  o << "\n| paper: attention, pre-norm (WikiText-103 test bpc) |";
+  for (const auto& c : cols) o << " " << c.pre_norm << " |";
+  o << "\n| mantissa: GPT pre-norm, Jane Austen (val bpc) |";
+  for (const auto& c : cols) o << " " << ours(rows, c.recipe, false) << " |";
+  o << "\n| mantissa recipe |";
+  for (const auto& c : cols) o << " `" << c.recipe << "` |";
+  o << "\n";
+  return o.str();
+}
+
+std::string scalify_table_md(const std::vector<RecipeSummary>& rows) {
+  struct Row {
+    const char* config;
+    const char* published;
+    const char* recipe;
+  };
+  const Row table[] = {
+      {"FP32", "2.87", "fp32"},
+      {"FP16 matmul + FP16 gradients", "2.87", "scalify-fp16"},
+      {"+ FP16 master weights, rescale on LayerNorm backward", "2.92", "scalify-fp16-master"},
+      {"FP8 matmul + FP8 gradients", "2.92", "scalify-fp8"},
+      {"+ FP16 optimizer state, rescaled gradients", "2.93", "scalify-fp8-fp16state"},
+  };
+  std::ostringstream o;
+  o << "| configuration | published: training loss (GPT-2-like 168M, WikiText-103) | mantissa recipe | "
+       "mantissa: final training loss (nats) | mantissa: val bpc |\n"
+       "|---|---|---|---|---|\n";
+  for (const auto& r : table)
+    o << "| " << r.config << " | " << r.published << " | `" << r.recipe << "` | " << ours(rows, r.recipe, true) << " | "
+      << ours(rows, r.recipe, false) << " |\n";
+  return o.str();
+}
+
+}  // namespace mantissa::report

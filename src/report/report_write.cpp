@@ -1,0 +1,153 @@
+// Assembles report.md (tables, figures, how it was run) and report.html
+// (the same, figures inline), writing every file atomically.
+#include <cmath>
+#include <filesystem>
+#include <sstream>
+
+#include "mantissa/io/files.hpp"
+#include "mantissa/report/report.hpp"
+#include "report_figures.hpp"
+
+namespace mantissa::report {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string figure_md(const std::string& caption, const std::string& path) {
+  return "![" + caption + "](" + path + ")\n\n";
+}
+
+std::string reading_notes(const std::vector<RecipeSummary>& rows) {
+  std::ostringstream o;
+  o << "- val bpc: validation bits per character on the held-out end of the corpus, after the same number of "
+       "tokens in the same data order for every recipe; mean ± sample standard deviation (n - 1) over the seeds "
+       "that did not diverge.\n"
+       "- gap to fp32: (recipe mean - fp32 mean) / fp32 mean. diverged: the trainer stopped on non-finite losses, "
+       "or the final validation loss is non-finite or worse than guessing uniformly (8 bits per byte; ln 10 nats "
+       "for Fashion-MNIST).\n"
+       "- skipped steps: optimizer steps skipped for non-finite gradients (dynamic loss scaling backs off on those). "
+       "step time excludes the first step; peak memory is the largest peak of mantissa's counted allocator "
+       "(parameters, gradients, optimizer state, activations, workspace) over the seeds.\n";
+  int unavailable = 0;
+  for (const auto& s : rows) unavailable += s.finished == 0;
+  if (unavailable)
+    o << "- " << unavailable << " recipe(s) of the preset are not available in this build and are listed as such.\n";
+  return o.str();
+}
+
+void write_kv_table(std::ostringstream& o, const std::map<std::string, std::string>& kv) {
+  o << "| | |\n|---|---|\n";
+  for (const auto& [k, v] : kv) {
+    std::string cell = v;
+    for (char& c : cell)
+      if (c == '|' || c == '\n') c = ' ';
+    o << "| " << k << " | " << cell << " |\n";
+  }
+  o << "\n";
+}
+
+std::string grad_what(const std::vector<RunResult>& runs) {
+  for (const auto& r : runs)
+    if (!r.grad_exponents.empty()) {
+      const auto& e = r.grad_exponents.front();
+      int64_t n = e.zeros + e.nonfinite;
+      for (int64_t c : e.counts) n += c;
+      return e.what + ", " + std::to_string(n) + " values";
+    }
+  return {};
+}
+
+}  // namespace
+
+ReportFiles write_report(const std::string& dir, const ReportInput& in) {
+  ReportFiles files;
+  const fs::path root(dir);
+  std::error_code ec;
+  fs::create_directories(root / "figures", ec);
+  if (ec) throw std::runtime_error("cannot create " + (root / "figures").string() + ": " + ec.message());
+
+  const std::vector<RecipeSummary> rows = summarize(in.runs);
+  std::vector<std::pair<std::string, std::string>> svgs;  // (relative path, svg text)
+  auto add_figure = [&](const std::string& name, const std::string& svg) {
+    const std::string rel = "figures/" + name;
+    write_svg((root / rel).string(), svg);
+    files.figures.push_back((root / rel).string());
+    svgs.emplace_back(rel, svg);
+    return rel;
+  };
+
+  bool any_gpt = false, any_mlp = false;
+  for (const auto& s : rows) {
+    any_gpt = any_gpt || s.task == "gpt";
+    any_mlp = any_mlp || s.task == "mlp";
+  }
+
+  std::ostringstream md;
+  md << "# " << in.title << "\n\n";
+  if (in.interrupted)
+    md << "**Interrupted**: this report shows the runs that finished before the study was stopped; rerun the "
+          "same command with `--resume` to complete it.\n\n";
+  if (!in.preset.empty()) md << "Preset `" << in.preset << "`. ";
+  md << "Every recipe trains the same model on the same data in the same order for the same number of tokens; "
+        "only the precision recipe (and the learning rate its parametrisation needs) changes.\n\n";
+  for (const auto& n : in.notes) md << "- " << n << "\n";
+  if (!in.notes.empty()) md << "\n";
+
+  if (any_gpt) {
+    md << "## Character-level GPT: recipe by recipe\n\n" << main_table_md(rows) << "\n" << reading_notes(rows) << "\n";
+    md << "### Laid out like the unit-scaling paper (Blake et al. 2023, character LM)\n\n"
+       << unit_paper_table_md(rows)
+       << "\nPublished numbers are WikiText-103 test bits per character of much larger, longer-trained models "
+          "(median over seeds, 95% CI 0.010); ours are a small GPT on Jane Austen, so compare the *shape* (which "
+          "columns match FP32 and which fall behind), not the values. The paper's FP8 results are for BERT-large on "
+          "SQuAD v1.1 (F1: FP32 90.9, FP8 with loss scaling 90.69, FP8 unit 91.77), so its FP8 columns here are "
+          "empty. Paper best learning rates: regular AdamW 2^-10, unit AdamW 2^-6.\n\n";
+    md << "### Laid out like the Scalify table (scale propagation)\n\n"
+       << scalify_table_md(rows)
+       << "\nScalify reports the final training loss of a 168M-parameter GPT-2-like model on WikiText-103 with "
+          "a GPT-2 tokenizer; ours is the final training loss (nats per byte) of a small byte-level GPT, so again "
+          "compare gaps to FP32, not values.\n\n";
+  }
+  if (any_mlp) md << "## Fashion-MNIST MLP\n\n" << mlp_table_md(rows) << "\n";
+
+  md << "## Figures\n\n";
+  if (auto p = validation_curves(in.runs, "gpt"))
+    md << figure_md("Validation bits per character of every recipe (unit-scaled recipes dashed)",
+                    add_figure("val_curves.svg", render(*p)));
+  if (auto p = validation_curves(in.runs, "mlp"))
+    md << figure_md("Fashion-MNIST test loss of every recipe", add_figure("mlp_curves.svg", render(*p)));
+  if (auto p = gradient_exponent_plot(in.runs))
+    md << figure_md("Histogram of gradient exponents against the FP16 and FP8 ranges (Micikevicius et al. 2018): " +
+                        grad_what(in.runs) + "; values left of a band underflow in that format without scaling",
+                    add_figure("grad_exponents.svg", render(*p)));
+  else
+    md << "Gradient-exponent histogram: not available (it comes from the fp32 GPT run, which did not finish).\n\n";
+  if (!in.scale_plot_svg.empty())
+    md << figure_md("Per-op scale (RMS, log2 axis) of the standard vs the unit-scaled GPT at initialisation",
+                    add_figure("scales.svg", in.scale_plot_svg));
+  else if (!in.scale_plot_note.empty())
+    md << "Per-op scale plot: " << in.scale_plot_note << "\n\n";
+  if (auto p = loss_scale_plot(in.runs))
+    md << figure_md("Loss scale over training for the recipes with dynamic loss scaling (fp16-amp)",
+                    add_figure("loss_scale.svg", render(*p)));
+  else
+    md << "Loss-scale plot: no finished run used dynamic loss scaling.\n\n";
+
+  md << "## How this was run\n\n```\n" << in.command << "\n```\n\n";
+  if (!in.config_json.empty()) md << "Configuration:\n\n```\n" << in.config_json << "\n```\n\n";
+  md << "Versions:\n\n";
+  write_kv_table(md, in.versions);
+  md << "Machine:\n\n";
+  write_kv_table(md, in.machine);
+  md << "Per-run results (metrics JSON lines and result.json) are in `runs/<task>-<recipe>-s<seed>/`.\n";
+
+  const std::string md_text = md.str();
+  files.markdown = (root / "report.md").string();
+  files.html = (root / "report.html").string();
+  io::write_file_atomic(files.markdown, md_text);
+  io::write_file_atomic(files.html, markdown_to_html(md_text, in.title, svgs));
+  return files;
+}
+
+}  // namespace mantissa::report

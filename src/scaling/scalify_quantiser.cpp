@@ -1,0 +1,215 @@
+// The `propagate` quantiser: see the table in scalify_quantiser.hpp.
+#include "mantissa/scaling/scalify_quantiser.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+
+#include "mantissa/nn/module.hpp"
+#include "mantissa/scaling/fp8.hpp"
+
+namespace mantissa::scaling {
+
+namespace {
+
+constexpr const char* kHeadSites[] = {"transformer.wte.weight", "lm_head.weight"};
+
+int exponent_of(double pow2_scale) {
+  int e = 0;
+  std::frexp(pow2_scale, &e);
+  return std::clamp(e - 1, -126, 126);
+}
+
+// "transformer.h.3.mlp.c_fc.weight" -> {"transformer.h.3.", "mlp.c_fc.weight"}.
+std::pair<std::string, std::string> split_block(const std::string& name) {
+  const std::string pre = "transformer.h.";
+  if (name.rfind(pre, 0) != 0) return {"", name};
+  const size_t dot = name.find('.', pre.size());
+  if (dot == std::string::npos) return {"", name};
+  return {name.substr(0, dot + 1), name.substr(dot + 1)};
+}
+
+Tensor as_f32(const Tensor& x) { return x.dtype() == DType::f32 ? x : x.to(DType::f32, MemoryKind::workspace); }
+
+}  // namespace
+
+ScalifyQuantiser::ScalifyQuantiser(ScalifyOptions options, std::vector<nn::Parameter*> params)
+    : options_(std::move(options)) {
+  if (options_.rounding == ScaleRounding::stochastic)
+    throw std::invalid_argument("scalify quantiser: stochastic scale rounding is not supported here (use down/up/nearest)");
+  if (!options_.forward_format.empty()) {
+    fwd_ = formats::parse_format(options_.forward_format);
+    cast_dtype(fwd_);  // throws for formats without a 1-byte dtype
+    cast_fwd_ = true;
+  }
+  if (!options_.backward_format.empty()) {
+    bwd_ = formats::parse_format(options_.backward_format);
+    cast_dtype(bwd_);
+    cast_bwd_ = true;
+  }
+  std::map<std::string, int> blocks;
+  for (const nn::Parameter* p : params) {
+    if (!p) throw std::invalid_argument("scalify quantiser: null parameter");
+    by_name_[p->name] = p;
+    const auto [block, rest] = split_block(p->name);
+    if (!block.empty()) blocks[block] = 1;
+  }
+  stats_.layers = static_cast<int64_t>(blocks.size());
+}
+
+double ScalifyQuantiser::param_scale(const std::string& name) const {
+  auto it = by_name_.find(name);
+  if (it == by_name_.end()) return 0.0;
+  const Tensor v = as_f32(it->second->value);
+  double ss = 0;
+  for (int64_t i = 0; i < v.numel(); ++i) ss += static_cast<double>(v.f32()[i]) * v.f32()[i];
+  const double rms = std::sqrt(ss / static_cast<double>(std::max<int64_t>(v.numel(), 1)));
+  if (!(rms > 0) || !std::isfinite(rms)) return 0.0;
+  return pow2_round(rms, options_.rounding);
+}
+
+int ScalifyQuantiser::propagated_exponent(const std::string& name, autograd::OperandRole role, const Tensor& x,
+                                          bool* dynamic) {
+  const ScaleRounding rm = options_.rounding;
+  auto r_sqrt = [&](int64_t k) { return static_cast<double>(pow2_round(std::sqrt(static_cast<double>(k)), rm)); };
+  // The add rule; a zero operand (scale 0 here) is "any scale".
+  auto join = [&](double a, double b) {
+    if (a == 0) return b;
+    if (b == 0) return a;
+    return static_cast<double>(pow2_round(std::sqrt(a * a + b * b), rm));
+  };
+  auto ln_scale = [&](const std::string& ln) { return join(param_scale(ln + ".weight"), param_scale(ln + ".bias")); };
+  auto dim = [&](const std::string& p, int d) {
+    auto it = by_name_.find(p);
+    return it == by_name_.end() ? int64_t{1} : it->second->value.dim(d);
+  };
+  const auto [h, rest] = split_block(name);
+  const bool head = name == kHeadSites[0] || name == kHeadSites[1];
+  double s = 0;
+  *dynamic = false;
+  if (role == autograd::OperandRole::grad_output) {
+    std::lock_guard lock(mutex_);
+    if (rest == "mlp.c_fc.weight" && grad_exponent_.count(h + "mlp"))
+      s = std::ldexp(1.0, grad_exponent_[h + "mlp"]) * param_scale(h + "mlp.c_proj.weight") * r_sqrt(dim(h + "mlp.c_proj.weight", 1));
+    else if (rest == "attn.c_attn.weight" && grad_exponent_.count(h + "attn")) {
+      // Attention backward: dV keeps dO's scale, dQ and dK carry dO's scale x
+      // s_qkv^2; the concatenated d(qkv) takes the larger (concat rule).
+      const double s_qkv = join(ln_scale(h + "ln_1") * param_scale(h + "attn.c_attn.weight") *
+                                    r_sqrt(dim(h + "attn.c_attn.weight", 0)),
+                                param_scale(h + "attn.c_attn.bias"));
+      s = std::ldexp(1.0, grad_exponent_[h + "attn"]) * param_scale(h + "attn.c_proj.weight") *
+          r_sqrt(dim(h + "attn.c_proj.weight", 1)) * std::max(1.0, s_qkv * s_qkv);
+    }
+  } else if (head) {
+    s = ln_scale("transformer.ln_f");
+  } else if (rest == "attn.c_attn.weight") {
+    s = ln_scale(h + "ln_1");
+  } else if (rest == "mlp.c_fc.weight") {
+    s = ln_scale(h + "ln_2");
+  } else if (rest == "attn.c_proj.weight") {
+    s = join(ln_scale(h + "ln_1") * param_scale(h + "attn.c_attn.weight") * r_sqrt(dim(h + "attn.c_attn.weight", 0)),
+             param_scale(h + "attn.c_attn.bias"));
+  } else if (rest == "mlp.c_proj.weight") {
+    s = join(ln_scale(h + "ln_2") * param_scale(h + "mlp.c_fc.weight") * r_sqrt(dim(h + "mlp.c_fc.weight", 0)),
+             param_scale(h + "mlp.c_fc.bias"));
+  }
+  if (s > 0 && std::isfinite(s)) return exponent_of(s);
+  // No propagated scale: dynamic rescale from this tensor's norm.
+  *dynamic = true;
+  const Tensor v = as_f32(x);
+  double acc = 0;
+  for (int64_t i = 0; i < v.numel(); ++i) {
+    const double a = std::fabs(static_cast<double>(v.f32()[i]));
+    if (!std::isfinite(a)) return 0;
+    if (options_.rescale_norm == Norm::max) acc = std::max(acc, a);
+    else acc += options_.rescale_norm == Norm::l1 ? a : a * a;
+  }
+  const auto n = static_cast<double>(std::max<int64_t>(v.numel(), 1));
+  if (options_.rescale_norm == Norm::l1) acc /= n;
+  if (options_.rescale_norm == Norm::l2) acc = std::sqrt(acc / n);
+  if (!(acc > 0)) return 0;
+  return exponent_of(pow2_round(acc, rm));
+}
+
+autograd::QuantisedOperand ScalifyQuantiser::quantise(const Tensor& x, int64_t, int64_t, int64_t, int,
+                                                      const autograd::QuantSite& site) {
+  const bool grad = site.role == autograd::OperandRole::grad_output;
+  if (grad ? !cast_bwd_ : !cast_fwd_) throw std::logic_error("scalify quantiser: this pass is not cast");
+  const auto* p = static_cast<const nn::Parameter*>(site.key);  // QuantSite: key is the product's Parameter
+  const std::string name = p ? p->name : "activation-product#" + std::to_string(site.ordinal);
+  bool dynamic = false;
+  const int e = propagated_exponent(name, site.role, x, &dynamic);
+  const Tensor x32 = as_f32(x);
+  const Amax a = amax_of(x32.f32(), x32.numel());
+  int64_t saturated = 0;
+  autograd::QuantisedOperand q = cast_per_tensor(grad ? bwd_ : fwd_, x32, e, !a.nonfinite, &saturated);
+  std::lock_guard lock(mutex_);
+  ++stats_.casts;
+  stats_.saturated_values += saturated;
+  last_[std::string(grad ? "grad_output:" : "activation:") + name] = e;
+  if (grad) {
+    const auto [h, rest] = split_block(name);
+    if (rest == "mlp.c_proj.weight") grad_exponent_[h + "mlp"] = e;
+    if (rest == "attn.c_proj.weight") grad_exponent_[h + "attn"] = e;
+  }
+  if (dynamic && site.record) {
+    ++stats_.dynamic_rescales;
+    ++step_rescales_;
+  }
+  return q;
+}
+
+autograd::OperandQuantiser::Weight ScalifyQuantiser::quantise_weight(const nn::Parameter& p, int contraction_axis,
+                                                                     const autograd::QuantSite&) {
+  if (!cast_fwd_) throw std::logic_error("scalify quantiser: no forward cast configured");
+  CachedWeight* w = nullptr;
+  {
+    std::lock_guard lock(mutex_);
+    w = &weights_[&p];
+  }
+  if (!(w->operand.defined() && w->version == p.version && w->axis == contraction_axis)) {
+    const double s = param_scale(p.name);
+    const int e = s > 0 ? exponent_of(s) : 0;
+    const Tensor x32 = as_f32(p.value);
+    const Amax a = amax_of(x32.f32(), x32.numel());
+    int64_t saturated = 0;
+    w->operand = cast_per_tensor(fwd_, x32, e, !a.nonfinite, &saturated, MemoryKind::workspace);
+    w->bf16 = decode_to_bf16(w->operand, MemoryKind::workspace);
+    w->version = p.version;
+    w->axis = contraction_axis;
+    ++w->generation;
+    std::lock_guard lock(mutex_);
+    ++stats_.casts;
+    stats_.saturated_values += saturated;
+    last_["weight:" + p.name] = e;
+  }
+  return Weight{w->operand, w->bf16, w, w->generation};
+}
+
+Tensor ScalifyQuantiser::decode_bf16(const autograd::QuantisedOperand& q) const {
+  return decode_to_bf16(q, MemoryKind::workspace);
+}
+
+void ScalifyQuantiser::end_step() {
+  std::lock_guard lock(mutex_);
+  stats_.last_step_rescales = step_rescales_;
+  step_rescales_ = 0;
+  grad_exponent_.clear();
+}
+
+ScalifyStats ScalifyQuantiser::stats() const {
+  std::lock_guard lock(mutex_);
+  return stats_;
+}
+
+std::map<std::string, int> ScalifyQuantiser::last_exponents() const {
+  std::lock_guard lock(mutex_);
+  return last_;
+}
+
+std::shared_ptr<autograd::OperandQuantiser> make_scalify_quantiser(const ScalifyOptions& options,
+                                                                  std::vector<nn::Parameter*> params) {
+  return std::make_shared<ScalifyQuantiser>(options, std::move(params));
+}
+
+}  // namespace mantissa::scaling

@@ -1,0 +1,121 @@
+// `mantissa analyse` as a library: build the model the way `train` would,
+// hook an observer into its passes, run one micro-batch forward and backward,
+// and collect scale statistics (scaling/stats.hpp) per op and per parameter.
+#include "mantissa/train/analyse.hpp"
+
+#include <filesystem>
+#include <stdexcept>
+
+#include "mantissa/amp/amp.hpp"
+#include "mantissa/data/idx.hpp"
+#include "mantissa/data/text.hpp"
+#include "mantissa/formats/format.hpp"
+#include "mantissa/io/checkpoint.hpp"
+#include "mantissa/io/files.hpp"
+#include "mantissa/nn/gpt.hpp"
+#include "mantissa/report/scales.hpp"
+#include "mantissa/train/session.hpp"
+
+namespace mantissa::train {
+
+namespace {
+
+std::string checkpoint_kind(const std::string& config_json) {
+  return config_json.find("\"n_embd\"") != std::string::npos ? "gpt" : "mlp";
+}
+
+nn::Batch one_batch(const TrainConfig& c, const std::string& path) {
+  if (c.model == "gpt") {
+    const data::TextCorpus corpus = data::TextCorpus::load(path);
+    corpus.check_seq_len(c.seq_len);
+    data::TextWindows windows(corpus, c.batch_size, c.seq_len, static_cast<uint64_t>(c.seed));
+    return windows.next();
+  }
+  const data::ClassificationSet set = data::load_fashion_mnist(path, "train");
+  if (c.batch_size > set.size())
+    throw std::invalid_argument("--batch-size " + std::to_string(c.batch_size) + " exceeds the " +
+                                std::to_string(set.size()) + " training examples");
+  data::ShuffledBatches batches(set, c.batch_size, static_cast<uint64_t>(c.seed));
+  return batches.next();
+}
+
+}  // namespace
+
+Analysis analyse(const AnalyseOptions& options) {
+  TrainConfig c = options.config;
+  validate(c);
+  const amp::Recipe recipe = resolve_recipe(c);
+  const nn::UnitConfig unit = unit_config(c, recipe);
+  std::unique_ptr<nn::Model> model;
+  if (!options.checkpoint.empty()) {
+    std::string cfg;
+    try {
+      cfg = io::read_model_config(options.checkpoint);
+    } catch (const std::exception& e) {
+      throw std::invalid_argument("--checkpoint " + options.checkpoint + ": " + e.what());
+    }
+    if (checkpoint_kind(cfg) != c.model)
+      throw std::invalid_argument("--checkpoint " + options.checkpoint + " holds a " + checkpoint_kind(cfg) +
+                                  " model, not --model " + c.model);
+    model = model_from_config(c.model, cfg);
+    io::load_model_weights(options.checkpoint, *model);
+  } else {
+    model = make_model(c, unit);
+  }
+  apply_precision(*model, recipe);
+  if (auto* g = dynamic_cast<nn::GPT*>(model.get()); g && c.seq_len > g->config().context)
+    throw std::invalid_argument("--seq-len " + std::to_string(c.seq_len) + " exceeds the model's context " +
+                                std::to_string(g->config().context));
+
+  Analysis a;
+  a.recipe = recipe.name;
+  bool is_unit = unit.enabled;
+  if (auto* g = dynamic_cast<nn::GPT*>(model.get())) is_unit = g->config().unit.enabled;
+  a.parametrisation = is_unit ? "unit" : "standard";
+  a.forward_format = recipe.cast_forward.empty() ? recipe.matmul_format : recipe.cast_forward;
+  a.backward_format = recipe.cast_backward.empty() ? recipe.matmul_format : recipe.cast_backward;
+  const formats::Format ff = formats::parse_format(a.forward_format), bf = formats::parse_format(a.backward_format);
+  a.ops = scaling::ScaleRecorder(ff, bf);
+  a.params = scaling::ScaleRecorder(ff, bf);
+
+  const nn::Batch batch = one_batch(c, c.data.empty() ? default_data_path(c.model) : c.data);
+  scaling::ScaleRecorder* ops = &a.ops;
+  model->set_observer([ops](const std::string& name, bool backward, const Tensor& v) {
+    if (v.dtype() != DType::f32) return;
+    ops->record(name, backward ? scaling::Pass::backward : scaling::Pass::forward, v.f32(), static_cast<size_t>(v.numel()));
+  });
+  model->zero_grad();
+  const int64_t count = amp::count_targets(batch);
+  if (count == 0) throw std::invalid_argument("the analysed batch has no targets");
+  const double loss_scale = recipe.loss_scale.method == amp::ScalingMethod::none ? 1.0 : recipe.loss_scale.init_scale;
+  const nn::LossSum loss = model->forward_backward(batch, static_cast<float>(loss_scale / static_cast<double>(count)));
+  model->set_observer({});
+  a.loss = loss.sum / static_cast<double>(loss.count);
+  for (nn::Parameter* p : model->parameters()) {
+    a.params.record(p->name, scaling::Pass::forward, p->value.f32(), static_cast<size_t>(p->value.numel()));
+    a.params.record(p->name, scaling::Pass::backward, p->grad.f32(), static_cast<size_t>(p->grad.numel()));
+  }
+  return a;
+}
+
+std::string analysis_table(const Analysis& a) { return a.ops.table() + a.params.table(); }
+
+std::string analysis_csv(const Analysis& a) {
+  std::string params = a.params.csv();
+  params.erase(0, params.find('\n') + 1);  // one header
+  return a.ops.csv() + params;
+}
+
+void write_analysis(const std::string& dir, const std::vector<std::pair<std::string, const Analysis*>>& models,
+                    const std::string& title) {
+  if (models.empty()) throw std::invalid_argument("write_analysis: no models");
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) throw std::invalid_argument("--out " + dir + ": cannot create the directory: " + ec.message());
+  io::write_file_atomic((std::filesystem::path(dir) / "scales.csv").string(), analysis_csv(*models.front().second));
+  std::vector<report::RecordedModel> rec;
+  for (const auto& [name, an] : models) rec.push_back({name, &an->ops});
+  report::write_svg((std::filesystem::path(dir) / "scales.svg").string(), report::render(report::scale_plot(rec, title)));
+}
+
+}  // namespace mantissa::train

@@ -1,0 +1,226 @@
+// The study loop: runs the plan one run after another, each in a temporary
+// folder renamed into <out>/runs/<id>/ once complete (so an interrupted
+// study keeps exactly the runs that finished), and rewrites the report after
+// every run.
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <optional>
+#include <nlohmann/json.hpp>
+
+#include "mantissa/amp/recipe.hpp"
+#include "mantissa/io/files.hpp"
+#include "mantissa/report/scales.hpp"
+#include "mantissa/report/svg.hpp"
+#include "mantissa/train/analyse.hpp"
+#include "mantissa/train/experiment.hpp"
+#include "mantissa/train/session.hpp"
+
+namespace mantissa::train {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// What must match for --resume to reuse a finished run (threads do not
+// change what is computed, so they are left out).
+std::string spec_json(const RunSpec& s) {
+  nlohmann::json c = nlohmann::json::parse(config_to_json(s.config));
+  c.erase("threads");
+  return nlohmann::json{{"id", s.id}, {"task", s.task}, {"recipe", s.recipe}, {"seed", s.seed}, {"config", c}}.dump(1);
+}
+
+// A finished run stored by an earlier invocation with the same spec, if any.
+std::optional<report::RunResult> stored_result(const fs::path& dir, const RunSpec& spec) {
+  std::error_code ec;
+  if (!fs::exists(dir / "result.json", ec) || !fs::exists(dir / "spec.json", ec)) return std::nullopt;
+  try {
+    if (nlohmann::json::parse(io::read_file((dir / "spec.json").string())) != nlohmann::json::parse(spec_json(spec)))
+      return std::nullopt;
+    return report::run_result_from_json(io::read_file((dir / "result.json").string()));
+  } catch (const std::exception&) {
+    return std::nullopt;  // unreadable: run it again
+  }
+}
+
+void check_writable(const fs::path& out) {
+  std::error_code ec;
+  fs::create_directories(out / "runs", ec);
+  if (ec) throw std::invalid_argument("--out " + out.string() + ": cannot create the directory (" + ec.message() + ")");
+  try {
+    io::write_file_atomic((out / ".write-test").string(), "ok\n");
+  } catch (const std::exception& e) {
+    throw std::invalid_argument("--out " + out.string() + ": not writable (" + e.what() + ")");
+  }
+  fs::remove(out / ".write-test", ec);
+}
+
+std::string resolve_data(const std::string& given, const std::string& kind, const char* flag) {
+  if (given.empty()) return default_data_path(kind);
+  std::error_code ec;
+  if (!fs::exists(given, ec)) throw std::invalid_argument(std::string(flag) + " " + given + ": no such file or directory");
+  return given;
+}
+
+// The per-op scale plot of the standard (fp32) and unit-scaled (unit-fp32)
+// GPT at initialisation, one batch each (the analyse API); empty with the
+// reason in `note` when it cannot be drawn.
+std::string init_scale_plot(const TaskPlan& gpt, int64_t seed, std::string& note) {
+  for (const char* name : {"fp32", "unit-fp32"}) {
+    bool found = false;
+    for (const auto& r : amp::recipes()) found = found || r.name == name;
+    if (!found) {
+      note = std::string("not available: recipe ") + name + " is not registered in this build.";
+      return {};
+    }
+  }
+  try {
+    AnalyseOptions o;
+    o.config = gpt.base;
+    o.config.seed = seed;
+    o.config.recipe = "fp32";
+    const Analysis standard = analyse(o);
+    o.config.recipe = "unit-fp32";
+    const Analysis unit = analyse(o);
+    const report::LinePlot p = report::scale_plot({{"standard", &standard.ops}, {"unit", &unit.ops}},
+                                                  "Per-op RMS at initialisation: standard (fp32) vs unit-scaled (unit-fp32) GPT");
+    return report::render(p);
+  } catch (const std::exception& e) {
+    note = std::string("not available: the analysis failed (") + e.what() + ").";
+    return {};
+  }
+}
+
+}  // namespace
+
+ExperimentOutcome run_experiment(const ExperimentOptions& options, FILE* log, bool terminal) {
+  const auto t0 = std::chrono::steady_clock::now();
+  ExperimentPlan plan = make_plan(options);
+  const fs::path out(options.out);
+  check_writable(out);
+  for (TaskPlan& t : plan.tasks) {
+    const std::string path = resolve_data(t.base.data, t.task, t.task == "gpt" ? "--data" : "--mlp-data");
+    t.base.data = path;
+    for (RunSpec& r : plan.runs)
+      if (r.task == t.task) r.config.data = path;
+  }
+
+  report::ReportInput input;
+  input.command = options.command;
+  input.preset = plan.preset;
+  input.config_json = plan_json(plan);
+  input.versions = version_info();
+  input.machine = machine_info();
+  input.notes = plan.notes;
+
+  ExperimentOutcome outcome;
+  std::map<std::string, double> step_seconds;  // per task: measured seconds per step (evaluation included)
+  std::map<std::string, int64_t> measured_steps;
+  auto estimate = [&](const std::string& task) {
+    return measured_steps[task] ? step_seconds[task] / static_cast<double>(measured_steps[task]) : report::kNaN;
+  };
+  double done_seconds = 0;
+  const size_t total = plan.runs.size();
+  if (log) {
+    std::fprintf(log, "mantissa experiment: preset %s, %zu runs (%zu GPT recipes x %zu seeds", plan.preset.c_str(), total,
+                 plan.tasks[0].recipes.size(), plan.seeds.size());
+    if (plan.tasks.size() > 1) std::fprintf(log, ", %zu MLP recipes", plan.tasks[1].recipes.size());
+    std::fprintf(log, "), output in %s\n", out.string().c_str());
+    std::fflush(log);
+  }
+
+  if (!plan.tasks.empty() && plan.tasks[0].task == "gpt") {
+    if (log) std::fprintf(log, "per-op scale analysis at initialisation (standard vs unit-scaled GPT, one batch each)\n");
+    input.scale_plot_svg = init_scale_plot(plan.tasks[0], plan.seeds.front(), input.scale_plot_note);
+  }
+  install_interrupt_handler();
+  for (size_t i = 0; i < total && !interrupt_requested(); ++i) {
+    const RunSpec& spec = plan.runs[i];
+    const fs::path final_dir = out / "runs" / spec.id;
+    char label[200];
+    std::snprintf(label, sizeof label, "[%zu/%zu] %s %s seed %ld", i + 1, total, spec.task.c_str(), spec.recipe.c_str(),
+                  static_cast<long>(spec.seed));
+    if (options.resume && spec.available)
+      if (auto stored = stored_result(final_dir, spec)) {
+        if (log) std::fprintf(log, "%s: finished earlier, kept (--resume)\n", label);
+        outcome.results.push_back(*stored);
+        ++outcome.resumed;
+        continue;
+      }
+    if (!spec.available) {
+      if (log) std::fprintf(log, "%s: not available (%s)\n", label, spec.unavailable_reason.c_str());
+      outcome.results.push_back(execute_run(spec, "", {}));
+      continue;
+    }
+    RunProgress progress;
+    progress.log = log;
+    progress.terminal = terminal;
+    progress.label = label;
+    progress.study_done_before = done_seconds;
+    for (size_t j = i + 1; j < total; ++j) {
+      const RunSpec& later = plan.runs[j];
+      if (!later.available) continue;
+      if (later.task == spec.task) progress.same_task_steps_after += later.config.steps;
+      else if (const double e = estimate(later.task); std::isfinite(e))  // unknown until one run of that task ends
+        progress.other_seconds_after += static_cast<double>(later.config.steps) * e;
+    }
+    const fs::path tmp = out / "runs" / ("." + spec.id + ".tmp");
+    std::error_code ec;
+    fs::remove_all(tmp, ec);
+    fs::create_directories(tmp, ec);
+    if (ec) throw std::runtime_error("cannot create " + tmp.string() + ": " + ec.message());
+    report::RunResult r;
+    try {
+      io::write_file_atomic((tmp / "spec.json").string(), spec_json(spec));
+      r = execute_run(spec, tmp.string(), progress);
+    } catch (const ExperimentInterrupted&) {
+      fs::remove_all(tmp, ec);
+      if (log) std::fprintf(log, "%s%s: interrupted, not kept\n", terminal ? "\r\033[K" : "", label);
+      break;
+    } catch (const std::exception& e) {
+      r = report::RunResult{};
+      r.id = spec.id;
+      r.task = spec.task;
+      r.recipe = spec.recipe;
+      r.seed = spec.seed;
+      r.status = "failed";
+      r.error = e.what();
+    }
+    if (r.status == "ok" || r.status == "diverged") {
+      io::write_file_atomic((tmp / "result.json").string(), report::to_json(r));
+      fs::remove_all(final_dir, ec);
+      fs::rename(tmp, final_dir, ec);
+      if (ec) throw std::runtime_error("cannot rename " + tmp.string() + " to " + final_dir.string() + ": " + ec.message());
+      step_seconds[spec.task] += r.seconds;
+      measured_steps[spec.task] += std::max<int64_t>(1, r.steps);
+      done_seconds += r.seconds;
+      ++outcome.ran;
+    } else {
+      fs::remove_all(tmp, ec);
+    }
+    if (log) {
+      if (r.status == "ok" || r.status == "diverged") {
+        char metric[64];
+        if (spec.task == "gpt") std::snprintf(metric, sizeof metric, "val bpc %.4f", r.val_bpc);
+        else std::snprintf(metric, sizeof metric, "test accuracy %.2f %%", 100.0 * r.accuracy);
+        std::fprintf(log, "%s: %s%s, %.1f ms/step, %.1f s\n", label, r.status == "diverged" ? "DIVERGED, " : "", metric,
+                     r.step_ms, r.seconds);
+      } else {
+        std::fprintf(log, "%s: %s (%s)\n", label, r.status.c_str(), r.error.c_str());
+      }
+      std::fflush(log);
+    }
+    outcome.results.push_back(std::move(r));
+    input.runs = outcome.results;
+    outcome.report = report::write_report(out.string(), input);  // a consistent report after every run
+  }
+  outcome.interrupted = interrupt_requested();
+  restore_interrupt_handler();
+  input.runs = outcome.results;
+  input.interrupted = outcome.interrupted;
+  outcome.report = report::write_report(out.string(), input);
+  outcome.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return outcome;
+}
+
+}  // namespace mantissa::train

@@ -1,0 +1,196 @@
+// Presets of the recipe study and the list of runs they expand into.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+
+#include "mantissa/amp/recipe.hpp"
+#include "mantissa/train/experiment.hpp"
+
+namespace mantissa::train {
+
+namespace {
+
+// Every recipe the study knows to ask for, in table order. Names that are not
+// registered at run time are reported as "not available".
+const std::vector<std::string> kQuickRecipes = {"fp32",       "bf16-amp",  "fp16-amp", "fp16-amp-noscale",
+                                                "fp16-pure",  "unit-fp32", "unit-fp16", "unit-fp8",
+                                                "fp8-noscale", "fp8-delayed", "mxfp8",   "scalify-fp8"};
+const std::vector<std::string> kPaperRecipes = {
+    "fp32",      "bf16-amp",  "fp16-amp",  "fp16-amp-noscale", "fp16-pure",   "bf16-pure",
+    "fp16-master", "bf16-master-sr", "unit-fp32", "unit-bf16", "unit-fp16", "unit-fp8",
+    "fp8-noscale", "fp8-current", "fp8-delayed", "mxfp8",   "fp8-blockwise", "scalify-fp16",
+    "scalify-fp16-master", "scalify-fp8", "scalify-fp8-fp16state"};
+const std::vector<std::string> kMlpRecipes = {"fp32", "bf16-amp", "fp16-amp-noscale", "unit-fp8", "scalify-fp8"};
+
+// BRIEF section 4: best AdamW learning rates, regular 2^-10 and unit 2^-6.
+constexpr double kLrStandard = 1.0 / 1024;
+constexpr double kLrUnit = 1.0 / 64;
+
+struct Preset {
+  int64_t layers, d_model, heads, seq_len, batch, gpt_tokens, seeds, eval_batches;
+  int64_t mlp_hidden_layers, mlp_width, mlp_batch, mlp_steps;
+  const std::vector<std::string>* recipes;
+  bool all_registered;  // also run registered recipes the list does not name
+  std::string note;
+};
+
+Preset preset(const std::string& name) {
+  if (name == "quick")
+    return {2, 128, 4, 64, 16, 400 * 16 * 64, 1, 16, 2, 256, 128, 300, &kQuickRecipes, false,
+            "The quick preset trains a smaller GPT than the reference one (which has 4 layers, d_model 256, T 128) "
+            "with one seed and short runs, so that the whole study fits in about 10 minutes on 2 cores: its numbers "
+            "show which recipes track fp32 and which break, not converged quality. --preset paper runs the "
+            "reference GPT with 3 seeds."};
+  if (name == "paper")
+    return {4, 256, 4, 128, 16, 350 * 16 * 128, 3, 16, 2, 256, 128, 2000, &kPaperRecipes, true,
+            "The paper preset trains the reference GPT (4 layers, d_model 256, 4 heads, T 128, batch 16) with 3 "
+            "seeds and every registered recipe."};
+  throw std::invalid_argument("--preset must be quick or paper (got '" + name + "')");
+}
+
+void check_positive(int64_t v, const char* flag) {
+  if (v < 0) throw std::invalid_argument(std::string(flag) + " must be positive (got " + std::to_string(v) + ")");
+}
+
+std::vector<std::string> registered_names() {
+  std::vector<std::string> n;
+  for (const auto& r : amp::recipes()) n.push_back(r.name);
+  return n;
+}
+
+}  // namespace
+
+std::vector<std::string> preset_names() { return {"quick", "paper"}; }
+
+ExperimentPlan make_plan(const ExperimentOptions& o) {
+  const Preset p = preset(o.preset);
+  check_positive(o.seeds, "--seeds");
+  check_positive(o.tokens, "--tokens");
+  check_positive(o.layers, "--layers");
+  check_positive(o.d_model, "--d-model");
+  check_positive(o.heads, "--heads");
+  check_positive(o.seq_len, "--seq-len");
+  check_positive(o.batch_size, "--batch-size");
+  check_positive(o.mlp_steps, "--mlp-steps");
+  check_positive(o.threads, "--threads");
+  if (o.lr_standard < 0 || o.lr_unit < 0 || !std::isfinite(o.lr_standard) || !std::isfinite(o.lr_unit))
+    throw std::invalid_argument("--lr-standard and --lr-unit must be positive numbers");
+  if (o.out.empty()) throw std::invalid_argument("--out must name a directory");
+  for (const auto* list : {&o.recipes, &o.mlp_recipes})
+    for (const auto& r : *list)
+      if (r.empty()) throw std::invalid_argument("--recipes: empty recipe name in the list");
+
+  ExperimentPlan plan;
+  plan.preset = o.preset;
+  const int64_t seeds = o.seeds ? o.seeds : p.seeds;
+  for (int64_t i = 0; i < seeds; ++i) plan.seeds.push_back(1337 + i);  // seed 1337 = `mantissa train`'s default
+
+  TaskPlan gpt;
+  gpt.task = "gpt";
+  TrainConfig& g = gpt.base;
+  g.model = "gpt";
+  g.layers = o.layers ? o.layers : p.layers;
+  g.d_model = o.d_model ? o.d_model : p.d_model;
+  g.heads = o.heads ? o.heads : p.heads;
+  g.seq_len = o.seq_len ? o.seq_len : p.seq_len;
+  g.batch_size = o.batch_size ? o.batch_size : p.batch;
+  const int64_t tokens = o.tokens ? o.tokens : p.gpt_tokens;
+  const int64_t per_step = g.batch_size * g.seq_len;
+  g.steps = std::max<int64_t>(1, (tokens + per_step - 1) / per_step);
+  g.warmup = std::min<int64_t>(50, g.steps / 10);
+  g.eval_every = std::max<int64_t>(1, g.steps / 10);
+  g.eval_batches = p.eval_batches;
+  g.data = o.data;
+  g.threads = o.threads;
+  gpt.lr_standard = o.lr_standard > 0 ? o.lr_standard : kLrStandard;
+  gpt.lr_unit = o.lr_unit > 0 ? o.lr_unit : kLrUnit;
+  gpt.recipes = o.recipes.empty() ? *p.recipes : o.recipes;
+  if (o.recipes.empty() && p.all_registered)
+    for (const auto& n : registered_names())
+      if (std::find(gpt.recipes.begin(), gpt.recipes.end(), n) == gpt.recipes.end()) gpt.recipes.push_back(n);
+  plan.tasks.push_back(gpt);
+
+  const bool no_mlp = o.mlp_recipes.size() == 1 && o.mlp_recipes.front() == "none";
+  if (!no_mlp) {
+    TaskPlan mlp;
+    mlp.task = "mlp";
+    TrainConfig& m = mlp.base;
+    m.model = "mlp";
+    m.layers = p.mlp_hidden_layers;
+    m.d_model = p.mlp_width;
+    m.batch_size = p.mlp_batch;
+    m.steps = o.mlp_steps ? o.mlp_steps : p.mlp_steps;
+    m.warmup = std::min<int64_t>(50, m.steps / 10);
+    m.eval_every = std::max<int64_t>(1, m.steps / 10);
+    m.data = o.mlp_data;
+    m.threads = o.threads;
+    mlp.lr_standard = kLrStandard;
+    mlp.lr_unit = kLrUnit;
+    mlp.recipes = o.mlp_recipes.empty() ? kMlpRecipes : o.mlp_recipes;
+    plan.tasks.push_back(mlp);
+  }
+
+  char buf[512];
+  std::snprintf(buf, sizeof buf,
+                "GPT: %ld layers, d_model %ld, %ld heads, T %ld, batch %ld; %ld steps (%ld tokens) per run, %zu seed(s); "
+                "AdamW, learning rate %g for standard and %g for unit-scaled recipes, warm-up %ld steps then cosine "
+                "to a tenth.",
+                static_cast<long>(g.layers), static_cast<long>(g.d_model), static_cast<long>(g.heads),
+                static_cast<long>(g.seq_len), static_cast<long>(g.batch_size), static_cast<long>(g.steps),
+                static_cast<long>(g.steps * per_step), plan.seeds.size(), gpt.lr_standard, gpt.lr_unit,
+                static_cast<long>(g.warmup));
+  plan.notes.push_back(buf);
+  plan.notes.push_back(p.note);
+  if (plan.tasks.size() > 1) {
+    const TrainConfig& m = plan.tasks[1].base;
+    std::snprintf(buf, sizeof buf,
+                  "MLP: 784 inputs, %ld hidden layers of %ld (ReLU), 10 classes; batch %ld, %ld steps, learning rate "
+                  "%g (standard) / %g (unit); test accuracy on the 10,000 Fashion-MNIST test images.",
+                  static_cast<long>(m.layers), static_cast<long>(m.d_model), static_cast<long>(m.batch_size),
+                  static_cast<long>(m.steps), plan.tasks[1].lr_standard, plan.tasks[1].lr_unit);
+    plan.notes.push_back(buf);
+  }
+  const std::vector<std::string> registered = registered_names();
+  for (const TaskPlan& t : plan.tasks)
+    for (const std::string& recipe : t.recipes)
+      for (int64_t seed : plan.seeds) {
+        RunSpec r;
+        r.task = t.task;
+        r.recipe = recipe;
+        r.seed = seed;
+        r.id = t.task + "-" + recipe + "-s" + std::to_string(seed);
+        r.config = t.base;
+        r.config.recipe = recipe;
+        r.config.seed = seed;
+        r.config.lr = t.lr_standard;
+        if (std::find(registered.begin(), registered.end(), recipe) == registered.end()) {
+          r.available = false;
+          r.unavailable_reason = "recipe '" + recipe + "' is not registered in this build";
+        } else {
+          const amp::Recipe rec = amp::find_recipe(recipe);
+          r.parametrisation = amp::parametrisation_name(rec.parametrisation);
+          if (rec.parametrisation == amp::Parametrisation::unit) r.config.lr = t.lr_unit;
+        }
+        r.config.min_lr = r.config.lr / 10;
+        plan.runs.push_back(std::move(r));
+      }
+  return plan;
+}
+
+std::string plan_json(const ExperimentPlan& plan) {
+  nlohmann::json j;
+  j["preset"] = plan.preset;
+  j["seeds"] = plan.seeds;
+  for (const TaskPlan& t : plan.tasks) {
+    TrainConfig c = t.base;
+    nlohmann::json tj = nlohmann::json::parse(config_to_json(c));
+    for (const char* k : {"recipe", "seed", "lr", "min-lr", "metrics", "save", "resume", "stop-after", "set"})
+      tj.erase(k);
+    j[t.task] = {{"settings", tj}, {"recipes", t.recipes}, {"lr_standard", t.lr_standard}, {"lr_unit", t.lr_unit}};
+  }
+  return j.dump(1);
+}
+
+}  // namespace mantissa::train

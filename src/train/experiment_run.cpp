@@ -1,0 +1,210 @@
+// One run of the recipe study: build the session, train with progress and
+// interrupt checks, evaluate, and collect everything the report needs.
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <csignal>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "mantissa/amp/recipe.hpp"
+#include "mantissa/nn/mlp.hpp"
+#include "mantissa/scaling/stats.hpp"
+#include "mantissa/tensor/memory.hpp"
+#include "mantissa/train/experiment.hpp"
+#include "mantissa/train/run.hpp"
+#include "mantissa/train/session.hpp"
+
+namespace mantissa::train {
+
+namespace {
+
+volatile std::sig_atomic_t g_interrupt = 0;
+using Handler = void (*)(int);
+Handler g_old_int = SIG_DFL, g_old_term = SIG_DFL;
+
+extern "C" void on_interrupt(int) { g_interrupt = 1; }
+
+std::string format_duration(double seconds) {
+  if (!std::isfinite(seconds) || seconds < 0) return "?";
+  const long s = static_cast<long>(seconds + 0.5);
+  char buf[32];
+  if (s >= 3600) std::snprintf(buf, sizeof buf, "%ldh%02ldm", s / 3600, s % 3600 / 60);
+  else if (s >= 60) std::snprintf(buf, sizeof buf, "%ldm%02lds", s / 60, s % 60);
+  else std::snprintf(buf, sizeof buf, "%lds", s);
+  return buf;
+}
+
+// Fashion-MNIST test accuracy of the trained MLP (argmax of the logits).
+double mlp_accuracy(nn::MLP& mlp, const data::EvalSource& test) {
+  int64_t correct = 0, count = 0;
+  for (int64_t i = 0; i < test.num_batches(); ++i) {
+    const nn::Batch b = test.batch(i);
+    const Tensor logits = mlp.logits(b.inputs);
+    const int64_t rows = logits.dim(0), classes = logits.dim(1);
+    const int32_t* t = b.targets.data<int32_t>();
+    for (int64_t r = 0; r < rows; ++r) {
+      if (t[r] < 0) continue;
+      const float* l = logits.f32() + r * classes;
+      int64_t best = 0;
+      for (int64_t k = 1; k < classes; ++k)
+        if (l[k] > l[best]) best = k;
+      correct += best == t[r];
+      ++count;
+    }
+  }
+  return count ? static_cast<double>(correct) / static_cast<double>(count) : report::kNaN;
+}
+
+// Exponents of every parameter gradient of one fresh training batch (loss
+// per target, no loss scale): what an FP16 / FP8 gradient would have to hold.
+report::ExponentCounts gradient_exponents(Session& s) {
+  const nn::Batch batch = s.train->next();
+  s.model->zero_grad();
+  const int64_t targets = batch.targets.numel();
+  s.model->forward_backward(batch, 1.0f / static_cast<float>(std::max<int64_t>(1, targets)));
+  report::ExponentCounts e;
+  e.what = "parameter gradients of the fp32 GPT after training (one batch, loss per token, no loss scale)";
+  e.lo = -40;
+  const int hi = 4;
+  e.counts.assign(static_cast<size_t>(hi - e.lo + 1), 0);
+  for (nn::Parameter* p : s.model->parameters()) {
+    const auto h = scaling::exponent_histogram(p->grad.f32(), static_cast<size_t>(p->grad.numel()), e.lo, hi);
+    for (size_t i = 0; i < h.counts.size(); ++i) e.counts[i] += h.counts[i];
+    e.zeros += h.zeros;
+    e.nonfinite += h.nonfinite;
+  }
+  s.model->zero_grad();
+  return e;
+}
+
+}  // namespace
+
+void install_interrupt_handler() {
+  g_interrupt = 0;
+  g_old_int = std::signal(SIGINT, on_interrupt);
+  g_old_term = std::signal(SIGTERM, on_interrupt);
+}
+void restore_interrupt_handler() {
+  std::signal(SIGINT, g_old_int == SIG_ERR ? SIG_DFL : g_old_int);
+  std::signal(SIGTERM, g_old_term == SIG_ERR ? SIG_DFL : g_old_term);
+}
+bool interrupt_requested() { return g_interrupt != 0; }
+void request_interrupt() { g_interrupt = 1; }
+void clear_interrupt() { g_interrupt = 0; }
+
+report::RunResult execute_run(const RunSpec& spec, const std::string& dir, const RunProgress& progress) {
+  report::RunResult r;
+  r.id = spec.id;
+  r.task = spec.task;
+  r.recipe = spec.recipe;
+  r.seed = spec.seed;
+  r.parametrisation = spec.parametrisation;
+  r.lr = spec.config.lr;
+  r.steps_planned = spec.config.steps;
+  if (!spec.available) {
+    r.status = "not-available";
+    r.error = spec.unavailable_reason;
+    return r;
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  reset_peak_memory();
+  std::unique_ptr<Session> session;
+  try {
+    session = build_session(spec.config);
+  } catch (const std::invalid_argument& e) {
+    // A registered recipe this build cannot train yet (e.g. a parametrisation
+    // the models do not implement): reported, not fatal.
+    r.status = "not-available";
+    r.error = e.what();
+    return r;
+  }
+  Trainer& trainer = *session->trainer;
+
+  std::ofstream metrics(dir + "/metrics.jsonl", std::ios::trunc);
+  if (!metrics) throw std::runtime_error("cannot write " + dir + "/metrics.jsonl");
+  metrics << nlohmann::json{{"run", {{"config", nlohmann::json::parse(config_to_json(session->config))},
+                                      {"recipe", nlohmann::json::parse(amp::recipe_to_json(session->recipe))},
+                                      {"model", nlohmann::json::parse(session->model->config_json())},
+                                      {"parameters", session->model->parameter_count()}}}}
+                 .dump()
+          << '\n';
+
+  const int64_t steps = spec.config.steps;
+  const int64_t diverge_after = std::min<int64_t>(20, std::max<int64_t>(3, steps / 10));
+  const int64_t tail = std::clamp<int64_t>(steps / 10, 1, 50);  // steps averaged into the final training loss
+  const int64_t thin = std::max<int64_t>(1, steps / 500);       // loss-scale curve resolution
+  std::vector<double> recent;
+  double timed_s = 0;
+  int64_t timed_steps = 0, timed_tokens = 0, bad = 0;
+  auto evaluate = [&] {
+    const EvalMetrics e = trainer.evaluate();
+    metrics << eval_metrics_json(e) << '\n';
+    r.val_loss = e.val_loss;
+    r.val_bpc = spec.task == "gpt" ? e.val_bpc : report::kNaN;
+    r.val_curve.push_back({e.step, spec.task == "gpt" ? e.val_bpc : e.val_loss});
+  };
+  while (trainer.step() < steps) {
+    const StepMetrics m = trainer.train_step();
+    metrics << step_metrics_json(m) << '\n';
+    r.steps = m.step;
+    r.tokens += m.tokens;
+    if (m.step > 1) {
+      timed_s += m.seconds;
+      timed_tokens += m.tokens;
+      ++timed_steps;
+    }
+    recent.push_back(m.loss);
+    if (static_cast<int64_t>(recent.size()) > tail) recent.erase(recent.begin());
+    if (m.step % thin == 0 || m.skipped || m.step == 1) r.loss_scale_curve.push_back({m.step, m.loss_scale});
+    bad = std::isfinite(m.loss) ? 0 : bad + 1;
+    if (progress.log) {
+      const double per_step = timed_steps ? timed_s / static_cast<double>(timed_steps) : m.seconds;
+      const double run_left = per_step * static_cast<double>(steps - m.step);
+      const double done = progress.study_done_before + per_step * static_cast<double>(m.step);
+      const double after = per_step * static_cast<double>(progress.same_task_steps_after) + progress.other_seconds_after;
+      const double total = done + run_left + after;
+      char line[400];
+      std::snprintf(line, sizeof line, "%s  step %ld/%ld  loss %.4f%s  run ETA %s  |  study %.0f%%  ETA %s",
+                    progress.label.c_str(), static_cast<long>(m.step), static_cast<long>(steps), m.loss,
+                    m.skipped ? " (skipped)" : "", format_duration(run_left).c_str(),
+                    std::isfinite(total) && total > 0 ? 100.0 * done / total : 0.0, format_duration(run_left + after).c_str());
+      if (progress.terminal) std::fprintf(progress.log, "\r\033[K%s", line);
+      else if (m.step == 1 || m.step % std::max<int64_t>(1, steps / 5) == 0) std::fprintf(progress.log, "%s\n", line);
+      std::fflush(progress.log);
+    }
+    if (bad >= diverge_after) {
+      r.status = "diverged";
+      r.diverged_at = m.step;
+      break;
+    }
+    if (spec.config.eval_every > 0 && m.step % spec.config.eval_every == 0 && m.step != steps) evaluate();
+    if (interrupt_requested()) throw ExperimentInterrupted("interrupted during " + spec.id);
+  }
+  if (progress.log && progress.terminal) std::fprintf(progress.log, "\r\033[K");
+  if (r.status != "diverged") evaluate();
+  if (!metrics.flush()) throw std::runtime_error("writing " + dir + "/metrics.jsonl failed (disk full?)");
+
+  r.skipped_steps = trainer.amp().scaler().skipped_steps();
+  r.final_loss_scale = trainer.amp().scaler().scale();
+  double sum = 0;
+  int n = 0;
+  for (double v : recent)
+    if (std::isfinite(v)) {
+      sum += v;
+      ++n;
+    }
+  r.final_train_loss = n == static_cast<int>(recent.size()) && n ? sum / n : report::kNaN;
+  if (timed_steps) {
+    r.step_ms = 1e3 * timed_s / static_cast<double>(timed_steps);
+    r.tokens_per_s = static_cast<double>(timed_tokens) / timed_s;
+  }
+  if (auto* mlp = dynamic_cast<nn::MLP*>(session->model.get()); mlp && r.status == "ok")
+    r.accuracy = mlp_accuracy(*mlp, *session->val);
+  r.peak_memory_bytes = static_cast<double>(memory_stats().peak_total);
+  if (spec.task == "gpt" && spec.recipe == "fp32" && r.status == "ok") r.grad_exponents.push_back(gradient_exponents(*session));
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return r;
+}
+
+}  // namespace mantissa::train

@@ -1,0 +1,231 @@
+// The unit-scaled GPT and MLP (issue 5). Unit scaling changes backward scales
+// on purpose, so a unit gradient is not the loss gradient; but every scale
+// either ties forward and backward (non-cut edges: linear inputs, GELU,
+// attention, adds) or sits at a parameter leaf, at the loss and the readout,
+// or at a residual branch (residual_add scales the branch forward by tau/d
+// but hands it the gradient unscaled; residual_split applies tau/d on the
+// way out). Hence for every parameter p:
+//   unit_grad(p) = c_loss x c_readout x c_branch(p) x c_leaf(p) x d(sum of losses)/dp
+// with the factors read off the rules. The tests check that identity against
+// central finite differences of the model's own forward, element by element.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <unistd.h>
+
+#include "mantissa/nn/gpt.hpp"
+#include "mantissa/nn/mlp.hpp"
+#include "mantissa/scaling/unit.hpp"
+#include "mantissa/train/session.hpp"
+
+using namespace mantissa;
+namespace us = mantissa::scaling;
+
+namespace {
+
+nn::Batch token_batch(int64_t B, int64_t T, int64_t V, uint64_t seed) {
+  std::mt19937_64 g(seed);
+  nn::Batch b{Tensor::empty({B, T}, DType::i32), Tensor::empty({B, T}, DType::i32)};
+  for (int64_t i = 0; i < B * T; ++i) {
+    b.inputs.data<int32_t>()[i] = static_cast<int32_t>(g() % V);
+    b.targets.data<int32_t>()[i] = i % 7 == 3 ? -1 : static_cast<int32_t>(g() % V);
+  }
+  return b;
+}
+
+// Checks unit_grad / factor(p) against central differences of the summed loss
+// at the largest-gradient element and three random ones of every parameter.
+void check_against_fd(nn::Model& m, const nn::Batch& batch, const std::function<double(const nn::Parameter&)>& factor,
+                      int64_t count) {
+  m.zero_grad();
+  m.forward_backward(batch, 1.0f / static_cast<float>(count));  // one micro-batch: seed 1
+  std::mt19937_64 g(5);
+  const float h = 1e-2f;
+  int checked = 0;
+  for (nn::Parameter* p : m.parameters()) {
+    SCOPED_TRACE(p->name);
+    const auto grad = p->grad.to_vector();
+    const double c = factor(*p);
+    size_t top = 0;
+    for (size_t i = 0; i < grad.size(); ++i)
+      if (std::fabs(grad[i]) > std::fabs(grad[top])) top = i;
+    const double scale = std::fabs(grad[top]) / c;
+    std::vector<size_t> picks{top, g() % grad.size(), g() % grad.size(), g() % grad.size()};
+    for (size_t i : picks) {
+      float* v = p->value.f32() + i;
+      const float keep = *v;
+      *v = keep + h;
+      ++p->version;
+      const double up = m.evaluate(batch).sum;
+      *v = keep - h;
+      ++p->version;
+      const double down = m.evaluate(batch).sum;
+      *v = keep;
+      ++p->version;
+      const double fd = (up - down) / (2.0 * h);
+      EXPECT_NEAR(grad[i] / c, fd, 0.03 * scale + 2e-3) << "element " << i << ", factor " << c;
+      ++checked;
+    }
+  }
+  EXPECT_GT(checked, 20);
+}
+
+nn::GPTConfig tiny_gpt(const std::string& rule_set) {
+  nn::GPTConfig c;
+  c.vocab = 16;
+  c.context = 8;
+  c.layers = 2;
+  c.d_model = 8;
+  c.heads = 2;
+  c.seed = 11;
+  c.unit.enabled = true;
+  c.unit.rule_set = rule_set;
+  return c;
+}
+
+}  // namespace
+
+TEST(UnitGPT, GradientsAreScaledLossGradients) {
+  for (const char* set : {"library", "paper"}) {
+    SCOPED_TRACE(set);
+    const nn::GPTConfig cfg = tiny_gpt(set);
+    nn::GPT m(cfg);
+    const int64_t B = 2, T = 8, N = B * T, C = cfg.d_model, V = cfg.vocab;
+    const nn::Batch batch = token_batch(B, T, V, 3);
+    int64_t count = 0;
+    for (int64_t i = 0; i < N; ++i) count += batch.targets.data<int32_t>()[i] >= 0;
+    const us::Rules lin = cfg.unit.rules("linear");
+    // Non-cut edges carry equal forward and backward scales: nothing to correct there.
+    const us::Scales s_attn = us::linear(C, 3 * C, N, lin);
+    ASSERT_DOUBLE_EQ(s_attn.fwd, s_attn.bwd[0]);
+    const us::Scales gelu = us::gelu(1.0, cfg.unit.rules("gelu"));
+    ASSERT_DOUBLE_EQ(gelu.fwd, gelu.bwd[0]);
+    const us::LossScales ce = us::cross_entropy(V, N);
+    const us::Scales ro = us::linear_readout(C, V, N, cfg.unit.rules("readout"));
+    const double c_loss = ce.bwd[0] / ce.input_fwd, c_ro = ro.bwd[0] / ro.fwd;
+    auto factor = [&](const nn::Parameter& p) -> double {
+      if (p.name == "lm_head.weight") return c_loss * ro.bwd[1] / ro.fwd;
+      double leaf = 1;
+      if (p.name == "transformer.wte.weight") leaf = us::embedding(V, N).bwd[0];
+      else if (p.name == "transformer.wpe.weight") leaf = us::embedding(T, N).bwd[0];
+      else if (p.name.find("ln_") != std::string::npos) leaf = us::layer_norm(C, N * C).bwd[1];
+      else if (p.value.ndim() == 2) {
+        const us::Scales s = us::linear(p.value.dim(0), p.value.dim(1), N, lin);
+        leaf = s.bwd[1] / s.fwd;
+      } else {
+        leaf = us::linear(C, C, N, lin).bwd[2];  // biases are added after the forward scale
+      }
+      double branch = 1;
+      if (p.name.find(".ln_1.") != std::string::npos || p.name.find(".attn.") != std::string::npos)
+        branch = 1.0 / us::residual(cfg.unit.tau_attn).branch;
+      if (p.name.find(".ln_2.") != std::string::npos || p.name.find(".mlp.") != std::string::npos)
+        branch = 1.0 / us::residual(cfg.unit.tau_mlp).branch;
+      return c_loss * c_ro * branch * leaf;
+    };
+    check_against_fd(m, batch, factor, count);
+  }
+}
+
+TEST(UnitGPT, ConfigRoundTripsAndInitIsUnit) {
+  nn::GPTConfig c = tiny_gpt("paper");
+  c.unit.tau_attn = 0.2;
+  c.unit.op_constraints["gelu"] = "gmean";
+  const nn::GPTConfig back = nn::GPTConfig::from_json(c.to_json());
+  EXPECT_TRUE(back.unit.enabled);
+  EXPECT_EQ(back.unit.rule_set, "paper");
+  EXPECT_DOUBLE_EQ(back.unit.tau_attn, 0.2);
+  EXPECT_EQ(back.unit.op_constraints.at("gelu"), "gmean");
+  EXPECT_FALSE(nn::GPTConfig::from_json(tiny_gpt("library").to_json()).unit.rule_set.empty());
+  nn::GPTConfig bad = c;
+  bad.unit.op_constraints["gelu"] = "median";
+  EXPECT_THROW(bad.validate(), std::invalid_argument);
+  // Weights N(0, 1): the untied head exists and every matrix has std ~1.
+  c.d_model = 64;
+  c.heads = 4;
+  nn::GPT m(c);
+  ASSERT_NE(m.find("lm_head.weight"), nullptr);
+  const auto w = m.find("transformer.h.0.mlp.c_fc.weight")->value.to_vector();
+  double s = 0;
+  for (float v : w) s += static_cast<double>(v) * v;
+  EXPECT_NEAR(std::sqrt(s / static_cast<double>(w.size())), 1.0, 0.02);
+}
+
+TEST(UnitMLP, GradientsAreScaledLossGradients) {
+  nn::MLPConfig c;
+  c.inputs = 12;
+  c.hidden = {10, 9};
+  c.classes = 5;
+  c.activation = "gelu";
+  c.seed = 2;
+  c.unit.enabled = true;
+  nn::MLP m(c);
+  const int64_t B = 6;
+  std::mt19937_64 g(1);
+  std::normal_distribution<double> nd;
+  nn::Batch batch{Tensor::empty({B, c.inputs}), Tensor::empty({B}, DType::i32)};
+  for (int64_t i = 0; i < B * c.inputs; ++i) batch.inputs.f32()[i] = static_cast<float>(nd(g));
+  for (int64_t i = 0; i < B; ++i) batch.targets.data<int32_t>()[i] = static_cast<int32_t>(i % c.classes);
+  const us::Rules lin = c.unit.rules("linear");
+  const us::LossScales ce = us::cross_entropy(c.classes, B);
+  const us::Scales ro = us::linear_readout(9, c.classes, B, c.unit.rules("readout"));
+  auto factor = [&](const nn::Parameter& p) -> double {
+    const bool last = p.name.rfind("layers.2.", 0) == 0;
+    const double top = ce.bwd[0] * (last ? 1.0 : ro.bwd[0] / ro.fwd);
+    if (last) return top * (p.value.ndim() == 2 ? ro.bwd[1] / ro.fwd : ro.bwd[2]);
+    const int64_t fi = p.name.rfind("layers.0.", 0) == 0 ? 12 : 10, fo = p.name.rfind("layers.0.", 0) == 0 ? 10 : 9;
+    const us::Scales s = us::linear(fi, fo, B, lin);
+    return top * (p.value.ndim() == 2 ? s.bwd[1] / s.fwd : s.bwd[2]);
+  };
+  check_against_fd(m, batch, factor, B);
+}
+
+// A tiny unit GPT trains through the whole session path (unit LR rules,
+// independent weight decay, unit default learning rate).
+TEST(UnitGPT, TrainsAndLossFalls) {
+  const auto dir = std::filesystem::temp_directory_path() / ("mantissa_unit_gpt_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const auto path = dir / "text.txt";
+  {
+    std::ofstream f(path);
+    std::mt19937_64 g(4);
+    const char* words[] = {"the ", "cat ", "sat ", "on ", "a ", "mat ", "and ", "dog ", "ran ", "far. "};
+    for (int i = 0; i < 6000; ++i) f << words[g() % 10];
+  }
+  train::TrainConfig c;
+  c.model = "gpt";
+  c.layers = 2;
+  c.d_model = 32;
+  c.heads = 2;
+  c.seq_len = 32;
+  c.batch_size = 8;
+  c.steps = 60;
+  c.warmup = 5;
+  c.eval_batches = 2;
+  c.recipe = "unit-fp32";
+  c.data = path.string();
+  auto s = train::build_session(c);
+  EXPECT_DOUBLE_EQ(s->config.lr, train::kUnitDefaultLr);
+  // Adam rule: hidden weights lr x depth^-1/2 x fan_in^-1/2; the readout x1.
+  const auto params = s->model->parameters();
+  for (size_t i = 0; i < params.size(); ++i) {
+    if (params[i]->name == "transformer.h.0.attn.c_attn.weight") {
+      EXPECT_DOUBLE_EQ(s->optimizer->lr_multiplier(i), 1.0 / std::sqrt(2.0) / std::sqrt(32.0));
+    }
+    if (params[i]->name == "lm_head.weight") {
+      EXPECT_DOUBLE_EQ(s->optimizer->lr_multiplier(i), 1.0);
+    }
+  }
+  double first = 0, last = 0;
+  for (int64_t k = 0; k < c.steps; ++k) {
+    const double l = s->trainer->train_step().loss;
+    ASSERT_TRUE(std::isfinite(l));
+    if (k == 0) first = l;
+    last = l;
+  }
+  EXPECT_NEAR(first, std::log(256.0), 0.2);  // unit logits at init are near uniform
+  EXPECT_LT(last, first - 2.0) << "first " << first << " last " << last;
+  std::filesystem::remove_all(dir);
+}

@@ -1,0 +1,198 @@
+// FP8 casts with power-of-two scales (scaling/fp8.hpp) against direct
+// computations: scale exponents by brute-force search over powers of two,
+// each code against the nearest point of the format's grid found by scanning
+// all 256 codes, MX / blockwise scales from each block's amax.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "mantissa/formats/format.hpp"
+#include "mantissa/formats/round.hpp"
+#include "mantissa/scaling/fp8.hpp"
+
+using namespace mantissa;
+using namespace mantissa::scaling;
+
+namespace {
+
+// Largest k with amax * 2^k <= max, by scanning k (independent of the
+// library's ilogb-based search).
+int brute_shift(double max, double amax) {
+  int best = -100000;
+  for (int k = -300; k <= 300; ++k)
+    if (std::ldexp(amax, k) <= max) best = k;
+  return best;
+}
+
+// Values spread over many binades, with signs.
+std::vector<float> spread(size_t n, uint64_t seed, double lo_exp, double hi_exp) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> e(lo_exp, hi_exp), u(0, 1);
+  std::vector<float> v(n);
+  for (auto& x : v) x = static_cast<float>((u(rng) < 0.5 ? -1 : 1) * std::exp2(e(rng)));
+  return v;
+}
+
+// Nearest finite grid value of format f to y (ties: either neighbour), or +-max beyond.
+double nearest_grid(const formats::Format& f, double y) {
+  double best = 0, dist = std::numeric_limits<double>::infinity();
+  for (uint32_t c = 0; c < 256; ++c) {
+    if (formats::is_nan_code(f, c)) continue;
+    const double v = formats::decode(f, c);
+    if (!std::isfinite(v)) continue;
+    if (std::fabs(v - y) < dist) {
+      dist = std::fabs(v - y);
+      best = v;
+    }
+  }
+  return best;
+}
+
+void expect_on_grid(const formats::Format& f, const std::vector<float>& x, const std::vector<float>& got,
+                    const std::vector<double>& scale_of) {
+  for (size_t i = 0; i < x.size(); ++i) {
+    const double y = x[i] / scale_of[i];
+    const double want = nearest_grid(f, y) * scale_of[i];
+    // A tie may go either way: accept either neighbour at exactly equal distance.
+    if (static_cast<double>(got[i]) != want) {
+      EXPECT_DOUBLE_EQ(std::fabs(got[i] - x[i]), std::fabs(want - x[i])) << "element " << i << " x=" << x[i];
+    }
+  }
+}
+
+}  // namespace
+
+TEST(Fp8Scale, PerTensorExponentIsThePowerOfTwoOfMaxOverAmax) {
+  const formats::Format e4 = formats::parse_format("e4m3fn"), e5 = formats::parse_format("e5m2");
+  for (double amax : {448.0, 449.0, 896.0, 1.0, 0.75, 3e-5, 1e5, 57344.0, 57345.0, 1e-30}) {
+    for (const auto* f : {&e4, &e5}) {
+      const int want = -brute_shift(f->max(), amax);
+      EXPECT_EQ(per_tensor_exponent(f->max(), amax), std::clamp(want, -126, 126)) << f->name << " amax " << amax;
+      EXPECT_EQ(per_tensor_exponent(f->max(), amax, 2), std::clamp(want + 2, -126, 126)) << "margin 2";
+      // The scaled amax fits and is within a factor 2 of max (rounding down the scale).
+      const double scaled = std::ldexp(amax, -per_tensor_exponent(f->max(), amax));
+      EXPECT_LE(scaled, f->max());
+      EXPECT_GT(scaled * 2, f->max());
+    }
+  }
+  EXPECT_EQ(per_tensor_exponent(448, 0.0), 0);
+  EXPECT_EQ(per_tensor_exponent(448, std::numeric_limits<double>::infinity()), 0);
+}
+
+TEST(Fp8Scale, MxAndBlockwiseExponents) {
+  const formats::Format e4 = formats::parse_format("e4m3fn");
+  for (double amax : {1.0, 1.9, 448.0, 500.0, 3e-3, 1e20}) {
+    int exp2 = 0;
+    std::frexp(amax, &exp2);  // amax = m 2^exp2, m in [0.5, 1): floor(log2 amax) = exp2 - 1
+    EXPECT_EQ(mx_exponent(e4, amax), exp2 - 1 - 8) << amax;  // emax(e4m3fn) = 8
+    EXPECT_EQ(blockwise_exponent(448, amax), -brute_shift(448, amax)) << amax;
+  }
+  EXPECT_EQ(mx_exponent(e4, 0.0), -127);
+  EXPECT_EQ(mx_exponent(e4, 1e-300), -127);  // clamped to E8M0's range
+}
+
+TEST(Fp8Cast, PerTensorCodesAreTheNearestScaledGridPoints) {
+  const formats::Format f = formats::parse_format("e4m3fn");
+  const std::vector<float> x = spread(3000, 1, -12, 6);
+  Tensor t = Tensor::from(x, {30, 100});
+  const Amax a = amax_of(x.data(), static_cast<int64_t>(x.size()));
+  float want_amax = 0;
+  for (float v : x) want_amax = std::max(want_amax, std::fabs(v));
+  EXPECT_EQ(a.value, want_amax);
+  EXPECT_FALSE(a.nonfinite);
+  const int e = per_tensor_exponent(f.max(), a.value);
+  int64_t saturated = -1;
+  const auto q = cast_per_tensor(f, t, e, true, &saturated);
+  EXPECT_EQ(q.codes.dtype(), DType::e4m3fn);
+  EXPECT_EQ(q.codes.bytes(), x.size());  // one byte per value
+  EXPECT_EQ(q.codes.scale(), std::ldexp(1.0f, e));
+  EXPECT_EQ(saturated, 0);
+  expect_on_grid(f, x, dequantised_values(q), std::vector<double>(x.size(), std::ldexp(1.0, e)));
+}
+
+TEST(Fp8Cast, SaturationIsCountedAndNonFiniteSurvives) {
+  const formats::Format f = formats::parse_format("e4m3fn");
+  Tensor t = Tensor::from({1.0f, 500.0f, -1000.0f, 2.0f}, {4});
+  int64_t saturated = 0;
+  auto q = cast_per_tensor(f, t, 0, true, &saturated);
+  EXPECT_EQ(saturated, 2);
+  EXPECT_EQ(dequantised_values(q), (std::vector<float>{1.0f, 448.0f, -448.0f, 2.0f}));
+  Tensor bad = Tensor::from({1.0f, std::numeric_limits<float>::infinity(), 2.0f}, {3});
+  EXPECT_TRUE(amax_of(bad.f32(), 3).nonfinite);
+  q = cast_per_tensor(f, bad, 0, false);
+  EXPECT_TRUE(std::isnan(dequantised_values(q)[1]));  // e4m3fn has no inf: NaN, never a finite max
+}
+
+TEST(Fp8Cast, MxBlocksAlongTheContractionDim) {
+  const formats::Format f = formats::parse_format("e4m3fn");
+  const int64_t rows = 5, cols = 70;  // 70 = 2 full blocks of 32 and a short one
+  std::vector<float> x = spread(static_cast<size_t>(rows * cols), 2, -20, 10);
+  const Tensor t = Tensor::from(x, {rows, cols});
+  for (int axis : {2, 1}) {
+    const int64_t tr = axis == 1 ? 32 : 1, tc = axis == 2 ? 32 : 1;
+    CastReport report;
+    const auto q = cast_blocks(f, t, 1, rows, cols, tr, tc, Fp8Scaling::mx, &report);
+    ASSERT_TRUE(q.blocks);
+    EXPECT_EQ(q.codes.scale(), 1.0f);
+    std::vector<double> scale_of(x.size());
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c) {
+        // The block of (r, c): amax over it, then OCP's floor(log2(amax)) - emax.
+        const int64_t r0 = r / tr * tr, c0 = c / tc * tc;
+        double m = 0;
+        for (int64_t i = r0; i < std::min(rows, r0 + tr); ++i)
+          for (int64_t j = c0; j < std::min(cols, c0 + tc); ++j) m = std::max(m, std::fabs(double(x[size_t(i * cols + j)])));
+        int ex = 0;
+        std::frexp(m, &ex);
+        const int e = ex - 1 - 8;
+        const int64_t tile = (r / tr) * q.blocks->tiles_across() + c / tc;
+        EXPECT_EQ(q.blocks->exponents[size_t(tile)], e) << "axis " << axis << " r " << r << " c " << c;
+        scale_of[size_t(r * cols + c)] = std::ldexp(1.0, e);
+      }
+    expect_on_grid(f, x, dequantised_values(q), scale_of);
+  }
+}
+
+TEST(Fp8Cast, BlockwiseTilesNeverSaturate) {
+  const formats::Format f = formats::parse_format("e4m3fn");
+  const int64_t rows = 130, cols = 260;
+  std::vector<float> x = spread(static_cast<size_t>(rows * cols), 3, -15, 12);
+  const Tensor t = Tensor::from(x, {rows, cols});
+  CastReport report;
+  const auto q = cast_blocks(f, t, 1, rows, cols, 128, 128, Fp8Scaling::blockwise, &report);
+  EXPECT_EQ(report.saturated, 0);
+  EXPECT_EQ(q.blocks->tiles_down(), 2);
+  EXPECT_EQ(q.blocks->tiles_across(), 3);
+  std::vector<double> scale_of(x.size());
+  for (int64_t bi = 0; bi < 2; ++bi)
+    for (int64_t bj = 0; bj < 3; ++bj) {
+      double m = 0;
+      for (int64_t i = bi * 128; i < std::min(rows, bi * 128 + 128); ++i)
+        for (int64_t j = bj * 128; j < std::min(cols, bj * 128 + 128); ++j) m = std::max(m, std::fabs(double(x[size_t(i * cols + j)])));
+      const int e = -brute_shift(448, m);
+      EXPECT_EQ(q.blocks->exponents[size_t(bi * 3 + bj)], e);
+      for (int64_t i = bi * 128; i < std::min(rows, bi * 128 + 128); ++i)
+        for (int64_t j = bj * 128; j < std::min(cols, bj * 128 + 128); ++j) scale_of[size_t(i * cols + j)] = std::ldexp(1.0, e);
+    }
+  expect_on_grid(f, x, dequantised_values(q), scale_of);
+}
+
+TEST(Fp8Cast, Bf16DecodeIsExactForEveryCode) {
+  for (const char* name : {"e4m3fn", "e5m2", "e4m3fnuz", "e5m2fnuz"}) {
+    const formats::Format f = formats::parse_format(name);
+    Tensor codes = Tensor::empty({256}, cast_dtype(f));
+    for (int c = 0; c < 256; ++c) codes.data<uint8_t>()[c] = static_cast<uint8_t>(c);
+    autograd::QuantisedOperand q;
+    q.codes = codes;
+    const std::vector<float> v = dequantised_values(q);
+    for (uint32_t c = 0; c < 256; ++c) {
+      const double want = formats::decode(f, c);
+      if (std::isnan(want)) EXPECT_TRUE(std::isnan(v[c])) << name << " code " << c;
+      else EXPECT_EQ(static_cast<double>(v[c]), want) << name << " code " << c;
+    }
+  }
+  EXPECT_THROW(cast_dtype(formats::parse_format("e3m4")), std::invalid_argument);
+}

@@ -1,0 +1,163 @@
+// `mantissa analyse` (issue 5 item 6): at initialisation every tracked tensor
+// of the unit-scaled GPT has RMS within [1/2, 2], forward and backward; the
+// standard GPT's table spans a far wider range; the files are written; bad
+// flags exit with code 2 and a message naming the problem.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <string>
+
+#include "mantissa/scaling/unit.hpp"
+#include "mantissa/train/analyse.hpp"
+
+using namespace mantissa;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct TempDir {
+  fs::path path = fs::temp_directory_path() / ("mantissa_analyse_" + std::to_string(::getpid()));
+  TempDir() {
+    fs::create_directories(path);
+    std::ofstream f(path / "text.txt");
+    std::mt19937_64 g(9);
+    const char* words[] = {"It ", "is ", "a ", "truth ", "universally ", "acknowledged, ", "that ", "a ", "single ", "man. "};
+    for (int i = 0; i < 4000; ++i) f << words[g() % 10];
+  }
+  ~TempDir() { fs::remove_all(path); }
+};
+
+train::AnalyseOptions options(const TempDir& d, const std::string& recipe) {
+  train::AnalyseOptions o;
+  train::TrainConfig& c = o.config;
+  c.model = "gpt";
+  c.layers = 2;
+  c.d_model = 64;
+  c.heads = 4;
+  c.seq_len = 64;
+  c.batch_size = 8;
+  c.recipe = recipe;
+  c.data = (d.path / "text.txt").string();
+  return o;
+}
+
+std::pair<double, double> rms_range(const scaling::ScaleRecorder& r, const std::string& skip = "") {
+  double lo = 1e300, hi = 0;
+  for (const auto& row : r.rows()) {
+    if (row.op == skip && row.pass == scaling::Pass::forward) continue;
+    lo = std::min(lo, row.stats.rms);
+    hi = std::max(hi, row.stats.rms);
+  }
+  return {lo, hi};
+}
+
+}  // namespace
+
+TEST(Analyse, UnitGptIsUnitScaledAtInit) {
+  TempDir d;
+  // Paper rules (readout = a linear layer): every op output and gradient.
+  train::AnalyseOptions o = options(d, "unit-fp32");
+  o.config.set = {"unit.rule_set=paper"};
+  const train::Analysis paper = train::analyse(o);
+  EXPECT_EQ(paper.parametrisation, "unit");
+  ASSERT_GE(paper.ops.rows().size(), 2u * (2 + 2 * 11 + 1));  // embedding, 11 per block, ln_f, logits; both passes
+  for (const auto& row : paper.ops.rows()) {
+    EXPECT_GE(row.stats.rms, 0.5) << row.op << " " << scaling::pass_name(row.pass);
+    EXPECT_LE(row.stats.rms, 2.0) << row.op << " " << scaling::pass_name(row.pass);
+  }
+  // Library rules: the same, except the u-muP readout's deliberately small
+  // logits (1/fan_in instead of fan_in^-1/2: RMS ~ d_model^-1/2).
+  const train::Analysis lib = train::analyse(options(d, "unit-fp32"));
+  for (const auto& row : lib.ops.rows()) {
+    const bool logits = row.op == "logits" && row.pass == scaling::Pass::forward;
+    const double want = logits ? 1.0 / std::sqrt(64.0) : 1.0;
+    EXPECT_GE(row.stats.rms, 0.5 * want) << row.op << " " << scaling::pass_name(row.pass);
+    EXPECT_LE(row.stats.rms, 2.0 * want) << row.op << " " << scaling::pass_name(row.pass);
+  }
+  // Weight gradients are unit too (their batch^-1/2 scales); weights N(0, 1).
+  for (const auto& row : paper.params.rows())
+    if (row.op.find("weight") != std::string::npos && row.op.find("ln_") == std::string::npos) {
+      EXPECT_GE(row.stats.rms, 0.25) << row.op << " " << scaling::pass_name(row.pass);
+      EXPECT_LE(row.stats.rms, 2.0) << row.op << " " << scaling::pass_name(row.pass);
+    }
+}
+
+TEST(Analyse, StandardGptSpreadsAndFilesAreWritten) {
+  TempDir d;
+  const train::Analysis std_a = train::analyse(options(d, "fp32"));
+  const train::Analysis unit = train::analyse(options(d, "unit-fp32"));
+  EXPECT_EQ(std_a.parametrisation, "standard");
+  const auto [lo, hi] = rms_range(std_a.ops);
+  const auto [ulo, uhi] = rms_range(unit.ops, "logits");
+  // Standard: forward ~0.02-1, backward gradients of the mean loss ~1e-5: a spread of many octaves.
+  EXPECT_GT(hi / lo, 1000.0) << lo << " .. " << hi;
+  EXPECT_LT(uhi / ulo, 4.0) << ulo << " .. " << uhi;
+  // Same ops in the same order for both models.
+  ASSERT_EQ(std_a.ops.rows().size(), unit.ops.rows().size());
+  for (size_t i = 0; i < unit.ops.rows().size(); ++i) EXPECT_EQ(std_a.ops.rows()[i].op, unit.ops.rows()[i].op);
+
+  const fs::path out = d.path / "out";
+  train::write_analysis(out.string(), {{"unit-fp32", &unit}, {"fp32", &std_a}}, "at init");
+  std::ifstream csv(out / "scales.csv");
+  std::string header;
+  std::getline(csv, header);
+  for (const char* col : {"op", "pass", "rms", "std", "mean_abs", "max_abs", "min_abs", "underflow", "overflow"})
+    EXPECT_NE(header.find(col), std::string::npos) << col;
+  int lines = 0;
+  for (std::string line; std::getline(csv, line);) ++lines;
+  EXPECT_EQ(lines, static_cast<int>(unit.ops.rows().size() + unit.params.rows().size()));
+  std::ifstream svg(out / "scales.svg");
+  std::stringstream ss;
+  ss << svg.rdbuf();
+  EXPECT_NE(ss.str().find("<svg"), std::string::npos);
+  EXPECT_NE(ss.str().find("h1.mlp.gelu"), std::string::npos);
+}
+
+TEST(Analyse, FormatsCountUnderflowOfTheRecipe) {
+  TempDir d;
+  // fp16-amp-noscale: the standard model's gradients of the mean loss fall
+  // under fp16's subnormal range in part; unit-fp16 loses nothing.
+  const train::Analysis std16 = train::analyse(options(d, "fp16-amp-noscale"));
+  const train::Analysis unit16 = train::analyse(options(d, "unit-fp16"));
+  double worst_std = 0, worst_unit = 0;
+  for (const auto& row : std16.ops.rows()) worst_std = std::max(worst_std, row.stats.underflow);
+  for (const auto& row : unit16.ops.rows()) worst_unit = std::max(worst_unit, row.stats.underflow);
+  EXPECT_GT(worst_std, 0.01);
+  EXPECT_LT(worst_unit, 1e-3);
+}
+
+TEST(Analyse, CliBadFlagsExitWithUsageError) {
+  TempDir d;
+  auto run = [&](const std::string& args, std::string* err) {
+    const std::string log = (d.path / "err.txt").string();
+    const int rc = std::system((std::string(MANTISSA_CLI) + " analyse " + args + " > /dev/null 2> " + log).c_str());
+    std::ifstream f(log);
+    std::stringstream ss;
+    ss << f.rdbuf();
+    *err = ss.str();
+    return WEXITSTATUS(rc);
+  };
+  const std::string data = " --data " + (d.path / "text.txt").string();
+  std::string err;
+  EXPECT_EQ(run("--model gpt --recipe fp32" + data, &err), 2);  // --out missing
+  EXPECT_NE(err.find("--out"), std::string::npos) << err;
+  EXPECT_EQ(run("--model gpt --recipe nosuch --out " + (d.path / "o").string() + data, &err), 2);
+  EXPECT_NE(err.find("nosuch"), std::string::npos) << err;
+  EXPECT_EQ(run("--model gpt --recipe unit-fp32 --set unit.rule_set=poem --out " + (d.path / "o").string() + data, &err), 2);
+  EXPECT_NE(err.find("poem"), std::string::npos) << err;
+  EXPECT_EQ(run("--model gpt --recipe fp32 --checkpoint " + (d.path / "none").string() + " --out " +
+                    (d.path / "o").string() + data, &err), 2);
+  EXPECT_NE(err.find("--checkpoint"), std::string::npos) << err;
+  // A good run: exit 0 and both files.
+  EXPECT_EQ(run("--model gpt --recipe unit-fp32 --layers 1 --d-model 32 --heads 2 --seq-len 32 --batch-size 4 --baseline fp32 --out " +
+                    (d.path / "ok").string() + data, &err), 0) << err;
+  EXPECT_TRUE(fs::exists(d.path / "ok" / "scales.csv"));
+  EXPECT_TRUE(fs::exists(d.path / "ok" / "scales.svg"));
+}

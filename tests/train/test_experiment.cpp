@@ -1,0 +1,217 @@
+// `mantissa experiment` end to end on a tiny GPT and MLP (synthetic corpus
+// and a synthetic IDX set, a few steps): the report has every row and its
+// numbers agree with the runs' own metrics files; --resume skips finished
+// runs; bad flags exit 2 naming the flag; the plan gives unit-scaled recipes
+// the unit learning rate; an interrupt abandons the current run.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <sstream>
+
+#include "mantissa/amp/recipe.hpp"
+#include "mantissa/train/experiment.hpp"
+
+namespace fs = std::filesystem;
+using mantissa::train::ExperimentOptions;
+
+namespace {
+
+struct Result {
+  int code = -1;
+  std::string out;
+};
+
+Result run(const std::string& args) {
+  const std::string cmd = std::string(MANTISSA_CLI) + " " + args + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  Result r;
+  char buf[4096];
+  for (size_t n; (n = fread(buf, 1, sizeof buf, p)) > 0;) r.out.append(buf, n);
+  const int status = pclose(p);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+void put_be32(std::string& s, uint32_t v) {
+  for (int i = 3; i >= 0; --i) s += static_cast<char>((v >> (8 * i)) & 0xff);
+}
+
+// An IDX set (uncompressed) where class k lights up row band k: learnable.
+void write_idx_set(const fs::path& dir, const std::string& prefix, int n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::string images, labels;
+  put_be32(images, 0x803);
+  put_be32(images, static_cast<uint32_t>(n));
+  put_be32(images, 28);
+  put_be32(images, 28);
+  put_be32(labels, 0x801);
+  put_be32(labels, static_cast<uint32_t>(n));
+  for (int i = 0; i < n; ++i) {
+    const int k = static_cast<int>(rng() % 10);
+    labels += static_cast<char>(k);
+    for (int p = 0; p < 28 * 28; ++p) images += static_cast<char>(p / 28 / 2 == k ? 200 + rng() % 50 : rng() % 40);
+  }
+  std::ofstream(dir / (prefix + "-images-idx3-ubyte"), std::ios::binary) << images;
+  std::ofstream(dir / (prefix + "-labels-idx1-ubyte"), std::ios::binary) << labels;
+}
+
+class Experiment : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("mantissa_experiment_" + std::to_string(::getpid()));
+    fs::remove_all(dir_);
+    fs::create_directories(dir_ / "fmnist");
+    std::mt19937_64 rng(5);
+    const char* words[] = {"the ", "quick ", "brown ", "fox ", "jumps ", "over ", "lazy ", "dog", ".\n", ", "};
+    std::string text;
+    while (text.size() < 8000) text += words[rng() % std::size(words)];
+    std::ofstream(dir_ / "corpus.txt") << text;
+    write_idx_set(dir_ / "fmnist", "train", 256, 1);
+    write_idx_set(dir_ / "fmnist", "t10k", 64, 2);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+  // 2 GPT recipes (+ one that does not exist), 1 MLP recipe, a few steps each.
+  std::string tiny(const std::string& out) const {
+    return "experiment --recipes fp32,bf16-amp,no-such-recipe --mlp-recipes fp32 --tokens 320 --layers 1 --d-model 16 "
+           "--heads 2 --seq-len 16 --batch-size 2 --mlp-steps 6 --threads 1 --data " +
+           path("corpus.txt") + " --mlp-data " + path("fmnist") + " --out " + path(out);
+  }
+  void expect_usage_error(const Result& r, const std::string& needle) {
+    EXPECT_EQ(r.code, 2) << r.out;
+    EXPECT_NE(r.out.find(needle), std::string::npos) << "expected '" << needle << "' in: " << r.out;
+  }
+  fs::path dir_;
+};
+
+}  // namespace
+
+TEST_F(Experiment, TinyStudyWritesReportWithEveryRowThenResumeSkipsFinishedRuns) {
+  const Result r = run(tiny("out"));
+  ASSERT_EQ(r.code, 0) << r.out;
+  const std::string md = slurp(dir_ / "out" / "report.md");
+  const std::string html = slurp(dir_ / "out" / "report.html");
+  for (const char* recipe : {"fp32", "bf16-amp"}) {
+    const fs::path run_dir = dir_ / "out" / "runs" / (std::string("gpt-") + recipe + "-s1337");
+    const auto result = nlohmann::json::parse(slurp(run_dir / "result.json"));
+    EXPECT_EQ(result["status"], "ok");
+    EXPECT_EQ(result["steps"], 10);  // 320 tokens / (2 x 16) per step
+    // Independent check: the last validation line of the run's own metrics file.
+    std::ifstream metrics(run_dir / "metrics.jsonl");
+    double last_bpc = NAN, last_loss = NAN;
+    for (std::string line; std::getline(metrics, line);) {
+      const auto j = nlohmann::json::parse(line);
+      if (j.contains("val_bpc")) {
+        last_bpc = j["val_bpc"].get<double>();
+        last_loss = j["val_loss"].get<double>();
+      }
+    }
+    EXPECT_DOUBLE_EQ(result["val_bpc"].get<double>(), last_bpc);
+    EXPECT_NEAR(last_bpc, last_loss / std::log(2.0), 1e-9);
+    EXPECT_GT(last_bpc, 0.5);
+    EXPECT_LT(last_bpc, 8.0);
+    char cell[64];
+    std::snprintf(cell, sizeof cell, "| %s | %.3f |", recipe, last_bpc);
+    EXPECT_NE(md.find(cell), std::string::npos) << cell << "\n" << md;
+  }
+  EXPECT_NE(md.find("| no-such-recipe | not available: recipe 'no-such-recipe' is not registered"), std::string::npos) << md;
+  const auto mlp = nlohmann::json::parse(slurp(dir_ / "out" / "runs" / "mlp-fp32-s1337" / "result.json"));
+  const double acc = mlp["accuracy"].get<double>();
+  EXPECT_GE(acc, 0.0);
+  EXPECT_LE(acc, 1.0);
+  char mlp_cell[64];
+  std::snprintf(mlp_cell, sizeof mlp_cell, "| fp32 | %.2f |", 100.0 * acc);
+  EXPECT_NE(md.find(mlp_cell), std::string::npos) << md;
+  EXPECT_NE(html.find("<svg"), std::string::npos);
+  EXPECT_TRUE(fs::exists(dir_ / "out" / "figures" / "val_curves.svg"));
+  EXPECT_TRUE(fs::exists(dir_ / "out" / "figures" / "grad_exponents.svg"));
+  EXPECT_EQ(slurp(dir_ / "out" / "figures" / "val_curves.svg").rfind("<svg", 0), 0u);
+  EXPECT_NE(r.out.find("3 runs trained, 0 kept"), std::string::npos) << r.out;
+
+  const auto before = fs::last_write_time(dir_ / "out" / "runs" / "gpt-fp32-s1337" / "result.json");
+  const Result again = run(tiny("out") + " --resume");
+  ASSERT_EQ(again.code, 0) << again.out;
+  EXPECT_NE(again.out.find("0 runs trained, 3 kept from earlier"), std::string::npos) << again.out;
+  EXPECT_EQ(fs::last_write_time(dir_ / "out" / "runs" / "gpt-fp32-s1337" / "result.json"), before);
+  EXPECT_NE(slurp(dir_ / "out" / "report.md").find("| bf16-amp |"), std::string::npos);
+
+  // A different token budget is a different run: --resume trains it again.
+  const Result changed = run(tiny("out") + " --resume --tokens 352 --mlp-recipes none");
+  ASSERT_EQ(changed.code, 0) << changed.out;
+  EXPECT_NE(changed.out.find("2 runs trained, 0 kept"), std::string::npos) << changed.out;
+}
+
+TEST_F(Experiment, BadFlagsExitWithUsageError) {
+  expect_usage_error(run("experiment --preset slow"), "--preset");
+  expect_usage_error(run("experiment --seeds 0"), "--seeds");
+  expect_usage_error(run("experiment --tokens -5"), "--tokens");
+  expect_usage_error(run("experiment --recipes fp32,,bf16-amp --data " + path("corpus.txt")), "--recipes");
+  expect_usage_error(run("experiment --no-such-flag"), "--no-such-flag");
+  expect_usage_error(run(tiny("out2") + " --data " + path("missing.txt")), "missing.txt");
+  std::ofstream(dir_ / "a_file") << "x";
+  expect_usage_error(run(tiny("a_file/out")), "--out");
+}
+
+TEST(ExperimentPlan, LearningRateFollowsParametrisationAndUnknownRecipesAreNotAvailable) {
+  mantissa::amp::Recipe unit = mantissa::amp::find_recipe("fp32");
+  unit.name = "test-unit-parametrised";
+  unit.parametrisation = mantissa::amp::Parametrisation::unit;
+  mantissa::amp::register_recipe(unit);
+  ExperimentOptions o;
+  o.recipes = {"fp32", "test-unit-parametrised", "missing-recipe"};
+  o.mlp_recipes = {"none"};
+  o.seeds = 2;
+  o.tokens = 1000;
+  o.seq_len = 10;
+  o.batch_size = 5;
+  const auto plan = mantissa::train::make_plan(o);
+  ASSERT_EQ(plan.runs.size(), 6u);  // 3 recipes x 2 seeds, no MLP
+  EXPECT_EQ(plan.runs[0].config.steps, 20);  // 1000 / (5 x 10)
+  EXPECT_EQ(plan.runs[0].seed, 1337);
+  EXPECT_EQ(plan.runs[1].seed, 1338);
+  EXPECT_EQ(plan.runs[1].config.seed, 1338);
+  EXPECT_DOUBLE_EQ(plan.runs[0].config.lr, 1.0 / 1024);  // BRIEF: regular AdamW 2^-10
+  EXPECT_DOUBLE_EQ(plan.runs[2].config.lr, 1.0 / 64);    // unit AdamW 2^-6
+  EXPECT_EQ(plan.runs[2].parametrisation, "unit");
+  EXPECT_TRUE(plan.runs[2].available);
+  EXPECT_FALSE(plan.runs[4].available);
+  EXPECT_EQ(plan.runs[4].id, "gpt-missing-recipe-s1337");
+  o.preset = "nope";
+  EXPECT_THROW(mantissa::train::make_plan(o), std::invalid_argument);
+}
+
+TEST_F(Experiment, InterruptAbandonsTheRunningRun) {
+  ExperimentOptions o;
+  o.recipes = {"fp32"};
+  o.mlp_recipes = {"none"};
+  o.tokens = 320;
+  o.layers = 1;
+  o.d_model = 16;
+  o.heads = 2;
+  o.seq_len = 16;
+  o.batch_size = 2;
+  o.data = path("corpus.txt");
+  auto plan = mantissa::train::make_plan(o);
+  plan.runs[0].config.data = path("corpus.txt");
+  fs::create_directories(dir_ / "run");
+  mantissa::train::request_interrupt();
+  EXPECT_THROW(mantissa::train::execute_run(plan.runs[0], path("run"), {}), mantissa::train::ExperimentInterrupted);
+  mantissa::train::clear_interrupt();
+  const auto r = mantissa::train::execute_run(plan.runs[0], path("run"), {});
+  EXPECT_EQ(r.status, "ok");
+  EXPECT_EQ(r.steps, 10);
+}

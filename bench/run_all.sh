@@ -66,11 +66,12 @@ if [ "$QUICK" = 1 ]; then
     --seq-len 32 --batch 2 --out "$RAW/train_ref.json" >/dev/null
 else
   echo "== reference GPT (L4 C256 H4 T128 B16), $ROUNDS alternating rounds" >&2
-  "${TRAIN[@]}" --recipes "$RECIPES" --rounds "$ROUNDS" --steps "$STEPS" --warmup 2 --out "$RAW/train_ref.json" >/dev/null
+  "${TRAIN[@]}" --recipes "$RECIPES" --rounds "$ROUNDS" --steps "$STEPS" --warmup 2 --profile-steps 2 \
+    --out "$RAW/train_ref.json" >/dev/null
   if [ "$SKIP_LARGE" = 0 ]; then
     for C in 512 768; do
       echo "== GPT L6 C$C H$((C / 64)) T256 B$LARGE_BATCH, 1 round" >&2
-      "${TRAIN[@]}" --recipes fp32,bf16-amp --rounds 1 --steps "$LARGE_STEPS" --warmup 1 --layers 6 --d-model "$C" \
+      "${TRAIN[@]}" --recipes fp32,bf16-amp --rounds 1 --steps "$LARGE_STEPS" --warmup 1 --profile-steps 1 --layers 6 --d-model "$C" \
         --heads $((C / 64)) --seq-len 256 --batch "$LARGE_BATCH" --out "$RAW/train_c$C.json" >/dev/null
     done
   fi

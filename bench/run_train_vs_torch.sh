@@ -5,6 +5,7 @@
 #   bash bench/run_train_vs_torch.sh [--threads 2] [--build-dir DIR] [--out FILE.json]
 #                                    [--recipes fp32,bf16-amp] [--steps 10] [--warmup 3] [--rounds 1]
 #                                    [any size flag: --layers L --d-model C --heads H --seq-len T --batch B]
+#                                    [--profile-steps N]  (bench_train's profiled steps per recipe)
 #
 # Builds bench_train if needed, installs Debian's python3-torch if /usr/bin/python3 has no torch,
 # runs bench/torch_gpt.py and bench_train with the same sizes and threads, prints both and the
@@ -24,6 +25,7 @@ STEPS=10
 WARMUP=3
 ROUNDS=1
 SIZE_ARGS=()
+PROFILE_ARGS=()  # bench_train's default (3 profiled steps per recipe) unless given
 while [ $# -gt 0 ]; do
   case $1 in
     --threads) THREADS=$2; shift 2 ;;
@@ -34,7 +36,8 @@ while [ $# -gt 0 ]; do
     --warmup) WARMUP=$2; shift 2 ;;
     --rounds) ROUNDS=$2; shift 2 ;;
     --layers|--d-model|--heads|--seq-len|--batch) SIZE_ARGS+=("$1" "$2"); shift 2 ;;
-    -h|--help) sed -n 2,15p "$0"; exit 0 ;;
+    --profile-steps) PROFILE_ARGS=(--profile-steps "$2"); shift 2 ;;
+    -h|--help) sed -n 2,16p "$0"; exit 0 ;;
     *) echo "run_train_vs_torch.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -73,7 +76,7 @@ for round in $(seq "$ROUNDS"); do
                   "${SIZE_ARGS[@]}")")
   echo "round $round/$ROUNDS: mantissa ($RECIPES, $THREADS threads) ..." >&2
   MANTISSA_RUNS+=("$("$BUILD_DIR/bench/bench_train" --threads "$THREADS" --recipe "$RECIPES" --steps "$STEPS" \
-                     --warmup "$WARMUP" "${SIZE_ARGS[@]}")")
+                     --warmup "$WARMUP" "${SIZE_ARGS[@]}" "${PROFILE_ARGS[@]}")")
 done
 TORCH_JSON=$(printf '%s\n' "${TORCH_RUNS[@]}")
 MANTISSA_JSON=$(printf '%s\n' "${MANTISSA_RUNS[@]}")

@@ -58,8 +58,12 @@ Var layer_norm(Tape& t, const Var& x, const Var& weight, const Var& bias) {
       if (!on->has_grad()) return;
       Tensor dx = grad_or_scratch(xn, xn ? xn->shape : Shape{N, C});
       Tensor dw = grad_or_scratch(wn, {C}), db = grad_or_scratch(bn, {C});
-      kernels::layernorm_backward(dx.f32(), dw.f32(), db.f32(), on->grad.f32(), Tape::restore(xs).f32(), w.f32(),
-                                  mean.f32(), rstd.f32(), N, C);
+      if (xs.dtype() == DType::bf16)  // widened row by row, no fp32 copy
+        kernels::layernorm_backward_bf16x(dx.f32(), dw.f32(), db.f32(), on->grad.f32(), xs.data<uint16_t>(),
+                                          w.f32(), mean.f32(), rstd.f32(), N, C);
+      else
+        kernels::layernorm_backward(dx.f32(), dw.f32(), db.f32(), on->grad.f32(), Tape::restore(xs).f32(), w.f32(),
+                                    mean.f32(), rstd.f32(), N, C);
     });
   return out;
 }

@@ -45,9 +45,11 @@ void layernorm_forward(float* out, float* mean, float* rstd, const float* x, con
 // Backward (norm = (x - mean) rstd, dnorm = weight * dout):
 //   dx += rstd (dnorm - mean(dnorm) - norm mean(dnorm norm))
 //   dweight += sum_rows norm dout; dbias += sum_rows dout
-void layernorm_backward(float* dx, float* dweight, float* dbias, const float* dout, const float* x,
-                        const float* weight, const float* mean, const float* rstd, int64_t N, int64_t C) {
-  kernels::profile::Scope profile_scope(kernels::profile::Category::norms);
+namespace {
+// row_x(i, scratch) gives row i of x in fp32 (scratch: C floats of this thread).
+template <class RowX>
+void layernorm_backward_impl(float* dx, float* dweight, float* dbias, const float* dout, RowX row_x,
+                             const float* weight, const float* mean, const float* rstd, int64_t N, int64_t C) {
   const bool par = parallel_rows(N, C);
   const int threads = par ? omp_get_max_threads() : 1;
   thread_local std::vector<float> partial;  // reused: no allocation in the steady state
@@ -57,9 +59,11 @@ void layernorm_backward(float* dx, float* dweight, float* dbias, const float* do
   {
     float* dw = partial_base + static_cast<size_t>(omp_get_thread_num()) * 2 * static_cast<size_t>(C);
     float* db = dw + C;
+    thread_local std::vector<float> row_scratch;
+    row_scratch.resize(static_cast<size_t>(C));
 #pragma omp for schedule(static)
     for (int64_t i = 0; i < N; ++i) {
-      const float* xi = x + i * C;
+      const float* xi = row_x(i, row_scratch.data());
       const float* gi = dout + i * C;
       const float m = mean[i], r = rstd[i];
       float dnorm_mean = 0.0f, dnorm_norm_mean = 0.0f;
@@ -92,6 +96,28 @@ void layernorm_backward(float* dx, float* dweight, float* dbias, const float* do
       for (int64_t j = 0; j < C; ++j) dbias[j] += dw[C + j];
     }
   }
+}
+}  // namespace
+
+void layernorm_backward(float* dx, float* dweight, float* dbias, const float* dout, const float* x,
+                        const float* weight, const float* mean, const float* rstd, int64_t N, int64_t C) {
+  kernels::profile::Scope profile_scope(kernels::profile::Category::norms);
+  layernorm_backward_impl(dx, dweight, dbias, dout, [x, C](int64_t i, float*) { return x + i * C; }, weight, mean,
+                          rstd, N, C);
+}
+
+// x kept as bf16 codes: each row widened into the thread's scratch (exact),
+// so the result has the bits of layernorm_backward on the widened x.
+void layernorm_backward_bf16x(float* dx, float* dweight, float* dbias, const float* dout, const uint16_t* x16,
+                              const float* weight, const float* mean, const float* rstd, int64_t N, int64_t C) {
+  kernels::profile::Scope profile_scope(kernels::profile::Category::norms);
+  layernorm_backward_impl(
+      dx, dweight, dbias, dout,
+      [x16, C](int64_t i, float* scratch) {
+        span_from_bf16(scratch, x16 + i * C, C);
+        return static_cast<const float*>(scratch);
+      },
+      weight, mean, rstd, N, C);
 }
 
 // ---- bias ------------------------------------------------------------------------------

@@ -83,6 +83,12 @@ std::map<std::string, std::string> machine_info() {
   for (const char* f : {"avx512f", "avx512_bf16", "avx512_fp16", "amx_bf16", "amx_tile"})
     if ((" " + flags + " ").find(std::string(" ") + f + " ") != std::string::npos) isa += (isa.empty() ? "" : ", ") + std::string(f);
   m["ISA"] = isa.empty() ? "no AVX-512" : isa;
+  // Step times are only comparable on a quiet machine: say how busy it was.
+  if (std::ifstream la("/proc/loadavg"); la) {
+    std::string one, five;
+    la >> one >> five;
+    m["load average at start (1 min, 5 min)"] = one + ", " + five;
+  }
   struct utsname u {};
   if (::uname(&u) == 0) m["os"] = std::string(u.sysname) + " " + u.release + " " + u.machine;
   return m;

@@ -3,6 +3,8 @@
 // differences of the float64 forward.
 #include <gtest/gtest.h>
 
+#include <bit>
+
 #include <cmath>
 #include <functional>
 #include <vector>
@@ -114,6 +116,30 @@ TEST(LayerNorm, BackwardThreadedMatchesFloat64Formula) {
 }
 
 // ---- bias ----------------------------------------------------------------------------
+// Layer norm backward reading x as bf16 codes equals the fp32 kernel on the
+// widened codes bit for bit (dx, dweight, dbias), threaded size.
+TEST(LayerNorm, BackwardBf16InputMatchesWidenedFp32) {
+  const int64_t N = 300, C = 192;
+  auto x = random_floats(N * C, 41, -3.0f, 3.0f);
+  auto g = random_floats(N * C, 42);
+  auto w = random_floats(C, 43, 0.5f, 1.5f), b = random_floats(C, 44);
+  std::vector<uint16_t> x16(N * C);
+  f32_to_bf16(x16.data(), x.data(), N * C);
+  std::vector<float> wide(N * C), y(N * C), mean(N), rstd(N);
+  for (int64_t i = 0; i < N * C; ++i) wide[i] = test::round_to_bf16(x[i]);
+  layernorm_forward(y.data(), mean.data(), rstd.data(), wide.data(), w.data(), b.data(), N, C);
+  std::vector<float> dx1(N * C, 0.5f), dx2(N * C, 0.5f), dw1(C, 0.0f), dw2(C, 0.0f), db1(C, 0.0f), db2(C, 0.0f);
+  layernorm_backward(dx1.data(), dw1.data(), db1.data(), g.data(), wide.data(), w.data(), mean.data(), rstd.data(), N, C);
+  layernorm_backward_bf16x(dx2.data(), dw2.data(), db2.data(), g.data(), x16.data(), w.data(), mean.data(),
+                           rstd.data(), N, C);
+  for (int64_t i = 0; i < N * C; ++i) ASSERT_EQ(std::bit_cast<uint32_t>(dx1[i]), std::bit_cast<uint32_t>(dx2[i])) << i;
+  for (int64_t j = 0; j < C; ++j) {
+    ASSERT_EQ(std::bit_cast<uint32_t>(dw1[j]), std::bit_cast<uint32_t>(dw2[j])) << j;
+    ASSERT_EQ(std::bit_cast<uint32_t>(db1[j]), std::bit_cast<uint32_t>(db2[j])) << j;
+  }
+  EXPECT_NE(dw2[0], 0.0f);
+}
+
 TEST(Bias, AddAndColumnSums) {
   const int64_t N = 333, C = 200;
   auto x = random_floats(N * C, 12), bias = random_floats(C, 13), g = random_floats(N * C, 14);

@@ -36,6 +36,9 @@ void layernorm_forward(float* out, float* mean, float* rstd, const float* x, con
                        const float* bias, int64_t N, int64_t C, float eps = 1e-5f);
 void layernorm_backward(float* dx, float* dweight, float* dbias, const float* dout, const float* x,
                         const float* weight, const float* mean, const float* rstd, int64_t N, int64_t C);
+// The same with x stored as bf16 codes (exactly widened, row by row).
+void layernorm_backward_bf16x(float* dx, float* dweight, float* dbias, const float* dout, const uint16_t* x16,
+                              const float* weight, const float* mean, const float* rstd, int64_t N, int64_t C);
 
 // out [N, C] = x [N, C] + bias [C]; dbias [C] += column sums of dout [N, C].
 void bias_add(float* out, const float* x, const float* bias, int64_t N, int64_t C);

@@ -96,9 +96,8 @@ const char* norm_name(Norm n);
 ScaledTensor dynamic_rescale(const ScaledTensor& x, Norm norm, Pow2Rounder& rounder,
                              float floor = 1.0f / 16384.0f);
 
-// Cast the data to a storage format (round-to-nearest-even, saturating so an
-// out-of-range value cannot become inf/NaN silently is NOT done: overflow
-// follows the format, as ml_dtypes); scales untouched.
+// Cast the data to a storage format (round-to-nearest-even; overflow follows
+// the format as in ml_dtypes, inf or NaN, so a bad scale shows); scales untouched.
 ScaledTensor cast(const ScaledTensor& x, DType dtype);
 
 }  // namespace mantissa::scaling

@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_args.hpp"
 #include "mantissa/amp/amp.hpp"
 #include "mantissa/kernels/kernels.hpp"
 #include "mantissa/nn/gpt.hpp"
@@ -37,22 +38,8 @@ struct Options {
   int steps = 5, warmup = 2;
 };
 
-[[noreturn]] void usage_error(const std::string& message) {
-  std::fprintf(stderr, "bench_checkpoint: %s\n", message.c_str());
-  std::exit(2);
-}
-
-int64_t positive(const std::string& flag, const std::string& text) {
-  size_t used = 0;
-  long long v = 0;
-  try {
-    v = std::stoll(text, &used);
-  } catch (const std::exception&) {
-    usage_error(flag + " expects a positive integer, got '" + text + "'");
-  }
-  if (used != text.size() || v <= 0) usage_error(flag + " expects a positive integer, got '" + text + "'");
-  return v;
-}
+using bench_args::positive;
+using bench_args::usage_error;
 
 Options parse(int argc, char** argv) {
   Options o;
@@ -99,7 +86,7 @@ Measurement measure(const Options& o, int every, const nn::Batch& batch) {
   c.context = o.seq_len;
   c.validate();
   nn::GPT model(c);
-  model.set_precision(amp::precision_policy(amp::find_recipe(o.recipe)));
+  model.set_precision(amp::precision_policy(amp::find_recipe(o.recipe), &model));
   model.set_activation_checkpointing(every);
   const float grad_scale = 1.0f / static_cast<float>(o.batch * o.seq_len);
   std::vector<double> times;
@@ -124,6 +111,7 @@ Measurement measure(const Options& o, int every, const nn::Batch& batch) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  bench_args::program() = "bench_checkpoint";
   const Options o = parse(argc, argv);
   try {
     kernels::set_num_threads(o.threads);

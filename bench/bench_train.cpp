@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_args.hpp"
 #include "mantissa/amp/amp.hpp"
 #include "mantissa/amp/recipe.hpp"
 #include "mantissa/data/source.hpp"
@@ -49,23 +50,8 @@ struct Options {
   int profile_steps = 3;  // extra steps per recipe run with the kernel profiler on (0: none)
 };
 
-[[noreturn]] void usage_error(const std::string& message) {
-  std::fprintf(stderr, "bench_train: %s\n", message.c_str());
-  std::exit(2);
-}
-
-int64_t positive(const std::string& flag, const std::string& text) {
-  size_t used = 0;
-  long long v = 0;
-  try {
-    v = std::stoll(text, &used);
-  } catch (const std::exception&) {
-    usage_error(flag + " expects a positive integer, got '" + text + "'");
-  }
-  if (used != text.size() || v <= 0)
-    usage_error(flag + " expects a positive integer, got '" + text + "'");
-  return v;
-}
+using bench_args::positive;
+using bench_args::usage_error;
 
 Options parse(int argc, char** argv) {
   Options o;
@@ -249,7 +235,7 @@ nlohmann::ordered_json breakdown(train::Trainer& trainer, optim::Optimizer& opti
 nlohmann::ordered_json time_recipe(const Options& o, const std::string& recipe_name, const Peaks& peaks) {
   amp::Recipe recipe = amp::find_recipe(recipe_name);
   nn::GPT model(gpt_config(o));
-  model.set_precision(amp::precision_policy(recipe));  // as train::apply_precision does
+  model.set_precision(amp::precision_policy(recipe, &model));  // as train::apply_precision does
   auto optimizer = optim::make_optimizer(adamw_config(), model.parameters());
   RandomTokens source(o.batch, o.seq_len, o.vocab);
   train::TrainerOptions options;
@@ -266,7 +252,7 @@ nlohmann::ordered_json time_recipe(const Options& o, const std::string& recipe_n
     if (step >= o.warmup) times.push_back(s);
   }
   double med = median(times);
-  const bool low = amp::precision_policy(recipe).matmul != DType::f32;
+  const bool low = model.precision().matmul != DType::f32;
   nlohmann::ordered_json out = {{"tokens_per_s", static_cast<double>(o.batch * o.seq_len) / med},
                                 {"step_ms", med * 1e3},
                                 {"first_loss", first_loss}};
@@ -278,6 +264,7 @@ nlohmann::ordered_json time_recipe(const Options& o, const std::string& recipe_n
 }  // namespace
 
 int main(int argc, char** argv) {
+  bench_args::program() = "bench_train";
   Options o = parse(argc, argv);
   try {
     kernels::set_num_threads(o.threads);

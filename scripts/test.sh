@@ -9,6 +9,9 @@ bash scripts/setup.sh
 bash scripts/pyenv.sh >/dev/null
 bash scripts/data.sh >/dev/null   # real Fashion-MNIST / corpus checks need the data
 JOBS=$(nproc)
+# ctest runs tests side by side, each with OpenMP threads: spinning waits would
+# oversubscribe the cores, so idle threads sleep.
+export OMP_WAIT_POLICY=passive
 echo "== Release build"
 bash scripts/build.sh build
 (cd build && ctest --output-on-failure -j "$JOBS" -LE exhaustive)
@@ -22,6 +25,8 @@ echo "== Benchmark smoke (must run; no timing is checked)"
 ./build/bench/bench_checkpoint --layers 2 --d-model 32 --heads 2 --seq-len 16 --batch 2 --steps 1 --warmup 1 >/dev/null
 MANTISSA_BENCH_REPS=1 ./build/bench/bench_matmul --benchmark_filter=attnproj >/dev/null
 ./build/bench/bench_convert --benchmark_filter='/32768' --benchmark_min_time=0.01 >/dev/null
+bash bench/run_all.sh --quick --build-dir build --out build/bench-results >/dev/null
+head -n 5 build/bench-results/summary.md
 echo "== AddressSanitizer + UBSan build"
 bash scripts/build.sh build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMANTISSA_SANITIZE=ON -DMANTISSA_BUILD_BENCH=OFF
 (cd build-asan && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j "$JOBS" -LE "exhaustive|oracle|slow")

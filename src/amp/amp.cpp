@@ -10,6 +10,7 @@
 #include "mantissa/formats/convert.hpp"
 #include "mantissa/optim/clip.hpp"
 #include "mantissa/scaling/fp8.hpp"
+#include "mantissa/scaling/scalify_quantiser.hpp"
 
 namespace mantissa::amp {
 namespace {
@@ -33,14 +34,24 @@ formats::Format diagnostic_format(const Recipe& r) {
 
 }  // namespace
 
-autograd::PrecisionPolicy precision_policy(const Recipe& r) {
-  if (r.cast_scaling == CastScaling::propagate)
-    throw std::invalid_argument("recipe " + r.name +
-                                ": cast_scaling 'propagate' needs the scale-propagation quantiser, which is not wired "
-                                "into the engine yet");
+autograd::PrecisionPolicy precision_policy(const Recipe& r, nn::Model* model) {
   autograd::PrecisionPolicy p;
   p.matmul = policy_dtype("matmul_format", r.matmul_format);
   p.saved = policy_dtype("saved_format", r.saved_format);
+  if (r.cast_scaling == CastScaling::propagate) {
+    // Scale propagation starts from the parameters' own scales.
+    if (model == nullptr)
+      throw std::invalid_argument("recipe " + r.name + ": cast_scaling 'propagate' needs the model (its parameters' scales)");
+    scaling::ScalifyOptions o;
+    o.forward_format = r.cast_forward;
+    o.backward_format = r.cast_backward;
+    try {
+      p.quantiser = scaling::make_scalify_quantiser(o, model->parameters());
+    } catch (const std::invalid_argument& e) {
+      throw std::invalid_argument("recipe " + r.name + ": " + e.what());
+    }
+    return p;
+  }
   if (!r.cast_forward.empty() || !r.cast_backward.empty()) {
     scaling::Fp8Config c;
     c.scaling = static_cast<scaling::Fp8Scaling>(r.cast_scaling);  // same order up to `propagate`
@@ -77,12 +88,9 @@ Amp::Amp(nn::Model& model, optim::Optimizer& optimizer, const Recipe& recipe, Am
       stats_format_(diagnostic_format(recipe)),
       low_gradients_(recipe.gradient_format != "fp32") {
   validate_recipe(recipe_);
-  if (recipe_.optimizer_state_format != "fp32")
-    throw std::invalid_argument("recipe " + recipe_.name + ": optimizer_state_format '" +
-                                recipe_.optimizer_state_format + "' is not supported by the optimizers yet (valid: fp32)");
   // The parametrisation (standard or unit) is the model's: it is built
   // with it (nn::GPTConfig / MLPConfig); Amp only handles precision.
-  model_.set_precision(precision_policy(recipe_));
+  model_.set_precision(precision_policy(recipe_, &model_));
   master_.initialise();
   model_.zero_grad();
 }

@@ -23,11 +23,14 @@ MasterWeights::MasterWeights(std::vector<nn::Parameter*> params, const Recipe& r
       rounding_(recipe.weight_rounding),
       norms_fp32_(recipe.norms_fp32),
       active_(recipe.weight_format != "fp32"),
-      has_master_(recipe.weight_format != "fp32" && recipe.master_format != "none"),
+      // A master copy in the working format itself (Scalify's FP16 master
+      // weights) is the working weights: updated in place, then rounded.
+      has_master_(recipe.weight_format != "fp32" && recipe.master_format != "none" &&
+                  recipe.master_format != recipe.weight_format),
       seed_(seed) {
-  if (recipe.master_format != "none" && recipe.master_format != "fp32")
-    throw std::invalid_argument("master_format '" + recipe.master_format +
-                                "' is not supported (valid: fp32, none)");
+  if (recipe.master_format != "none" && recipe.master_format != "fp32" && recipe.master_format != recipe.weight_format)
+    throw std::invalid_argument("master_format '" + recipe.master_format + "' is not supported (valid: fp32, none, or " +
+                                "the weight_format '" + recipe.weight_format + "')");
   master_.resize(params_.size());
 }
 

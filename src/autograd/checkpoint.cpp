@@ -12,6 +12,7 @@ Var checkpoint(Tape& t, const Var& x, const Segment& fn) {
     Tape inner(entry);
     y = fn(inner, t.constant(x.value)).value;
     t.ctx().dropout_calls = inner.ctx().dropout_calls;
+  t.ctx().quant_calls = inner.ctx().quant_calls;  // FP8 sites of parameter-free products keep their call order
   }
   // Parameters inside fn may need gradients even when x does not.
   const bool record = grad_enabled();

@@ -58,7 +58,7 @@ amp::Recipe resolve_recipe(const TrainConfig& c) {
 }
 
 void apply_precision(nn::Model& model, const amp::Recipe& recipe) {
-  model.set_precision(amp::precision_policy(recipe));
+  model.set_precision(amp::precision_policy(recipe, &model));
 }
 
 nn::UnitConfig unit_config(const TrainConfig& c, const amp::Recipe& recipe) {
@@ -317,13 +317,16 @@ std::unique_ptr<Session> build_session(const TrainConfig& config) {
   oc.beta1 = c.beta1;
   oc.beta2 = c.beta2;
   oc.weight_decay = c.weight_decay;
+  oc.state_format = s->recipe.optimizer_state_format;
   if (c.optimizer == "sgd") oc.momentum = c.beta1;
   if (unit.enabled) {
     // u-muP: per-parameter LR rules, and weight decay that does not follow them.
     oc.weight_decay = 0;
     auto inner = optim::make_optimizer(oc, s->model->parameters());
     set_unit_lr_multipliers(*s->model, *inner, c.optimizer);
-    s->optimizer = std::make_unique<IndependentDecay>(std::move(inner), c.lr, c.weight_decay * c.lr);
+    // Per-step decay independent of the LR: what the standard model gets at
+    // its default learning rate (weight_decay x 1e-3), following the schedule.
+    s->optimizer = std::make_unique<IndependentDecay>(std::move(inner), c.lr, c.weight_decay * TrainConfig{}.lr);
   } else {
     s->optimizer = optim::make_optimizer(oc, s->model->parameters());
   }
@@ -337,11 +340,8 @@ std::unique_ptr<Session> build_session(const TrainConfig& config) {
   to.amp.grad_clip = c.grad_clip;
   to.amp.seed = static_cast<uint64_t>(c.seed);
   to.amp.grad_stats = c.grad_stats;
-  // The model already honours the parametrisation; amp::Amp only handles
-  // precision and (until amp.cpp drops its check) refuses non-standard ones.
-  amp::Recipe amp_recipe = s->recipe;
-  amp_recipe.parametrisation = amp::Parametrisation::standard;
-  s->trainer = std::make_unique<Trainer>(*s->model, *s->optimizer, *s->train, s->val.get(), amp_recipe, to);
+  // The model already honours the parametrisation; amp::Amp only handles precision.
+  s->trainer = std::make_unique<Trainer>(*s->model, *s->optimizer, *s->train, s->val.get(), s->recipe, to);
   if (!c.resume.empty()) s->trainer->resume(c.resume);
   return s;
 }

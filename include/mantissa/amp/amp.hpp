@@ -30,7 +30,9 @@ namespace mantissa::amp {
 
 // The model-side settings of a recipe. Throws std::invalid_argument naming
 // the setting when the engine cannot run a format in that role.
-autograd::PrecisionPolicy precision_policy(const Recipe& r);
+// Scale-propagation recipes (cast_scaling propagate) need the model: their
+// scales start from its parameters'; Amp passes it.
+autograd::PrecisionPolicy precision_policy(const Recipe& r, nn::Model* model = nullptr);
 
 struct AmpOptions {
   double grad_clip = 0.0;      // <= 0: measure the norm only

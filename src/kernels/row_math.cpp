@@ -62,7 +62,10 @@ MANTISSA_CLONES void span_gelu_backward(float* dx, const float* x, const float* 
     const float e = vexp(-2.0f * u);
     const float s = 1.0f / (1.0f + e);
     const float du = kGeluScale * (1.0f + 3.0f * kGeluCubic * v * v);
-    dx[i] += (s + 2.0f * v * s * (e * s) * du) * dout[i];
+    // x below about -10.1: e = inf, s = 0 and e s = inf * 0 = NaN, where the
+    // term's limit is 0 (the derivative there is below 1e-35).
+    const float tail = s > 0.0f ? 2.0f * v * s * (e * s) * du : 0.0f;
+    dx[i] += (s + tail) * dout[i];
   }
 }
 

@@ -4,10 +4,12 @@
 // outputs and gradients of unit variance.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <numbers>
 #include <random>
 #include <string>
 #include <vector>
@@ -301,4 +303,31 @@ TEST(OpsUnit, ObserveReportsValueAndGradientOnlyWithObserver) {
   EXPECT_EQ(seen[1].first, "x:bwd");
   EXPECT_EQ(seen[1].second, (std::vector<float>{1.5f, -3.0f}));
   EXPECT_EQ(x.node->grad.to_vector(), (std::vector<float>{1.5f, -3.0f}));
+}
+
+// Regression (unit-fp32 GPT at lr 0.125 went non-finite after ~75 steps): the
+// tanh-GELU backward computed exp(-2u) (1 - s) as inf * 0 = NaN for
+// pre-activations below about -10.1, so one large negative MLP input poisoned
+// every lower layer. The true derivative there is ~0; elsewhere the gradient is
+// checked against a float64 recomputation of d/dx x sigmoid(2u).
+TEST(UnitOps, TanhGeluBackwardStaysFiniteForLargeNegativeInputs) {
+  const std::vector<float> xs = {-200.0f, -40.0f, -12.0f, -10.2f, -10.0f, -9.0f, -3.0f, -0.5f, 0.0f, 0.7f, 4.0f, 30.0f};
+  const int64_t n = static_cast<int64_t>(xs.size());
+  const us::Scales s = us::gelu(1.0, {us::RuleSet::library, us::Constraint::none});
+  ag::Tape t;
+  ag::Var x = t.leaf(Tensor::from(xs, {n}));
+  ag::Var y = ag::unit_gelu(t, x, s);
+  std::vector<float> dy(xs.size());
+  for (size_t i = 0; i < dy.size(); ++i) dy[i] = 1.0f + 0.25f * static_cast<float>(i);
+  t.backward(y, Tensor::from(dy, {n}));
+  const auto dx = x.node->grad.to_vector();
+  for (size_t i = 0; i < xs.size(); ++i) {
+    const double v = xs[i];
+    const double u = std::sqrt(2.0 / std::numbers::pi) * (v + 0.044715 * v * v * v);
+    const double sg = 1.0 / (1.0 + std::exp(-2.0 * u));
+    const double du = std::sqrt(2.0 / std::numbers::pi) * (1.0 + 3.0 * 0.044715 * v * v);
+    const double want = s.bwd[0] * (sg + 2.0 * v * sg * (1.0 - sg) * du) * dy[i];
+    ASSERT_TRUE(std::isfinite(dx[i])) << "x = " << v;
+    EXPECT_NEAR(dx[i], want, 1e-5 * std::max(1.0, std::fabs(want))) << "x = " << v;
+  }
 }

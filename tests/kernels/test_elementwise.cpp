@@ -80,6 +80,21 @@ TEST(Gelu, BackwardMatchesAnalyticAndFiniteDifferences) {
   }
 }
 
+// Far left of zero exp(-2u) overflows; the derivative must go to its ~0
+// limit, not to inf * 0 = NaN (found in a unit-scaled GPT whose MLP
+// pre-activations reached -11 during training).
+TEST(Gelu, BackwardIsFiniteFarLeftOfZero) {
+  const std::vector<float> x = {-200.0f, -40.0f, -12.0f, -10.2f, -10.0f, -9.0f, -3.0f, 0.0f, 4.0f, 30.0f};
+  const int64_t n = static_cast<int64_t>(x.size());
+  const std::vector<float> g(x.size(), 1.0f);
+  std::vector<float> dx(x.size(), 0.0f);
+  gelu_backward(dx.data(), x.data(), g.data(), n);
+  for (int64_t i = 0; i < n; ++i) {
+    ASSERT_TRUE(std::isfinite(dx[i])) << "x=" << x[i];
+    EXPECT_NEAR(dx[i], gelu_grad_ref(x[i]), 1e-6 + 1e-5 * std::fabs(gelu_grad_ref(x[i]))) << "x=" << x[i];
+  }
+}
+
 TEST(Relu, ForwardAndBackward) {
   auto x = random_floats(kN, 6);
   x[0] = 0.0f;

@@ -14,6 +14,12 @@ namespace mantissa::autograd {
 // logits [N, V], targets [N] -> [1]; the fused kernel makes dlogits = softmax - onehot
 // in the forward pass (only when recording), backward scales it by dL.
 Var cross_entropy(Tape& t, const Var& logits, const Tensor& targets, LossStats* stats) {
+  return scaled_cross_entropy(t, logits, targets, 1.0f, 1.0f, stats);
+}
+
+// As cross_entropy on z = input_scale x logits; the kernel writes grad_scale (softmax - onehot).
+Var scaled_cross_entropy(Tape& t, const Var& logits, const Tensor& targets, float input_scale, float grad_scale,
+                         LossStats* stats) {
   const int64_t V = logits.dim(-1), N = logits.numel() / V;
   if (targets.dtype() != DType::i32 || targets.numel() != N)
     throw std::invalid_argument("cross_entropy: targets must be i32 with one entry per row of logits " +
@@ -23,12 +29,17 @@ Var cross_entropy(Tape& t, const Var& logits, const Tensor& targets, LossStats* 
     if (tg[i] >= V)
       throw std::out_of_range("cross_entropy: target " + std::to_string(tg[i]) + " at row " + std::to_string(i) +
                               " is outside [0, " + std::to_string(V) + ")");
+  Tensor z = logits.value;
+  if (input_scale != 1.0f) {
+    z = Tensor::empty(logits.shape(), DType::f32, MemoryKind::workspace);
+    kernels::scale(z.f32(), logits.value.f32(), input_scale, z.numel());
+  }
   const bool record = t.wants_grad({&logits});
   Tensor losses = Tensor::empty({N}, DType::f32, MemoryKind::workspace);
   Tensor dlogits = record ? Tensor::empty(logits.shape()) : Tensor();
   int64_t count = 0;
-  double sum = kernels::cross_entropy(logits.value.f32(), tg, N, V, 1.0f, losses.f32(),
-                                      record ? dlogits.f32() : nullptr, &count);
+  const double sum = kernels::cross_entropy(z.f32(), tg, N, V, grad_scale, losses.f32(),
+                                            record ? dlogits.f32() : nullptr, &count);
   if (stats) {
     stats->sum += sum;
     stats->count += count;

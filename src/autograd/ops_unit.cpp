@@ -360,41 +360,7 @@ Var unit_token_position_embedding(Tape& t, const Tensor& ids, const Var& wte, co
 Var unit_cross_entropy(Tape& t, const Var& logits, const Tensor& targets, const scaling::LossScales& s,
                        LossStats* stats) {
   if (s.bwd.empty()) throw std::invalid_argument("unit_cross_entropy: missing the logits' backward scale");
-  const int64_t V = logits.dim(-1), N = logits.numel() / V;
-  if (targets.dtype() != DType::i32 || targets.numel() != N)
-    throw std::invalid_argument("unit_cross_entropy: targets must be i32 with one entry per row of logits " +
-                                shape_str(logits.shape()) + ", got " + shape_str(targets.shape()));
-  const int32_t* tg = targets.data<int32_t>();
-  for (int64_t i = 0; i < N; ++i)
-    if (tg[i] >= V)
-      throw std::out_of_range("unit_cross_entropy: target " + std::to_string(tg[i]) + " at row " + std::to_string(i) +
-                              " is outside [0, " + std::to_string(V) + ")");
-  Tensor z = logits.value;
-  if (s.input_fwd != 1.0) {
-    z = Tensor::empty(logits.shape(), DType::f32, MemoryKind::workspace);
-    kernels::scale(z.f32(), logits.value.f32(), f(s.input_fwd), z.numel());
-  }
-  const bool record = t.wants_grad({&logits});
-  Tensor losses = Tensor::empty({N}, DType::f32, MemoryKind::workspace);
-  Tensor dlogits = record ? Tensor::empty(logits.shape()) : Tensor();
-  int64_t count = 0;
-  // The kernel writes grad_scale (softmax - onehot): the unit backward scale goes there.
-  const double sum = kernels::cross_entropy(z.f32(), tg, N, V, f(s.bwd[0]), losses.f32(),
-                                            record ? dlogits.f32() : nullptr, &count);
-  if (stats) {
-    stats->sum += sum;
-    stats->count += count;
-  }
-  Var out = Tape::result(Tensor::from({static_cast<float>(sum)}, {1}), record);
-  if (record)
-    t.record([dlogits, ln = logits.node, on = out.node]() mutable {
-      if (!on->has_grad()) return;
-      const float dL = on->grad.f32()[0];
-      if (dL != 1.0f) kernels::scale(dlogits.f32(), dlogits.f32(), dL, dlogits.numel());
-      ln->accumulate(dlogits);
-      dlogits = Tensor();
-    });
-  return out;
+  return scaled_cross_entropy(t, logits, targets, f(s.input_fwd), f(s.bwd[0]), stats);
 }
 
 Var unit_mse(Tape& t, const Var& pred, const Var& target, const scaling::LossScales& s) {

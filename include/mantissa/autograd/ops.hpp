@@ -63,6 +63,11 @@ struct LossStats {
 // logits [N, V] (any leading dims), targets i32 [N] with -1 (any negative) ignored.
 // Result [1] = sum of -log softmax(logits)[target] over counted rows.
 Var cross_entropy(Tape& t, const Var& logits, const Tensor& targets, LossStats* stats = nullptr);
+// cross_entropy of (input_scale x logits) whose logit gradient carries grad_scale where
+// the exact gradient would carry input_scale (unit scaling's separate forward and
+// backward scales); (1, 1) is cross_entropy.
+Var scaled_cross_entropy(Tape& t, const Var& logits, const Tensor& targets, float input_scale, float grad_scale,
+                         LossStats* stats = nullptr);
 // Result [1] = sum (pred - target)^2.
 Var mse(Tape& t, const Var& pred, const Var& target);
 

@@ -2,7 +2,9 @@
 // same bytes measured in the same run (counter `vs_memcpy` = conversion rate
 // / memcpy rate). Two sizes: 64 Mi elements (memory bound, OpenMP threads)
 // and 32 Ki elements (cache resident, one thread, under kParallelThreshold).
-// Compare with numpy + ml_dtypes: python3 bench/numpy_convert.py --cpp <this binary>.
+// Compare with numpy + ml_dtypes (alternating rounds, same machine load):
+//   bash scripts/pyrun.sh bench/numpy_convert.py --cpp <this binary> --rounds 3
+// Figures and the memory-bandwidth argument: docs/formats-speed.md.
 #include <benchmark/benchmark.h>
 #include <omp.h>
 

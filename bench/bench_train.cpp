@@ -8,7 +8,9 @@
 //               [--heads 4] [--seq-len 128] [--batch 16] [--steps 10] [--warmup 3]
 //
 // Prints one JSON object: the measured matmul peak (1024^3, f32 and bf16), per recipe
-// tokens_per_s, step_ms and a breakdown of --profile-steps further steps by kernel category
+// tokens_per_s, step_ms, "memory" (peaks of the timed steps: activations and workspace the step
+// adds, the process total, parameters + gradients + optimizer state; also on the stderr line) and
+// a breakdown of --profile-steps further steps by kernel category
 // (matmul, attention, norms, elementwise, embedding, conversion; kernels::profile), optimizer and
 // framework overhead, with the achieved fraction of the peak; recipes this build lacks (or cannot
 // run yet) are listed under "skipped" with the reason.
@@ -35,6 +37,7 @@
 #include "mantissa/kernels/profile.hpp"
 #include "mantissa/nn/gpt.hpp"
 #include "mantissa/optim/optimizer.hpp"
+#include "mantissa/tensor/memory.hpp"
 #include "mantissa/train/trainer.hpp"
 
 namespace {
@@ -231,6 +234,29 @@ nlohmann::ordered_json breakdown(train::Trainer& trainer, optim::Optimizer& opti
           {"step_fraction_of_peak", peak_gflops > 0 ? step_gflops / peak_gflops : 0.0}};
 }
 
+// Peak memory of the timed steps, from the engine's counting allocator.
+// Activations and workspace count from the level before the step (what the
+// step itself adds: for activations, mostly what the forward pass keeps for
+// backward); the total is the whole process's live tensors at the step's
+// peak, parameters, gradients and optimizer state included. FP8 block
+// exponents (BlockScales vectors) are ordinary heap memory and not counted.
+struct StepMemory {
+  size_t activation = 0, workspace = 0, total = 0, weights_state = 0;
+  void add(const MemoryStats& before, const MemoryStats& after) {
+    activation = std::max(activation, after.peak_of(MemoryKind::activation) - before.of(MemoryKind::activation));
+    workspace = std::max(workspace, after.peak_of(MemoryKind::workspace) - before.of(MemoryKind::workspace));
+    total = std::max(total, after.peak_total);
+    weights_state = std::max(weights_state, after.of(MemoryKind::parameter) + after.of(MemoryKind::gradient) +
+                                                after.of(MemoryKind::optimizer_state));
+  }
+  nlohmann::ordered_json json() const {
+    return {{"activation_peak_bytes", activation},
+            {"workspace_peak_bytes", workspace},
+            {"total_peak_bytes", total},
+            {"parameters_gradients_state_bytes", weights_state}};
+  }
+};
+
 // The whole training step as `mantissa train` runs it, under one recipe.
 nlohmann::ordered_json time_recipe(const Options& o, const std::string& recipe_name, const Peaks& peaks) {
   amp::Recipe recipe = amp::find_recipe(recipe_name);
@@ -243,19 +269,26 @@ nlohmann::ordered_json time_recipe(const Options& o, const std::string& recipe_n
   train::Trainer trainer(model, *optimizer, source, nullptr, recipe, options);
   std::vector<double> times;
   double first_loss = 0;
+  StepMemory mem;
   for (int step = 0; step < o.warmup + o.steps; ++step) {
     train::StepMetrics m;
+    const MemoryStats before = memory_stats();
+    reset_peak_memory();
     double s = seconds_of([&] { m = trainer.train_step(); });
     if (!std::isfinite(m.loss))
       throw std::runtime_error(recipe_name + ": non-finite loss at step " + std::to_string(step));
     if (step == 0) first_loss = m.loss;
-    if (step >= o.warmup) times.push_back(s);
+    if (step >= o.warmup) {
+      times.push_back(s);
+      mem.add(before, memory_stats());
+    }
   }
   double med = median(times);
   const bool low = model.precision().matmul != DType::f32;
   nlohmann::ordered_json out = {{"tokens_per_s", static_cast<double>(o.batch * o.seq_len) / med},
                                 {"step_ms", med * 1e3},
-                                {"first_loss", first_loss}};
+                                {"first_loss", first_loss},
+                                {"memory", mem.json()}};
   if (o.profile_steps > 0)
     out["breakdown"] = breakdown(trainer, *optimizer, o.profile_steps, low ? peaks.bf16 : peaks.f32);
   return out;
@@ -288,8 +321,13 @@ int main(int argc, char** argv) {
         out["skipped"][r] = e.what();
         continue;
       }
-      std::fprintf(stderr, "mantissa %-10s %9.1f tokens/s  %8.2f ms/step\n", r.c_str(),
-                   m["tokens_per_s"].get<double>(), m["step_ms"].get<double>());
+      const auto& mem = m["memory"];
+      auto mib = [&](const char* key) { return static_cast<double>(mem[key].get<size_t>()) / 1048576.0; };
+      std::fprintf(stderr,
+                   "mantissa %-10s %9.1f tokens/s  %8.2f ms/step  peak MiB: activations %.2f workspace %.2f "
+                   "total %.2f (params+grads+state %.2f)\n",
+                   r.c_str(), m["tokens_per_s"].get<double>(), m["step_ms"].get<double>(), mib("activation_peak_bytes"),
+                   mib("workspace_peak_bytes"), mib("total_peak_bytes"), mib("parameters_gradients_state_bytes"));
       out["recipes"][r] = m;
     }
     std::printf("%s\n", out.dump().c_str());

@@ -3,7 +3,7 @@
 #
 #   bash bench/run_all.sh [--threads 2] [--build-dir DIR] [--out DIR] [--rounds 3] [--steps 6]
 #                         [--recipes fp32,bf16-amp,unit-fp8,fp8-delayed,scalify-fp8]
-#                         [--large-batch 8] [--large-steps 3] [--skip-large] [--quick]
+#                         [--large-recipes LIST] [--large-batch 8] [--large-steps 3] [--skip-large] [--quick]
 #
 # Measures, each against a reference timed in the same run:
 #   1. training tokens/s of the reference GPT (L4 C256 H4 T128 B16 V256) for every recipe in
@@ -12,9 +12,11 @@
 #      printed), --rounds alternating rounds, medians; with a per-step breakdown (matmul,
 #      attention, norms, elementwise, embedding, conversion, optimizer, overhead) in ms and share,
 #      and the achieved fraction of the measured peak matmul throughput;
-#   2. the same at d_model 512 and 768 (6 layers, T 256, batch --large-batch), fp32 and bf16-amp;
+#   2. the same at d_model 512 and 768 (6 layers, T 256, batch --large-batch) for --large-recipes
+#      (default: the same recipes as --recipes, fp8 ones included) vs PyTorch fp32 and bf16;
 #   3. mantissa's matmul wrapper vs raw oneDNN on the model's shapes (bench_matmul);
-#   4. format conversions vs memcpy bandwidth (bench_convert).
+#   4. format conversions vs memcpy bandwidth (bench_convert);
+#   5. blockwise vs whole-scores attention at T 128/512/1024: time and peak memory (bench_attention).
 # Writes DIR/results.json and DIR/summary.md (default bench/results/); prints the summary.
 # --quick: tiny sizes and one round, for CI smoke (checks the harness runs, not a speed).
 set -euo pipefail
@@ -25,6 +27,7 @@ OUT=$ROOT/bench/results
 ROUNDS=3
 STEPS=6
 RECIPES=fp32,bf16-amp,unit-fp8,fp8-delayed,scalify-fp8
+LARGE_RECIPES=
 LARGE_BATCH=8
 LARGE_STEPS=3
 SKIP_LARGE=0
@@ -37,11 +40,12 @@ while [ $# -gt 0 ]; do
     --rounds) ROUNDS=$2; shift 2 ;;
     --steps) STEPS=$2; shift 2 ;;
     --recipes) RECIPES=$2; shift 2 ;;
+    --large-recipes) LARGE_RECIPES=$2; shift 2 ;;
     --large-batch) LARGE_BATCH=$2; shift 2 ;;
     --large-steps) LARGE_STEPS=$2; shift 2 ;;
     --skip-large) SKIP_LARGE=1; shift ;;
     --quick) QUICK=1; shift ;;
-    -h|--help) sed -n 2,20p "$0"; exit 0 ;;
+    -h|--help) sed -n 2,22p "$0"; exit 0 ;;
     *) echo "run_all.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -50,14 +54,15 @@ for pair in "threads:$THREADS" "rounds:$ROUNDS" "steps:$STEPS" "large-batch:$LAR
     echo "run_all.sh: --${pair%%:*} must be a positive integer, got '${pair#*:}'" >&2; exit 2 ;;
   esac
 done
+[ -n "$LARGE_RECIPES" ] || LARGE_RECIPES=$RECIPES
 mkdir -p "$OUT"
 RAW=$OUT/raw
 mkdir -p "$RAW"
-rm -f "$RAW"/train_*.json "$RAW"/matmul.txt "$RAW"/convert.json "$RAW"/quick  # no stale parts
+rm -f "$RAW"/train_*.json "$RAW"/matmul.txt "$RAW"/convert.json "$RAW"/attention.txt "$RAW"/quick  # no stale parts
 [ "$QUICK" = 1 ] && touch "$RAW/quick"
 
 [ -f "$BUILD_DIR/CMakeCache.txt" ] || cmake -S "$ROOT" -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release >/dev/null
-cmake --build "$BUILD_DIR" --target bench_train bench_matmul bench_convert -j "$THREADS" >/dev/null
+cmake --build "$BUILD_DIR" --target bench_train bench_matmul bench_convert bench_attention -j "$THREADS" >/dev/null
 
 TRAIN=(bash "$ROOT/bench/run_train_vs_torch.sh" --build-dir "$BUILD_DIR" --threads "$THREADS")
 if [ "$QUICK" = 1 ]; then
@@ -71,7 +76,7 @@ else
   if [ "$SKIP_LARGE" = 0 ]; then
     for C in 512 768; do
       echo "== GPT L6 C$C H$((C / 64)) T256 B$LARGE_BATCH, 1 round" >&2
-      "${TRAIN[@]}" --recipes fp32,bf16-amp --rounds 1 --steps "$LARGE_STEPS" --warmup 1 --profile-steps 1 --layers 6 --d-model "$C" \
+      "${TRAIN[@]}" --recipes "$LARGE_RECIPES" --rounds 1 --steps "$LARGE_STEPS" --warmup 1 --profile-steps 1 --layers 6 --d-model "$C" \
         --heads $((C / 64)) --seq-len 256 --batch "$LARGE_BATCH" --out "$RAW/train_c$C.json" >/dev/null
     done
   fi
@@ -89,5 +94,10 @@ MIN_TIME=0.3
 if [ "$QUICK" = 1 ]; then FILTER='bm_(memcpy|quantize/bf16)/32768'; MIN_TIME=0.01; fi
 "$BUILD_DIR/bench/bench_convert" --benchmark_filter="$FILTER" --benchmark_min_time=$MIN_TIME \
   --benchmark_out="$RAW/convert.json" --benchmark_out_format=json >/dev/null
+
+echo "== attention: blockwise vs whole scores" >&2
+AREPS=5; [ "$QUICK" = 1 ] && AREPS=1
+MANTISSA_BENCH_THREADS=$THREADS MANTISSA_BENCH_REPS=$AREPS "$BUILD_DIR/bench/bench_attention" \
+  --benchmark_filter='^$' >"$RAW/attention.txt"
 
 /usr/bin/python3 "$ROOT/bench/summarize.py" --raw "$RAW" --out "$OUT" --root "$ROOT"

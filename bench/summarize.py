@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Summarise one run of bench/run_all.sh: reads the raw outputs in --raw (train_*.json from
 run_train_vs_torch.sh, matmul.txt from bench_matmul, convert.json from bench_convert) and writes
-results.json and summary.md into --out, then prints the summary. Every ratio compares two figures
+results.json and summary.md into --out, then prints the summary (attention.txt from bench_attention too). Every ratio compares two figures
 measured in the same run; the targets are those of issue 8 (and issue 4's bf16-amp >= 2x fp32)."""
 import argparse
 import json
@@ -50,6 +50,8 @@ def train_section(summary):
                "vs_torch": ratio, "torch_ref": ref}
         if fp32:
             row["vs_mantissa_fp32"] = r["tokens_per_s"] / fp32["tokens_per_s"]
+        if bf16:
+            row["step_vs_bf16_amp"] = r["step_ms"] / bf16["step_ms"]
         rows.append(row)
         if name == "fp32":
             checks.append(("mantissa fp32 / PyTorch fp32 tokens/s", ratio, ">=", TARGETS["fp32_vs_torch_fp32"]))
@@ -76,6 +78,22 @@ def parse_matmul(text):
                          "cpu_ratio": float(g[9])})
     over = re.search(r"fixed overhead per call.*difference ([-\d.]+)us", text)
     return rows, float(over[1]) if over else None
+
+
+def parse_attention(text):
+    """Rows of bench_attention's table: type, T, B, whole/blockwise ms, ratios, saved and peak MiB."""
+    rows = []
+    num = r"([-\d.]+)"
+    pat = re.compile(r"^(f32|bf16)\s+(\d+)\s+(\d+)\s+" + r"\s+".join([num] * 4) + r"\s+\|\s+" + num + r"MiB\s+" +
+                     num + r"MiB\s+\|\s+" + num + r"MiB\s+" + num + r"MiB")
+    for line in text.splitlines():
+        g = pat.match(line)
+        if g:
+            rows.append({"type": g[1], "T": int(g[2]), "B": int(g[3]), "whole_ms": float(g[4]),
+                         "blockwise_ms": float(g[5]), "wall_ratio": float(g[6]), "cpu_ratio": float(g[7]),
+                         "saved_whole_mib": float(g[8]), "saved_blockwise_mib": float(g[9]),
+                         "peak_whole_mib": float(g[10]), "peak_blockwise_mib": float(g[11])})
+    return rows
 
 
 def parse_convert(doc):
@@ -135,14 +153,15 @@ def main():
                                    "met": v >= tg if op == ">=" else v <= tg} for w, v, op, tg in checks]
         md.append(f"## Training step, GPT {size} ({t['threads']} threads, torch {t['torch_version']}, "
                   f"median of {s.get('rounds', 1)} alternating round(s))\n")
-        md.append("| run | tokens/s | step ms | vs PyTorch (same precision) | vs mantissa fp32 |")
-        md.append("|---|---:|---:|---:|---:|")
+        md.append("| run | tokens/s | step ms | vs PyTorch (same precision) | vs mantissa fp32 | "
+                  "step / bf16-amp step |")
+        md.append("|---|---:|---:|---:|---:|---:|")
         for r in rows:
             vs = f"{r['vs_torch']:.2f}x ({r['torch_ref']})" if "vs_torch" in r else "-"
             md.append(f"| {r['run']} | {fmt(r['tokens_per_s'])} | {fmt(r['step_ms'], 1)} | {vs} | "
-                      f"{fmt(r.get('vs_mantissa_fp32'), 2)} |")
+                      f"{fmt(r.get('vs_mantissa_fp32'), 2)} | {fmt(r.get('step_vs_bf16_amp'), 2)} |")
         for name, why in skipped.items():
-            md.append(f"| mantissa {name} | skipped: {why} | | | |")
+            md.append(f"| mantissa {name} | skipped: {why} | | | | |")
         peaks = s["mantissa"].get("peak_gflops") or {}
         bd = {n: r["breakdown"] for n, r in recipes.items() if r.get("breakdown")}
         if bd:
@@ -179,6 +198,21 @@ def main():
                           f"{r['wall_ratio']:.3f} | {r['cpu_ratio']:.3f} | {r['mantissa_gflops']:.0f} |")
             md.append(f"\nworst ratio: wall {worst:.3f}, cpu {worst_cpu:.3f}; fixed overhead per call "
                       f"{fmt(fixed_us, 2)} us\n")
+    at_path = os.path.join(a.raw, "attention.txt")
+    if os.path.exists(at_path):
+        with open(at_path) as f:
+            at = parse_attention(f.read())
+        results["attention"] = at
+        if at:
+            md.append("## Attention: blockwise vs whole T x T scores (forward + backward, 2048 tokens, C 256, 4 heads)\n")
+            md.append("| type | T | B | whole ms | blockwise ms | blockwise / whole (wall) | (cpu) | saved whole MiB | "
+                      "saved blockwise MiB | peak whole MiB | peak blockwise MiB |")
+            md.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+            for r in at:
+                md.append(f"| {r['type']} | {r['T']} | {r['B']} | {r['whole_ms']:.1f} | {r['blockwise_ms']:.1f} | "
+                          f"{r['wall_ratio']:.2f} | {r['cpu_ratio']:.2f} | {r['saved_whole_mib']:.2f} | "
+                          f"{r['saved_blockwise_mib']:.3f} | {r['peak_whole_mib']:.1f} | {r['peak_blockwise_mib']:.1f} |")
+            md.append("")
     cv_path = os.path.join(a.raw, "convert.json")
     if os.path.exists(cv_path):
         cv = parse_convert(load(cv_path))

@@ -103,9 +103,21 @@ void add_scalify_recipes(std::vector<Recipe>& v) {
     r.cast_scaling = CastScaling::propagate;
     return r;
   };
-  // scalify-fp16 / scalify-fp16-master are not offered: the operand path
-  // decodes casts to bf16, which cannot hold every fp16 value, so an fp16
-  // cast would not be exact (it needs an fp16 product path; see issue 6 notes).
+  // FP16 casts are real 2-byte tensors decoded exactly to f32 for the product
+  // (fp16 has more significant bits than bf16); parameter gradients are kept
+  // in fp16 like scalify-fp8's, the weights in fp32 (the master weights).
+  Recipe f16 = scalify("scalify-fp16", "fp16", "fp16",
+                       "scale propagation: fp16 matrix products and gradients at propagated scales, fp32 master "
+                       "weights");
+  v.push_back(f16);
+  // The LayerNorm-backward dynamic rescale is part of the propagate
+  // quantiser (the residual gradient entering attn/mlp.c_proj backward).
+  Recipe f16m = f16;
+  f16m.name = "scalify-fp16-master";
+  f16m.description =
+      "scalify-fp16 with fp16 master weights (updated in place), dynamic rescale on the LayerNorm backward";
+  f16m.weight_format = f16m.master_format = "fp16";
+  v.push_back(f16m);
   Recipe f8 = scalify("scalify-fp8", "e4m3fn", "e5m2",
                       "scale propagation: e4m3fn matrix products, e5m2 gradients, fp16 master weights");
   f8.weight_format = f8.master_format = "fp16";

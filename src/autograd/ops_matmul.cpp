@@ -61,7 +61,7 @@ Tensor keep_operand(const Tape& t, const Tensor& fp32, const Tensor& compute_ope
 // or, when the forward pass is not cast, the plain operand as without casts.
 struct CastOperand {
   QuantisedOperand q;      // defined when cast
-  Tensor bf16;             // decode of q (weights: the quantiser's cached one)
+  Tensor decoded;          // decode of q, bf16 or f32 (weights: the quantiser's cached one)
   const void* cache_key = nullptr;
   int cache_version = 0;
   Tensor plain;            // not cast: the operand in the policy's matmul dtype
@@ -80,14 +80,13 @@ CastOperand forward_operand(Tape& t, OperandQuantiser& q, const Var& x, int64_t 
     site.role = OperandRole::weight;
     OperandQuantiser::Weight w = q.quantise_weight(*x.param, axis, site);
     op.q = std::move(w.operand);
-    op.bf16 = std::move(w.bf16);
+    op.decoded = std::move(w.decoded);
     op.cache_key = w.cache_key;
     op.cache_version = w.cache_version;
     return op;
   }
   site.role = OperandRole::activation;
-  op.q = q.quantise(x.value, batch, x.dim(-2), x.dim(-1), axis, site);
-  op.bf16 = q.decode_bf16(op.q);
+  op.q = q.quantise(x.value, batch, x.dim(-2), x.dim(-1), axis, site, &op.decoded);
   return op;
 }
 
@@ -95,17 +94,23 @@ CastOperand forward_operand(Tape& t, OperandQuantiser& q, const Var& x, int64_t 
 // activation, the cached decode of a cast weight, else as keep_operand.
 CastOperand kept_operand(const Tape& t, const Var& x, CastOperand op) {
   if (op.q.defined()) {
-    if (!(x.param && op.cache_key)) op.bf16 = Tensor();  // decoded again in backward
+    if (!(x.param && op.cache_key)) op.decoded = Tensor();  // decoded again in backward
     return op;
   }
   op.plain = keep_operand(t, x.value, op.plain);
   return op;
 }
 
-// The operand for a backward GEMM (bf16 decode or the kept plain operand).
+// The operand for a backward GEMM (the decode or the kept plain operand).
 Tensor backward_operand(const OperandQuantiser& q, const CastOperand& op) {
   if (!op.q.defined()) return op.plain;
-  return op.bf16.defined() ? op.bf16 : q.decode_bf16(op.q);
+  return op.decoded.defined() ? op.decoded : q.decode(op.q);
+}
+
+// The dtype two decoded operands are multiplied in: bf16 when both are bf16,
+// else f32 (a bf16 operand widens exactly).
+DType decoded_compute(const Tensor& a, const Tensor& b) {
+  return a.dtype() == DType::bf16 && b.dtype() == DType::bf16 ? DType::bf16 : DType::f32;
 }
 
 // c [batch, M, N] = forward * op(a) @ op(b) (+ bias [N]) with cast operands;
@@ -137,13 +142,15 @@ Var cast_product(Tape& t, const Var& a, const Var& b, const Var* bias, bool ta, 
   args.alpha = s.forward * ao.scale() * bo.scale();
   const float* bias_data = bias ? bias->value.f32() : nullptr;
   if (qp->casts_forward()) {
-    args.a_type = args.b_type = DType::bf16;
-    if (bo.cache_key) {
+    const DType mixed = decoded_compute(ao.decoded, bo.decoded);
+    const Tensor ak = in_dtype(ao.decoded, mixed), bk = in_dtype(bo.decoded, mixed);
+    args.a_type = args.b_type = mixed;
+    if (bo.cache_key && bk.dtype() == bo.decoded.dtype()) {
       args.b_is_constant = true;
       args.b_cache_key = bo.cache_key;
       args.b_cache_version = bo.cache_version;
     }
-    kernels::matmul(args, ao.bf16.raw(), bo.bf16.raw(), c.f32(), bias_data);
+    kernels::matmul(args, ak.raw(), bk.raw(), c.f32(), bias_data);
   } else {
     const Tensor ak = kernel_operand(ao.plain), bk = kernel_operand(bo.plain);
     args.a_type = ak.dtype();
@@ -167,8 +174,7 @@ Var cast_product(Tape& t, const Var& a, const Var& b, const Var* bias, bool ta, 
       QuantSite gsite = site;
       gsite.role = OperandRole::grad_output;
       gsite.record = true;
-      dq = qp->quantise(on->grad, batch, M, N, 2, gsite);
-      dc = qp->decode_bf16(dq);
+      dq = qp->quantise(on->grad, batch, M, N, 2, gsite, &dc);
       if (!qp->casts_forward()) dtype = policy_dtype == DType::f16 ? DType::f32 : policy_dtype;
     } else {
       dc = in_dtype(on->grad, compute);
@@ -179,20 +185,22 @@ Var cast_product(Tape& t, const Var& a, const Var& b, const Var* bias, bool ta, 
       bool has = false;
       Tensor& da = an->writable(&has);
       const float alpha = s.backward * sdc * b_kept.scale();
+      const DType dt = dq.defined() && b_kept.q.defined() ? decoded_compute(dc, bb) : dtype;
       if (!ta)  // dA [M, K] = dC [M, N] @ op(B)^T
-        gemm(dtype, batch, M, K, N, false, !tb, dc, bb, da.f32(), alpha, has);
+        gemm(dt, batch, M, K, N, false, !tb, dc, bb, da.f32(), alpha, has);
       else      // dA [K, M] = op(B) [K, N] @ dC^T
-        gemm(dtype, batch, K, M, N, tb, true, bb, dc, da.f32(), alpha, has);
+        gemm(dt, batch, K, M, N, tb, true, bb, dc, da.f32(), alpha, has);
     }
     if (bn) {
       const Tensor aa = backward_operand(*qp, a_kept);
       bool has = false;
       Tensor& db = bn->writable(&has);
       const float alpha = s.weight * sdc * a_kept.scale();
+      const DType dt = dq.defined() && a_kept.q.defined() ? decoded_compute(dc, aa) : dtype;
       if (!tb)  // dB [K, N] = op(A)^T @ dC
-        gemm(dtype, batch, K, N, M, !ta, false, aa, dc, db.f32(), alpha, has);
+        gemm(dt, batch, K, N, M, !ta, false, aa, dc, db.f32(), alpha, has);
       else      // dB [N, K] = dC^T @ op(A)
-        gemm(dtype, batch, N, K, M, true, ta, dc, aa, db.f32(), alpha, has);
+        gemm(dt, batch, N, K, M, true, ta, dc, aa, db.f32(), alpha, has);
     }
     if (biasn) {  // db [N] += weight * column sums of the uncast dC (as Transformer Engine)
       Tensor g = Tensor::zeros({N});

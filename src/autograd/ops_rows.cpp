@@ -68,7 +68,8 @@ Var layer_norm(Tape& t, const Var& x, const Var& weight, const Var& bias) {
   return out;
 }
 
-// qkv [B, T, 3C] -> out [B, T, C]; probabilities att [B, NH, T, T] kept for backward.
+// qkv [B, T, 3C] -> out [B, T, C]; probabilities att [B, NH, T, T] kept for backward
+// (or, from kernels::attention_prefers_blockwise, only their row log-sum-exp).
 Var causal_self_attention(Tape& t, const Var& qkv, int64_t heads) {
   if (qkv.value.ndim() != 3 || qkv.dim(2) % 3 != 0)
     throw std::invalid_argument("causal_self_attention: qkv must be [B, T, 3C], got " + shape_str(qkv.shape()));
@@ -79,6 +80,21 @@ Var causal_self_attention(Tape& t, const Var& qkv, int64_t heads) {
   Tensor y = Tensor::empty({B, T, C});
   // Under a bf16 matmul policy the four products per pass run on AMX too.
   const bool bf16 = t.policy().matmul == DType::bf16;
+  if (kernels::attention_prefers_blockwise(B, T, heads, bf16)) {
+    // Long sequences: blockwise kernels keep only the per-row log-sum-exp
+    // [B, NH, T] instead of the T x T probabilities; backward recomputes them.
+    Tensor lse = Tensor::empty({B, heads, T}, DType::f32, MemoryKind::activation);
+    kernels::attention_forward_blockwise(y.f32(), lse.f32(), qkv.value.f32(), B, T, C, heads, bf16);
+    const bool record = t.wants_grad({&qkv});
+    Var out = Tape::result(std::move(y), record);
+    if (record)
+      t.record([=, qs = t.save(qkv.value), qn = qkv.node, on = out.node]() {
+        if (!on->has_grad()) return;
+        kernels::attention_backward_blockwise(qn->buffer().f32(), on->grad.f32(), Tape::restore(qs).f32(), lse.f32(),
+                                              B, T, C, heads, bf16);
+      });
+    return out;
+  }
   if (bf16 && t.policy().saved == DType::bf16) {
     // The probabilities are made once in bf16: operand of P V and what backward keeps.
     Tensor att16 = Tensor::empty({B, heads, T, T}, DType::bf16, MemoryKind::activation);

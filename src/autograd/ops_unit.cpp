@@ -267,6 +267,7 @@ Var unit_causal_self_attention(Tape& t, const Var& qkv, int64_t heads, double mu
                                 std::to_string(heads) + " heads");
   const int64_t D = C / heads, rows = B * T;
   const float qf = f(scaling::attention_logit_scale(D, mult) * std::sqrt(static_cast<double>(D)));
+  // q2 = [qf q | k | v]; backward: dq x bq qf, dk x bk, dv x bv.
   Tensor q2 = Tensor::empty(qkv.shape());
   {
     const float* in = qkv.value.f32();
@@ -277,23 +278,13 @@ Var unit_causal_self_attention(Tape& t, const Var& qkv, int64_t heads, double mu
       for (int64_t c = C; c < 3 * C; ++c) o[r * 3 * C + c] = in[r * 3 * C + c];
     }
   }
-  Tensor y = Tensor::empty({B, T, C});
-  Tensor att = Tensor::empty({B, heads, T, T});
-  const bool bf16 = t.policy().matmul == DType::bf16;
-  kernels::attention_forward(y.f32(), att.f32(), q2.f32(), B, T, C, heads, bf16);
-  if (s.fwd != 1.0) kernels::scale(y.f32(), y.f32(), f(s.fwd), y.numel());
   const bool record = t.wants_grad({&qkv});
-  Var out = Tape::result(std::move(y), record);
+  Var scaled_qkv = Tape::result(std::move(q2), record);
   if (record)
-    t.record([=, bq = f(s.bwd[0]), bk = f(s.bwd[1]), bv = f(s.bwd[2]), qs = t.save(q2), as = t.save(att),
-              qn = qkv.node, on = out.node]() {
+    t.record([=, bq = f(s.bwd[0]), bk = f(s.bwd[1]), bv = f(s.bwd[2]), qn = qkv.node, on = scaled_qkv.node]() {
       if (!on->has_grad()) return;
-      Tensor d2 = Tensor::zeros({B, T, 3 * C}, DType::f32, MemoryKind::workspace);
-      Tensor datt = Tensor::empty({B, heads, T, T}, DType::f32, MemoryKind::workspace);
-      kernels::attention_backward(d2.f32(), datt.f32(), on->grad.f32(), Tape::restore(qs).f32(), Tape::restore(as).f32(),
-                                  B, T, C, heads, bf16);
       float* dx = qn->buffer().f32();
-      const float* g = d2.f32();
+      const float* g = on->grad.f32();
       const float sq = bq * qf;
 #pragma omp parallel for schedule(static) if (rows * C > 16384)
       for (int64_t r = 0; r < rows; ++r) {
@@ -303,7 +294,9 @@ Var unit_causal_self_attention(Tape& t, const Var& qkv, int64_t heads, double mu
         for (int64_t c = 2 * C; c < 3 * C; ++c) dx[o + c] += bv * g[o + c];
       }
     });
-  return out;
+  // The standard op from here: the same kernels (bf16 probabilities, blockwise for long sequences).
+  const Var y = causal_self_attention(t, scaled_qkv, heads);
+  return s.fwd != 1.0 ? scale_split(t, y, f(s.fwd), 1.0f) : y;
 }
 
 // ---- embeddings ------------------------------------------------------------------------

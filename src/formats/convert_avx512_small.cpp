@@ -13,24 +13,23 @@ bool small_route(const QuantPlan& p) {
          p.opt.mode != Round::stochastic;
 }
 
-MANTISSA_AVX512 void quantize_avx512_small(const QuantPlan& p, const float* in, void* codes, size_t n,
+MANTISSA_AVX512 void quantize_avx512_small(const QuantPlan& plan, const float* in, void* codes, size_t n,
                                            uint64_t base) {
+  // A local copy: the code stores may alias `plan`, which would make the
+  // compiler reload and re-broadcast its fields on every step.
+  const QuantPlan p = plan;
   auto* out = static_cast<uint8_t*>(codes);
   const __m512 scale = _mm512_set1_ps(std::ldexp(1.0f, small_route_shift(p)));
-  const __m512 unit = _mm512_set1_ps(1.0f);
   size_t i = 0;
   for (; i + 32 <= n; i += 32) {
-    const __m512i c = round32_small(p, _mm512_loadu_ps(in + i), _mm512_loadu_ps(in + i + 16), scale, unit);
+    const __m512i c = round32_small(p, _mm512_loadu_ps(in + i), _mm512_loadu_ps(in + i + 16), scale);
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), _mm512_cvtepi16_epi8(c));
   }
   if (i < n) {
-    const size_t left = n - i;
-    const __mmask16 mlo = left >= 16 ? __mmask16{0xFFFF} : static_cast<__mmask16>((1u << left) - 1);
-    const __mmask16 mhi = left > 16 ? static_cast<__mmask16>((1u << (left - 16)) - 1) : __mmask16{0};
-    const __m512i c = round32_small(p, _mm512_maskz_loadu_ps(mlo, in + i), _mm512_maskz_loadu_ps(mhi, in + i + 16),
-                                    scale, unit);
-    const __mmask32 m = static_cast<__mmask32>(mlo) | (static_cast<__mmask32>(mhi) << 16);
-    _mm256_mask_storeu_epi8(out + i, m, _mm512_cvtepi16_epi8(c));
+    const TailMask32 m = tail_mask32(n - i);
+    const __m512i c =
+        round32_small(p, _mm512_maskz_loadu_ps(m.lo, in + i), _mm512_maskz_loadu_ps(m.hi, in + i + 16), scale);
+    _mm256_mask_storeu_epi8(out + i, m.both(), _mm512_cvtepi16_epi8(c));
   }
   (void)base;
 }

@@ -30,20 +30,25 @@ MANTISSA_AVX512 inline __m512i by_sign16(__mmask32 neg, const uint32_t (&codes)[
 
 // Codes (in 16-bit lanes) of the 32 values lo[0..15], hi[0..15], each
 // multiplied by `scale` (a power of two: 2^small_route_shift, times the
-// block scale for MX). `scale2` is a second factor for block scales whose
-// product would leave fp32's normal range (1 otherwise).
-MANTISSA_AVX512 inline __m512i round32_small(const QuantPlan& p, __m512 lo, __m512 hi, __m512 scale, __m512 scale2) {
+// block scale for MX) and, with kTwoFactors, by `scale2`: a second factor
+// for block scales whose product would leave fp32's normal range. Use the
+// round32_small overloads below.
+template <bool kTwoFactors>
+MANTISSA_AVX512 inline __m512i round32_small_impl(const QuantPlan& p, __m512 lo, __m512 hi, __m512 scale,
+                                                  __m512 scale2) {
   const __m512i abs_mask = _mm512_set1_epi32(0x7FFFFFFF);
   const __m512i inf_bits = _mm512_set1_epi32(0x7F800000);
   const __m512i alo = _mm512_and_si512(_mm512_castps_si512(lo), abs_mask);
   const __m512i ahi = _mm512_and_si512(_mm512_castps_si512(hi), abs_mask);
-  const __mmask32 special = static_cast<__mmask32>(_mm512_cmpge_epu32_mask(alo, inf_bits)) |
-                            (static_cast<__mmask32>(_mm512_cmpge_epu32_mask(ahi, inf_bits)) << 16);
-  const __mmask32 nan = static_cast<__mmask32>(_mm512_cmpgt_epu32_mask(alo, inf_bits)) |
-                        (static_cast<__mmask32>(_mm512_cmpgt_epu32_mask(ahi, inf_bits)) << 16);
+  // Any inf/NaN among the 32 (one test; the exact lanes only when there are).
+  const bool any_special = _mm512_cmpge_epu32_mask(_mm512_max_epu32(alo, ahi), inf_bits) != 0;
 
-  const __m512 slo = _mm512_mul_ps(_mm512_mul_ps(lo, scale), scale2);
-  const __m512 shi = _mm512_mul_ps(_mm512_mul_ps(hi, scale), scale2);
+  __m512 slo = _mm512_mul_ps(lo, scale);
+  __m512 shi = _mm512_mul_ps(hi, scale);
+  if constexpr (kTwoFactors) {
+    slo = _mm512_mul_ps(slo, scale2);
+    shi = _mm512_mul_ps(shi, scale2);
+  }
   const __m256i hlo = _mm512_cvtps_ph(slo, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
   const __m256i hhi = _mm512_cvtps_ph(shi, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
   const __m512i h = _mm512_inserti64x4(_mm512_castsi256_si512(hlo), hhi, 1);
@@ -86,8 +91,12 @@ MANTISSA_AVX512 inline __m512i round32_small(const QuantPlan& p, __m512 lo, __m5
   __mmask32 signed_lanes = neg;
   if (!p.negative_zero) signed_lanes &= _mm512_test_epi16_mask(out, out);
   out = _mm512_mask_mov_epi16(out, signed_lanes, _mm512_or_si512(out, _mm512_set1_epi16(static_cast<short>(p.sign_bit))));
-  out = _mm512_mask_mov_epi16(out, overflow & ~special, by_sign16(neg, p.overflow_code));
-  if (special) {
+  out = _mm512_mask_mov_epi16(out, overflow, by_sign16(neg, p.overflow_code));
+  if (any_special) {  // every inf/NaN lane is overwritten here, whatever the steps above gave it
+    const __mmask32 special = static_cast<__mmask32>(_mm512_cmpge_epu32_mask(alo, inf_bits)) |
+                              (static_cast<__mmask32>(_mm512_cmpge_epu32_mask(ahi, inf_bits)) << 16);
+    const __mmask32 nan = static_cast<__mmask32>(_mm512_cmpgt_epu32_mask(alo, inf_bits)) |
+                          (static_cast<__mmask32>(_mm512_cmpgt_epu32_mask(ahi, inf_bits)) << 16);
     // The sign of a NaN lane comes from the input, not from vcvtps2ph.
     const __mmask32 in_neg = static_cast<__mmask32>(_mm512_movepi32_mask(_mm512_castps_si512(lo))) |
                              (static_cast<__mmask32>(_mm512_movepi32_mask(_mm512_castps_si512(hi))) << 16);
@@ -95,6 +104,14 @@ MANTISSA_AVX512 inline __m512i round32_small(const QuantPlan& p, __m512 lo, __m5
     out = _mm512_mask_mov_epi16(out, nan, by_sign16(in_neg, p.nan_code));
   }
   return out;
+}
+
+MANTISSA_AVX512 inline __m512i round32_small(const QuantPlan& p, __m512 lo, __m512 hi, __m512 scale) {
+  return round32_small_impl<false>(p, lo, hi, scale, scale);
+}
+
+MANTISSA_AVX512 inline __m512i round32_small(const QuantPlan& p, __m512 lo, __m512 hi, __m512 scale, __m512 scale2) {
+  return round32_small_impl<true>(p, lo, hi, scale, scale2);
 }
 
 }  // namespace mantissa::formats::detail

@@ -1,5 +1,6 @@
 // Internal helpers of the AVX-512 conversion kernels (convert_avx512*.cpp):
-// target attributes, code stores of 1/2/4 bytes, the stochastic draws.
+// target attributes, tail masks, code stores of 1/2/4 bytes, the stochastic
+// draws.
 #pragma once
 
 // GCC 12's AVX-512 intrinsics initialise their undefined-vector placeholder
@@ -17,6 +18,19 @@
 #define MANTISSA_AVX512_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
 
 namespace mantissa::formats::detail {
+
+// Lane mask of the first min(left, 16) lanes of a 16-lane step.
+inline __mmask16 tail_mask16(size_t left) {
+  return left >= 16 ? __mmask16{0xFFFF} : static_cast<__mmask16>((1u << left) - 1);
+}
+
+// Lane masks of a 32-element step done as two 16-lane halves (lo: elements
+// 0..15, hi: 16..31) when only the first `left` elements exist.
+struct TailMask32 {
+  __mmask16 lo, hi;
+  __mmask32 both() const { return static_cast<__mmask32>(lo) | (static_cast<__mmask32>(hi) << 16); }
+};
+inline TailMask32 tail_mask32(size_t left) { return {tail_mask16(left), tail_mask16(left > 16 ? left - 16 : 0)}; }
 
 // codes[1] for lanes whose sign bit is set, codes[0] for the others.
 MANTISSA_AVX512 inline __m512i by_sign(__mmask16 neg, const uint32_t (&codes)[2]) {

@@ -1,7 +1,13 @@
 // Vectorised MX block quantisation: per block, amax and the non-finite check
 // in integer arithmetic on the fp32 bits, the shared E8M0 scale by the same
-// rule as mx.cpp, then the elements through the exact integer rounder with
-// the scale folded into the exponent (no rounding of x * 2^-s in between).
+// rule as mx.cpp, then the elements through the exact rounders with the scale
+// folded into the exponent (no rounding of x * 2^-s in between).
+//
+// 32-element blocks go 16 at a time: the 16 amaxes land in the lanes of one
+// register (a transposing max tree), and the scale exponents and the
+// per-block factors are computed for all 16 in vector registers, so the only
+// per-block work left is the element rounding. Other block sizes and the
+// blocks left over at the end of a thread's range go one at a time.
 #include "formats/convert_mx.hpp"
 
 #include <omp.h>
@@ -13,6 +19,7 @@
 
 #include "formats/convert_avx512_round.hpp"
 #include "formats/convert_avx512_small.hpp"
+#include "formats/convert_avx512_util.hpp"
 #include "formats/convert_plan.hpp"
 #include "mantissa/formats/convert.hpp"
 
@@ -22,6 +29,9 @@ namespace {
 
 constexpr int kScaleBias = 127;
 constexpr uint8_t kNanScale = 0xff;
+constexpr uint32_t kInfBits = 0x7F800000u;
+constexpr size_t kGroupBlocks = 16;  // blocks per vector step
+constexpr size_t kGroupBlock = 32;   // the block size the vector step handles
 
 // The shared-scale rule of mx.cpp (OCP floor, or the ceil option), clipped
 // to E8M0's range; amax is finite and > 0.
@@ -47,58 +57,215 @@ int floor_log2(uint32_t bits) {
 // 2^k for k in fp32's normal exponent range, built from the bits.
 float pow2(int k) { return std::bit_cast<float>(static_cast<uint32_t>(k + 127) << 23); }
 
+// scale_exponent in closed form for the vector step. With amax = ma 2^ea and
+// the element max = mM 2^E (ma, mM in [1, 2)), the smallest s with
+// amax <= max 2^s is ea - E + (ma > mM); the floor rule is ea - emax.
+struct ScaleRule {
+  int exponent_offset = 0;   // emax (floor) or E (ceil)
+  bool ceil = false;
+  uint32_t max_mantissa = 0;  // mM's 23 fraction bits (ceil): exact, elements have <= 15 mantissa bits
+  int shift = 0;              // small_route_shift, or 0 for the integer rounder
+};
+
+ScaleRule make_rule(const MxConfig& cfg, const QuantPlan& p, bool small) {
+  ScaleRule r;
+  r.ceil = cfg.scale_rounding == ScaleRounding::ceil;
+  r.shift = small ? small_route_shift(p) : 0;
+  if (!r.ceil) {
+    r.exponent_offset = cfg.element.max_exponent();
+    return r;
+  }
+  int e2 = 0;
+  const double m = std::frexp(cfg.element.max(), &e2);  // max = m 2^e2, m in [0.5, 1)
+  r.exponent_offset = e2 - 1;
+  r.max_mantissa = static_cast<uint32_t>(std::ldexp(2 * m - 1, 23));
+  return r;
+}
+
+// Lane j: the bits of max |x| over in[32j .. 32j + 32). |x| bit patterns
+// order like the values (and >= inf's pattern means inf or NaN), so the
+// maxima are unsigned integer maxima. Each level of the tree merges two
+// registers and halves the lanes that each block occupies.
+MANTISSA_AVX512 inline __m512i amax16_blocks32(const float* in) {
+  const __m512i abs_mask = _mm512_set1_epi32(0x7FFFFFFF);
+  __m512i v[16];
+  for (int j = 0; j < 16; ++j) {
+    const __m512i lo = _mm512_and_si512(_mm512_loadu_si512(in + 32 * j), abs_mask);
+    const __m512i hi = _mm512_and_si512(_mm512_loadu_si512(in + 32 * j + 16), abs_mask);
+    v[j] = _mm512_max_epu32(lo, hi);
+  }
+  // 16 lanes per block -> 8: 128-bit quarters {a0 a1 b0 b1} vs {a2 a3 b2 b3}.
+  __m512i w[8];
+  for (int j = 0; j < 8; ++j)
+    w[j] = _mm512_max_epu32(_mm512_shuffle_i64x2(v[2 * j], v[2 * j + 1], 0x44),
+                            _mm512_shuffle_i64x2(v[2 * j], v[2 * j + 1], 0xEE));
+  // 8 -> 4: quarter q of the result holds block q of the four merged.
+  __m512i x[4];
+  for (int j = 0; j < 4; ++j)
+    x[j] = _mm512_max_epu32(_mm512_shuffle_i64x2(w[2 * j], w[2 * j + 1], 0x88),
+                            _mm512_shuffle_i64x2(w[2 * j], w[2 * j + 1], 0xDD));
+  // 4 -> 2: in quarter q, lanes {0,1} block q and {2,3} block 4 + q of the eight.
+  __m512i y[2];
+  for (int j = 0; j < 2; ++j)
+    y[j] = _mm512_max_epu32(_mm512_unpacklo_epi64(x[2 * j], x[2 * j + 1]),
+                            _mm512_unpackhi_epi64(x[2 * j], x[2 * j + 1]));
+  // 2 -> 1: lane 4q + r holds block 4r + q; the permute puts block j in lane j.
+  const __m512 a = _mm512_castsi512_ps(y[0]), b = _mm512_castsi512_ps(y[1]);
+  const __m512i z = _mm512_max_epu32(_mm512_castps_si512(_mm512_shuffle_ps(a, b, 0x88)),
+                                     _mm512_castps_si512(_mm512_shuffle_ps(a, b, 0xDD)));
+  const __m512i order = _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0);
+  return _mm512_permutexvar_epi32(order, z);
+}
+
+// Everything a group of 16 blocks needs before its elements are rounded.
+struct GroupScales {
+  alignas(64) int32_t s[16];   // scale exponents (integer rounder)
+  alignas(64) float f1[16];    // 2^(shift - s), or its first half when split
+  alignas(64) float f2[16];    // the second half when split, else 1
+  __mmask16 special = 0;       // blocks holding inf or NaN
+  bool split = false;          // some block needs two factors
+};
+
+// Writes the 16 E8M0 scales and fills g, for the amax bits in `amax`.
+MANTISSA_AVX512 inline void group_scales(const ScaleRule& r, __m512i amax, uint8_t* scales, GroupScales& g) {
+  g.special = _mm512_cmpge_epu32_mask(amax, _mm512_set1_epi32(static_cast<int>(kInfBits)));
+  const __mmask16 zero = _mm512_testn_epi32_mask(amax, amax);
+  // Normalise subnormal amaxes through the int -> float conversion (exact:
+  // they are < 2^23); the exponent field then reads 149 too high.
+  const __mmask16 normal = _mm512_cmpge_epu32_mask(amax, _mm512_set1_epi32(0x800000));
+  const __m512i bits = _mm512_mask_mov_epi32(_mm512_castps_si512(_mm512_cvtepi32_ps(amax)), normal, amax);
+  const __m512i bias = _mm512_mask_mov_epi32(_mm512_set1_epi32(127 + 149), normal, _mm512_set1_epi32(127));
+  __m512i s = _mm512_sub_epi32(_mm512_srli_epi32(bits, 23), _mm512_add_epi32(bias, _mm512_set1_epi32(r.exponent_offset)));
+  if (r.ceil) {
+    const __mmask16 above = _mm512_cmpgt_epu32_mask(_mm512_and_si512(bits, _mm512_set1_epi32(0x7FFFFF)),
+                                                    _mm512_set1_epi32(static_cast<int>(r.max_mantissa)));
+    s = _mm512_mask_add_epi32(s, above, s, _mm512_set1_epi32(1));
+  }
+  s = _mm512_min_epi32(_mm512_max_epi32(s, _mm512_set1_epi32(-kScaleBias)), _mm512_set1_epi32(kScaleBias));
+  s = _mm512_mask_mov_epi32(s, zero, _mm512_set1_epi32(-kScaleBias));
+  __m512i code = _mm512_add_epi32(s, _mm512_set1_epi32(kScaleBias));
+  code = _mm512_mask_mov_epi32(code, g.special, _mm512_set1_epi32(kNanScale));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(scales), _mm512_cvtepi32_epi8(code));
+  _mm512_store_si512(g.s, s);
+  // 2^k with k = shift - s; outside fp32's normal exponents split as
+  // k/2 (truncated) and k - k/2, as the one-block path does.
+  const __m512i k = _mm512_sub_epi32(_mm512_set1_epi32(r.shift), s);
+  const __mmask16 split = static_cast<__mmask16>(
+      ~g.special & (_mm512_cmplt_epi32_mask(k, _mm512_set1_epi32(-126)) |
+                    _mm512_cmpgt_epi32_mask(k, _mm512_set1_epi32(127))));
+  const __m512i half = _mm512_srai_epi32(_mm512_add_epi32(k, _mm512_srli_epi32(k, 31)), 1);
+  const __m512i k1 = _mm512_mask_mov_epi32(k, split, half);
+  const __m512i k2 = _mm512_maskz_sub_epi32(split, k, half);
+  const __m512i exp_bias = _mm512_set1_epi32(127);
+  _mm512_store_ps(g.f1, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(k1, exp_bias), 23)));
+  _mm512_store_ps(g.f2, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(k2, exp_bias), 23)));
+  g.split = split != 0;
+}
+
+// The elements of one block [begin, end) with scale exponent s, codes of
+// p.bytes bytes, after its scale is known (not for inf/NaN blocks).
+MANTISSA_AVX512 inline void block_elements_integer(const QuantPlan& p, const float* in, size_t begin, size_t end,
+                                                   int s, uint8_t* codes) {
+  for (size_t i = begin; i < end; i += 16) {
+    const __mmask16 m = tail_mask16(end - i);
+    const __m512i x = _mm512_maskz_loadu_epi32(m, in + i);
+    const __m512i random =
+        p.opt.mode == Round::stochastic ? stochastic_draws16(p.opt.seed, i, p.opt.random_bits) : _mm512_setzero_si512();
+    store_codes(p.bytes, codes, i, round16<true>(p, x, random, -s), m);
+  }
+}
+
+// The elements of the 16 blocks of a group through the fp16 route, block j
+// multiplied by f1[j] (and f2[j]). Kept out of line with its own copy of the
+// plan: in the caller the plan would be spilled and reloaded every block.
+template <bool kTwoFactors>
+MANTISSA_AVX512 [[gnu::noinline]] void group_elements_small(const QuantPlan& plan, const float* in, uint8_t* codes,
+                                                            const GroupScales& g) {
+  const QuantPlan p = plan;  // the code stores cannot alias a local
+  for (size_t j = 0; j < kGroupBlocks; ++j) {
+    const float* x = in + j * kGroupBlock;
+    const __m512 lo = _mm512_loadu_ps(x), hi = _mm512_loadu_ps(x + 16);
+    __m512i c;
+    if constexpr (kTwoFactors) {
+      c = round32_small(p, lo, hi, _mm512_set1_ps(g.f1[j]), _mm512_set1_ps(g.f2[j]));
+    } else {
+      c = round32_small(p, lo, hi, _mm512_set1_ps(g.f1[j]));
+    }
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(codes + j * kGroupBlock), _mm512_cvtepi16_epi8(c));
+  }
+}
+
+// 16 full 32-element blocks starting at block b.
+MANTISSA_AVX512 void mx_group16(const ScaleRule& r, const QuantPlan& p, bool small, const float* in, size_t b,
+                                uint8_t* codes, uint8_t* scales) {
+  const size_t first = b * kGroupBlock;
+  GroupScales g;
+  group_scales(r, amax16_blocks32(in + first), scales + b, g);
+  const size_t bytes = static_cast<size_t>(p.bytes);
+  if (small) {
+    if (g.split) group_elements_small<true>(p, in + first, codes + first, g);
+    else group_elements_small<false>(p, in + first, codes + first, g);
+  } else {
+    for (size_t j = 0; j < kGroupBlocks; ++j) {
+      const size_t i = first + j * kGroupBlock;
+      if (((g.special >> j) & 1u) == 0) block_elements_integer(p, in, i, i + kGroupBlock, g.s[j], codes);
+    }
+  }
+  // inf/NaN blocks: codes 0 under the NaN scale (over what the rounder wrote).
+  for (unsigned m = g.special; m != 0; m &= m - 1) {
+    const size_t i = first + static_cast<size_t>(__builtin_ctz(m)) * kGroupBlock;
+    std::memset(codes + i * bytes, 0, kGroupBlock * bytes);
+  }
+}
+
+// One block of any size: amax by a horizontal reduction, the scale in scalar.
+MANTISSA_AVX512 void mx_one_block(const MxConfig& cfg, const QuantPlan& p, bool small, const float* in, size_t begin,
+                                  size_t end, uint8_t* codes, uint8_t* scale) {
+  const __m512i abs_mask = _mm512_set1_epi32(0x7FFFFFFF);
+  __m512i amax = _mm512_setzero_si512();
+  for (size_t i = begin; i < end; i += 16)
+    amax = _mm512_max_epu32(amax, _mm512_and_si512(_mm512_maskz_loadu_epi32(tail_mask16(end - i), in + i), abs_mask));
+  const uint32_t amax_bits = _mm512_reduce_max_epu32(amax);
+  if (amax_bits >= kInfBits) {
+    *scale = kNanScale;
+    std::fill(codes + begin * static_cast<size_t>(p.bytes), codes + end * static_cast<size_t>(p.bytes), 0);
+    return;
+  }
+  const int s = amax_bits == 0 ? -kScaleBias
+                : cfg.scale_rounding == ScaleRounding::floor
+                    ? std::clamp(floor_log2(amax_bits) - cfg.element.max_exponent(), -kScaleBias, kScaleBias)
+                    : scale_exponent(cfg, static_cast<double>(std::bit_cast<float>(amax_bits)));
+  *scale = static_cast<uint8_t>(s + kScaleBias);
+  if (!small) {
+    block_elements_integer(p, in, begin, end, s, codes);
+    return;
+  }
+  // FP8/FP6/FP4 elements: 32 at a time through vcvtps2ph, the scale in the multiply.
+  const int k = small_route_shift(p) - s;
+  const int k1 = k / 2;
+  const bool split = k < -126 || k > 127;
+  const __m512 f1 = _mm512_set1_ps(pow2(split ? k1 : k));
+  const __m512 f2 = _mm512_set1_ps(pow2(split ? k - k1 : 0));
+  for (size_t i = begin; i < end; i += 32) {
+    const TailMask32 m = tail_mask32(end - i);
+    const __m512i c =
+        round32_small(p, _mm512_maskz_loadu_ps(m.lo, in + i), _mm512_maskz_loadu_ps(m.hi, in + i + 16), f1, f2);
+    _mm256_mask_storeu_epi8(codes + i, m.both(), _mm512_cvtepi16_epi8(c));
+  }
+}
+
 MANTISSA_AVX512 void mx_blocks(const MxConfig& cfg, const QuantPlan& p, const float* in, size_t n, uint8_t* codes,
                                uint8_t* scales, size_t first_block, size_t last_block) {
   const size_t block = static_cast<size_t>(cfg.block);
-  const __m512i abs_mask = _mm512_set1_epi32(0x7FFFFFFF);
   const bool small = small_route(p);
-  const bool floor_rule = cfg.scale_rounding == ScaleRounding::floor;
-  const int element_emax = cfg.element.max_exponent();
-  for (size_t b = first_block; b < last_block; ++b) {
-    const size_t begin = b * block, end = std::min(n, begin + block);
-    __m512i amax = _mm512_setzero_si512();
-    for (size_t i = begin; i < end; i += 16) {
-      const __mmask16 m = end - i >= 16 ? __mmask16{0xFFFF} : static_cast<__mmask16>((1u << (end - i)) - 1);
-      amax = _mm512_max_epu32(amax, _mm512_and_si512(_mm512_maskz_loadu_epi32(m, in + i), abs_mask));
-    }
-    // |x| bit patterns order like the values; >= inf's pattern is inf or NaN.
-    const uint32_t amax_bits = _mm512_reduce_max_epu32(amax);
-    if (amax_bits >= 0x7F800000u) {
-      scales[b] = kNanScale;
-      std::fill(codes + begin * static_cast<size_t>(p.bytes), codes + end * static_cast<size_t>(p.bytes), 0);
-      continue;
-    }
-    float amax_f = 0;
-    std::memcpy(&amax_f, &amax_bits, sizeof amax_f);
-    const int s = amax_bits == 0 ? -kScaleBias
-                  : floor_rule  ? std::clamp(floor_log2(amax_bits) - element_emax, -kScaleBias, kScaleBias)
-                                : scale_exponent(cfg, static_cast<double>(amax_f));
-    scales[b] = static_cast<uint8_t>(s + kScaleBias);
-    if (small) {  // FP8/FP6/FP4 elements: 32 at a time through vcvtps2ph, the scale in the multiply
-      const int k = small_route_shift(p) - s;
-      const int k1 = k / 2;
-      const bool split = k < -126 || k > 127;
-      const __m512 f1 = _mm512_set1_ps(pow2(split ? k1 : k));
-      const __m512 f2 = _mm512_set1_ps(pow2(split ? k - k1 : 0));
-      for (size_t i = begin; i < end; i += 32) {
-        const size_t left = std::min<size_t>(32, end - i);
-        const __mmask16 mlo = left >= 16 ? __mmask16{0xFFFF} : static_cast<__mmask16>((1u << left) - 1);
-        const __mmask16 mhi = left > 16 ? static_cast<__mmask16>((1u << (left - 16)) - 1) : __mmask16{0};
-        const __m512i c = round32_small(p, _mm512_maskz_loadu_ps(mlo, in + i), _mm512_maskz_loadu_ps(mhi, in + i + 16),
-                                        f1, f2);
-        _mm256_mask_storeu_epi8(codes + i, static_cast<__mmask32>(mlo) | (static_cast<__mmask32>(mhi) << 16),
-                                _mm512_cvtepi16_epi8(c));
-      }
-      continue;
-    }
-    for (size_t i = begin; i < end; i += 16) {
-      const __mmask16 m = end - i >= 16 ? __mmask16{0xFFFF} : static_cast<__mmask16>((1u << (end - i)) - 1);
-      const __m512i x = _mm512_maskz_loadu_epi32(m, in + i);
-      const __m512i random =
-          p.opt.mode == Round::stochastic ? stochastic_draws16(p.opt.seed, i, p.opt.random_bits) : _mm512_setzero_si512();
-      store_codes(p.bytes, codes, i, round16<true>(p, x, random, -s), m);
-    }
+  size_t b = first_block;
+  if (block == kGroupBlock) {
+    const ScaleRule rule = make_rule(cfg, p, small);
+    const size_t full_blocks = std::min(last_block, n / kGroupBlock);
+    for (; b + kGroupBlocks <= full_blocks; b += kGroupBlocks) mx_group16(rule, p, small, in, b, codes, scales);
   }
+  for (; b < last_block; ++b)
+    mx_one_block(cfg, p, small, in, b * block, std::min(n, b * block + block), codes, scales + b);
 }
 
 }  // namespace
@@ -115,9 +282,11 @@ bool mx_quantize_fast(const MxConfig& cfg, const float* in, size_t n, uint8_t* c
   }
 #pragma omp parallel
   {
+    // Whole groups of 16 blocks per thread, so only the last thread has a tail.
     const size_t threads = static_cast<size_t>(omp_get_num_threads());
     const size_t t = static_cast<size_t>(omp_get_thread_num());
-    const size_t per = (blocks + threads - 1) / threads;
+    const size_t groups = (blocks + kGroupBlocks - 1) / kGroupBlocks;
+    const size_t per = (groups + threads - 1) / threads * kGroupBlocks;
     const size_t b0 = std::min(blocks, t * per), b1 = std::min(blocks, b0 + per);
     if (b0 < b1) mx_blocks(cfg, p, in, n, codes, scales, b0, b1);
   }

@@ -1,15 +1,32 @@
 // oneDNN matmul wrapper: one CPU engine and stream, primitives cached per
-// (shape, types, transposes, alpha, accumulate, bias, packed-B), constant B
-// operands reordered once into the primitive's preferred (blocked) layout and
-// kept until their version changes.
+// (shape, types, transposes, alpha == 1 or not, accumulate, bias, packed-B,
+// threads), constant B operands reordered once into the primitive's preferred
+// (blocked) layout and kept until their version changes.
+//
+// alpha is a runtime argument, not part of the primitive: FP8 recipes with
+// per-tensor scales change alpha every step and would otherwise create (JIT)
+// new primitives during training. It is a binary-multiply post-op by a scalar
+// memory passed per call, not a DNNL_RUNTIME_F32_VAL output scale: oneDNN 2.6's
+// brgemm (AMX) matmul rejects runtime output scales and falls back to
+// gemm:jit, 2-4x slower in bf16 (measured: fp8-current step 2.1x slower),
+// while it takes scalar binary post-ops. alpha == 1 keeps a primitive without
+// scaling (the bias then goes in as oneDNN's bias).
+//
+// The per-call cost is kept near raw oneDNN's: each thread keeps its own view of
+// a cached primitive with memory objects made once (only their data handles
+// change per call) and executes through the C API with a fixed argument array,
+// so a steady-state call takes no lock (unless B is packed), allocates nothing
+// and builds no argument map.
 #include "mantissa/kernels/matmul.hpp"
 
 #include <omp.h>
 
+#include <atomic>
 #include <cstring>
 #include <dnnl.hpp>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <unordered_map>
@@ -25,9 +42,10 @@ using dnnl::memory;
 
 struct Key {
   int64_t batch, M, N, K;
+  int64_t a_stride, b_stride, c_stride;  // batch strides (elements)
   bool trans_a, trans_b, accumulate, has_bias, packed_b;
-  bool bf16;  // both operands bf16 (else both f32)
-  uint32_t alpha_bits;
+  bool bf16;    // both operands bf16 (else both f32)
+  bool scaled;  // alpha != 1: scalar multiply post-op, value passed per call
   int threads;  // oneDNN fixes its work split when the primitive is created
   bool operator==(const Key&) const = default;
 };
@@ -40,10 +58,11 @@ struct KeyHash {
     mix(static_cast<uint64_t>(k.M));
     mix(static_cast<uint64_t>(k.N));
     mix(static_cast<uint64_t>(k.K));
-    mix((k.trans_a ? 1u : 0u) | (k.trans_b ? 2u : 0u) | (k.accumulate ? 4u : 0u) |
-        (k.has_bias ? 8u : 0u) | (k.packed_b ? 16u : 0u) | (k.bf16 ? 32u : 0u));
-    mix(k.alpha_bits);
-    mix(static_cast<uint64_t>(k.threads));
+    mix(static_cast<uint64_t>(k.a_stride) ^ (static_cast<uint64_t>(k.b_stride) << 21) ^
+        (static_cast<uint64_t>(k.c_stride) << 42));
+    mix((k.trans_a ? 1u : 0u) | (k.trans_b ? 2u : 0u) | (k.accumulate ? 4u : 0u) | (k.has_bias ? 8u : 0u) |
+        (k.packed_b ? 16u : 0u) | (k.bf16 ? 32u : 0u) | (k.scaled ? 64u : 0u) |
+        (static_cast<uint64_t>(k.threads) << 8));
     return static_cast<size_t>(h);
   }
 };
@@ -56,12 +75,13 @@ struct Packed {
 struct Entry {
   dnnl::matmul::primitive_desc pd;
   dnnl::matmul prim;
-  memory::desc a_md, b_plain_md, c_md, bias_md;
+  memory::desc a_md, b_plain_md, c_md, bias_md, alpha_md;
   bool b_needs_reorder = false;
+  int alpha_post_op_index = 0;  // with Key::scaled: binary_mul by the scalar alpha
   bool bias_post_op = false;  // bias via binary post-op at this index
   int bias_post_op_index = 0;
-  std::string impl;
-  std::unordered_map<const void*, Packed> packed;  // keyed by the caller's b_cache_key
+  const char* impl = "none";  // interned in State::impl_names
+  std::unordered_map<const void*, Packed> packed;  // keyed by the caller's b_cache_key; State::mu guards it
 };
 
 struct State {
@@ -69,7 +89,10 @@ struct State {
   dnnl::stream stream{engine};
   std::mutex mu;
   std::unordered_map<Key, std::shared_ptr<Entry>, KeyHash> cache;
-  std::string last_impl = "none";
+  std::set<std::string> impl_names;  // never shrinks: last_impl may point into it
+  std::atomic<const char*> last_impl{"none"};
+  std::atomic<uint64_t> generation{1};  // bumped by clear_matmul_cache: threads drop their views
+  std::atomic<int64_t> created{0};
 };
 
 State& state() {
@@ -82,35 +105,41 @@ memory::dims dims_of(int64_t batch, int64_t rows, int64_t cols) {
   return {batch, rows, cols};
 }
 
-// Row-major [rows, cols] per batch, or its transpose stored [cols, rows].
+// Row-major [rows, cols] per batch, or its transpose stored [cols, rows];
+// batch_stride elements between batch matrices.
 memory::desc plain_md(int64_t batch, int64_t rows, int64_t cols, memory::data_type dt,
-                      bool transposed) {
+                      bool transposed, int64_t batch_stride) {
   memory::dims strides = transposed ? memory::dims{1, rows} : memory::dims{cols, 1};
-  if (batch != 1) strides.insert(strides.begin(), rows * cols);
+  if (batch != 1) strides.insert(strides.begin(), batch_stride);
   return memory::desc(dims_of(batch, rows, cols), dt, strides);
 }
 
+// Called with State::mu held.
 std::shared_ptr<Entry> make_entry(const Key& k, State& st) {
   const auto dt = k.bf16 ? memory::data_type::bf16 : memory::data_type::f32;
   auto e = std::make_shared<Entry>();
-  e->a_md = plain_md(k.batch, k.M, k.K, dt, k.trans_a);
-  e->b_plain_md = plain_md(k.batch, k.K, k.N, dt, k.trans_b);
-  e->c_md = plain_md(k.batch, k.M, k.N, memory::data_type::f32, false);
+  e->a_md = plain_md(k.batch, k.M, k.K, dt, k.trans_a, k.a_stride);
+  e->b_plain_md = plain_md(k.batch, k.K, k.N, dt, k.trans_b, k.b_stride);
+  e->c_md = plain_md(k.batch, k.M, k.N, memory::data_type::f32, false, k.c_stride);
   memory::desc b_md = e->b_plain_md;
   if (k.packed_b) b_md = memory::desc(dims_of(k.batch, k.K, k.N), dt, memory::format_tag::any);
   dnnl::primitive_attr attr;
-  float alpha;
-  std::memcpy(&alpha, &k.alpha_bits, sizeof alpha);
-  if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
   if (k.has_bias) {  // [N] broadcast over rows (and batch)
     e->bias_md = k.batch == 1 ? memory::desc({1, k.N}, memory::data_type::f32, memory::dims{k.N, 1})
                               : memory::desc({1, 1, k.N}, memory::data_type::f32,
                                              memory::dims{k.N, k.N, 1});
   }
-  // oneDNN scales the bias together with the product (alpha (AB + bias)), so
-  // with alpha != 1 the bias is added by a binary post-op after the scaling.
-  e->bias_post_op = k.has_bias && alpha != 1.0f;
+  // Post-ops run in order on the fp32 accumulator: alpha AB, then (+ C), then
+  // (+ bias). oneDNN's own bias is added before any post-op (it would be
+  // scaled too), so a scaled product gets its bias from a binary post-op.
+  e->bias_post_op = k.has_bias && k.scaled;
   dnnl::post_ops ops;
+  if (k.scaled) {
+    e->alpha_md = k.batch == 1 ? memory::desc({1, 1}, memory::data_type::f32, memory::dims{1, 1})
+                               : memory::desc({1, 1, 1}, memory::data_type::f32, memory::dims{1, 1, 1});
+    e->alpha_post_op_index = ops.len();
+    ops.append_binary(dnnl::algorithm::binary_mul, e->alpha_md);
+  }
   if (k.accumulate) ops.append_sum(1.0f);
   if (e->bias_post_op) {
     e->bias_post_op_index = ops.len();
@@ -122,8 +151,47 @@ std::shared_ptr<Entry> make_entry(const Key& k, State& st) {
   e->pd = dnnl::matmul::primitive_desc(desc, attr, st.engine);
   e->prim = dnnl::matmul(e->pd);
   e->b_needs_reorder = k.packed_b && e->pd.weights_desc() != e->b_plain_md;
-  e->impl = e->pd.impl_info_str();
+  e->impl = st.impl_names.insert(e->pd.impl_info_str()).first->c_str();
+  st.created.fetch_add(1, std::memory_order_relaxed);
   return e;
+}
+
+// A thread's view of a cached primitive: memory objects made once whose data
+// handles are swapped per call (oneDNN memory objects must not be shared by
+// threads executing concurrently, primitives may).
+struct View {
+  std::shared_ptr<Entry> e;
+  memory a, b_plain, c, bias, scale;
+  float alpha = 1.0f;  // the scale memory points here (unordered_map nodes do not move)
+};
+
+struct ThreadViews {
+  uint64_t generation = 0;
+  std::unordered_map<Key, View, KeyHash> views;
+};
+
+View& view_for(const Key& key, State& st) {
+  thread_local ThreadViews t;
+  const uint64_t gen = st.generation.load(std::memory_order_acquire);
+  if (t.generation != gen) {
+    t.views.clear();
+    t.generation = gen;
+  }
+  View& v = t.views[key];
+  if (v.e) return v;
+  {
+    std::lock_guard<std::mutex> lock(st.mu);
+    auto it = st.cache.find(key);
+    if (it == st.cache.end()) it = st.cache.emplace(key, make_entry(key, st)).first;
+    v.e = it->second;
+  }
+  const Entry& e = *v.e;
+  v.a = memory(e.a_md, st.engine, nullptr);
+  v.b_plain = memory(e.b_plain_md, st.engine, nullptr);
+  v.c = memory(e.c_md, st.engine, nullptr);
+  if (key.has_bias) v.bias = memory(e.bias_md, st.engine, nullptr);
+  if (key.scaled) v.scale = memory(e.alpha_md, st.engine, &v.alpha);
+  return v;
 }
 
 void check_args(const MatmulArgs& a) {
@@ -138,15 +206,31 @@ void check_args(const MatmulArgs& a) {
                                   " unsupported (widen FP8/fp16 to bf16 or f32 first)");
     }
   }
+  const struct {
+    const char* name;
+    int64_t stride, dense;
+  } strides[] = {{"a", a.a_batch_stride, a.M * a.K}, {"b", a.b_batch_stride, a.K * a.N}, {"c", a.c_batch_stride, a.M * a.N}};
+  for (const auto& s : strides) {
+    if (s.stride != 0 && s.stride < s.dense) {
+      throw std::invalid_argument(std::string("matmul: ") + s.name + "_batch_stride " + std::to_string(s.stride) +
+                                  " is smaller than one matrix (" + std::to_string(s.dense) + " elements)");
+    }
+  }
+  const bool strided = a.a_batch_stride != 0 || a.b_batch_stride != 0;
+  if (strided && a.a_type != a.b_type) {
+    throw std::invalid_argument("matmul: strided operands must share one type (no f32 -> bf16 widening of a strided batch)");
+  }
 }
+
+int64_t stride_or_dense(int64_t stride, int64_t rows, int64_t cols) { return stride != 0 ? stride : rows * cols; }
 
 // K == 0: the product is empty, C = (accumulate ? C : 0) + bias.
 void empty_product(const MatmulArgs& a, float* C, const float* bias) {
-  const int64_t rows = a.batch * a.M;
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t j = 0; j < a.N; ++j) {
-      const float v = a.accumulate ? C[r * a.N + j] : 0.0f;
-      C[r * a.N + j] = v + (bias ? bias[j] : 0.0f);
+  const int64_t c_stride = stride_or_dense(a.c_batch_stride, a.M, a.N);
+  for (int64_t b = 0; b < a.batch; ++b) {
+    for (int64_t r = 0; r < a.M; ++r) {
+      float* row = C + b * c_stride + r * a.N;
+      for (int64_t j = 0; j < a.N; ++j) row[j] = (a.accumulate ? row[j] : 0.0f) + (bias ? bias[j] : 0.0f);
     }
   }
 }
@@ -180,60 +264,71 @@ void matmul(const MatmulArgs& args, const void* A, const void* B, float* C, cons
     return b_tmp.data();
   };
 
-  uint32_t alpha_bits;
-  std::memcpy(&alpha_bits, &args.alpha, sizeof alpha_bits);
   const bool packed = args.b_is_constant && args.b_cache_key != nullptr;
-  const Key key{args.batch,   args.M,       args.N,          args.K,          args.trans_a,
-                args.trans_b, args.accumulate, bias != nullptr, packed,       bf16,
-                alpha_bits,   omp_get_max_threads()};
+  const Key key{args.batch,     args.M,          args.N,          args.K,
+                stride_or_dense(args.a_batch_stride, args.M, args.K),
+                stride_or_dense(args.b_batch_stride, args.K, args.N),
+                stride_or_dense(args.c_batch_stride, args.M, args.N),
+                args.trans_a,
+                args.trans_b,   args.accumulate, bias != nullptr, packed,       bf16,
+                args.alpha != 1.0f, omp_get_max_threads()};
 
   State& st = state();
-  std::shared_ptr<Entry> e;
-  memory b_mem;
-  {
+  View& v = view_for(key, st);
+  Entry& e = *v.e;
+  st.last_impl.store(e.impl, std::memory_order_relaxed);
+  memory b_packed;  // holds the packed copy alive through the call
+  dnnl_memory_t b_handle;
+  if (e.b_needs_reorder) {
     std::lock_guard<std::mutex> lock(st.mu);
-    auto it = st.cache.find(key);
-    if (it == st.cache.end()) it = st.cache.emplace(key, make_entry(key, st)).first;
-    e = it->second;
-    st.last_impl = e->impl;
-    if (e->b_needs_reorder) {
-      Packed& p = e->packed[args.b_cache_key];
-      if (!p.mem || p.version != args.b_cache_version) {
-        memory src(e->b_plain_md, st.engine, b_operand());
-        if (!p.mem) p.mem = memory(e->pd.weights_desc(), st.engine);
-        dnnl::reorder(src, p.mem).execute(st.stream, src, p.mem);
-        st.stream.wait();
-        p.version = args.b_cache_version;
-      }
-      b_mem = p.mem;
+    Packed& p = e.packed[args.b_cache_key];
+    if (!p.mem || p.version != args.b_cache_version) {
+      memory src(e.b_plain_md, st.engine, b_operand());
+      if (!p.mem) p.mem = memory(e.pd.weights_desc(), st.engine);
+      dnnl::reorder(src, p.mem).execute(st.stream, src, p.mem);
+      st.stream.wait();
+      p.version = args.b_cache_version;
     }
+    b_packed = p.mem;
+    b_handle = b_packed.get();
+  } else {
+    v.b_plain.set_data_handle(b_operand());
+    b_handle = v.b_plain.get();
   }
-  if (!b_mem) b_mem = memory(e->b_plain_md, st.engine, b_operand());
-  memory a_mem(e->a_md, st.engine, const_cast<void*>(A));
-  memory c_mem(e->c_md, st.engine, C);
-  std::unordered_map<int, memory> exec_args{
-      {DNNL_ARG_SRC, a_mem}, {DNNL_ARG_WEIGHTS, b_mem}, {DNNL_ARG_DST, c_mem}};
+  v.a.set_data_handle(const_cast<void*>(A));
+  v.c.set_data_handle(C);
+  dnnl_exec_arg_t exec_args[5] = {{DNNL_ARG_SRC, v.a.get()}, {DNNL_ARG_WEIGHTS, b_handle}, {DNNL_ARG_DST, v.c.get()}};
+  int n_args = 3;
   if (bias) {
-    const int slot = e->bias_post_op
-                         ? (DNNL_ARG_ATTR_MULTIPLE_POST_OP(e->bias_post_op_index) | DNNL_ARG_SRC_1)
+    v.bias.set_data_handle(const_cast<float*>(bias));
+    const int slot = e.bias_post_op
+                         ? (DNNL_ARG_ATTR_MULTIPLE_POST_OP(e.bias_post_op_index) | DNNL_ARG_SRC_1)
                          : DNNL_ARG_BIAS;
-    exec_args.emplace(slot, memory(e->bias_md, st.engine, const_cast<float*>(bias)));
+    exec_args[n_args++] = {slot, v.bias.get()};
   }
-  e->prim.execute(st.stream, exec_args);
+  if (key.scaled) {
+    v.alpha = args.alpha;
+    exec_args[n_args++] = {DNNL_ARG_ATTR_MULTIPLE_POST_OP(e.alpha_post_op_index) | DNNL_ARG_SRC_1, v.scale.get()};
+  }
+  const dnnl_status_t status = dnnl_primitive_execute(e.prim.get(), st.stream.get(), n_args, exec_args);
+  if (status != dnnl_success) {
+    throw std::runtime_error("matmul: oneDNN execution failed (status " + std::to_string(static_cast<int>(status)) +
+                             ") for M=" + std::to_string(args.M) + " N=" + std::to_string(args.N) +
+                             " K=" + std::to_string(args.K));
+  }
   st.stream.wait();
 }
 
-const char* last_matmul_impl() {
-  State& st = state();
-  std::lock_guard<std::mutex> lock(st.mu);
-  return st.last_impl.c_str();
-}
+const char* last_matmul_impl() { return state().last_impl.load(std::memory_order_relaxed); }
 
 void clear_matmul_cache() {
   State& st = state();
   std::lock_guard<std::mutex> lock(st.mu);
   st.cache.clear();
+  st.generation.fetch_add(1, std::memory_order_release);
 }
+
+int64_t matmul_primitives_created() { return state().created.load(std::memory_order_relaxed); }
 
 void forget_packed_operand(const void* b_cache_key) {
   State& st = state();

@@ -72,41 +72,49 @@ std::string ours(const std::vector<RecipeSummary>& rows, const std::string& reci
 
 }  // namespace
 
-std::string main_table_md(const std::vector<RecipeSummary>& rows) {
+namespace {
+
+// The columns that differ between the GPT and the MLP table.
+struct TableLayout {
+  const char* task;
+  const char* header;       // the header row
+  int metric_decimals;
+  const char* gap_unit;     // " %" (relative) or "" (accuracy points)
+  int step_ms_decimals;
+};
+
+std::string recipe_table_md(const std::vector<RecipeSummary>& rows, const TableLayout& t) {
   std::ostringstream o;
-  o << "| recipe | val bpc (mean ± std) | gap to fp32 | diverged | skipped steps | step time (ms) | tokens/s | peak memory (MiB) |\n"
-       "|---|---|---|---|---|---|---|---|\n";
+  o << t.header << "|---|---|---|---|---|---|---|---|\n";
   for (const auto& s : rows) {
-    if (s.task != "gpt") continue;
+    if (s.task != t.task) continue;
     if (s.finished == 0) {
       o << unavailable_row(s, 8);
       continue;
     }
-    o << "| " << s.recipe << " | " << mean_pm(s.metric, 3) << " | " << signed_fixed(s.gap_pct, 2, " %") << " | "
-      << diverged_cell(s) << " | " << fmt_fixed(s.skipped_steps, s.skipped_steps == std::floor(s.skipped_steps) ? 0 : 1)
-      << " | " << fmt_fixed(s.step_ms, 1) << " | " << fmt_fixed(s.tokens_per_s, 0) << " | " << mib(s.peak_memory_bytes)
-      << " |\n";
+    o << "| " << s.recipe << " | " << mean_pm(s.metric, t.metric_decimals) << " | " << signed_fixed(s.gap_pct, 2, t.gap_unit)
+      << " | " << diverged_cell(s) << " | "
+      << fmt_fixed(s.skipped_steps, s.skipped_steps == std::floor(s.skipped_steps) ? 0 : 1) << " | "
+      << fmt_fixed(s.step_ms, t.step_ms_decimals) << " | " << fmt_fixed(s.tokens_per_s, 0) << " | "
+      << mib(s.peak_memory_bytes) << " |\n";
   }
   return o.str();
 }
 
+}  // namespace
+
+std::string main_table_md(const std::vector<RecipeSummary>& rows) {
+  return recipe_table_md(rows, {"gpt",
+                                "| recipe | val bpc (mean ± std) | gap to fp32 | diverged | skipped steps | step time (ms) | "
+                                "tokens/s | peak memory (MiB) |\n",
+                                3, " %", 1});
+}
+
 std::string mlp_table_md(const std::vector<RecipeSummary>& rows) {
-  std::ostringstream o;
-  o << "| recipe | test accuracy % (mean ± std) | gap to fp32 (points) | diverged | skipped steps | step time (ms) | "
-       "examples/s | peak memory (MiB) |\n"
-       "|---|---|---|---|---|---|---|---|\n";
-  for (const auto& s : rows) {
-    if (s.task != "mlp") continue;
-    if (s.finished == 0) {
-      o << unavailable_row(s, 8);
-      continue;
-    }
-    o << "| " << s.recipe << " | " << mean_pm(s.metric, 2) << " | " << signed_fixed(s.gap_pct, 2, "") << " | "
-      << diverged_cell(s) << " | " << fmt_fixed(s.skipped_steps, s.skipped_steps == std::floor(s.skipped_steps) ? 0 : 1)
-      << " | " << fmt_fixed(s.step_ms, 2) << " | " << fmt_fixed(s.tokens_per_s, 0) << " | " << mib(s.peak_memory_bytes)
-      << " |\n";
-  }
-  return o.str();
+  return recipe_table_md(rows, {"mlp",
+                                "| recipe | test accuracy % (mean ± std) | gap to fp32 (points) | diverged | skipped steps | "
+                                "step time (ms) | examples/s | peak memory (MiB) |\n",
+                                2, "", 2});
 }
 
 std::string unit_paper_table_md(const std::vector<RecipeSummary>& rows) {

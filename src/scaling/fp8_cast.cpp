@@ -9,6 +9,8 @@
 #include <stdexcept>
 
 #include "mantissa/formats/convert.hpp"
+#include "mantissa/formats/lookup.hpp"
+#include "mantissa/formats/scaled_copy.hpp"
 #include "mantissa/formats/round.hpp"
 #include "mantissa/scaling/fp8.hpp"
 
@@ -36,22 +38,17 @@ bool same_layout(const formats::Format& a, const formats::Format& b) {
          a.subnormals == b.subnormals && a.is_signed == b.is_signed;
 }
 
-// code -> bf16 bits and code -> float of one 1-byte dtype, built once.
-struct DecodeTable {
-  std::array<uint16_t, 256> bf16{};
-  std::array<float, 256> value{};
-};
-const DecodeTable& decode_table(DType t) {
+// code -> bf16 bits of one 1-byte dtype, built once.
+const formats::Table16& decode_table(DType t) {
   static const auto tables = [] {
-    std::array<DecodeTable, 4> all{};
+    std::array<formats::Table16, 4> all{};
     const DType types[] = {DType::e4m3fn, DType::e5m2, DType::e4m3fnuz, DType::e5m2fnuz};
     for (int i = 0; i < 4; ++i) {
       const formats::Format& f = formats::preset(dtype_format_name(types[i]));
       for (uint32_t c = 0; c < 256; ++c) {
         const float v = formats::decode_f32(f, c);
-        all[static_cast<size_t>(i)].value[c] = v;
         // Exact: FP8 values have <= 4 significant bits and bf16's exponent range.
-        all[static_cast<size_t>(i)].bf16[c] = static_cast<uint16_t>(std::bit_cast<uint32_t>(v) >> 16);
+        all[static_cast<size_t>(i)][c] = static_cast<uint16_t>(std::bit_cast<uint32_t>(v) >> 16);
       }
     }
     return all;
@@ -69,23 +66,58 @@ void require_f32(const Tensor& x, const char* what) {
   if (x.dtype() != DType::f32) throw std::invalid_argument(std::string(what) + ": input must be f32, got " + dtype_name(x.dtype()));
 }
 
-// codes[i] = encode(x[i] x mult) in parallel chunks; returns the number of
-// finite values whose scaled magnitude exceeds the format's max.
-int64_t scaled_quantize(const formats::Format& f, const float* x, uint8_t* codes, int64_t n, float mult,
-                        const formats::RoundOptions& opt) {
+// What one pass learns of an fp32 array besides the codes.
+struct PassTotals {
+  float amax = 0;         // inf if any value is inf; NaNs are skipped
+  int nonfinite = 0;      // 1 if any value is inf or NaN
+  int64_t saturated = 0;  // finite values whose scaled magnitude exceeds the format's max
+};
+
+// tmp[i] = x[i] x mult (tmp may be null), adding x's totals to t.
+void scale_span(const float* x, float* tmp, int64_t n, float mult, float fmax, PassTotals& t) {
+  const formats::ScanTotals s = formats::scaled_copy(x, tmp, static_cast<size_t>(n), mult, fmax);
+  t.amax = s.amax > t.amax ? s.amax : t.amax;
+  t.nonfinite |= static_cast<int>(s.nonfinite);
+  t.saturated += s.beyond;
+}
+
+// bf16 bits of a row of decoded codes times 2^e per tile of `tile` columns,
+// in place. value x 2^e is exact for every code and exponent produced here
+// (see fp8.hpp); the float product's top 16 bits are its bf16 bits.
+void fold_tile_scales(uint16_t* row, int64_t cols, int64_t tile, const int8_t* e) {
+  for (int64_t j = 0; j * tile < cols; ++j) {
+    const float mult = std::ldexp(1.0f, e[j]);
+    const int64_t c1 = std::min(cols, (j + 1) * tile);
+    for (int64_t k = j * tile; k < c1; ++k) {
+      const float v = std::bit_cast<float>(static_cast<uint32_t>(row[k]) << 16) * mult;
+      row[k] = static_cast<uint16_t>(std::bit_cast<uint32_t>(v) >> 16);
+    }
+  }
+}
+
+// One pass: codes[i] = encode(x[i] x mult) and, with `bf16`, their decode,
+// one L1-sized chunk at a time so that x is read once.
+PassTotals per_tensor_pass(const formats::Format& f, const float* x, int64_t n, float mult, bool saturate,
+                           uint8_t* codes, uint16_t* bf16, const formats::Table16& table) {
+  formats::RoundOptions opt;
+  opt.saturate = saturate;
   const float fmax = static_cast<float>(f.max());
+  float amax = 0;
+  int bad = 0;
   int64_t saturated = 0;
-#pragma omp parallel for reduction(+ : saturated) schedule(static) if (n > 4 * kChunk)
+#pragma omp parallel for reduction(max : amax) reduction(| : bad) reduction(+ : saturated) schedule(static) if (n > 4 * kChunk)
   for (int64_t c0 = 0; c0 < n; c0 += kChunk) {
     const int64_t len = std::min(kChunk, n - c0);
-    float tmp[kChunk];
-    for (int64_t i = 0; i < len; ++i) {
-      tmp[i] = x[c0 + i] * mult;
-      saturated += std::fabs(tmp[i]) > fmax && std::isfinite(x[c0 + i]);
-    }
+    alignas(64) float tmp[kChunk];
+    PassTotals t;
+    scale_span(x + c0, tmp, len, mult, fmax, t);
+    amax = t.amax > amax ? t.amax : amax;
+    bad |= t.nonfinite;
+    saturated += t.saturated;
     formats::quantize(f, tmp, codes + c0, static_cast<size_t>(len), opt);
+    if (bf16) formats::lookup16(table, codes + c0, bf16 + c0, static_cast<size_t>(len));
   }
-  return saturated;
+  return {amax, bad, saturated};
 }
 
 }  // namespace
@@ -108,14 +140,15 @@ int blockwise_exponent(double format_max, double amax) {
 
 Amax amax_of(const float* x, int64_t n) {
   float m = 0;
-  bool bad = false;
-#pragma omp parallel for reduction(max : m) reduction(|| : bad) if (n > (1 << 16))
-  for (int64_t i = 0; i < n; ++i) {
-    const float a = std::fabs(x[i]);
-    m = a > m ? a : m;
-    bad = bad || !(a <= std::numeric_limits<float>::max());
+  int bad = 0;
+#pragma omp parallel for reduction(max : m) reduction(| : bad) schedule(static) if (n > 4 * kChunk)
+  for (int64_t c0 = 0; c0 < n; c0 += kChunk) {
+    PassTotals t;
+    scale_span(x + c0, nullptr, std::min(kChunk, n - c0), 1.0f, std::numeric_limits<float>::infinity(), t);
+    m = t.amax > m ? t.amax : m;
+    bad |= t.nonfinite;
   }
-  return {m, bad};
+  return {m, bad != 0};
 }
 
 DType cast_dtype(const formats::Format& f) {
@@ -127,21 +160,30 @@ DType cast_dtype(const formats::Format& f) {
 
 // ---- casts --------------------------------------------------------------------------------
 QuantisedOperand cast_per_tensor(const formats::Format& f, const Tensor& x, int exponent, bool saturate,
-                                 int64_t* saturated, MemoryKind kind) {
+                                 int64_t* saturated, MemoryKind kind, Tensor* decoded, Amax* amax) {
   require_f32(x, "cast_per_tensor");
   QuantisedOperand q;
   q.codes = Tensor::empty(x.shape(), cast_dtype(f), kind);
   q.codes.set_scale(std::ldexp(1.0f, exponent));
-  formats::RoundOptions opt;
-  opt.saturate = saturate;
-  const int64_t s = scaled_quantize(f, x.f32(), q.codes.data<uint8_t>(), x.numel(), std::ldexp(1.0f, -exponent), opt);
-  if (saturated) *saturated = s;
+  uint16_t* bf16 = nullptr;
+  if (decoded) {
+    *decoded = Tensor::empty(x.shape(), DType::bf16, MemoryKind::workspace);
+    bf16 = decoded->data<uint16_t>();
+  }
+  const formats::Table16& table = decode_table(q.codes.dtype());
+  const float mult = std::ldexp(1.0f, -exponent);
+  uint8_t* codes = q.codes.data<uint8_t>();
+  PassTotals t = per_tensor_pass(f, x.f32(), x.numel(), mult, saturate, codes, bf16, table);
+  if (t.nonfinite && saturate)  // again without saturation, so inf/NaN stay non-finite
+    t = per_tensor_pass(f, x.f32(), x.numel(), mult, false, codes, bf16, table);
+  if (saturated) *saturated = t.saturated;
+  if (amax) *amax = {t.amax, t.nonfinite != 0};
   return q;
 }
 
 QuantisedOperand cast_blocks(const formats::Format& f, const Tensor& x, int64_t batch, int64_t rows, int64_t cols,
                              int64_t tile_rows, int64_t tile_cols, Fp8Scaling rule, CastReport* report,
-                             MemoryKind kind) {
+                             MemoryKind kind, Tensor* decoded) {
   require_f32(x, "cast_blocks");
   if (batch * rows * cols != x.numel() || tile_rows < 1 || tile_cols < 1)
     throw std::invalid_argument("cast_blocks: view [" + std::to_string(batch) + ", " + std::to_string(rows) + ", " +
@@ -158,94 +200,110 @@ QuantisedOperand cast_blocks(const formats::Format& f, const Tensor& x, int64_t 
   const int64_t down = blocks->tiles_down(), across = blocks->tiles_across();
   const int64_t tiles = batch * down * across;
   blocks->exponents.assign(static_cast<size_t>(tiles), 0);
+  int8_t* exps = blocks->exponents.data();
   const float* src = x.f32();
   const double fmax = f.max();
-  float total = 0;
-  bool bad = false;
-  // 1. one exponent per tile from the tile's amax.
-#pragma omp parallel for reduction(max : total) reduction(|| : bad) schedule(static) if (tiles > 64)
-  for (int64_t t = 0; t < tiles; ++t) {
-    const int64_t b = t / (down * across), i = (t / across) % down, j = t % across;
-    const int64_t r0 = i * tile_rows, r1 = std::min(rows, r0 + tile_rows);
-    const int64_t c0 = j * tile_cols, c1 = std::min(cols, c0 + tile_cols);
-    float m = 0;
-    bool nonfinite = false;
-    for (int64_t r = r0; r < r1; ++r) {
-      const float* row = src + (b * rows + r) * cols;
-      for (int64_t c = c0; c < c1; ++c) {
-        const float a = std::fabs(row[c]);
-        m = a > m ? a : m;
-        nonfinite = nonfinite || !(a <= std::numeric_limits<float>::max());
-      }
+  const float fmaxf = static_cast<float>(fmax);
+  auto exponent_of_tile = [&](const PassTotals& t) {
+    return t.nonfinite ? 0 : rule == Fp8Scaling::mx ? mx_exponent(f, t.amax) : blockwise_exponent(fmax, t.amax);
+  };
+  // Tiles of one row (1 x tile_cols) get their exponents in the row pass
+  // below, so x is read once; taller tiles need theirs first.
+  const bool row_tiles = tile_rows == 1;
+  float tiles_amax = 0;
+  int tiles_bad = 0;
+  if (!row_tiles) {
+#pragma omp parallel for reduction(max : tiles_amax) reduction(| : tiles_bad) schedule(static) if (tiles > 64)
+    for (int64_t t = 0; t < tiles; ++t) {
+      const int64_t b = t / (down * across), i = (t / across) % down, j = t % across;
+      const int64_t r0 = i * tile_rows, r1 = std::min(rows, r0 + tile_rows);
+      const int64_t c0 = j * tile_cols, c1 = std::min(cols, c0 + tile_cols);
+      PassTotals tile;
+      for (int64_t r = r0; r < r1; ++r)
+        scale_span(src + (b * rows + r) * cols + c0, nullptr, c1 - c0, 1.0f, std::numeric_limits<float>::infinity(), tile);
+      const float m = tile.amax;
+      const int bad = tile.nonfinite;
+      exps[t] = static_cast<int8_t>(exponent_of_tile(tile));
+      tiles_amax = m > tiles_amax ? m : tiles_amax;
+      tiles_bad |= bad;
     }
-    const int e = nonfinite ? 0 : rule == Fp8Scaling::mx ? mx_exponent(f, m) : blockwise_exponent(fmax, m);
-    blocks->exponents[static_cast<size_t>(t)] = static_cast<int8_t>(e);
-    total = m > total ? m : total;
-    bad = bad || nonfinite;
   }
-  // 2. scale each row's pieces by their tile's 2^-E and quantise the row.
   QuantisedOperand q;
   q.codes = Tensor::empty(x.shape(), cast_dtype(f), kind);
   uint8_t* codes = q.codes.data<uint8_t>();
-  formats::RoundOptions opt;
-  opt.saturate = !bad;
-  const float fmaxf = static_cast<float>(fmax);
-  int64_t saturated = 0;
-#pragma omp parallel reduction(+ : saturated) if (batch * rows > 16)
-  {
-    std::vector<float> tmp(static_cast<size_t>(cols));
+  uint16_t* bf16 = nullptr;
+  if (decoded) {
+    *decoded = Tensor::empty(x.shape(), DType::bf16, MemoryKind::workspace);
+    bf16 = decoded->data<uint16_t>();
+  }
+  const formats::Table16& table = decode_table(q.codes.dtype());
+  // Scale each row's pieces by their tile's 2^-E, quantise and decode the row.
+  auto row_pass = [&](bool saturate) {
+    formats::RoundOptions opt;
+    opt.saturate = saturate;
+    float amax = 0;
+    int bad = 0;
+    int64_t saturated = 0;
+#pragma omp parallel reduction(max : amax) reduction(| : bad) reduction(+ : saturated) if (batch * rows > 16)
+    {
+      std::vector<float> tmp(static_cast<size_t>(cols));
 #pragma omp for schedule(static)
-    for (int64_t br = 0; br < batch * rows; ++br) {
-      const int64_t b = br / rows, i = (br % rows) / tile_rows;
-      const int8_t* e = blocks->exponents.data() + (b * down + i) * across;
-      const float* row = src + br * cols;
-      for (int64_t j = 0; j < across; ++j) {
-        const float mult = std::ldexp(1.0f, -e[j]);
-        const int64_t c1 = std::min(cols, (j + 1) * tile_cols);
-        for (int64_t c = j * tile_cols; c < c1; ++c) {
-          tmp[static_cast<size_t>(c)] = row[c] * mult;
-          saturated += std::fabs(tmp[static_cast<size_t>(c)]) > fmaxf && std::isfinite(row[c]);
+      for (int64_t br = 0; br < batch * rows; ++br) {
+        const int64_t b = br / rows, i = (br % rows) / tile_rows;
+        int8_t* e = exps + (b * down + i) * across;
+        const float* row = src + br * cols;
+        for (int64_t j = 0; j < across; ++j) {
+          const int64_t c0 = j * tile_cols, len = std::min(cols, c0 + tile_cols) - c0;
+          if (row_tiles) {
+            PassTotals t;
+            scale_span(row + c0, nullptr, len, 1.0f, std::numeric_limits<float>::infinity(), t);
+            e[j] = static_cast<int8_t>(exponent_of_tile(t));
+          }
+          PassTotals t;
+          scale_span(row + c0, tmp.data() + c0, len, std::ldexp(1.0f, -e[j]), fmaxf, t);
+          amax = t.amax > amax ? t.amax : amax;
+          bad |= t.nonfinite;
+          saturated += t.saturated;
+        }
+        formats::quantize(f, tmp.data(), codes + br * cols, static_cast<size_t>(cols), opt);
+        if (bf16) {
+          formats::lookup16(table, codes + br * cols, bf16 + br * cols, static_cast<size_t>(cols));
+          fold_tile_scales(bf16 + br * cols, cols, tile_cols, e);
         }
       }
-      formats::quantize(f, tmp.data(), codes + br * cols, static_cast<size_t>(cols), opt);
     }
-  }
+    return PassTotals{amax, bad, saturated};
+  };
+  PassTotals t = row_pass(tiles_bad == 0);
+  if (t.nonfinite && tiles_bad == 0) t = row_pass(false);  // found in the row pass: keep inf/NaN non-finite
   q.blocks = std::move(blocks);
   if (report) {
-    report->saturated = saturated;
-    report->amax = {total, bad};
+    report->saturated = t.saturated;
+    report->amax = {t.amax, t.nonfinite != 0};
   }
   return q;
 }
 
 Tensor decode_to_bf16(const QuantisedOperand& q, MemoryKind kind) {
-  const DecodeTable& table = decode_table(q.codes.dtype());
+  const formats::Table16& table = decode_table(q.codes.dtype());
   Tensor out = Tensor::empty(q.codes.shape(), DType::bf16, kind);
   const uint8_t* c = q.codes.data<uint8_t>();
   uint16_t* o = out.data<uint16_t>();
   const int64_t n = q.codes.numel();
   if (!q.blocks) {
-#pragma omp parallel for schedule(static) if (n > (1 << 16))
-    for (int64_t i = 0; i < n; ++i) o[i] = table.bf16[c[i]];
+#pragma omp parallel for schedule(static) if (n > 4 * kChunk)
+    for (int64_t c0 = 0; c0 < n; c0 += kChunk)
+      formats::lookup16(table, c + c0, o + c0, static_cast<size_t>(std::min(kChunk, n - c0)));
     return out;
   }
   const BlockScales& bs = *q.blocks;
   if (bs.batch * bs.rows * bs.cols != n) throw std::logic_error("decode_to_bf16: block view does not match the codes");
   const int64_t down = bs.tiles_down(), across = bs.tiles_across();
-#pragma omp parallel for schedule(static) if (n > (1 << 16))
+#pragma omp parallel for schedule(static) if (n > 4 * kChunk)
   for (int64_t br = 0; br < bs.batch * bs.rows; ++br) {
     const int64_t b = br / bs.rows, i = (br % bs.rows) / bs.tile_rows;
-    const int8_t* e = bs.exponents.data() + (b * down + i) * across;
-    const uint8_t* cr = c + br * bs.cols;
-    uint16_t* orow = o + br * bs.cols;
-    for (int64_t j = 0; j < across; ++j) {
-      const float mult = std::ldexp(1.0f, e[j]);
-      const int64_t c1 = std::min(bs.cols, (j + 1) * bs.tile_cols);
-      // value x 2^e is a normal float with <= 4 significant bits: its top
-      // 16 bits are the exact bf16.
-      for (int64_t k = j * bs.tile_cols; k < c1; ++k)
-        orow[k] = static_cast<uint16_t>(std::bit_cast<uint32_t>(table.value[cr[k]] * mult) >> 16);
-    }
+    formats::lookup16(table, c + br * bs.cols, o + br * bs.cols, static_cast<size_t>(bs.cols));
+    fold_tile_scales(o + br * bs.cols, bs.cols, bs.tile_cols, bs.exponents.data() + (b * down + i) * across);
   }
   return out;
 }

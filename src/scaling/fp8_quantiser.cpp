@@ -11,6 +11,7 @@
 // tensor twice (gradient accumulation aside, a replay of a recorded pass)
 // cannot change the history: replays never double-update it.
 #include <algorithm>
+#include <optional>
 #include <stdexcept>
 
 #include "mantissa/kernels/matmul.hpp"
@@ -31,7 +32,7 @@ struct Fp8Quantiser::CachedWeight {
   Amax amax;             // of the weight, re-recorded on cache hits
   int generation = 0;    // the GEMM packing cache's version of `bf16`
   QuantisedOperand operand;
-  Tensor bf16;
+  Tensor decoded;
 };
 
 namespace {
@@ -77,19 +78,20 @@ Fp8Quantiser::SiteState Fp8Quantiser::site_state(const QuantSite& site) const {
   return it == sites_.end() ? SiteState{} : it->second;
 }
 
-// The exponent a per-tensor cast uses now: delayed scaling takes the site's
-// (from its history), falling back to the current amax in the site's first
-// step, when it has no history yet (Transformer Engine starts at scale 1,
-// which would flush a standard model's gradients in that step).
-int Fp8Quantiser::exponent_for(const QuantSite& site, const Amax& a) {
-  const formats::Format& f = site.role == OperandRole::grad_output ? bwd_ : fwd_;
+// The exponent a per-tensor cast uses now if it does not depend on the
+// tensor: unit scaling's 0, and delayed scaling's site exponent (from its
+// history). Delayed scaling's first step at a site, when there is no history
+// yet, and current scaling scale from the tensor's own amax (Transformer
+// Engine starts delayed scaling at scale 1, which would flush a standard
+// model's gradients in that step).
+std::optional<int> Fp8Quantiser::exponent_before_cast(const QuantSite& site) const {
   if (config_.scaling == Fp8Scaling::unit) return 0;
   if (config_.scaling == Fp8Scaling::delayed) {
     std::lock_guard lock(mutex_);
     auto it = sites_.find({site.key, site.key ? 0 : site.ordinal, static_cast<int>(site.role)});
     if (it != sites_.end() && it->second.has_exponent) return it->second.exponent;
   }
-  return per_tensor_exponent(f.max(), a.value, config_.margin);
+  return std::nullopt;
 }
 
 void Fp8Quantiser::record(const QuantSite& site, const Amax& a, int64_t saturated, bool record_amax) {
@@ -108,7 +110,7 @@ void Fp8Quantiser::record(const QuantSite& site, const Amax& a, int64_t saturate
 
 QuantisedOperand Fp8Quantiser::cast(const formats::Format& f, const Tensor& x32, int64_t batch, int64_t rows,
                                     int64_t cols, int contraction_axis, bool weight, const QuantSite& site,
-                                    MemoryKind kind, Amax* amax_out) {
+                                    MemoryKind kind, Amax* amax_out, Tensor* decoded) {
   if (contraction_axis != 1 && contraction_axis != 2)
     throw std::invalid_argument("Fp8Quantiser: contraction_axis must be 1 (rows) or 2 (cols)");
   if (config_.scaling == Fp8Scaling::mx || config_.scaling == Fp8Scaling::blockwise) {
@@ -116,22 +118,27 @@ QuantisedOperand Fp8Quantiser::cast(const formats::Format& f, const Tensor& x32,
     int64_t tr = contraction_axis == 1 ? along : 1, tc = contraction_axis == 2 ? along : 1;
     if (config_.scaling == Fp8Scaling::blockwise && weight) tr = tc = config_.tile;  // 128x128 weight blocks
     CastReport report;
-    QuantisedOperand q = cast_blocks(f, x32, batch, rows, cols, tr, tc, config_.scaling, &report, kind);
+    QuantisedOperand q = cast_blocks(f, x32, batch, rows, cols, tr, tc, config_.scaling, &report, kind, decoded);
     record(site, report.amax, report.saturated, false);
     if (amax_out) *amax_out = report.amax;
     return q;
   }
-  const Amax a = amax_of(x32.f32(), x32.numel());
-  const int e = a.nonfinite ? 0 : exponent_for(site, a);
+  // One pass over x when the exponent is known beforehand; else an amax pass first.
+  std::optional<int> e = exponent_before_cast(site);
+  if (!e) {
+    const Amax a = amax_of(x32.f32(), x32.numel());
+    e = a.nonfinite ? 0 : per_tensor_exponent(f.max(), a.value, config_.margin);
+  }
+  Amax a;
   int64_t saturated = 0;
-  QuantisedOperand q = cast_per_tensor(f, x32, e, !a.nonfinite, &saturated, kind);
+  QuantisedOperand q = cast_per_tensor(f, x32, *e, true, &saturated, kind, decoded, &a);
   record(site, a, saturated, site.record && config_.scaling == Fp8Scaling::delayed);
   if (amax_out) *amax_out = a;
   return q;
 }
 
 QuantisedOperand Fp8Quantiser::quantise(const Tensor& x, int64_t batch, int64_t rows, int64_t cols,
-                                        int contraction_axis, const QuantSite& site) {
+                                        int contraction_axis, const QuantSite& site, Tensor* decoded) {
   const bool grad = site.role == OperandRole::grad_output;
   if (grad ? !cast_bwd_ : !cast_fwd_)
     throw std::logic_error(std::string("Fp8Quantiser: no ") + (grad ? "backward" : "forward") + " cast configured");
@@ -139,7 +146,7 @@ QuantisedOperand Fp8Quantiser::quantise(const Tensor& x, int64_t batch, int64_t 
     throw std::invalid_argument("Fp8Quantiser: view does not match the operand " + shape_str(x.shape()));
   const Tensor x32 = x.dtype() == DType::f32 ? x : x.to(DType::f32, MemoryKind::workspace);
   return cast(grad ? bwd_ : fwd_, x32, batch, rows, cols, contraction_axis, false, site, MemoryKind::activation,
-              nullptr);
+              nullptr, decoded);
 }
 
 autograd::OperandQuantiser::Weight Fp8Quantiser::quantise_weight(const nn::Parameter& p, int contraction_axis,
@@ -162,8 +169,7 @@ autograd::OperandQuantiser::Weight Fp8Quantiser::quantise_weight(const nn::Param
     const Tensor x32 = p.value.dtype() == DType::f32 ? p.value : p.value.to(DType::f32, MemoryKind::workspace);
     const SiteState before = site_state(site);
     w.operand = cast(fwd_, x32, 1, p.value.dim(0), p.value.dim(1), contraction_axis, true, site, MemoryKind::workspace,
-                     &w.amax);
-    w.bf16 = decode_to_bf16(w.operand, MemoryKind::workspace);
+                     &w.amax, &w.decoded);
     w.version = p.version;
     w.axis = contraction_axis;
     w.has_exponent = before.has_exponent;
@@ -179,10 +185,10 @@ autograd::OperandQuantiser::Weight Fp8Quantiser::quantise_weight(const nn::Param
     s.step_amax = s.seen_this_step ? std::max(s.step_amax, w.amax.value) : w.amax.value;
     s.seen_this_step = true;
   }
-  return Weight{w.operand, w.bf16, &w, w.generation};
+  return Weight{w.operand, w.decoded, &w, w.generation};
 }
 
-Tensor Fp8Quantiser::decode_bf16(const QuantisedOperand& q) const { return decode_to_bf16(q, MemoryKind::workspace); }
+Tensor Fp8Quantiser::decode(const QuantisedOperand& q) const { return decode_to_bf16(q, MemoryKind::workspace); }
 
 void Fp8Quantiser::end_step() {
   std::lock_guard lock(mutex_);

@@ -7,6 +7,7 @@
 
 #include "mantissa/nn/module.hpp"
 #include "mantissa/scaling/fp8.hpp"
+#include "mantissa/scaling/scalify_cast.hpp"
 
 namespace mantissa::scaling {
 
@@ -31,6 +32,19 @@ std::pair<std::string, std::string> split_block(const std::string& name) {
 
 Tensor as_f32(const Tensor& x) { return x.dtype() == DType::f32 ? x : x.to(DType::f32, MemoryKind::workspace); }
 
+// A cast format: fp16 (decoded to f32) or one with a 1-byte dtype (decoded to bf16).
+formats::Format cast_format(const std::string& name, const char* which) {
+  const formats::Format f = formats::parse_format(name);
+  if (is_fp16_format(f)) return f;
+  try {
+    cast_dtype(f);
+  } catch (const std::invalid_argument&) {
+    throw std::invalid_argument(std::string("scalify quantiser: ") + which + " format '" + name +
+                                "' cannot be cast (valid: fp16, e4m3fn, e5m2, e4m3fnuz, e5m2fnuz)");
+  }
+  return f;
+}
+
 }  // namespace
 
 ScalifyQuantiser::ScalifyQuantiser(ScalifyOptions options, std::vector<nn::Parameter*> params)
@@ -38,13 +52,11 @@ ScalifyQuantiser::ScalifyQuantiser(ScalifyOptions options, std::vector<nn::Param
   if (options_.rounding == ScaleRounding::stochastic)
     throw std::invalid_argument("scalify quantiser: stochastic scale rounding is not supported here (use down/up/nearest)");
   if (!options_.forward_format.empty()) {
-    fwd_ = formats::parse_format(options_.forward_format);
-    cast_dtype(fwd_);  // throws for formats without a 1-byte dtype
+    fwd_ = cast_format(options_.forward_format, "forward");
     cast_fwd_ = true;
   }
   if (!options_.backward_format.empty()) {
-    bwd_ = formats::parse_format(options_.backward_format);
-    cast_dtype(bwd_);
+    bwd_ = cast_format(options_.backward_format, "backward");
     cast_bwd_ = true;
   }
   std::map<std::string, int> blocks;
@@ -132,17 +144,15 @@ int ScalifyQuantiser::propagated_exponent(const std::string& name, autograd::Ope
 }
 
 autograd::QuantisedOperand ScalifyQuantiser::quantise(const Tensor& x, int64_t, int64_t, int64_t, int,
-                                                      const autograd::QuantSite& site) {
+                                                      const autograd::QuantSite& site, Tensor* decoded) {
   const bool grad = site.role == autograd::OperandRole::grad_output;
   if (grad ? !cast_bwd_ : !cast_fwd_) throw std::logic_error("scalify quantiser: this pass is not cast");
   const auto* p = static_cast<const nn::Parameter*>(site.key);  // QuantSite: key is the product's Parameter
   const std::string name = p ? p->name : "activation-product#" + std::to_string(site.ordinal);
   bool dynamic = false;
   const int e = propagated_exponent(name, site.role, x, &dynamic);
-  const Tensor x32 = as_f32(x);
-  const Amax a = amax_of(x32.f32(), x32.numel());
   int64_t saturated = 0;
-  autograd::QuantisedOperand q = cast_per_tensor(grad ? bwd_ : fwd_, x32, e, !a.nonfinite, &saturated);
+  autograd::QuantisedOperand q = cast(grad ? bwd_ : fwd_, as_f32(x), e, &saturated, MemoryKind::activation, decoded);
   std::lock_guard lock(mutex_);
   ++stats_.casts;
   stats_.saturated_values += saturated;
@@ -170,11 +180,8 @@ autograd::OperandQuantiser::Weight ScalifyQuantiser::quantise_weight(const nn::P
   if (!(w->operand.defined() && w->version == p.version && w->axis == contraction_axis)) {
     const double s = param_scale(p.name);
     const int e = s > 0 ? exponent_of(s) : 0;
-    const Tensor x32 = as_f32(p.value);
-    const Amax a = amax_of(x32.f32(), x32.numel());
     int64_t saturated = 0;
-    w->operand = cast_per_tensor(fwd_, x32, e, !a.nonfinite, &saturated, MemoryKind::workspace);
-    w->bf16 = decode_to_bf16(w->operand, MemoryKind::workspace);
+    w->operand = cast(fwd_, as_f32(p.value), e, &saturated, MemoryKind::workspace, &w->decoded);
     w->version = p.version;
     w->axis = contraction_axis;
     ++w->generation;
@@ -183,10 +190,23 @@ autograd::OperandQuantiser::Weight ScalifyQuantiser::quantise_weight(const nn::P
     stats_.saturated_values += saturated;
     last_["weight:" + p.name] = e;
   }
-  return Weight{w->operand, w->bf16, w, w->generation};
+  return Weight{w->operand, w->decoded, w, w->generation};
 }
 
-Tensor ScalifyQuantiser::decode_bf16(const autograd::QuantisedOperand& q) const {
+autograd::QuantisedOperand ScalifyQuantiser::cast(const formats::Format& f, const Tensor& x32, int exponent,
+                                                  int64_t* saturated, MemoryKind kind, Tensor* decoded) const {
+  if (is_fp16_format(f)) return cast_fp16(x32, exponent, saturated, kind, decoded);
+  // FP8: saturate unless the tensor holds inf/NaN, which must stay non-finite.
+  const Amax a = amax_of(x32.f32(), x32.numel());
+  autograd::QuantisedOperand q = cast_per_tensor(f, x32, exponent, !a.nonfinite, saturated, kind);
+  if (decoded) *decoded = decode_to_bf16(q, MemoryKind::workspace);
+  return q;
+}
+
+// fp16 codes decode exactly to f32 (not to bf16: 11 significant bits), FP8
+// codes exactly to bf16.
+Tensor ScalifyQuantiser::decode(const autograd::QuantisedOperand& q) const {
+  if (q.codes.dtype() == DType::f16) return decode_fp16_to_f32(q, MemoryKind::workspace);
   return decode_to_bf16(q, MemoryKind::workspace);
 }
 

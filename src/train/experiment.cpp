@@ -4,6 +4,7 @@
 // every run.
 #include <chrono>
 #include <cmath>
+#include <ctime>
 #include <filesystem>
 #include <optional>
 #include <nlohmann/json.hpp>
@@ -14,6 +15,7 @@
 #include "mantissa/report/svg.hpp"
 #include "mantissa/train/analyse.hpp"
 #include "mantissa/train/experiment.hpp"
+#include "mantissa/train/experiment_eta.hpp"
 #include "mantissa/train/session.hpp"
 
 namespace mantissa::train {
@@ -91,10 +93,32 @@ std::string init_scale_plot(const TaskPlan& gpt, int64_t seed, std::string& note
   }
 }
 
+double cpu_seconds() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
+double since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+// Wall and CPU seconds of the study's parts, printed at the end so the
+// presets' budgets can be checked on a busy machine (CPU seconds / threads
+// approximates the wall time on an idle one).
+struct Account {
+  double wall = 0, cpu = 0;
+  void add(std::chrono::steady_clock::time_point t, double cpu0) {
+    wall += since(t);
+    cpu += cpu_seconds() - cpu0;
+  }
+};
+
 }  // namespace
 
 ExperimentOutcome run_experiment(const ExperimentOptions& options, FILE* log, bool terminal) {
   const auto t0 = std::chrono::steady_clock::now();
+  const double cpu_start = cpu_seconds();
   ExperimentPlan plan = make_plan(options);
   const fs::path out(options.out);
   check_writable(out);
@@ -114,12 +138,6 @@ ExperimentOutcome run_experiment(const ExperimentOptions& options, FILE* log, bo
   input.notes = plan.notes;
 
   ExperimentOutcome outcome;
-  std::map<std::string, double> step_seconds;  // per task: measured seconds per step (evaluation included)
-  std::map<std::string, int64_t> measured_steps;
-  auto estimate = [&](const std::string& task) {
-    return measured_steps[task] ? step_seconds[task] / static_cast<double>(measured_steps[task]) : report::kNaN;
-  };
-  double done_seconds = 0;
   const size_t total = plan.runs.size();
   if (log) {
     std::fprintf(log, "mantissa experiment: preset %s, %zu runs (%zu GPT recipes x %zu seeds", plan.preset.c_str(), total,
@@ -129,11 +147,18 @@ ExperimentOutcome run_experiment(const ExperimentOptions& options, FILE* log, bo
     std::fflush(log);
   }
 
+  // Ctrl-C from here on ends the study with a report of what finished.
+  install_interrupt_handler();
+  Account setup, runs, reports;
   if (!plan.tasks.empty() && plan.tasks[0].task == "gpt") {
-    if (log) std::fprintf(log, "per-op scale analysis at initialisation (standard vs unit-scaled GPT, one batch each)\n");
+    if (log) {
+      std::fprintf(log, "per-op scale analysis at initialisation (standard vs unit-scaled GPT, one batch each)\n");
+      std::fflush(log);
+    }
     input.scale_plot_svg = init_scale_plot(plan.tasks[0], plan.seeds.front(), input.scale_plot_note);
   }
-  install_interrupt_handler();
+  setup.add(t0, cpu_start);  // checks, versions, machine, the analysis
+  StudyClock clock(plan.runs);
   for (size_t i = 0; i < total && !interrupt_requested(); ++i) {
     const RunSpec& spec = plan.runs[i];
     const fs::path final_dir = out / "runs" / spec.id;
@@ -145,25 +170,25 @@ ExperimentOutcome run_experiment(const ExperimentOptions& options, FILE* log, bo
         if (log) std::fprintf(log, "%s: finished earlier, kept (--resume)\n", label);
         outcome.results.push_back(*stored);
         ++outcome.resumed;
+        clock.skip(i);
         continue;
       }
     if (!spec.available) {
       if (log) std::fprintf(log, "%s: not available (%s)\n", label, spec.unavailable_reason.c_str());
       outcome.results.push_back(execute_run(spec, "", {}));
+      clock.skip(i);
       continue;
     }
+    RunTimes times;
     RunProgress progress;
     progress.log = log;
     progress.terminal = terminal;
     progress.label = label;
-    progress.study_done_before = done_seconds;
-    for (size_t j = i + 1; j < total; ++j) {
-      const RunSpec& later = plan.runs[j];
-      if (!later.available) continue;
-      if (later.task == spec.task) progress.same_task_steps_after += later.config.steps;
-      else if (const double e = estimate(later.task); std::isfinite(e))  // unknown until one run of that task ends
-        progress.other_seconds_after += static_cast<double>(later.config.steps) * e;
-    }
+    progress.clock = &clock;
+    progress.index = i;
+    progress.times = &times;
+    const auto run_t = std::chrono::steady_clock::now();
+    const double run_c = cpu_seconds();
     const fs::path tmp = out / "runs" / ("." + spec.id + ".tmp");
     std::error_code ec;
     fs::remove_all(tmp, ec);
@@ -176,6 +201,7 @@ ExperimentOutcome run_experiment(const ExperimentOptions& options, FILE* log, bo
     } catch (const ExperimentInterrupted&) {
       fs::remove_all(tmp, ec);
       if (log) std::fprintf(log, "%s%s: interrupted, not kept\n", terminal ? "\r\033[K" : "", label);
+      runs.add(run_t, run_c);
       break;
     } catch (const std::exception& e) {
       r = report::RunResult{};
@@ -186,25 +212,27 @@ ExperimentOutcome run_experiment(const ExperimentOptions& options, FILE* log, bo
       r.status = "failed";
       r.error = e.what();
     }
+    runs.add(run_t, run_c);
     if (r.status == "ok" || r.status == "diverged") {
       io::write_file_atomic((tmp / "result.json").string(), report::to_json(r));
       fs::remove_all(final_dir, ec);
       fs::rename(tmp, final_dir, ec);
       if (ec) throw std::runtime_error("cannot rename " + tmp.string() + " to " + final_dir.string() + ": " + ec.message());
-      step_seconds[spec.task] += r.seconds;
-      measured_steps[spec.task] += std::max<int64_t>(1, r.steps);
-      done_seconds += r.seconds;
+      clock.finished(i, r.seconds);
       ++outcome.ran;
     } else {
       fs::remove_all(tmp, ec);
+      clock.dropped(i);
     }
     if (log) {
       if (r.status == "ok" || r.status == "diverged") {
         char metric[64];
         if (spec.task == "gpt") std::snprintf(metric, sizeof metric, "val bpc %.4f", r.val_bpc);
         else std::snprintf(metric, sizeof metric, "test accuracy %.2f %%", 100.0 * r.accuracy);
-        std::fprintf(log, "%s: %s%s, %.1f ms/step, %.1f s\n", label, r.status == "diverged" ? "DIVERGED, " : "", metric,
-                     r.step_ms, r.seconds);
+        std::string status = r.status == "diverged" ? "DIVERGED at step " + std::to_string(r.diverged_at) + ", " : "";
+        std::fprintf(log, "%s: %s%s, %s ms/step, %.1f s (setup %.1f, train %.1f, eval %.1f), CPU %.1f s\n", label,
+                     status.c_str(), metric, report::fmt_fixed(r.step_ms, 1).c_str(), r.seconds, times.setup, times.train,
+                     times.eval, times.cpu);
       } else {
         std::fprintf(log, "%s: %s (%s)\n", label, r.status.c_str(), r.error.c_str());
       }
@@ -212,14 +240,31 @@ ExperimentOutcome run_experiment(const ExperimentOptions& options, FILE* log, bo
     }
     outcome.results.push_back(std::move(r));
     input.runs = outcome.results;
+    const auto report_t = std::chrono::steady_clock::now();
+    const double report_c = cpu_seconds();
     outcome.report = report::write_report(out.string(), input);  // a consistent report after every run
+    clock.between_runs(since(report_t));
+    reports.add(report_t, report_c);
   }
   outcome.interrupted = interrupt_requested();
-  restore_interrupt_handler();
   input.runs = outcome.results;
   input.interrupted = outcome.interrupted;
-  outcome.report = report::write_report(out.string(), input);
-  outcome.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  {
+    const auto report_t = std::chrono::steady_clock::now();
+    const double report_c = cpu_seconds();
+    outcome.report = report::write_report(out.string(), input);
+    reports.add(report_t, report_c);
+  }
+  restore_interrupt_handler();  // after the last report: a Ctrl-C while writing it is not fatal
+  outcome.seconds = since(t0);
+  if (log) {
+    std::fprintf(log,
+                 "time: %.1f s wall, %.1f s CPU: setup and analysis %.1f s (CPU %.1f), runs %.1f s (CPU %.1f), "
+                 "reports %.1f s (CPU %.1f)\n",
+                 outcome.seconds, cpu_seconds() - cpu_start, setup.wall, setup.cpu, runs.wall, runs.cpu, reports.wall,
+                 reports.cpu);
+    std::fflush(log);
+  }
   return outcome;
 }
 

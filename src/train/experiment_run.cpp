@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <csignal>
+#include <ctime>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -12,6 +13,7 @@
 #include "mantissa/scaling/stats.hpp"
 #include "mantissa/tensor/memory.hpp"
 #include "mantissa/train/experiment.hpp"
+#include "mantissa/train/experiment_eta.hpp"
 #include "mantissa/train/run.hpp"
 #include "mantissa/train/session.hpp"
 
@@ -33,6 +35,39 @@ std::string format_duration(double seconds) {
   else if (s >= 60) std::snprintf(buf, sizeof buf, "%ldm%02lds", s / 60, s % 60);
   else std::snprintf(buf, sizeof buf, "%lds", s);
   return buf;
+}
+
+double cpu_seconds() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
+double since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+// The progress line after a step: this run's and the study's estimates.
+// `fraction` and `elapsed` count from the end of the first step (which also
+// builds kernels and caches), so setup does not inflate the rate.
+void show_progress(const RunProgress& progress, const StepMetrics& m, int64_t steps, double fraction, double elapsed) {
+  StudyEta e;
+  if (progress.clock) {
+    e = progress.clock->eta(progress.index, fraction, elapsed);
+  } else {
+    e.run_left = fraction > 0 ? elapsed * (1 - fraction) / fraction : report::kNaN;
+    e.study_left = e.run_left;
+    e.done = report::kNaN;
+  }
+  const std::string done = std::isfinite(e.done) ? std::to_string(static_cast<int>(100 * e.done)) + "%" : "?%";
+  char line[400];
+  std::snprintf(line, sizeof line, "%s  step %ld/%ld  loss %.4f%s  run ETA %s  |  study %s done, ETA %s",
+                progress.label.c_str(), static_cast<long>(m.step), static_cast<long>(steps), m.loss,
+                m.skipped ? " (skipped)" : "", format_duration(e.run_left).c_str(), done.c_str(),
+                format_duration(e.study_left).c_str());
+  if (progress.terminal) std::fprintf(progress.log, "\r\033[K%s", line);
+  else if (m.step == 1 || m.step % std::max<int64_t>(1, steps / 5) == 0) std::fprintf(progress.log, "%s\n", line);
+  std::fflush(progress.log);
 }
 
 // Fashion-MNIST test accuracy of the trained MLP (argmax of the logits).
@@ -108,6 +143,8 @@ report::RunResult execute_run(const RunSpec& spec, const std::string& dir, const
     return r;
   }
   const auto t0 = std::chrono::steady_clock::now();
+  const double cpu0 = cpu_seconds();
+  RunTimes times;
   reset_peak_memory();
   std::unique_ptr<Session> session;
   try {
@@ -129,6 +166,7 @@ report::RunResult execute_run(const RunSpec& spec, const std::string& dir, const
                                       {"parameters", session->model->parameter_count()}}}}
                  .dump()
           << '\n';
+  times.setup = since(t0);
 
   const int64_t steps = spec.config.steps;
   const int64_t diverge_after = std::min<int64_t>(20, std::max<int64_t>(3, steps / 10));
@@ -138,18 +176,23 @@ report::RunResult execute_run(const RunSpec& spec, const std::string& dir, const
   double timed_s = 0;
   int64_t timed_steps = 0, timed_tokens = 0, bad = 0;
   auto evaluate = [&] {
+    const auto te = std::chrono::steady_clock::now();
     const EvalMetrics e = trainer.evaluate();
     metrics << eval_metrics_json(e) << '\n';
     r.val_loss = e.val_loss;
     r.val_bpc = spec.task == "gpt" ? e.val_bpc : report::kNaN;
     r.val_curve.push_back({e.step, spec.task == "gpt" ? e.val_bpc : e.val_loss});
+    times.eval += since(te);
   };
+  auto after_first_step = std::chrono::steady_clock::now();
   while (trainer.step() < steps) {
     const StepMetrics m = trainer.train_step();
     metrics << step_metrics_json(m) << '\n';
+    times.train += m.seconds;
     r.steps = m.step;
     r.tokens += m.tokens;
-    if (m.step > 1) {
+    if (m.step == 1) after_first_step = std::chrono::steady_clock::now();
+    else {
       timed_s += m.seconds;
       timed_tokens += m.tokens;
       ++timed_steps;
@@ -159,23 +202,12 @@ report::RunResult execute_run(const RunSpec& spec, const std::string& dir, const
     if (m.step % thin == 0 || m.skipped || m.step == 1) r.loss_scale_curve.push_back({m.step, m.loss_scale});
     bad = std::isfinite(m.loss) ? 0 : bad + 1;
     if (progress.log) {
-      const double per_step = timed_steps ? timed_s / static_cast<double>(timed_steps) : m.seconds;
-      const double run_left = per_step * static_cast<double>(steps - m.step);
-      const double done = progress.study_done_before + per_step * static_cast<double>(m.step);
-      const double after = per_step * static_cast<double>(progress.same_task_steps_after) + progress.other_seconds_after;
-      const double total = done + run_left + after;
-      char line[400];
-      std::snprintf(line, sizeof line, "%s  step %ld/%ld  loss %.4f%s  run ETA %s  |  study %.0f%%  ETA %s",
-                    progress.label.c_str(), static_cast<long>(m.step), static_cast<long>(steps), m.loss,
-                    m.skipped ? " (skipped)" : "", format_duration(run_left).c_str(),
-                    std::isfinite(total) && total > 0 ? 100.0 * done / total : 0.0, format_duration(run_left + after).c_str());
-      if (progress.terminal) std::fprintf(progress.log, "\r\033[K%s", line);
-      else if (m.step == 1 || m.step % std::max<int64_t>(1, steps / 5) == 0) std::fprintf(progress.log, "%s\n", line);
-      std::fflush(progress.log);
+      const double fraction = steps > 1 ? static_cast<double>(m.step - 1) / static_cast<double>(steps - 1) : 0.0;
+      show_progress(progress, m, steps, fraction, since(after_first_step));
     }
     if (bad >= diverge_after) {
       r.status = "diverged";
-      r.diverged_at = m.step;
+      r.diverged_at = m.step - bad + 1;  // the first of the non-finite losses in a row
       break;
     }
     if (spec.config.eval_every > 0 && m.step % spec.config.eval_every == 0 && m.step != steps) evaluate();
@@ -203,7 +235,9 @@ report::RunResult execute_run(const RunSpec& spec, const std::string& dir, const
     r.accuracy = mlp_accuracy(*mlp, *session->val);
   r.peak_memory_bytes = static_cast<double>(memory_stats().peak_total);
   if (spec.task == "gpt" && spec.recipe == "fp32" && r.status == "ok") r.grad_exponents.push_back(gradient_exponents(*session));
-  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  r.seconds = since(t0);
+  times.cpu = cpu_seconds() - cpu0;
+  if (progress.times) *progress.times = times;
   return r;
 }
 

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <utility>
@@ -185,6 +186,19 @@ bool is_unit(const nn::Model& m) {
   return false;
 }
 
+// The forward scale (GEMM alpha) of the unit linear whose weight is w, from
+// the same rule the model applies (gpt_unit.cpp, mlp.cpp). Weights are Conv1D
+// [in, out]; the readout uses linear_readout.
+double unit_bias_forward_scale(const nn::Model& model, const nn::Parameter& w, const std::string& readout) {
+  const nn::UnitConfig* u = nullptr;
+  if (auto* g = dynamic_cast<const nn::GPT*>(&model)) u = &g->config().unit;
+  if (auto* m = dynamic_cast<const nn::MLP*>(&model)) u = &m->config().unit;
+  if (u == nullptr) return 1.0;
+  const int64_t fan_in = w.value.dim(0), fan_out = w.value.dim(1);
+  if (w.name == readout) return scaling::linear_readout(fan_in, fan_out, 1, u->rules("readout")).fwd;
+  return scaling::linear(fan_in, fan_out, 1, u->rules("linear")).fwd;
+}
+
 // u-muP learning-rate multipliers (scaling::lr_scale) on every parameter.
 void set_unit_lr_multipliers(nn::Model& model, optim::Optimizer& opt, const std::string& optimizer) {
   const auto kind = optimizer == "sgd" ? scaling::OptimizerKind::sgd : scaling::OptimizerKind::adam;
@@ -192,14 +206,30 @@ void set_unit_lr_multipliers(nn::Model& model, optim::Optimizer& opt, const std:
   int layers = 0;
   if (auto* g = dynamic_cast<nn::GPT*>(&model)) layers = static_cast<int>(g->config().layers);
   if (auto* m = dynamic_cast<nn::MLP*>(&model)) readout = "layers." + std::to_string(m->config().hidden.size()) + ".weight";
+  std::map<std::string, const nn::Parameter*> by_name;
+  for (const nn::Parameter* q : model.parameters()) by_name[q->name] = q;
   opt.set_lr_multipliers([&](const nn::Parameter& p) {
     // lr_scale reads PyTorch shapes ([out, in] for linear weights); our linear
     // weights are Conv1D [in, out]; embeddings and the readout are [V, C] in both.
     Shape shape = p.value.shape();
     const bool table = p.name == "transformer.wte.weight" || p.name == "transformer.wpe.weight" || p.name == "lm_head.weight";
     if (shape.size() == 2 && !table) std::swap(shape[0], shape[1]);
-    return scaling::lr_scale(kind, unit_param_role(p, model.kind(), readout), shape,
-                             layers > 0 ? unit_param_depth(p, layers) : std::nullopt);
+    const scaling::ParamRole role = unit_param_role(p, model.kind(), readout);
+    double mult = scaling::lr_scale(kind, role, shape, layers > 0 ? unit_param_depth(p, layers) : std::nullopt);
+    // The library scales a linear's bias forward with its output (alpha (xW + b));
+    // our kernels add the bias after the GEMM alpha, so the same Adam step moves
+    // the output 1/alpha times further (16x at d_model 256, the whole learning
+    // rate per step). Multiplying the bias's LR by alpha gives the library's
+    // dynamics exactly under Adam (its update does not see gradient scale).
+    if (role == scaling::ParamRole::bias && kind == scaling::OptimizerKind::adam) {
+      const std::string suffix = ".bias";
+      if (p.name.size() > suffix.size() && p.name.compare(p.name.size() - suffix.size(), suffix.size(), suffix) == 0) {
+        const auto w = by_name.find(p.name.substr(0, p.name.size() - suffix.size()) + ".weight");
+        if (w != by_name.end() && w->second->value.ndim() == 2)
+          mult *= unit_bias_forward_scale(model, *w->second, readout);
+      }
+    }
+    return mult;
   });
 }
 

@@ -146,6 +146,8 @@ TEST(Recipe, CastRecipesHaveTheDocumentedSettings) {
       {"unit-bf16", Parametrisation::unit, "", "", CastScaling::unit},
       {"unit-fp16", Parametrisation::unit, "", "", CastScaling::unit},
       {"unit-fp8", Parametrisation::unit, "e4m3fn", "e5m2", CastScaling::unit},
+      {"scalify-fp16", Parametrisation::standard, "fp16", "fp16", CastScaling::propagate},
+      {"scalify-fp16-master", Parametrisation::standard, "fp16", "fp16", CastScaling::propagate},
       {"scalify-fp8", Parametrisation::standard, "e4m3fn", "e5m2", CastScaling::propagate},
       {"scalify-fp8-fp16state", Parametrisation::standard, "e4m3fn", "e5m2", CastScaling::propagate},
   };
@@ -167,6 +169,11 @@ TEST(Recipe, CastRecipesHaveTheDocumentedSettings) {
   EXPECT_EQ(u16.weight_format, "fp16");
   EXPECT_EQ(u16.master_format, "fp32");
   EXPECT_EQ(find_recipe("scalify-fp8").master_format, "fp16");
+  // Scalify's table: FP16 products and gradients on fp32 weights, then FP16 master weights.
+  EXPECT_EQ(find_recipe("scalify-fp16").weight_format, "fp32");
+  EXPECT_EQ(find_recipe("scalify-fp16").gradient_format, "fp16");
+  EXPECT_EQ(find_recipe("scalify-fp16-master").weight_format, "fp16");
+  EXPECT_EQ(find_recipe("scalify-fp16-master").master_format, "fp16");
   EXPECT_EQ(find_recipe("scalify-fp8-fp16state").optimizer_state_format, "fp16");
 }
 
@@ -214,8 +221,10 @@ TEST(Recipe, ScalePropagationNeedsItsQuantiser) {
   c.heads = 2;
   c.context = 8;
   nn::GPT model(c);
-  const autograd::PrecisionPolicy p = precision_policy(find_recipe("scalify-fp8"), &model);
-  ASSERT_NE(p.quantiser, nullptr);
-  EXPECT_TRUE(p.quantiser->casts_forward());
-  EXPECT_TRUE(p.quantiser->casts_backward());
+  for (const char* name : {"scalify-fp8", "scalify-fp16", "scalify-fp16-master"}) {
+    const autograd::PrecisionPolicy p = precision_policy(find_recipe(name), &model);
+    ASSERT_NE(p.quantiser, nullptr) << name;
+    EXPECT_TRUE(p.quantiser->casts_forward()) << name;
+    EXPECT_TRUE(p.quantiser->casts_backward()) << name;
+  }
 }

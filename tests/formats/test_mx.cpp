@@ -178,34 +178,4 @@ TEST(Mx, ZeroBlocksSpecialsClippingAndBadConfigs) {
   EXPECT_THROW(mf::mx_dequantize(i8, broken, y.data()), std::invalid_argument);
 }
 
-TEST(Mx, VectorKernelGivesTheScalarPathsBits) {
-  // mx_quantize runs the AVX-512 kernel when the CPU has it; capping the ISA
-  // to scalar runs this file's reference loop. Both must agree bit for bit.
-  std::vector<float> x = mixed_magnitude_data(5000 + 17, 11);
-  // Blocks at the ends of fp32's range, where the shared scale is clipped or
-  // the scaled elements leave the normal range: one large and many tiny values.
-  std::mt19937 rng(5);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  for (int top : {127, 120, 60, -60, -100, -120, -126, -135, -149}) {
-    for (int k = 0; k < 32; ++k) {
-      const int e = k == 0 ? top : std::max(top - k * 4, -149);
-      x.push_back(std::ldexp(normal(rng), e));
-    }
-  }
-  for (const char* name : kPresets) {
-    for (const auto mode : {mf::Round::nearest_even, mf::Round::nearest_away, mf::Round::toward_zero, mf::Round::up,
-                            mf::Round::down, mf::Round::stochastic}) {
-      SCOPED_TRACE(std::string(name) + " " + mf::round_name(mode));
-      mf::MxConfig cfg = mf::mx_preset(name);
-      cfg.round.mode = mode;
-      cfg.round.seed = 9;
-      const mf::Isa before = mf::active_isa();
-      const mf::MxArray fast = mf::mx_quantize(cfg, x.data(), x.size());
-      mf::set_max_isa(mf::Isa::scalar);
-      const mf::MxArray slow = mf::mx_quantize(cfg, x.data(), x.size());
-      mf::set_max_isa(before);
-      EXPECT_EQ(fast.scales, slow.scales);
-      EXPECT_EQ(fast.codes, slow.codes);
-    }
-  }
-}
+// The AVX-512 kernel against mx.cpp's scalar loop, bit for bit: test_mx_vector.cpp.

@@ -121,6 +121,94 @@ TEST(Matmul, AllTransposesBatchAlphaAccumulateBias) {
   }
 }
 
+// FP8 recipes change alpha (the product of per-tensor scales) every step: one
+// scaled primitive must serve every alpha, with alpha AB + bias (+ C) exact to
+// rounding for each, in f32 and bf16, with bias and accumulate.
+TEST(Matmul, AlphaIsARuntimeArgument) {
+  const int64_t before = matmul_primitives_created();
+  for (float alpha : {0.5f, 3.0f, 0.0078125f, -1.75f, 1e-3f}) {
+    run_case({1, 33, 47, 65, false, true, alpha, false, true, DType::f32, DType::f32});
+    run_case({1, 33, 47, 65, false, true, alpha, true, true, DType::f32, DType::f32});
+    run_case({2, 24, 40, 72, true, false, alpha, true, false, DType::bf16, DType::bf16});
+  }
+  EXPECT_EQ(matmul_primitives_created() - before, 3) << "a new alpha created a new primitive";
+  // alpha == 1 keeps its own primitive without scales (bias through oneDNN's bias).
+  run_case({1, 33, 47, 65, false, true, 1.0f, false, true, DType::f32, DType::f32});
+  EXPECT_EQ(matmul_primitives_created() - before, 4);
+}
+
+// Row ranges of every batch matrix (blockwise attention's per-block products):
+// A rows [r0, r0+M) of [T, K] per batch, B = first N rows of [T, K] per batch
+// (transposed), C rows [r0, r0+M) of [T, N] per batch; the rest of C untouched.
+// The runtime alpha must not cost the fast implementation: oneDNN 2.6 drops
+// from brgemm (AMX) to gemm:jit for runtime output scales, which is why alpha
+// is a scalar post-op; a scaled product runs the same implementation as an
+// unscaled one.
+TEST(Matmul, ScaledProductKeepsTheUnscaledImplementation) {
+  for (DType type : {DType::f32, DType::bf16}) {
+    for (int64_t batch : {1, 3}) {
+      run_case({batch, 128, 96, 64, false, false, 1.0f, true, false, type, type});
+      const std::string unscaled = last_matmul_impl();
+      run_case({batch, 128, 96, 64, false, false, 0.37f, true, false, type, type});
+      EXPECT_EQ(std::string(last_matmul_impl()), unscaled) << dtype_name(type) << " batch " << batch;
+    }
+  }
+}
+
+TEST(Matmul, BatchStridesSelectRowRanges) {
+  const int64_t batch = 3, T = 11, K = 8, M = 4, N = 7, r0 = 5;
+  for (DType type : {DType::f32, DType::bf16}) {
+    SCOPED_TRACE(dtype_name(type));
+    auto A = random_floats(static_cast<size_t>(batch * T * K), 21), B = random_floats(static_cast<size_t>(batch * T * K), 22);
+    if (type == DType::bf16) {
+      for (auto& x : A) x = test::round_to_bf16(x);
+      for (auto& x : B) x = test::round_to_bf16(x);
+    }
+    auto A16 = to_bf16_bits(A), B16 = to_bf16_bits(B);
+    std::vector<float> C(static_cast<size_t>(batch * T * N), -7.0f);
+    MatmulArgs args;
+    args.batch = batch;
+    args.M = M;
+    args.N = N;
+    args.K = K;
+    args.trans_b = true;
+    args.a_type = args.b_type = type;
+    args.alpha = 0.5f;
+    args.a_batch_stride = T * K;
+    args.b_batch_stride = T * K;
+    args.c_batch_stride = T * N;
+    const bool b16 = type == DType::bf16;
+    const void* a_ptr = b16 ? static_cast<const void*>(A16.data() + r0 * K) : A.data() + r0 * K;
+    const void* b_ptr = b16 ? static_cast<const void*>(B16.data()) : B.data();
+    matmul(args, a_ptr, b_ptr, C.data() + r0 * N);
+    for (int64_t b = 0; b < batch; ++b) {
+      for (int64_t t = 0; t < T; ++t) {
+        for (int64_t j = 0; j < N; ++j) {
+          const float got = C[static_cast<size_t>((b * T + t) * N + j)];
+          if (t < r0 || t >= r0 + M) {
+            ASSERT_EQ(got, -7.0f) << "wrote outside the row range at b=" << b << " t=" << t;
+            continue;
+          }
+          double dot = 0.0, mag = 0.0;
+          for (int64_t k = 0; k < K; ++k) {
+            const double p = static_cast<double>(A[static_cast<size_t>((b * T + t) * K + k)]) *
+                             B[static_cast<size_t>((b * T + j) * K + k)];
+            dot += p;
+            mag += std::abs(p);
+          }
+          ASSERT_NEAR(got, 0.5 * dot, 2.0 * (K + 2) * kEps32 * mag + 1e-7) << "b=" << b << " t=" << t << " j=" << j;
+        }
+      }
+    }
+  }
+  MatmulArgs bad;
+  bad.batch = 2;
+  bad.M = bad.N = bad.K = 4;
+  bad.a_batch_stride = 15;
+  float x = 0;
+  EXPECT_THROW(matmul(bad, &x, &x, &x), std::invalid_argument);
+}
+
 TEST(Matmul, Bf16InputsAccumulateInFp32) {
   for (bool ta : {false, true}) {
     for (bool tb : {false, true}) {

@@ -209,15 +209,24 @@ TEST(UnitGPT, TrainsAndLossFalls) {
   auto s = train::build_session(c);
   EXPECT_DOUBLE_EQ(s->config.lr, train::kUnitDefaultLr);
   // Adam rule: hidden weights lr x depth^-1/2 x fan_in^-1/2; the readout x1.
+  // Biases: depth^-1/2 x the linear's forward scale fan_in^-1/2 (the library
+  // scales the bias with the output; ours is added after the GEMM alpha).
   const auto params = s->model->parameters();
+  int checked = 0;
   for (size_t i = 0; i < params.size(); ++i) {
-    if (params[i]->name == "transformer.h.0.attn.c_attn.weight") {
-      EXPECT_DOUBLE_EQ(s->optimizer->lr_multiplier(i), 1.0 / std::sqrt(2.0) / std::sqrt(32.0));
-    }
-    if (params[i]->name == "lm_head.weight") {
-      EXPECT_DOUBLE_EQ(s->optimizer->lr_multiplier(i), 1.0);
-    }
+    const std::string& n = params[i]->name;
+    double want = -1;
+    if (n == "transformer.h.0.attn.c_attn.weight") want = 1.0 / std::sqrt(2.0) / std::sqrt(32.0);
+    if (n == "transformer.h.1.attn.c_attn.bias") want = 1.0 / std::sqrt(2.0) / std::sqrt(32.0);
+    if (n == "transformer.h.0.mlp.c_proj.bias") want = 1.0 / std::sqrt(2.0) / std::sqrt(128.0);  // fan_in 4C
+    if (n == "transformer.h.0.ln_1.bias") want = 1.0 / std::sqrt(2.0);                         // norms: depth only
+    if (n == "transformer.wte.weight") want = 1.0 / std::sqrt(32.0);                             // fan_in = width
+    if (n == "lm_head.weight") want = 1.0;
+    if (want < 0) continue;
+    EXPECT_DOUBLE_EQ(s->optimizer->lr_multiplier(i), want) << n;
+    ++checked;
   }
+  EXPECT_EQ(checked, 6);
   double first = 0, last = 0;
   for (int64_t k = 0; k < c.steps; ++k) {
     const double l = s->trainer->train_step().loss;

@@ -4,7 +4,9 @@
 // all 256 codes, MX / blockwise scales from each block's amax.
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
+#include <tuple>
 #include <limits>
 #include <random>
 #include <vector>
@@ -195,4 +197,74 @@ TEST(Fp8Cast, Bf16DecodeIsExactForEveryCode) {
     }
   }
   EXPECT_THROW(cast_dtype(formats::parse_format("e3m4")), std::invalid_argument);
+}
+
+namespace {
+// bf16 bits -> value, and the value each code stands for, in float64.
+double bf16_value(uint16_t b) { return std::bit_cast<float>(static_cast<uint32_t>(b) << 16); }
+double code_value(const Tensor& codes, size_t i) {
+  return formats::decode(formats::preset(dtype_format_name(codes.dtype())), codes.data<uint8_t>()[i]);
+}
+}  // namespace
+
+// The decode a cast writes in the same pass (what the GEMM multiplies) is the
+// codes' values with the block scales folded in, exactly: checked in float64
+// against decode(code) x 2^E per element, and against decode_to_bf16.
+TEST(Fp8Cast, FusedDecodeIsTheCodesValuesExactly) {
+  const int64_t rows = 37, cols = 300;  // many 4096-chunks' tails and short tiles
+  for (const char* name : {"e4m3fn", "e5m2"}) {
+    const formats::Format f = formats::parse_format(name);
+    std::vector<float> x = spread(static_cast<size_t>(rows * cols), 11, -18, 9);
+    x[5] = 0.0f;
+    x[6] = -0.0f;
+    const Tensor t = Tensor::from(x, {rows, cols});
+    Tensor dec;
+    Amax a;
+    int64_t saturated = 0;
+    const auto q = cast_per_tensor(f, t, -8, true, &saturated, MemoryKind::activation, &dec, &a);
+    ASSERT_EQ(dec.dtype(), DType::bf16);
+    EXPECT_FALSE(a.nonfinite);
+    EXPECT_GT(saturated, 0);  // 2^9 x 2^8 is beyond both formats max
+    const Tensor ref = decode_to_bf16(q);
+    for (size_t i = 0; i < x.size(); ++i) {
+      ASSERT_EQ(dec.data<uint16_t>()[i], ref.data<uint16_t>()[i]) << name << " element " << i;
+      ASSERT_EQ(bf16_value(dec.data<uint16_t>()[i]), code_value(q.codes, i)) << name << " element " << i;
+    }
+    for (auto [tr, tc, rule] : {std::tuple{int64_t{1}, int64_t{32}, Fp8Scaling::mx},
+                                std::tuple{int64_t{32}, int64_t{1}, Fp8Scaling::mx},
+                                std::tuple{int64_t{128}, int64_t{128}, Fp8Scaling::blockwise},
+                                std::tuple{int64_t{1}, int64_t{128}, Fp8Scaling::blockwise}}) {
+      CastReport report;
+      const auto qb = cast_blocks(f, t, 1, rows, cols, tr, tc, rule, &report, MemoryKind::activation, &dec);
+      const Tensor refb = decode_to_bf16(qb);
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t c = 0; c < cols; ++c) {
+          const auto i = static_cast<size_t>(r * cols + c);
+          const int e = qb.blocks->exponents[static_cast<size_t>((r / tr) * qb.blocks->tiles_across() + c / tc)];
+          ASSERT_EQ(dec.data<uint16_t>()[i], refb.data<uint16_t>()[i]) << name << " tile " << tr << "x" << tc;
+          ASSERT_EQ(bf16_value(dec.data<uint16_t>()[i]), std::ldexp(code_value(qb.codes, i), e))
+              << name << " tile " << tr << "x" << tc << " r " << r << " c " << c;
+        }
+    }
+  }
+}
+
+// inf/NaN survive a saturating cast (the step must be seen to overflow), in
+// the one-pass per-tensor cast and in row-tiled block casts alike.
+TEST(Fp8Cast, NonFiniteSurvivesASaturatingCast) {
+  const formats::Format f = formats::parse_format("e5m2");
+  std::vector<float> x(5000, 1.0f);
+  x[4097] = std::numeric_limits<float>::infinity();
+  x[10] = 1e6f;  // finite, saturates only when the tensor is all finite
+  const Tensor t = Tensor::from(x, {50, 100});
+  Amax a;
+  const auto q = cast_per_tensor(f, t, 0, true, nullptr, MemoryKind::activation, nullptr, &a);
+  EXPECT_TRUE(a.nonfinite);
+  const std::vector<float> v = dequantised_values(q);
+  EXPECT_TRUE(std::isinf(v[4097]));
+  EXPECT_TRUE(std::isinf(v[10]));  // not saturated: e5m2 overflows to inf
+  CastReport report;
+  const auto qb = cast_blocks(f, t, 1, 50, 100, 1, 32, Fp8Scaling::mx, &report);
+  EXPECT_TRUE(report.amax.nonfinite);
+  EXPECT_TRUE(std::isinf(dequantised_values(qb)[4097]));
 }

@@ -82,7 +82,7 @@ TEST(Fp8Delayed, AmaxHistoryAndScaleFollowTheRecordedSequence) {
       want = direct_exponent(448, m);
     }
     const auto before = q.stats();
-    const auto c = q.quantise(x, 1, 1, 4, 2, site);
+    const auto c = q.quantise(x, 1, 1, 4, 2, site, nullptr);
     EXPECT_EQ(c.codes.scale(), std::ldexp(1.0f, want)) << "step " << step;
     // Saturation exactly when this step's amax does not fit the delayed scale.
     const bool overflow = std::ldexp(double(a), -want) > 448;
@@ -92,11 +92,11 @@ TEST(Fp8Delayed, AmaxHistoryAndScaleFollowTheRecordedSequence) {
     }
     // A checkpoint replay of the same tensor and an unrecorded (evaluation)
     // cast of a larger one leave the history alone.
-    q.quantise(x, 1, 1, 4, 2, site);
+    q.quantise(x, 1, 1, 4, 2, site, nullptr);
     autograd::QuantSite eval = site;
     eval.record = false;
     const Tensor big = Tensor::from({a * 1000, 0, 0, 0}, {1, 4});
-    q.quantise(big, 1, 1, 4, 2, eval);
+    q.quantise(big, 1, 1, 4, 2, eval, nullptr);
     q.end_step();
     recorded.push_back(a);
     const auto st = q.site_state(site);

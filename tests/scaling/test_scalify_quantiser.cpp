@@ -149,10 +149,10 @@ TEST(ScalifyQuantiser, Fp8StepIsCloseToFp32AndTrains) {
   EXPECT_EQ(q->stats().last_step_rescales, 5);
 }
 
-TEST(ScalifyQuantiser, RefusesFormatsWithoutAOneByteDtype) {
+TEST(ScalifyQuantiser, RefusesFormatsItCannotCast) {
   nn::GPT m(small());
   ScalifyOptions o;
-  o.forward_format = "fp16";
+  o.forward_format = "e3m2fn";  // no tensor dtype (fp16 and the 1-byte FP8 formats have one)
   EXPECT_THROW(ScalifyQuantiser(o, m.parameters()), std::invalid_argument);
 }
 

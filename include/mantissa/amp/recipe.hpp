@@ -65,7 +65,8 @@ struct Recipe {
   // of every linear/matmul/bmm are cast to `cast_forward`, the output gradient
   // to `cast_backward` in the backward pass ("" = no cast; e.g. "e4m3fn",
   // "e4m3fnuz", "e5m2", "e5m2fnuz"; "fp16" with propagate). The cast operands
-  // are real 1-byte tensors multiplied exactly through the bf16 path.
+  // are real 1-byte tensors multiplied exactly through the bf16 path (fp16
+  // casts: real 2-byte tensors decoded exactly to f32 and multiplied in f32).
   std::string cast_forward;
   std::string cast_backward;
   CastScaling cast_scaling = CastScaling::unit;

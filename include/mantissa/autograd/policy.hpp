@@ -68,24 +68,27 @@ class OperandQuantiser {
   virtual bool casts_backward() const = 0;  // output gradients are cast
   // x (fp32 or 16-bit) viewed as [batch, rows, cols] with the product's
   // contraction along `contraction_axis` (1 = rows, 2 = cols): block
-  // scalings tile along it.
+  // scalings tile along it. With `decoded` not null it also receives
+  // decode(result), computed in the same pass over x (the forward operand and
+  // the output gradient are multiplied right away; only the codes are kept).
   virtual QuantisedOperand quantise(const Tensor& x, int64_t batch, int64_t rows, int64_t cols,
-                                    int contraction_axis, const QuantSite& site) = 0;
-  // A weight [rows, cols] with its exact bf16 decode, cached until its
+                                    int contraction_axis, const QuantSite& site, Tensor* decoded) = 0;
+  // A weight [rows, cols] with its exact decode, cached until its
   // Parameter::version (or, for delayed scaling, its scale) changes;
   // (cache_key, cache_version) identify the decode for the GEMM's
   // pre-packing cache.
   struct Weight {
     QuantisedOperand operand;
-    Tensor bf16;
+    Tensor decoded;
     const void* cache_key = nullptr;
     int cache_version = 0;
   };
   virtual Weight quantise_weight(const nn::Parameter& p, int contraction_axis, const QuantSite& site) = 0;
-  // bf16 values of the codes with block scales folded in (exact: every FP8
-  // value times a power of two within bf16's range is a bf16 value); the
-  // per-tensor scale is left to the GEMM's alpha.
-  virtual Tensor decode_bf16(const QuantisedOperand& q) const = 0;
+  // The values the GEMM multiplies: the codes with block scales folded in,
+  // exactly, in bf16 (every FP8 value times a power of two within bf16's
+  // range is a bf16 value) or in f32 for formats bf16 cannot hold (fp16);
+  // the per-tensor scale is left to the GEMM's alpha.
+  virtual Tensor decode(const QuantisedOperand& q) const = 0;
   // Once per optimizer step, after the update (or the skip): delayed scaling
   // rolls its amax history and computes the next step's scales.
   virtual void end_step() {}

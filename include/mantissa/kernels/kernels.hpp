@@ -84,6 +84,24 @@ void attention_forward_bf16(float* out, uint16_t* att16, const float* qkv, int64
 void attention_backward_bf16(float* dqkv, float* datt, const float* dout, const float* qkv, const uint16_t* att16,
                              int64_t B, int64_t T, int64_t C, int64_t NH);
 
+// Blockwise (flash-style) causal attention: the same maths computed per block
+// of attention_block_rows() query rows, over all heads at once, so the
+// T x T probabilities are never stored whole. Forward keeps lse [B, NH, T]
+// (log-sum-exp of each row's scaled, masked scores); backward recomputes the
+// probabilities of each block from q, k and lse. Scratch is about
+// 2 * B*NH * block * T floats instead of 2 * B*NH * T*T. bf16_products as above
+// (bf16 operands incl. probabilities and score gradients, fp32 softmax).
+void attention_forward_blockwise(float* out, float* lse, const float* qkv, int64_t B, int64_t T, int64_t C,
+                                 int64_t NH, bool bf16_products = false);
+// dqkv [B, T, 3C] += gradient.
+void attention_backward_blockwise(float* dqkv, const float* dout, const float* qkv, const float* lse, int64_t B,
+                                  int64_t T, int64_t C, int64_t NH, bool bf16_products = false);
+int64_t attention_block_rows();
+// Whether the blockwise path should replace the whole-scores one for this
+// shape (T at least the measured cross-over of the product type, or scores
+// over 256 MiB; see bench/bench_attention.cpp).
+bool attention_prefers_blockwise(int64_t B, int64_t T, int64_t NH, bool bf16_products = false);
+
 // ---- reductions -------------------------------------------------------------------------
 double sum(const float* x, int64_t n);            // fp64 accumulation
 double sum_squares(const float* x, int64_t n);    // fp64 accumulation

@@ -1,6 +1,8 @@
-// Matrix products through oneDNN. Primitives are cached per shape/type; a
-// constant operand (a weight) can be pre-packed once and reused until its
-// version changes. bf16 inputs accumulate in fp32 (AMX where present).
+// Matrix products through oneDNN. Primitives are cached per shape/type (alpha
+// is a runtime argument, so per-tensor FP8 scales that change every step reuse
+// one primitive); a constant operand (a weight) can be pre-packed once and
+// reused until its version changes. bf16 inputs accumulate in fp32 (AMX where
+// present).
 #pragma once
 
 #include <cstdint>
@@ -21,6 +23,11 @@ struct MatmulArgs {
   bool b_is_constant = false; // B is a weight: may be pre-packed and cached
   const void* b_cache_key = nullptr;  // with b_is_constant: identity of B ...
   int b_cache_version = 0;            // ... and its version; a new version repacks
+  // Elements between consecutive batch matrices of A, B and C; 0 = dense
+  // (rows * cols). Lets a product run on a row range of every head at once
+  // (blockwise attention). Rows keep their natural leading dimension. Strided
+  // operands must already be in the product's type (no f32 -> bf16 widening).
+  int64_t a_batch_stride = 0, b_batch_stride = 0, c_batch_stride = 0;
 };
 
 // C is fp32. bias may be null (fp32 [N]).
@@ -36,5 +43,8 @@ void clear_matmul_cache();
 void forget_packed_operand(const void* b_cache_key);
 int64_t packed_operand_count();     // packed constant operands currently held
 int64_t cached_matmul_primitives(); // primitives currently cached
+// oneDNN matmul primitives created since the process started (never reset):
+// in a steady training step this must stop growing.
+int64_t matmul_primitives_created();
 
 }  // namespace mantissa::kernels

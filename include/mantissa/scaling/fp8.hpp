@@ -37,6 +37,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <unordered_map>
@@ -73,24 +74,31 @@ Amax amax_of(const float* x, int64_t n);
 // naming the formats that have one (e4m3fn, e5m2, e4m3fnuz, e5m2fnuz).
 DType cast_dtype(const formats::Format& f);
 
-// x (fp32) cast as round-to-nearest-even(x x 2^-E), codes.scale() = 2^E.
-// Saturating unless `saturate` is false (used for non-finite inputs).
-// `saturated` (if given) receives the number of finite values clipped to +-max.
+// x (fp32) cast as round-to-nearest-even(x x 2^-E), codes.scale() = 2^E, in
+// one pass over x that can also produce:
+//   * `decoded`: the exact bf16 decode of the codes (what the GEMM multiplies),
+//   * `amax`: x's largest magnitude and whether it holds inf/NaN,
+//   * `saturated`: the number of finite values clipped to +-max.
+// Finite values saturate unless `saturate` is false; a tensor holding inf/NaN
+// is cast without saturation either way, so the non-finite values survive.
 autograd::QuantisedOperand cast_per_tensor(const formats::Format& f, const Tensor& x, int exponent, bool saturate,
-                                           int64_t* saturated = nullptr, MemoryKind kind = MemoryKind::activation);
+                                           int64_t* saturated = nullptr, MemoryKind kind = MemoryKind::activation,
+                                           Tensor* decoded = nullptr, Amax* amax = nullptr);
 
 // x (fp32) viewed as [batch, rows, cols], one power-of-two scale per tile of
 // tile_rows x tile_cols (edge tiles shorter), E from `rule` (mx_exponent or
 // blockwise_exponent) on the tile's amax; codes.scale() = 1. A tile holding
 // inf/NaN gets E = 0 and the whole tensor is cast without saturation (so the
-// non-finite values survive); `report` receives the totals.
+// non-finite values survive); `report` receives the totals and `decoded` (if
+// given) the exact bf16 decode with the block scales folded in.
 struct CastReport {
   int64_t saturated = 0;
   Amax amax;
 };
 autograd::QuantisedOperand cast_blocks(const formats::Format& f, const Tensor& x, int64_t batch, int64_t rows,
                                        int64_t cols, int64_t tile_rows, int64_t tile_cols, Fp8Scaling rule,
-                                       CastReport* report = nullptr, MemoryKind kind = MemoryKind::activation);
+                                       CastReport* report = nullptr, MemoryKind kind = MemoryKind::activation,
+                                       Tensor* decoded = nullptr);
 
 // bf16 values of the codes with block scales folded in (per-tensor scale not
 // applied). Exact, see above.
@@ -126,9 +134,9 @@ class Fp8Quantiser final : public autograd::OperandQuantiser {
   bool casts_forward() const override { return cast_fwd_; }
   bool casts_backward() const override { return cast_bwd_; }
   autograd::QuantisedOperand quantise(const Tensor& x, int64_t batch, int64_t rows, int64_t cols,
-                                      int contraction_axis, const autograd::QuantSite& site) override;
+                                      int contraction_axis, const autograd::QuantSite& site, Tensor* decoded) override;
   Weight quantise_weight(const nn::Parameter& p, int contraction_axis, const autograd::QuantSite& site) override;
-  Tensor decode_bf16(const autograd::QuantisedOperand& q) const override;
+  Tensor decode(const autograd::QuantisedOperand& q) const override;
   void end_step() override;
 
   const Fp8Config& config() const { return config_; }
@@ -150,11 +158,11 @@ class Fp8Quantiser final : public autograd::OperandQuantiser {
  private:
   using SiteKey = std::tuple<const void*, uint64_t, int>;
   struct CachedWeight;
-  int exponent_for(const autograd::QuantSite& site, const Amax& a);
+  std::optional<int> exponent_before_cast(const autograd::QuantSite& site) const;
   void record(const autograd::QuantSite& site, const Amax& a, int64_t saturated, bool record_amax);
   autograd::QuantisedOperand cast(const formats::Format& f, const Tensor& x32, int64_t batch, int64_t rows,
                                   int64_t cols, int contraction_axis, bool weight, const autograd::QuantSite& site,
-                                  MemoryKind kind, Amax* amax_out);
+                                  MemoryKind kind, Amax* amax_out, Tensor* decoded);
 
   Fp8Config config_;
   formats::Format fwd_, bwd_;

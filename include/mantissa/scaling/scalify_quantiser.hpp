@@ -1,5 +1,5 @@
-// The `propagate` operand quantiser (issue 6 item 3): FP8 casts of the
-// GPT's matrix-product operands at scales that come from scale propagation
+// The `propagate` operand quantiser (issue 6 item 3): FP8 or FP16 casts of
+// the GPT's matrix-product operands at scales that come from scale propagation
 // (propagate.hpp rules applied along the GPT-2 block structure, from the
 // parameters' own power-of-two scales), not from each tensor's amax.
 //
@@ -32,9 +32,12 @@
 
 namespace mantissa::scaling {
 
+// Cast formats: "fp16" (codes are real 2-byte f16 tensors, decoded exactly
+// to f32 for the product) or a format with a 1-byte dtype (e4m3fn, e5m2,
+// e4m3fnuz, e5m2fnuz; decoded exactly to bf16). Forward and backward may differ.
 struct ScalifyOptions {
-  std::string forward_format = "e4m3fn";  // 1-byte format of activations and weights ("" = not cast)
-  std::string backward_format = "e5m2";   // 1-byte format of output gradients ("" = not cast)
+  std::string forward_format = "e4m3fn";  // format of activations and weights ("" = not cast)
+  std::string backward_format = "e5m2";   // format of output gradients ("" = not cast)
   Norm rescale_norm = Norm::max;          // dynamic rescales: scale = pow2_round(norm)
   ScaleRounding rounding = ScaleRounding::down;
 };
@@ -51,14 +54,14 @@ struct ScalifyStats {
 class ScalifyQuantiser final : public autograd::OperandQuantiser {
  public:
   // params: the model's parameters (GPT-2 names); throws std::invalid_argument
-  // for a format without a 1-byte dtype.
+  // naming a format that is neither fp16 nor one with a 1-byte dtype.
   ScalifyQuantiser(ScalifyOptions options, std::vector<nn::Parameter*> params);
   bool casts_forward() const override { return cast_fwd_; }
   bool casts_backward() const override { return cast_bwd_; }
   autograd::QuantisedOperand quantise(const Tensor& x, int64_t batch, int64_t rows, int64_t cols,
-                                      int contraction_axis, const autograd::QuantSite& site) override;
+                                      int contraction_axis, const autograd::QuantSite& site, Tensor* decoded) override;
   Weight quantise_weight(const nn::Parameter& p, int contraction_axis, const autograd::QuantSite& site) override;
-  Tensor decode_bf16(const autograd::QuantisedOperand& q) const override;
+  Tensor decode(const autograd::QuantisedOperand& q) const override;
   void end_step() override;
 
   ScalifyStats stats() const;
@@ -70,9 +73,13 @@ class ScalifyQuantiser final : public autograd::OperandQuantiser {
     int version = -1;
     int axis = 0;
     autograd::QuantisedOperand operand;
-    Tensor bf16;
+    Tensor decoded;
     int generation = 0;
   };
+  // x32 cast to f (fp16 or a 1-byte format) at scale 2^exponent; `decoded`
+  // (if not null) receives decode() of the result.
+  autograd::QuantisedOperand cast(const formats::Format& f, const Tensor& x32, int exponent, int64_t* saturated,
+                                  MemoryKind kind, Tensor* decoded) const;
   double param_scale(const std::string& name) const;  // s(P); 0 when P is zero (any scale)
   int propagated_exponent(const std::string& name, autograd::OperandRole role, const Tensor& x, bool* dynamic);
 

@@ -92,13 +92,18 @@ ExperimentOutcome run_experiment(const ExperimentOptions& options, FILE* log, bo
 struct ExperimentInterrupted : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
+class StudyClock;  // experiment_eta.hpp
+// Where a run's wall time went, and the CPU time it used (all threads).
+struct RunTimes {
+  double setup = 0, train = 0, eval = 0, cpu = 0;
+};
 struct RunProgress {
   FILE* log = nullptr;
   bool terminal = false;
-  std::string label;            // e.g. "[3/17] gpt fp16-amp seed 1337"
-  double study_done_before = 0;     // seconds of study work done before this run
-  int64_t same_task_steps_after = 0;  // steps of later runs of this run's task (timed like this run)
-  double other_seconds_after = 0;     // estimated seconds of later runs of other tasks (NaN: unknown)
+  std::string label;                  // e.g. "[3/17] gpt fp16-amp seed 1337"
+  const StudyClock* clock = nullptr;  // the study's estimates; nullptr: this run's own ETA only
+  size_t index = 0;                   // this run's place in the plan, for `clock`
+  RunTimes* times = nullptr;          // filled in when given
 };
 report::RunResult execute_run(const RunSpec& spec, const std::string& dir, const RunProgress& progress);
 

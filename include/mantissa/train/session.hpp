@@ -32,8 +32,12 @@ amp::Recipe resolve_recipe(const TrainConfig& c);
 // `--set unit.KEY=VALUE`.
 
 // Default base learning rate of unit-scaled models with Adam/AdamW, used when
-// --lr is left at its default (measured: docs/unit-scaling.md, recipe table).
-inline constexpr double kUnitDefaultLr = 0x1p-4;  // measured: see docs/unit-scaling.md
+// --lr is left at its default. With the u-muP multipliers the hidden weights
+// move at lr/sqrt(depth x fan_in) per step (2^-6 relative at 2^-1 on the
+// reference GPT, the standard model's 1e-3/0.02 is 2^-4.3), so the optimum is
+// near u-muP's ~2^0, not 2^-4 (the old value was picked while a GELU backward
+// NaN made every lr >= 2^-3 skip steps). Sweep: docs/unit-scaling.md.
+inline constexpr double kUnitDefaultLr = 0x1p-1;
 
 // Splits "unit.KEY=VALUE" entries off `set` (returned) and applies them to
 // u: keys rule_set, constraint, constraint.OP (OP: linear, readout, gelu,

@@ -1,0 +1,20 @@
+// Byte -> 16-bit table lookup over arrays: decoding 1-byte codes (FP8) to the
+// bits of a 16-bit format (bf16) that holds every code's value exactly. The
+// AVX-512 path (four two-register permutes, one per quarter of the table) and
+// the scalar path give identical results; the ISA cap of formats/convert.hpp
+// applies.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+
+namespace mantissa::formats {
+
+using Table16 = std::array<uint16_t, 256>;
+
+// out[i] = table[codes[i]] for i < n. Not threaded: callers split large
+// arrays (it runs at memory speed per thread).
+void lookup16(const Table16& table, const uint8_t* codes, uint16_t* out, size_t n);
+
+}  // namespace mantissa::formats

@@ -1,0 +1,224 @@
+// Blockwise (flash-style) causal attention. Queries are taken kBlockRows rows
+// at a time, for all B*NH heads at once: a block's scores [heads, rows, kend]
+// (kend = last row + 1: causal, later keys are never needed) come from one
+// batched product whose operands are row ranges of the gathered q and k
+// (matmul batch strides), so the T x T matrix exists only a block at a time.
+// Within a block the whole causal key range is present, so each row's softmax
+// is exact in one pass (no online rescaling needed); forward keeps only
+// lse = max + log(sum exp) per row, and backward rebuilds P = exp(S - lse).
+//
+// Per block (S = scaled scores, P probabilities, dO = dout head rows):
+//   forward:  S = q_blk k^T / sqrt(hs);  P = softmax(S);  O_blk = P v
+//   backward: dP = dO_blk v^T;  dV += P^T dO_blk;  dS = P (dP - rowsum(P dP)) / sqrt(hs)
+//             dQ_blk = dS k;  dK += dS^T q_blk
+// Large blocks keep the products efficient (oneDNN batched over heads); the
+// per-block scratch is heads x kBlockRows x T floats.
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "kernels/attention_heads.hpp"
+#include "kernels/bf16_convert.hpp"
+#include "kernels/parallel.hpp"
+#include "kernels/row_math.hpp"
+#include "mantissa/kernels/kernels.hpp"
+#include "mantissa/kernels/matmul.hpp"
+#include "mantissa/kernels/profile.hpp"
+
+namespace mantissa::kernels {
+namespace {
+
+using attention_detail::Buffer;
+using attention_detail::check_dims;
+using attention_detail::Dims;
+using attention_detail::gather_heads;
+using attention_detail::scatter_heads;
+
+constexpr int64_t kBlockRows = 64;
+// Cross-overs measured with bench/bench_attention.cpp (2 threads, 2048 tokens,
+// heads of 64): with fp32 products the blockwise path is faster from T = 512
+// (it skips the masked half of the products and the T x T traffic); with bf16
+// products (AMX) it is about even at T = 1024 and slower below, so it is taken
+// there only from T = 1024 or when the whole scores would pass 256 MiB.
+constexpr int64_t kBlockwiseMinT_f32 = 512;
+constexpr int64_t kBlockwiseMinT_bf16 = 1024;
+constexpr double kBlockwiseScoresBytes = 256.0 * (1 << 20);
+
+// C [heads, M, N] (+)= alpha op(A) op(B); A, B, C start at the given element
+// offsets with the given batch strides (0: dense).
+struct Strided {
+  const void* p;
+  int64_t batch_stride;
+};
+void product(const Dims& d, int64_t M, int64_t N, int64_t K, bool ta, bool tb, float alpha, Strided A, Strided B,
+             DType type, float* C, int64_t c_stride, bool accumulate) {
+  MatmulArgs a;
+  a.batch = d.heads();
+  a.M = M;
+  a.N = N;
+  a.K = K;
+  a.trans_a = ta;
+  a.trans_b = tb;
+  a.alpha = alpha;
+  a.accumulate = accumulate;
+  a.a_type = a.b_type = type;
+  a.a_batch_stride = A.batch_stride;
+  a.b_batch_stride = B.batch_stride;
+  a.c_batch_stride = c_stride;
+  matmul(a, A.p, B.p, C);
+}
+
+struct Scratch {
+  Buffer q, k, v, dy;
+  std::vector<float> y, dq, dk, dv, s, dp;
+  std::vector<uint16_t> p16, ds16;
+};
+Scratch& scratch() {
+  thread_local Scratch s;
+  return s;
+}
+
+// The operand for a block matrix [heads, nb, kend]: the fp32 values, or the
+// bf16 codes the row pass wrote (bf16 products).
+Strided operand(const std::vector<float>& x, const std::vector<uint16_t>& codes, bool bf16) {
+  if (bf16) return {codes.data(), 0};
+  return {x.data(), 0};
+}
+
+// S [heads, nb, kend] = q rows [r0, r0+nb) times k rows [0, kend), scaled.
+void block_scores(const Dims& d, const Scratch& sc, int64_t r0, int64_t nb, int64_t kend, float* S) {
+  const int64_t head = d.T * d.hs;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d.hs));
+  product(d, nb, kend, d.hs, false, true, scale, {sc.q.data(r0 * d.hs), head}, {sc.k.data(), head}, sc.q.type(), S,
+          0, false);
+}
+
+}  // namespace
+
+int64_t attention_block_rows() { return kBlockRows; }
+
+bool attention_prefers_blockwise(int64_t B, int64_t T, int64_t NH, bool bf16_products) {
+  const double scores_bytes = static_cast<double>(B) * static_cast<double>(NH) * static_cast<double>(T) *
+                              static_cast<double>(T) * (bf16_products ? 2.0 : 4.0);
+  return T >= (bf16_products ? kBlockwiseMinT_bf16 : kBlockwiseMinT_f32) || scores_bytes > kBlockwiseScoresBytes;
+}
+
+void attention_forward_blockwise(float* out, float* lse, const float* qkv, int64_t B, int64_t T, int64_t C,
+                                 int64_t NH, bool bf16_products) {
+  const Dims d = check_dims(B, T, C, NH);
+  kernels::profile::Scope profile_scope(kernels::profile::Category::attention,
+                                        2.0 * static_cast<double>(d.heads() * T * T * d.hs));
+  const DType type = bf16_products ? DType::bf16 : DType::f32;
+  Scratch& sc = scratch();
+  gather_heads(sc.q, qkv, 3 * C, 0, d, bf16_products);
+  gather_heads(sc.k, qkv, 3 * C, C, d, bf16_products);
+  gather_heads(sc.v, qkv, 3 * C, 2 * C, d, bf16_products);
+  sc.y.resize(static_cast<size_t>(d.head_elems()));
+  const int64_t block = std::min(kBlockRows, T), head = T * d.hs;
+  sc.s.resize(static_cast<size_t>(d.heads() * block * T));
+  if (bf16_products) sc.p16.resize(sc.s.size());
+  for (int64_t r0 = 0; r0 < T; r0 += block) {
+    const int64_t nb = std::min(block, T - r0), kend = r0 + nb, rows = d.heads() * nb;
+    float* S = sc.s.data();
+    uint16_t* P16 = sc.p16.data();
+    block_scores(d, sc, r0, nb, kend, S);
+    // Masked row softmax; row t = r0 + i keeps keys 0..t, the rest are exact
+    // zeros. Under bf16 products the probabilities go straight to bf16 codes.
+#pragma omp parallel for schedule(static) if (parallel_rows(rows, kend))
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t h = r / nb, t = r0 + r % nb;
+      float* a = S + r * kend;
+      const float mx = span_max(a, t + 1);
+      const float sum = span_exp_sum(a, a, t + 1, mx);
+      lse[h * T + t] = mx + std::log(sum);
+      if (bf16_products) {
+        uint16_t* p = P16 + r * kend;
+        const float inv = 1.0f / sum;
+#pragma omp simd
+        for (int64_t j = 0; j <= t; ++j) p[j] = f32_to_bf16_one(a[j] * inv);
+        std::fill(p + t + 1, p + kend, uint16_t{0});
+      } else {
+        span_scale(a, t + 1, 1.0f / sum);
+        std::fill(a + t + 1, a + kend, 0.0f);
+      }
+    }
+    const Strided P = operand(sc.s, sc.p16, bf16_products);
+    product(d, nb, d.hs, kend, false, false, 1.0f, P, {sc.v.data(), head}, type, sc.y.data() + r0 * d.hs, head,
+            false);
+  }
+  scatter_heads(out, sc.y.data(), C, 0, d, false);
+}
+
+void attention_backward_blockwise(float* dqkv, const float* dout, const float* qkv, const float* lse, int64_t B,
+                                  int64_t T, int64_t C, int64_t NH, bool bf16_products) {
+  const Dims d = check_dims(B, T, C, NH);
+  kernels::profile::Scope profile_scope(kernels::profile::Category::attention,
+                                        5.0 * static_cast<double>(d.heads() * T * T * d.hs));
+  const DType type = bf16_products ? DType::bf16 : DType::f32;
+  Scratch& sc = scratch();
+  gather_heads(sc.q, qkv, 3 * C, 0, d, bf16_products);
+  gather_heads(sc.k, qkv, 3 * C, C, d, bf16_products);
+  gather_heads(sc.v, qkv, 3 * C, 2 * C, d, bf16_products);
+  gather_heads(sc.dy, dout, C, 0, d, bf16_products);
+  const size_t n = static_cast<size_t>(d.head_elems());
+  sc.dq.resize(n);
+  sc.dk.assign(n, 0.0f);  // accumulated over query blocks
+  sc.dv.assign(n, 0.0f);
+  const int64_t block = std::min(kBlockRows, T), head = T * d.hs;
+  sc.s.resize(static_cast<size_t>(d.heads() * block * T));
+  sc.dp.resize(sc.s.size());
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d.hs));
+  if (bf16_products) {
+    sc.p16.resize(sc.s.size());
+    sc.ds16.resize(sc.s.size());
+  }
+  for (int64_t r0 = 0; r0 < T; r0 += block) {
+    const int64_t nb = std::min(block, T - r0), kend = r0 + nb, rows = d.heads() * nb;
+    float* S = sc.s.data();
+    float* dP = sc.dp.data();
+    uint16_t* P16 = sc.p16.data();
+    uint16_t* dS16 = sc.ds16.data();
+    block_scores(d, sc, r0, nb, kend, S);
+    product(d, nb, kend, d.hs, false, true, 1.0f, {sc.dy.data(r0 * d.hs), head}, {sc.v.data(), head}, type, dP, 0,
+            false);
+    // P = exp(S - lse) on the causal part; dS = P (dP - rowsum(P dP)) / sqrt(hs), into dP.
+#pragma omp parallel for schedule(static) if (parallel_rows(rows, kend))
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t h = r / nb, t = r0 + r % nb;
+      float* p = S + r * kend;
+      float* g = dP + r * kend;
+      span_exp_sum(p, p, t + 1, lse[h * T + t]);
+      float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+      for (int64_t j = 0; j <= t; ++j) dot += p[j] * g[j];
+      if (bf16_products) {
+        uint16_t* p16 = P16 + r * kend;
+        uint16_t* g16 = dS16 + r * kend;
+#pragma omp simd
+        for (int64_t j = 0; j <= t; ++j) {
+          p16[j] = f32_to_bf16_one(p[j]);
+          g16[j] = f32_to_bf16_one(p[j] * (g[j] - dot) * scale);
+        }
+        std::fill(p16 + t + 1, p16 + kend, uint16_t{0});
+        std::fill(g16 + t + 1, g16 + kend, uint16_t{0});
+      } else {
+#pragma omp simd
+        for (int64_t j = 0; j <= t; ++j) g[j] = p[j] * (g[j] - dot) * scale;
+        std::fill(p + t + 1, p + kend, 0.0f);
+        std::fill(g + t + 1, g + kend, 0.0f);
+      }
+    }
+    const Strided P = operand(sc.s, sc.p16, bf16_products);
+    const Strided dS = operand(sc.dp, sc.ds16, bf16_products);
+    const Strided dy_blk{sc.dy.data(r0 * d.hs), head}, q_blk{sc.q.data(r0 * d.hs), head};
+    product(d, kend, d.hs, nb, true, false, 1.0f, P, dy_blk, type, sc.dv.data(), head, true);               // dV
+    product(d, nb, d.hs, kend, false, false, 1.0f, dS, {sc.k.data(), head}, type, sc.dq.data() + r0 * d.hs,  // dQ
+            head, false);
+    product(d, kend, d.hs, nb, true, false, 1.0f, dS, q_blk, type, sc.dk.data(), head, true);  // dK
+  }
+  scatter_heads(dqkv, sc.dq.data(), 3 * C, 0, d, true);
+  scatter_heads(dqkv, sc.dk.data(), 3 * C, C, d, true);
+  scatter_heads(dqkv, sc.dv.data(), 3 * C, 2 * C, d, true);
+}
+
+}  // namespace mantissa::kernels

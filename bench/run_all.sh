@@ -89,11 +89,17 @@ MANTISSA_BENCH_THREADS=$THREADS MANTISSA_BENCH_REPS=$REPS "$BUILD_DIR/bench/benc
   --benchmark_filter='^$' >"$RAW/matmul.txt"
 
 echo "== conversions vs memcpy" >&2
-FILTER='bm_(memcpy|quantize/(bf16|fp16|e4m3fn))/'
+FILTER='bm_(memcpy|quantize/(bf16|fp16|e4m3fn|e5m2)|mx_fast/mxfp8_e4m3|mx/mxfp8_e4m3)/'
 MIN_TIME=0.3
 if [ "$QUICK" = 1 ]; then FILTER='bm_(memcpy|quantize/bf16)/32768'; MIN_TIME=0.01; fi
 "$BUILD_DIR/bench/bench_convert" --benchmark_filter="$FILTER" --benchmark_min_time=$MIN_TIME \
   --benchmark_out="$RAW/convert.json" --benchmark_out_format=json >/dev/null
+
+if [ "$QUICK" = 0 ]; then
+  echo "== conversions vs numpy + ml_dtypes astype" >&2
+  bash "$ROOT/scripts/pyrun.sh" "$ROOT/bench/numpy_convert.py" --cpp "$BUILD_DIR/bench/bench_convert" \
+    --large-only --rounds 3 --json "$RAW/numpy_convert.json" >"$RAW/numpy_convert.txt"
+fi
 
 echo "== attention: blockwise vs whole scores" >&2
 AREPS=5; [ "$QUICK" = 1 ] && AREPS=1

@@ -223,6 +223,16 @@ def main():
         for r in cv:
             md.append(f"| {r['name']} | {r['elements']:,} | {r['gb_per_s']:.1f} | {fmt(r['vs_memcpy'], 2)} |")
         md.append("")
+    np_path = os.path.join(a.raw, "numpy_convert.json")
+    if os.path.exists(np_path):
+        doc = load(np_path)
+        results["numpy_convert"] = doc
+        md.append(f"## Conversions vs numpy {doc['numpy']} + ml_dtypes {doc['ml_dtypes']} astype "
+                  "(bench/numpy_convert.py; see docs/formats-speed.md)\n")
+        md.append("```")
+        with open(os.path.join(a.raw, "numpy_convert.txt")) as f:
+            md.append(f.read().rstrip())
+        md.append("```\n")
     head = [f"# mantissa performance harness ({results['time_utc']}, commit {commit or '?'}, "
             f"load average {results['load_average']:.1f})\n",
             *(["**--quick run: tiny sizes, one round; it checks that the harness works, its ratios mean "

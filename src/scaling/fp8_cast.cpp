@@ -11,6 +11,7 @@
 #include "mantissa/formats/convert.hpp"
 #include "mantissa/formats/lookup.hpp"
 #include "mantissa/formats/scaled_copy.hpp"
+#include "mantissa/kernels/profile.hpp"
 #include "mantissa/formats/round.hpp"
 #include "mantissa/scaling/fp8.hpp"
 
@@ -139,6 +140,7 @@ int blockwise_exponent(double format_max, double amax) {
 }
 
 Amax amax_of(const float* x, int64_t n) {
+  const kernels::profile::Scope profile_scope(kernels::profile::Category::conversion);
   float m = 0;
   int bad = 0;
 #pragma omp parallel for reduction(max : m) reduction(| : bad) schedule(static) if (n > 4 * kChunk)
@@ -161,6 +163,7 @@ DType cast_dtype(const formats::Format& f) {
 // ---- casts --------------------------------------------------------------------------------
 QuantisedOperand cast_per_tensor(const formats::Format& f, const Tensor& x, int exponent, bool saturate,
                                  int64_t* saturated, MemoryKind kind, Tensor* decoded, Amax* amax) {
+  const kernels::profile::Scope profile_scope(kernels::profile::Category::conversion);
   require_f32(x, "cast_per_tensor");
   QuantisedOperand q;
   q.codes = Tensor::empty(x.shape(), cast_dtype(f), kind);
@@ -184,6 +187,7 @@ QuantisedOperand cast_per_tensor(const formats::Format& f, const Tensor& x, int 
 QuantisedOperand cast_blocks(const formats::Format& f, const Tensor& x, int64_t batch, int64_t rows, int64_t cols,
                              int64_t tile_rows, int64_t tile_cols, Fp8Scaling rule, CastReport* report,
                              MemoryKind kind, Tensor* decoded) {
+  const kernels::profile::Scope profile_scope(kernels::profile::Category::conversion);
   require_f32(x, "cast_blocks");
   if (batch * rows * cols != x.numel() || tile_rows < 1 || tile_cols < 1)
     throw std::invalid_argument("cast_blocks: view [" + std::to_string(batch) + ", " + std::to_string(rows) + ", " +
@@ -285,6 +289,7 @@ QuantisedOperand cast_blocks(const formats::Format& f, const Tensor& x, int64_t 
 }
 
 Tensor decode_to_bf16(const QuantisedOperand& q, MemoryKind kind) {
+  const kernels::profile::Scope profile_scope(kernels::profile::Category::conversion);
   const formats::Table16& table = decode_table(q.codes.dtype());
   Tensor out = Tensor::empty(q.codes.shape(), DType::bf16, kind);
   const uint8_t* c = q.codes.data<uint8_t>();

@@ -5,6 +5,7 @@ set -euo pipefail
 PACKAGES=(
   build-essential cmake g++ git pkg-config
   libdnnl-dev            # oneDNN: matrix products (AMX bf16)
+  ocl-icd-opencl-dev     # oneDNN's CMake config looks for OpenCL (only Recommended by libdnnl-dev)
   libomp-dev             # OpenMP runtime headers (GCC uses libgomp)
   libgtest-dev libgmock-dev googletest
   libbenchmark-dev

@@ -13,8 +13,8 @@
 # runs N times alternately and the median of each figure is reported, so that a load change on a
 # shared machine hits both sides alike.
 # The reference PyTorch fp32 speed depends on the BLAS behind Debian's libblas.so.3: with the
-# netlib reference BLAS it is ~100x slower than with OpenBLAS, so the script refuses to compare
-# against a reference BLAS (install libopenblas0-openmp).
+# netlib reference BLAS it is ~100x slower than with OpenBLAS, so the script installs
+# libopenblas0-openmp and refuses to compare against a reference BLAS.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 THREADS=2
@@ -49,15 +49,19 @@ done
 OUT=${OUT:-$BUILD_DIR/train_vs_torch.json}
 
 PY=/usr/bin/python3
-if ! $PY -c 'import torch' 2>/dev/null; then
-  echo "installing Debian's python3-torch ..." >&2
-  apt-get install -y python3-torch >/dev/null
+SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
+# Debian's python3-torch calls the BLAS behind libblas.so.3; without an optimised one installed
+# that is netlib's reference BLAS, and PyTorch fp32 would be measured against a strawman.
+# OpenBLAS (OpenMP build) is what a Debian user of python3-torch gets with the recommended set.
+if ! $PY -c 'import torch' 2>/dev/null || ! dpkg-query -W -f='${Status}' libopenblas0-openmp 2>/dev/null | grep -q "ok installed"; then
+  echo "installing Debian's python3-torch and libopenblas0-openmp ..." >&2
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends python3-torch libopenblas0-openmp >/dev/null
 fi
 BLAS=$(readlink -f /usr/lib/x86_64-linux-gnu/libblas.so.3 || true)
 case $BLAS in
   */blas/libblas.so.3*)
-    echo "run_train_vs_torch.sh: libblas.so.3 is the netlib reference BLAS ($BLAS); PyTorch fp32 would be" \
-         "measured against it. Install an optimised BLAS first: apt-get install -y libopenblas0-openmp" >&2
+    echo "run_train_vs_torch.sh: libblas.so.3 is still the netlib reference BLAS ($BLAS); PyTorch fp32 would be" \
+         "measured against it. Select OpenBLAS: update-alternatives --config libblas.so.3-x86_64-linux-gnu" >&2
     exit 2 ;;
 esac
 

@@ -124,7 +124,7 @@ void add_scalify_recipes(std::vector<Recipe>& v) {
   v.push_back(f8);
   Recipe f8s = f8;
   f8s.name = "scalify-fp8-fp16state";
-  f8s.description = "scalify-fp8 with fp16 Adam moments and rescaled gradients";
+  f8s.description = "scalify-fp8 with fp16 Adam moments, each rescaled to a per-tensor power-of-two scale every step";
   f8s.optimizer_state_format = "fp16";
   v.push_back(f8s);
 }

@@ -101,7 +101,7 @@ Registrar reg(40, [](CLI::App& app) {
   cmd->add_option("--mlp-steps", o.mlp_steps, "MLP optimizer steps (default: the preset's)")->check(CLI::PositiveNumber);
   cmd->add_option("--lr-standard", o.lr_standard, "GPT learning rate of standard recipes (default 2^-10)")
       ->check(CLI::PositiveNumber);
-  cmd->add_option("--lr-unit", o.lr_unit, "GPT learning rate of unit-scaled recipes (default 2^-4)")->check(CLI::PositiveNumber);
+  cmd->add_option("--lr-unit", o.lr_unit, "GPT learning rate of unit-scaled recipes (default 2^-1)")->check(CLI::PositiveNumber);
   cmd->callback([a] {
     a->o.command = command_line();
     experiment_command(*a);

@@ -131,6 +131,15 @@ bool is_diverged(const RunResult& r, double threshold) {
   return !std::isfinite(metric) || metric > threshold;
 }
 
+// A run that finished but learnt nothing (metric non-finite or past the threshold) diverged at
+// the first validation point that was; the trainer only records a step when it stopped itself.
+static int64_t divergence_step(const RunResult& r, double threshold) {
+  if (r.diverged_at > 0) return r.diverged_at;
+  for (const auto& p : r.val_curve)
+    if (!std::isfinite(p.value) || p.value > threshold) return p.step;
+  return 0;
+}
+
 std::vector<RecipeSummary> summarize(const std::vector<RunResult>& runs, const std::string& reference) {
   std::vector<RecipeSummary> rows;
   auto find = [&](const std::string& task, const std::string& recipe) -> RecipeSummary* {
@@ -166,8 +175,8 @@ std::vector<RecipeSummary> summarize(const std::vector<RunResult>& runs, const s
                                                                  : r.peak_memory_bytes;
       if (is_diverged(r, divergence_threshold(r.task))) {
         ++s.diverged;
-        if (r.diverged_at > 0 && (s.first_diverged_at == 0 || r.diverged_at < s.first_diverged_at))
-          s.first_diverged_at = r.diverged_at;
+        const int64_t at = divergence_step(r, divergence_threshold(r.task));
+        if (at > 0 && (s.first_diverged_at == 0 || at < s.first_diverged_at)) s.first_diverged_at = at;
         continue;
       }
       metric.push_back(s.task == "mlp" ? 100.0 * r.accuracy : r.val_bpc);

@@ -7,6 +7,7 @@
 
 #include "mantissa/amp/recipe.hpp"
 #include "mantissa/train/experiment.hpp"
+#include "mantissa/train/session.hpp"
 
 namespace mantissa::train {
 
@@ -24,10 +25,11 @@ const std::vector<std::string> kPaperRecipes = {
     "scalify-fp16-master", "scalify-fp8", "scalify-fp8-fp16state"};
 const std::vector<std::string> kMlpRecipes = {"fp32", "bf16-amp", "fp16-amp-noscale", "unit-fp8", "scalify-fp8"};
 
-// Learning rates: regular 2^-10 (BRIEF section 4); unit 2^-4, measured on this model with
-// mantissa's u-muP multipliers (docs/unit-scaling.md; the paper's 2^-6 undertrains here).
+// Learning rates: regular 2^-10 (BRIEF section 4); unit 2^-1, the library's unit default,
+// measured on this model after the GELU NaN fix (docs/unit-scaling.md; the paper's 2^-6
+// undertrains here).
 constexpr double kLrStandard = 1.0 / 1024;
-constexpr double kLrUnit = 1.0 / 16;
+constexpr double kLrUnit = kUnitDefaultLr;
 
 struct Preset {
   int64_t layers, d_model, heads, seq_len, batch, gpt_tokens, seeds, eval_batches;

@@ -161,7 +161,8 @@ TEST(ReportStats, TablesShowTheComputedNumbers) {
   const std::string main = main_table_md(rows);
   EXPECT_NE(main.find("| fp32 | 2.100 ± 0.141 | +0.00 % | no | 1.5 | 15.0 | 1500 | 2.0 |"), std::string::npos) << main;
   EXPECT_NE(main.find("| fp16-amp | 2.205 ± 0.148 | +5.00 % | no |"), std::string::npos) << main;
-  EXPECT_NE(main.find("| fp16-amp-noscale | — | — | **yes** |"), std::string::npos) << main;
+  // finished runs whose metric is NaN / past 8 bpc: diverged at their first such validation point
+  EXPECT_NE(main.find("| fp16-amp-noscale | — | — | **yes** (step 10) |"), std::string::npos) << main;
   EXPECT_NE(main.find("| fp16-pure | — | — | **yes** (step 37) |"), std::string::npos) << main;
   EXPECT_NE(main.find("| unit-fp8 | not available: recipe 'unit-fp8' is not registered"), std::string::npos) << main;
   const std::string m = mlp_table_md(rows);

@@ -185,7 +185,7 @@ TEST(ExperimentPlan, LearningRateFollowsParametrisationAndUnknownRecipesAreNotAv
   EXPECT_EQ(plan.runs[1].seed, 1338);
   EXPECT_EQ(plan.runs[1].config.seed, 1338);
   EXPECT_DOUBLE_EQ(plan.runs[0].config.lr, 1.0 / 1024);  // BRIEF: regular AdamW 2^-10
-  EXPECT_DOUBLE_EQ(plan.runs[2].config.lr, 1.0 / 16);    // unit AdamW 2^-4
+  EXPECT_DOUBLE_EQ(plan.runs[2].config.lr, 1.0 / 2);     // unit AdamW 2^-1
   EXPECT_EQ(plan.runs[2].parametrisation, "unit");
   EXPECT_TRUE(plan.runs[2].available);
   EXPECT_FALSE(plan.runs[4].available);

@@ -113,17 +113,17 @@ TEST_F(ExperimentFailures, DivergedRecipeIsReportedWithItsStepAndTheStudyContinu
 }
 
 TEST_F(ExperimentFailures, CtrlCKeepsFinishedRunsWritesAConsistentReportAndResumeSkipsThem) {
-  // Two long-ish runs (1500 steps of a 1-layer d16 GPT each, a few seconds):
-  // SIGINT as soon as the first one is stored lands in the second one.
-  const std::string args = tiny("fp32,bf16-amp", 1500 * 32, "out");
+  // Two runs of 6000 steps of a 1-layer d16 GPT (about a second each on an idle machine):
+  // SIGINT as soon as the second one has printed its first progress line lands inside it.
+  const std::string args = tiny("fp32,bf16-amp", 6000 * 32, "out");
   const fs::path log = dir_ / "interrupt.log";
   const pid_t pid = spawn(args, log);
   const fs::path first = dir_ / "out" / "runs" / "gpt-fp32-s1337" / "result.json";
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
-  while (!fs::exists(first) && std::chrono::steady_clock::now() < deadline)
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  while (slurp(log).find("[2/2] gpt bf16-amp seed 1337  step") == std::string::npos &&
+         std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
   ASSERT_TRUE(fs::exists(first)) << slurp(log);
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // into the second run
   ASSERT_EQ(::kill(pid, SIGINT), 0);
   const int code = wait_exit_code(pid);
   const std::string out = slurp(log);
@@ -138,7 +138,7 @@ TEST_F(ExperimentFailures, CtrlCKeepsFinishedRunsWritesAConsistentReportAndResum
   EXPECT_EQ(kept[0], "gpt-fp32-s1337");
   const auto fp32 = nlohmann::json::parse(slurp(first));
   EXPECT_EQ(fp32["status"], "ok");
-  EXPECT_EQ(fp32["steps"], 1500);
+  EXPECT_EQ(fp32["steps"], 6000);
 
   // The report says it was interrupted and shows the finished run's own number, and only that run.
   const std::string md = slurp(dir_ / "out" / "report.md");
@@ -152,7 +152,7 @@ TEST_F(ExperimentFailures, CtrlCKeepsFinishedRunsWritesAConsistentReportAndResum
   // --resume keeps the finished run without retraining it (same settings, only that recipe).
   const auto stamp = fs::last_write_time(first);
   const fs::path log2 = dir_ / "resume.log";
-  ASSERT_EQ(wait_exit_code(spawn(tiny("fp32", 1500 * 32, "out") + " --resume", log2)), 0) << slurp(log2);
+  ASSERT_EQ(wait_exit_code(spawn(tiny("fp32", 6000 * 32, "out") + " --resume", log2)), 0) << slurp(log2);
   EXPECT_NE(slurp(log2).find("0 runs trained, 1 kept from earlier"), std::string::npos) << slurp(log2);
   EXPECT_EQ(fs::last_write_time(first), stamp);
   EXPECT_EQ(slurp(dir_ / "out" / "report.md").find("**Interrupted**"), std::string::npos);

@@ -15,9 +15,10 @@ namespace {
 
 // Every recipe the study knows to ask for, in table order. Names that are not
 // registered at run time are reported as "not available".
-const std::vector<std::string> kQuickRecipes = {"fp32",       "bf16-amp",  "fp16-amp", "fp16-amp-noscale",
-                                                "fp16-pure",  "unit-fp32", "unit-fp16", "unit-fp8",
-                                                "fp8-noscale", "fp8-delayed", "mxfp8",   "scalify-fp8"};
+const std::vector<std::string> kQuickRecipes = {
+    "fp32",        "bf16-amp",     "fp16-amp",    "fp16-amp-noscale", "fp16-pure",           "unit-fp32",
+    "unit-fp16",   "unit-fp8",     "fp8-noscale", "fp8-current",      "fp8-delayed",         "mxfp8",
+    "fp8-blockwise", "scalify-fp16", "scalify-fp16-master", "scalify-fp8", "scalify-fp8-fp16state"};
 const std::vector<std::string> kPaperRecipes = {
     "fp32",      "bf16-amp",  "fp16-amp",  "fp16-amp-noscale", "fp16-pure",   "bf16-pure",
     "fp16-master", "bf16-master-sr", "unit-fp32", "unit-bf16", "unit-fp16", "unit-fp8",

@@ -4,8 +4,9 @@
 // warm-up + N steps of the real Trainer::train_step (forward, backward, the recipe's mixed
 // precision, AdamW) on random byte tokens and reports the median.
 //
-//   bench_train [--threads 2] [--recipe fp32,bf16-amp] [--layers 4] [--d-model 256]
+//   bench_train [--threads 2] [--recipe fp32,bf16-amp,fp8-delayed:saved_format=bf16] [--layers 4] [--d-model 256]
 //               [--heads 4] [--seq-len 128] [--batch 16] [--steps 10] [--warmup 3]
+//               [--memory-trace]
 //
 // Prints one JSON object: the measured matmul peak (1024^3, f32 and bf16), per recipe
 // tokens_per_s, step_ms, "memory" (peaks of the timed steps: activations and workspace the step
@@ -13,7 +14,9 @@
 // a breakdown of --profile-steps further steps by kernel category
 // (matmul, attention, norms, elementwise, embedding, conversion; kernels::profile), optimizer and
 // framework overhead, with the achieved fraction of the peak; recipes this build lacks (or cannot
-// run yet) are listed under "skipped" with the reason.
+// run yet) are listed under "skipped" with the reason. --memory-trace runs one more step per
+// recipe with the allocation trace on and itemises the live activations at its peak by op,
+// dtype and shape (stderr table, "memory_trace" in the JSON).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -29,6 +32,7 @@
 #include <vector>
 
 #include "bench_args.hpp"
+#include "memory_trace_table.hpp"
 #include "mantissa/amp/amp.hpp"
 #include "mantissa/amp/recipe.hpp"
 #include "mantissa/data/source.hpp"
@@ -51,6 +55,7 @@ struct Options {
   int64_t layers = 4, d_model = 256, heads = 4, seq_len = 128, batch = 16, vocab = 256;
   int steps = 10, warmup = 3;
   int profile_steps = 3;  // extra steps per recipe run with the kernel profiler on (0: none)
+  bool memory_trace = false;  // one more step per recipe, its activation peak itemised
 };
 
 using bench_args::positive;
@@ -64,8 +69,12 @@ Options parse(int argc, char** argv) {
       std::printf(
           "bench_train [--threads N] [--recipe a,b] [--layers L] [--d-model C] [--heads H]\n"
           "            [--seq-len T] [--batch B] [--vocab V] [--steps N] [--warmup N]\n"
-          "            [--profile-steps N]\n");
+          "            [--profile-steps N] [--memory-trace]\n");
       std::exit(0);
+    }
+    if (flag == "--memory-trace") {
+      o.memory_trace = true;
+      continue;
     }
     if (i + 1 >= argc) usage_error("missing value after " + flag);
     std::string value = argv[++i];
@@ -257,9 +266,25 @@ struct StepMemory {
   }
 };
 
+// A recipe name with optional field overrides, "fp8-delayed:saved_format=bf16[:key=value...]"
+// (amp::set_recipe_field), so variants of a recipe compare in one run.
+amp::Recipe recipe_of(const std::string& spec) {
+  std::stringstream ss(spec);
+  std::string part;
+  std::getline(ss, part, ':');
+  amp::Recipe r = amp::find_recipe(part);
+  while (std::getline(ss, part, ':')) {
+    const size_t eq = part.find('=');
+    if (eq == std::string::npos) throw std::invalid_argument("recipe override '" + part + "' is not key=value");
+    amp::set_recipe_field(r, part.substr(0, eq), part.substr(eq + 1));
+  }
+  amp::validate_recipe(r);
+  return r;
+}
+
 // The whole training step as `mantissa train` runs it, under one recipe.
 nlohmann::ordered_json time_recipe(const Options& o, const std::string& recipe_name, const Peaks& peaks) {
-  amp::Recipe recipe = amp::find_recipe(recipe_name);
+  amp::Recipe recipe = recipe_of(recipe_name);
   nn::GPT model(gpt_config(o));
   model.set_precision(amp::precision_policy(recipe, &model));  // as train::apply_precision does
   auto optimizer = optim::make_optimizer(adamw_config(), model.parameters());
@@ -291,6 +316,11 @@ nlohmann::ordered_json time_recipe(const Options& o, const std::string& recipe_n
                                 {"memory", mem.json()}};
   if (o.profile_steps > 0)
     out["breakdown"] = breakdown(trainer, *optimizer, o.profile_steps, low ? peaks.bf16 : peaks.f32);
+  if (o.memory_trace) {
+    start_memory_trace();
+    trainer.train_step();
+    out["memory_trace"] = bench_memory::trace_table(stop_memory_trace(), recipe_name);
+  }
   return out;
 }
 

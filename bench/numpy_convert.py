@@ -29,7 +29,7 @@ import numpy as np
 
 LARGE = 64 << 20
 SMALL = 32 << 10
-ROWS = ["memcpy", "bf16", "fp16", "e4m3fn", "e5m2", "mxfp8_e4m3 (mx_quantize)", "mxfp8_e4m3 (vector kernel)"]
+ROWS = ["memcpy", "bf16", "fp16", "e4m3fn", "e5m2", "mxfp8_e4m3 (mx_quantize_into)", "mxfp8_e4m3 (mx_quantize)"]
 
 
 def load_average():
@@ -93,9 +93,9 @@ def numpy_side(sizes, inputs):
 def row_name(parts):
     if parts[0] == "bm_memcpy":
         return "memcpy"
-    if parts[0] == "bm_mx_fast":
-        return "mxfp8_e4m3 (vector kernel)"
     if parts[0] == "bm_mx":
+        return "mxfp8_e4m3 (mx_quantize_into)"
+    if parts[0] == "bm_mx_alloc":
         return "mxfp8_e4m3 (mx_quantize)"
     return parts[1]
 

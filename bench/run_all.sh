@@ -89,7 +89,7 @@ MANTISSA_BENCH_THREADS=$THREADS MANTISSA_BENCH_REPS=$REPS "$BUILD_DIR/bench/benc
   --benchmark_filter='^$' >"$RAW/matmul.txt"
 
 echo "== conversions vs memcpy" >&2
-FILTER='bm_(memcpy|quantize/(bf16|fp16|e4m3fn|e5m2)|mx_fast/mxfp8_e4m3|mx/mxfp8_e4m3)/'
+FILTER='bm_(memcpy|quantize/(bf16|fp16|e4m3fn|e5m2)|mx/mxfp8_e4m3|mx_alloc/mxfp8_e4m3)/'
 MIN_TIME=0.3
 if [ "$QUICK" = 1 ]; then FILTER='bm_(memcpy|quantize/bf16)/32768'; MIN_TIME=0.01; fi
 "$BUILD_DIR/bench/bench_convert" --benchmark_filter="$FILTER" --benchmark_min_time=$MIN_TIME \

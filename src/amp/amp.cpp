@@ -23,6 +23,17 @@ DType policy_dtype(const std::string& role, const std::string& format) {
                               "' cannot be run by the engine's precision policy (valid: fp32, bf16, fp16)");
 }
 
+// Saved activations may also be 1-byte FP8 codes (Tape::save: per-tensor
+// power-of-two scale from the tensor's amax).
+DType saved_dtype(const std::string& format) {
+  for (const char* f : {"e4m3fn", "e5m2", "e4m3fnuz", "e5m2fnuz"})
+    if (format == f) return parse_dtype(format);
+  if (format == "fp32" || format == "bf16" || format == "fp16") return policy_dtype("saved_format", format);
+  throw std::invalid_argument("recipe setting saved_format = '" + format +
+                              "' cannot be run by the engine's precision policy (valid: fp32, bf16, fp16, e4m3fn, "
+                              "e5m2, e4m3fnuz, e5m2fnuz)");
+}
+
 // The format the diagnostics measure against: the recipe's gradient format
 // if it is low precision, else its matmul format (where activation gradients
 // live), else fp16 (what a switch to fp16 would face).
@@ -37,7 +48,7 @@ formats::Format diagnostic_format(const Recipe& r) {
 autograd::PrecisionPolicy precision_policy(const Recipe& r, nn::Model* model) {
   autograd::PrecisionPolicy p;
   p.matmul = policy_dtype("matmul_format", r.matmul_format);
-  p.saved = policy_dtype("saved_format", r.saved_format);
+  p.saved = saved_dtype(r.saved_format);
   if (r.cast_scaling == CastScaling::propagate) {
     // Scale propagation starts from the parameters' own scales.
     if (model == nullptr)

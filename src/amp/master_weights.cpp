@@ -1,9 +1,12 @@
 #include "mantissa/amp/master_weights.hpp"
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <stdexcept>
 
 #include "mantissa/formats/convert.hpp"
+#include "mantissa/kernels/profile.hpp"
 
 namespace mantissa::amp {
 namespace {
@@ -37,6 +40,7 @@ MasterWeights::MasterWeights(std::vector<nn::Parameter*> params, const Recipe& r
 bool MasterWeights::rounds(size_t i) const { return !(norms_fp32_ && is_norm_parameter(params_[i]->name)); }
 
 void MasterWeights::round_into_value(size_t i, uint64_t round_seed) {
+  const kernels::profile::Scope profile_scope(kernels::profile::Category::conversion);
   nn::Parameter& p = *params_[i];
   formats::RoundOptions opt;
   // Overflow saturates: a weight beyond the format's range is a divergence
@@ -47,8 +51,26 @@ void MasterWeights::round_into_value(size_t i, uint64_t round_seed) {
     opt.seed = round_seed;
   }
   const float* src = has_master_ ? master_[i].f32() : p.value.f32();
-  formats::fake_quantize(format_, src, p.value.f32(), static_cast<size_t>(p.value.numel()), opt);
+  float* dst = p.value.f32();
+  const auto n = static_cast<size_t>(p.value.numel());
   ++p.version;
+  const auto max = static_cast<float>(format_.max());
+  if (opt.mode != formats::Round::nearest_even || format_.kind != formats::Kind::floating || !std::isfinite(max)) {
+    formats::fake_quantize(format_, src, dst, n, opt);
+    return;
+  }
+  // Nearest-even never rounds a value <= max above max, so clamping to
+  // +-max (NaN stays NaN) and rounding without saturation gives the
+  // saturating result: the plain rounding has the fast (hardware) kernels.
+  opt.saturate = false;
+  constexpr size_t kBlock = size_t{1} << 15;  // stays in L2 between the clamp and the rounding
+#pragma omp parallel for schedule(static) if (n > 4 * kBlock)
+  for (size_t b = 0; b < n; b += kBlock) {
+    const size_t m = std::min(kBlock, n - b);
+#pragma omp simd
+    for (size_t j = b; j < b + m; ++j) dst[j] = src[j] > max ? max : (src[j] < -max ? -max : src[j]);
+    formats::fake_quantize(format_, dst + b, dst + b, m, opt);
+  }
 }
 
 void MasterWeights::initialise() {

@@ -42,9 +42,14 @@ Recipe pure_recipe(std::string name, const std::string& low, std::string descrip
 }
 
 // FP8 casts at every matrix product on top of bf16 mixed precision: the
-// products run on the exact bf16 path, everything else as in bf16-amp.
+// products run on the exact bf16 path, everything else as in bf16-amp except
+// the activations kept for backward, which stay in 1 byte (issue 6 item 4):
+// the products keep their operands' codes, the other ops (layer norm, GELU,
+// attention) e4m3fn copies with a per-tensor scale (COAT and DeepSeek-V3
+// also cache non-linear inputs in FP8).
 Recipe fp8_recipe(std::string name, CastScaling scaling, const char* bwd, std::string description) {
   Recipe r = amp_recipe(std::move(name), "bf16", ScalingMethod::none, std::move(description));
+  r.saved_format = "e4m3fn";
   r.cast_forward = "e4m3fn";
   r.cast_backward = bwd;
   r.cast_scaling = scaling;
@@ -71,6 +76,7 @@ void add_unit_recipes(std::vector<Recipe>& v) {
                          "unit-scaled model, e4m3fn matrix-product inputs forward, e5m2 output gradients backward, "
                          "scale 1, no loss scaling");
   u8.parametrisation = Parametrisation::unit;
+  u8.saved_format = "bf16";  // the unit ops save through Tape::save (16-bit), not save_compact
   v.push_back(u8);
 }
 
@@ -121,6 +127,7 @@ void add_scalify_recipes(std::vector<Recipe>& v) {
   Recipe f8 = scalify("scalify-fp8", "e4m3fn", "e5m2",
                       "scale propagation: e4m3fn matrix products, e5m2 gradients, fp16 master weights");
   f8.weight_format = f8.master_format = "fp16";
+  f8.saved_format = "e4m3fn";  // as fp8_recipe's
   v.push_back(f8);
   Recipe f8s = f8;
   f8s.name = "scalify-fp8-fp16state";

@@ -30,8 +30,11 @@ Tensor kernel_operand(const Tensor& x) {
 }
 
 // C [batch, M, N] (+)= alpha * op(A) @ op(B), operands converted to `compute`.
+// A weight B (b_key set: its Parameter, or the quantiser's cached decode) is
+// packed once per version, as in the forward product.
 void gemm(DType compute, int64_t batch, int64_t M, int64_t N, int64_t K, bool ta, bool tb,
-          const Tensor& A, const Tensor& B, float* C, float alpha, bool accumulate) {
+          const Tensor& A, const Tensor& B, float* C, float alpha, bool accumulate,
+          const void* b_key = nullptr, int b_version = 0) {
   Tensor a = kernel_operand(in_dtype(A, compute)), b = kernel_operand(in_dtype(B, compute));
   kernels::MatmulArgs args;
   args.batch = batch;
@@ -44,6 +47,11 @@ void gemm(DType compute, int64_t batch, int64_t M, int64_t N, int64_t K, bool ta
   args.b_type = b.dtype();
   args.alpha = alpha;
   args.accumulate = accumulate;
+  if (b_key) {
+    args.b_is_constant = true;
+    args.b_cache_key = b_key;
+    args.b_cache_version = b_version;
+  }
   kernels::matmul(args, a.raw(), b.raw(), C);
 }
 
@@ -186,8 +194,9 @@ Var cast_product(Tape& t, const Var& a, const Var& b, const Var* bias, bool ta, 
       Tensor& da = an->writable(&has);
       const float alpha = s.backward * sdc * b_kept.scale();
       const DType dt = dq.defined() && b_kept.q.defined() ? decoded_compute(dc, bb) : dtype;
-      if (!ta)  // dA [M, K] = dC [M, N] @ op(B)^T
-        gemm(dt, batch, M, K, N, false, !tb, dc, bb, da.f32(), alpha, has);
+      if (!ta)  // dA [M, K] = dC [M, N] @ op(B)^T; a cached weight decode stays packed
+        gemm(dt, batch, M, K, N, false, !tb, dc, bb, da.f32(), alpha, has,
+             bb.dtype() == dt ? b_kept.cache_key : nullptr, b_kept.cache_version);
       else      // dA [K, M] = op(B) [K, N] @ dC^T
         gemm(dt, batch, K, M, N, tb, true, bb, dc, da.f32(), alpha, has);
     }
@@ -255,13 +264,14 @@ Var linear(Tape& t, const Var& x, const Var& w, const Var* b, const OpScales& s)
   if (!record) return out;
   Tensor x_saved = w.node ? keep_operand(t, x.value, xa) : Tensor();
   Tensor w_saved = x.node ? wb : Tensor();
-  t.record([=, xn = x.node, wn = w.node, bn = b ? b->node : nullptr, on = out.node]() {
+  const int w_version = w.param ? w.param->version : 0;
+  t.record([=, wp = w.param, xn = x.node, wn = w.node, bn = b ? b->node : nullptr, on = out.node]() {
     if (!on->has_grad()) return;
     const Tensor dy = in_dtype(on->grad, compute);  // converted once for both products
     if (xn) {  // dx [M, K] (+)= backward * dy [M, N] @ w^T
       bool has = false;
       Tensor& dx = xn->writable(&has);
-      gemm(compute, 1, M, K, N, false, true, dy, w_saved, dx.f32(), s.backward, has);
+      gemm(compute, 1, M, K, N, false, true, dy, w_saved, dx.f32(), s.backward, has, wp, w_version);
     }
     if (wn) {  // dw [K, N] (+)= weight * x^T [K, M] @ dy [M, N]
       bool has = false;

@@ -15,6 +15,18 @@ Tensor grad_or_scratch(const std::shared_ptr<GradNode>& n, const Shape& shape) {
   return n ? n->buffer() : Tensor::zeros(shape, DType::f32, MemoryKind::workspace);
 }
 
+// c [N, C] = x - mean[row] (workspace: only its saved copy is kept).
+Tensor centered_rows(const Tensor& x, const Tensor& mean, int64_t N, int64_t C) {
+  Tensor c = Tensor::empty({N, C}, DType::f32, MemoryKind::workspace);
+  const float* xp = x.f32();
+  const float* mp = mean.f32();
+  float* cp = c.f32();
+#pragma omp parallel for schedule(static) if (N * C > 65536)
+  for (int64_t r = 0; r < N; ++r)
+    for (int64_t k = 0; k < C; ++k) cp[r * C + k] = xp[r * C + k] - mp[r];
+  return c;
+}
+
 void check_ids(const Tensor& ids, int64_t V, const char* op) {
   if (ids.dtype() != DType::i32) throw std::invalid_argument(std::string(op) + ": ids must be i32");
   const int32_t* p = ids.data<int32_t>();
@@ -33,7 +45,7 @@ Var softmax(Tape& t, const Var& x) {
   const bool record = t.wants_grad({&x});
   Var out = Tape::result(y, record);
   if (record)
-    t.record([N, C, saved = t.save(y), xn = x.node, on = out.node]() {
+    t.record([N, C, saved = t.save_compact(y), xn = x.node, on = out.node]() {
       if (!on->has_grad()) return;
       kernels::softmax_backward(xn->buffer().f32(), Tape::restore(saved).f32(), on->grad.f32(), N, C);
     });
@@ -52,19 +64,28 @@ Var layer_norm(Tape& t, const Var& x, const Var& weight, const Var& bias) {
                              bias.value.f32(), N, C);
   const bool record = t.wants_grad({&x, &weight, &bias});
   Var out = Tape::result(std::move(y), record);
-  if (record)
-    t.record([N, C, xs = t.save(x.value), w = weight.value, mean, rstd, xn = x.node, wn = weight.node,
-              bn = bias.node, on = out.node]() {
-      if (!on->has_grad()) return;
-      Tensor dx = grad_or_scratch(xn, xn ? xn->shape : Shape{N, C});
-      Tensor dw = grad_or_scratch(wn, {C}), db = grad_or_scratch(bn, {C});
-      if (xs.dtype() == DType::bf16)  // widened row by row, no fp32 copy
-        kernels::layernorm_backward_bf16x(dx.f32(), dw.f32(), db.f32(), on->grad.f32(), xs.data<uint16_t>(),
-                                          w.f32(), mean.f32(), rstd.f32(), N, C);
-      else
-        kernels::layernorm_backward(dx.f32(), dw.f32(), db.f32(), on->grad.f32(), Tape::restore(xs).f32(), w.f32(),
-                                    mean.f32(), rstd.f32(), N, C);
-    });
+  if (!record) return out;
+  Tensor xs;
+  if (dtype_size(t.policy().saved) == 1) {
+    // 1-byte saves keep x - mean (the backward kernel then gets mean 0): the
+    // per-tensor scale follows the rows' spread, not an offset they share.
+    xs = t.save_compact(centered_rows(x.value, mean, N, C));
+    mean = Tensor::zeros({N});
+  } else {
+    xs = t.save_compact(x.value);
+  }
+  t.record([N, C, xs, w = weight.value, mean, rstd, xn = x.node, wn = weight.node, bn = bias.node, on = out.node]() {
+    if (!on->has_grad()) return;
+    Tensor dx = grad_or_scratch(xn, xn ? xn->shape : Shape{N, C});
+    Tensor dw = grad_or_scratch(wn, {C}), db = grad_or_scratch(bn, {C});
+    if (Tape::bf16_exact(xs))  // widened row by row, no fp32 copy
+      kernels::layernorm_backward_bf16x(dx.f32(), dw.f32(), db.f32(), on->grad.f32(),
+                                        Tape::restore_bf16(xs).data<uint16_t>(), w.f32(), mean.f32(), rstd.f32(),
+                                        N, C);
+    else
+      kernels::layernorm_backward(dx.f32(), dw.f32(), db.f32(), on->grad.f32(), Tape::restore(xs).f32(), w.f32(),
+                                  mean.f32(), rstd.f32(), N, C);
+  });
   return out;
 }
 
@@ -88,25 +109,27 @@ Var causal_self_attention(Tape& t, const Var& qkv, int64_t heads) {
     const bool record = t.wants_grad({&qkv});
     Var out = Tape::result(std::move(y), record);
     if (record)
-      t.record([=, qs = t.save(qkv.value), qn = qkv.node, on = out.node]() {
+      t.record([=, qs = t.save_compact(qkv.value), qn = qkv.node, on = out.node]() {
         if (!on->has_grad()) return;
         kernels::attention_backward_blockwise(qn->buffer().f32(), on->grad.f32(), Tape::restore(qs).f32(), lse.f32(),
                                               B, T, C, heads, bf16);
       });
     return out;
   }
-  if (bf16 && t.policy().saved == DType::bf16) {
-    // The probabilities are made once in bf16: operand of P V and what backward keeps.
+  const DType saved = t.policy().saved;
+  if (bf16 && (saved == DType::bf16 || dtype_size(saved) == 1)) {
+    // The probabilities are made once in bf16: operand of P V and, in bf16
+    // or re-encoded to the 1-byte saved format, what backward keeps.
     Tensor att16 = Tensor::empty({B, heads, T, T}, DType::bf16, MemoryKind::activation);
     kernels::attention_forward_bf16(y.f32(), att16.data<uint16_t>(), qkv.value.f32(), B, T, C, heads);
     const bool record = t.wants_grad({&qkv});
     Var out = Tape::result(std::move(y), record);
     if (record)
-      t.record([=, qs = t.save(qkv.value), qn = qkv.node, on = out.node]() {
+      t.record([=, qs = t.save_compact(qkv.value), as = t.save_compact(att16), qn = qkv.node, on = out.node]() {
         if (!on->has_grad()) return;
         Tensor datt = Tensor::empty({B, heads, T, T}, DType::f32, MemoryKind::workspace);
         kernels::attention_backward_bf16(qn->buffer().f32(), datt.f32(), on->grad.f32(), Tape::restore(qs).f32(),
-                                         att16.data<uint16_t>(), B, T, C, heads);
+                                         Tape::restore_bf16(as).data<uint16_t>(), B, T, C, heads);
       });
     return out;
   }
@@ -115,7 +138,7 @@ Var causal_self_attention(Tape& t, const Var& qkv, int64_t heads) {
   const bool record = t.wants_grad({&qkv});
   Var out = Tape::result(std::move(y), record);
   if (record)
-    t.record([=, qs = t.save(qkv.value), as = t.save(att), qn = qkv.node, on = out.node]() {
+    t.record([=, qs = t.save_compact(qkv.value), as = t.save_compact(att), qn = qkv.node, on = out.node]() {
       if (!on->has_grad()) return;
       Tensor datt = Tensor::empty({B, heads, T, T}, DType::f32, MemoryKind::workspace);
       kernels::attention_backward(qn->buffer().f32(), datt.f32(), on->grad.f32(), Tape::restore(qs).f32(),

@@ -4,6 +4,7 @@
 
 #include "mantissa/kernels/kernels.hpp"
 #include "mantissa/nn/module.hpp"
+#include "mantissa/tensor/memory_trace.hpp"
 
 namespace mantissa::autograd {
 namespace {
@@ -117,16 +118,14 @@ Var Tape::result(Tensor value, bool record) {
   return v;
 }
 
-void Tape::record(std::function<void()> backward) { ops_.push_back(std::move(backward)); }
-
-Tensor Tape::save(const Tensor& x) const {
-  if (ctx_.policy.saved == DType::f32 || x.dtype() != DType::f32) return x;
-  return x.to(ctx_.policy.saved, MemoryKind::activation);
-}
-
-Tensor Tape::restore(const Tensor& saved) {
-  if (saved.dtype() == DType::f32) return saved;
-  return saved.to(DType::f32, MemoryKind::workspace);
+void Tape::record(std::function<void()> backward) {
+  if (memory_trace_on()) {  // backward allocations carry the label of the op that recorded them
+    backward = [label = current_memory_label() + "/backward", fn = std::move(backward)]() {
+      MemoryLabel l(label);
+      fn();
+    };
+  }
+  ops_.push_back(std::move(backward));
 }
 
 Tensor Tape::matmul_operand(const Var& v) const {

@@ -46,6 +46,24 @@ std::atomic<Isa>& isa_cap() {
   return cap;
 }
 
+size_t parse_stream_env() {
+  constexpr size_t kDefault = size_t{4} << 20;
+  const char* s = std::getenv("MANTISSA_STREAM_MIN_BYTES");
+  if (s == nullptr || *s == '\0') return kDefault;
+  char* end = nullptr;
+  const unsigned long long v = std::strtoull(s, &end, 10);
+  if (*end != '\0' || *s == '-') {
+    std::fprintf(stderr, "mantissa: MANTISSA_STREAM_MIN_BYTES=%s is not a byte count; ignored\n", s);
+    return kDefault;
+  }
+  return static_cast<size_t>(v);
+}
+
+std::atomic<size_t>& stream_threshold() {
+  static std::atomic<size_t> bytes{parse_stream_env()};
+  return bytes;
+}
+
 bool verbose() {
   static const bool v = [] {
     const char* s = std::getenv("MANTISSA_VERBOSE");
@@ -140,13 +158,18 @@ const char* isa_name(Isa isa) {
 
 std::string last_kernel() { return t_last_kernel; }
 
+size_t detail::stream_min_bytes() { return stream_threshold().load(); }
+
+void detail::set_stream_min_bytes(size_t bytes) { stream_threshold().store(bytes); }
+
 void quantize(const Format& f, const float* in, void* codes, size_t n, const RoundOptions& opt) {
-  const QuantPlan p = detail::make_plan(f, opt);
+  QuantPlan p = detail::make_plan(f, opt);
+  const size_t bytes = static_cast<size_t>(p.bytes);
+  p.stream = n * bytes >= detail::stream_min_bytes();
   const char* name = "scalar";
   const detail::QuantKernel k = pick_quantize(p, &name);
   note_kernel("quantize", name, p, n, true);
   auto* out = static_cast<uint8_t*>(codes);
-  const size_t bytes = static_cast<size_t>(p.bytes);
   parallel_chunks(n, [&](size_t begin, size_t len) { k(p, in + begin, out + begin * bytes, len, begin); });
 }
 

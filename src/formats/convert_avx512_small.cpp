@@ -20,17 +20,20 @@ MANTISSA_AVX512 void quantize_avx512_small(const QuantPlan& plan, const float* i
   const QuantPlan p = plan;
   auto* out = static_cast<uint8_t*>(codes);
   const __m512 scale = _mm512_set1_ps(std::ldexp(1.0f, small_route_shift(p)));
-  size_t i = 0;
-  for (; i + 32 <= n; i += 32) {
-    const __m512i c = round32_small(p, _mm512_loadu_ps(in + i), _mm512_loadu_ps(in + i + 16), scale);
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), _mm512_cvtepi16_epi8(c));
-  }
-  if (i < n) {
-    const TailMask32 m = tail_mask32(n - i);
-    const __m512i c =
-        round32_small(p, _mm512_maskz_loadu_ps(m.lo, in + i), _mm512_maskz_loadu_ps(m.hi, in + i + 16), scale);
-    _mm256_mask_storeu_epi8(out + i, m.both(), _mm512_cvtepi16_epi8(c));
-  }
+  const auto codes32 = [&](size_t i, TailMask32 m) MANTISSA_AVX512 {
+    return _mm512_cvtepi16_epi8(
+        round32_small(p, _mm512_maskz_loadu_ps(m.lo, in + i), _mm512_maskz_loadu_ps(m.hi, in + i + 16), scale));
+  };
+  store_split(
+      stream_split(p.stream, codes, 1, n), n, 32, 64,
+      [&](size_t i, size_t left) MANTISSA_AVX512 {
+        const TailMask32 m = tail_mask32(left);
+        _mm256_mask_storeu_epi8(out + i, m.both(), codes32(i, m));
+      },
+      [&](size_t i) MANTISSA_AVX512 {
+        _mm512_stream_si512(reinterpret_cast<__m512i*>(out + i),
+                            join256(codes32(i, tail_mask32(32)), codes32(i + 32, tail_mask32(32))));
+      });
   (void)base;
 }
 

@@ -9,6 +9,7 @@
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 
@@ -31,6 +32,42 @@ struct TailMask32 {
   __mmask32 both() const { return static_cast<__mmask32>(lo) | (static_cast<__mmask32>(hi) << 16); }
 };
 inline TailMask32 tail_mask32(size_t left) { return {tail_mask16(left), tail_mask16(left > 16 ? left - 16 : 0)}; }
+
+// How a kernel writes n codes of `bytes` bytes when streaming (QuantPlan::stream):
+// elements [head, body_end) cover whole 64-byte lines of the destination and
+// go out with non-temporal stores (which need aligned addresses and write a
+// line without reading it first); [0, head) and [body_end, n) use ordinary
+// masked stores. Without streaming, or when the destination is not aligned to
+// the code size (no element boundary is 64-byte aligned), everything is head.
+struct StreamSplit {
+  size_t head = 0, body_end = 0;
+  bool streams() const { return body_end > head; }
+};
+inline StreamSplit stream_split(bool stream, const void* codes, size_t bytes, size_t n) {
+  const uintptr_t addr = reinterpret_cast<uintptr_t>(codes);
+  if (!stream || addr % bytes != 0) return {n, n};
+  const size_t per_line = 64 / bytes;
+  const size_t head = std::min(n, (64 - addr % 64) % 64 / bytes);
+  return {head, head + (n - head) / per_line * per_line};
+}
+
+// Runs a kernel's stores over [0, n) split as s says: plain(i, left) writes
+// the codes of elements i .. i + min(step, left) with ordinary stores,
+// line(i) the 64 bytes of codes from element i with a streaming store.
+// Pass lambdas with the kernel's target attribute (they inline into it).
+template <class Plain, class Line>
+[[gnu::always_inline]] inline void store_split(const StreamSplit& s, size_t n, size_t step, size_t line_elements,
+                                               Plain plain, Line line) {
+  for (size_t i = 0; i < s.head; i += step) plain(i, s.head - i);
+  for (size_t i = s.head; i < s.body_end; i += line_elements) line(i);
+  for (size_t i = s.body_end; i < n; i += step) plain(i, n - i);
+  if (s.streams()) _mm_sfence();  // order the streaming stores before whatever the caller does next
+}
+
+// The 64 bytes lo, hi (a line of codes for a streaming store).
+MANTISSA_AVX512 inline __m512i join256(__m256i lo, __m256i hi) {
+  return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+}
 
 // codes[1] for lanes whose sign bit is set, codes[0] for the others.
 MANTISSA_AVX512 inline __m512i by_sign(__mmask16 neg, const uint32_t (&codes)[2]) {

@@ -7,7 +7,9 @@
 // register (a transposing max tree), and the scale exponents and the
 // per-block factors are computed for all 16 in vector registers, so the only
 // per-block work left is the element rounding. Other block sizes and the
-// blocks left over at the end of a thread's range go one at a time.
+// blocks left over at the end of a thread's range go one at a time. Codes
+// of outputs of at least stream_min_bytes() (convert_plan.hpp) go out with
+// streaming stores (mx_groups_streamed).
 #include "formats/convert_mx.hpp"
 
 #include <omp.h>
@@ -19,6 +21,7 @@
 
 #include "formats/convert_avx512_round.hpp"
 #include "formats/convert_avx512_small.hpp"
+#include "formats/convert_avx512_tree.hpp"
 #include "formats/convert_avx512_util.hpp"
 #include "formats/convert_plan.hpp"
 #include "mantissa/formats/convert.hpp"
@@ -82,10 +85,8 @@ ScaleRule make_rule(const MxConfig& cfg, const QuantPlan& p, bool small) {
   return r;
 }
 
-// Lane j: the bits of max |x| over in[32j .. 32j + 32). |x| bit patterns
-// order like the values (and >= inf's pattern means inf or NaN), so the
-// maxima are unsigned integer maxima. Each level of the tree merges two
-// registers and halves the lanes that each block occupies.
+// Lane j: the bits of max |x| over in[32j .. 32j + 32), by the max tree of
+// convert_avx512_tree.hpp.
 MANTISSA_AVX512 inline __m512i amax16_blocks32(const float* in) {
   const __m512i abs_mask = _mm512_set1_epi32(0x7FFFFFFF);
   __m512i v[16];
@@ -94,27 +95,7 @@ MANTISSA_AVX512 inline __m512i amax16_blocks32(const float* in) {
     const __m512i hi = _mm512_and_si512(_mm512_loadu_si512(in + 32 * j + 16), abs_mask);
     v[j] = _mm512_max_epu32(lo, hi);
   }
-  // 16 lanes per block -> 8: 128-bit quarters {a0 a1 b0 b1} vs {a2 a3 b2 b3}.
-  __m512i w[8];
-  for (int j = 0; j < 8; ++j)
-    w[j] = _mm512_max_epu32(_mm512_shuffle_i64x2(v[2 * j], v[2 * j + 1], 0x44),
-                            _mm512_shuffle_i64x2(v[2 * j], v[2 * j + 1], 0xEE));
-  // 8 -> 4: quarter q of the result holds block q of the four merged.
-  __m512i x[4];
-  for (int j = 0; j < 4; ++j)
-    x[j] = _mm512_max_epu32(_mm512_shuffle_i64x2(w[2 * j], w[2 * j + 1], 0x88),
-                            _mm512_shuffle_i64x2(w[2 * j], w[2 * j + 1], 0xDD));
-  // 4 -> 2: in quarter q, lanes {0,1} block q and {2,3} block 4 + q of the eight.
-  __m512i y[2];
-  for (int j = 0; j < 2; ++j)
-    y[j] = _mm512_max_epu32(_mm512_unpacklo_epi64(x[2 * j], x[2 * j + 1]),
-                            _mm512_unpackhi_epi64(x[2 * j], x[2 * j + 1]));
-  // 2 -> 1: lane 4q + r holds block 4r + q; the permute puts block j in lane j.
-  const __m512 a = _mm512_castsi512_ps(y[0]), b = _mm512_castsi512_ps(y[1]);
-  const __m512i z = _mm512_max_epu32(_mm512_castps_si512(_mm512_shuffle_ps(a, b, 0x88)),
-                                     _mm512_castps_si512(_mm512_shuffle_ps(a, b, 0xDD)));
-  const __m512i order = _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0);
-  return _mm512_permutexvar_epi32(order, z);
+  return max_across16(v);
 }
 
 // Everything a group of 16 blocks needs before its elements are rounded.
@@ -162,15 +143,16 @@ MANTISSA_AVX512 inline void group_scales(const ScaleRule& r, __m512i amax, uint8
   g.split = split != 0;
 }
 
-// The elements of one block [begin, end) with scale exponent s, codes of
-// p.bytes bytes, after its scale is known (not for inf/NaN blocks).
-MANTISSA_AVX512 inline void block_elements_integer(const QuantPlan& p, const float* in, size_t begin, size_t end,
-                                                   int s, uint8_t* codes) {
-  for (size_t i = begin; i < end; i += 16) {
-    const __mmask16 m = tail_mask16(end - i);
+// The elements of one block of len elements with scale exponent s, the first
+// at global index `index` (for the stochastic draws), codes of p.bytes bytes,
+// after its scale is known (not for inf/NaN blocks).
+MANTISSA_AVX512 inline void block_elements_integer(const QuantPlan& p, const float* in, uint8_t* codes, size_t len,
+                                                   size_t index, int s) {
+  for (size_t i = 0; i < len; i += 16) {
+    const __mmask16 m = tail_mask16(len - i);
     const __m512i x = _mm512_maskz_loadu_epi32(m, in + i);
-    const __m512i random =
-        p.opt.mode == Round::stochastic ? stochastic_draws16(p.opt.seed, i, p.opt.random_bits) : _mm512_setzero_si512();
+    const __m512i random = p.opt.mode == Round::stochastic ? stochastic_draws16(p.opt.seed, index + i, p.opt.random_bits)
+                                                           : _mm512_setzero_si512();
     store_codes(p.bytes, codes, i, round16<true>(p, x, random, -s), m);
   }
 }
@@ -195,27 +177,55 @@ MANTISSA_AVX512 [[gnu::noinline]] void group_elements_small(const QuantPlan& pla
   }
 }
 
-// 16 full 32-element blocks starting at block b.
+// 16 full 32-element blocks starting at block b; their codes go to
+// group_codes (the array at block b, or a staging buffer).
 MANTISSA_AVX512 void mx_group16(const ScaleRule& r, const QuantPlan& p, bool small, const float* in, size_t b,
-                                uint8_t* codes, uint8_t* scales) {
+                                uint8_t* group_codes, uint8_t* scales) {
   const size_t first = b * kGroupBlock;
   GroupScales g;
   group_scales(r, amax16_blocks32(in + first), scales + b, g);
   const size_t bytes = static_cast<size_t>(p.bytes);
   if (small) {
-    if (g.split) group_elements_small<true>(p, in + first, codes + first, g);
-    else group_elements_small<false>(p, in + first, codes + first, g);
+    if (g.split) group_elements_small<true>(p, in + first, group_codes, g);
+    else group_elements_small<false>(p, in + first, group_codes, g);
   } else {
     for (size_t j = 0; j < kGroupBlocks; ++j) {
-      const size_t i = first + j * kGroupBlock;
-      if (((g.special >> j) & 1u) == 0) block_elements_integer(p, in, i, i + kGroupBlock, g.s[j], codes);
+      const size_t i = j * kGroupBlock;
+      if (((g.special >> j) & 1u) == 0)
+        block_elements_integer(p, in + first + i, group_codes + i * bytes, kGroupBlock, first + i, g.s[j]);
     }
   }
   // inf/NaN blocks: codes 0 under the NaN scale (over what the rounder wrote).
-  for (unsigned m = g.special; m != 0; m &= m - 1) {
-    const size_t i = first + static_cast<size_t>(__builtin_ctz(m)) * kGroupBlock;
-    std::memset(codes + i * bytes, 0, kGroupBlock * bytes);
+  for (unsigned m = g.special; m != 0; m &= m - 1)
+    std::memset(group_codes + static_cast<size_t>(__builtin_ctz(m)) * kGroupBlock * bytes, 0, kGroupBlock * bytes);
+}
+
+// Groups [b, b_end) (whole groups of 16 blocks, 1-byte codes) with the codes
+// written by streaming stores, which need whole aligned 64-byte lines while a
+// group's 512 codes may start anywhere in a line: each group is rounded into
+// an L1 staging buffer at the destination's offset within its line, the
+// buffer's whole lines are streamed out, and the partial line at its end
+// carries over to the front of the buffer for the next group. Only the first
+// and the last partial line use ordinary (masked) stores.
+MANTISSA_AVX512 void mx_groups_streamed(const ScaleRule& r, const QuantPlan& p, const float* in, size_t b,
+                                        size_t b_end, uint8_t* codes, uint8_t* scales) {
+  constexpr size_t kGroupBytes = kGroupBlocks * kGroupBlock;
+  alignas(64) uint8_t stage[kGroupBytes + 64];
+  const size_t off = reinterpret_cast<uintptr_t>(codes + b * kGroupBlock) % 64;
+  uint8_t* line = codes + b * kGroupBlock - off;  // the line the group's first code falls in
+  for (bool first = true; b < b_end; b += kGroupBlocks, line += kGroupBytes, first = false) {
+    mx_group16(r, p, true, in, b, stage + off, scales);
+    size_t k = 0;
+    if (first && off != 0) {  // the line's bytes before off are not this call's to write
+      _mm512_mask_storeu_epi8(line, ~uint64_t{0} << off, _mm512_load_si512(stage));
+      k = 1;
+    }
+    for (; k < kGroupBytes / 64; ++k)
+      _mm512_stream_si512(reinterpret_cast<__m512i*>(line + 64 * k), _mm512_load_si512(stage + 64 * k));
+    _mm512_store_si512(stage, _mm512_load_si512(stage + kGroupBytes));
   }
+  if (off != 0) _mm512_mask_storeu_epi8(line, (uint64_t{1} << off) - 1, _mm512_load_si512(stage));
+  _mm_sfence();
 }
 
 // One block of any size: amax by a horizontal reduction, the scale in scalar.
@@ -237,7 +247,7 @@ MANTISSA_AVX512 void mx_one_block(const MxConfig& cfg, const QuantPlan& p, bool 
                     : scale_exponent(cfg, static_cast<double>(std::bit_cast<float>(amax_bits)));
   *scale = static_cast<uint8_t>(s + kScaleBias);
   if (!small) {
-    block_elements_integer(p, in, begin, end, s, codes);
+    block_elements_integer(p, in + begin, codes + begin * static_cast<size_t>(p.bytes), end - begin, begin, s);
     return;
   }
   // FP8/FP6/FP4 elements: 32 at a time through vcvtps2ph, the scale in the multiply.
@@ -262,7 +272,13 @@ MANTISSA_AVX512 void mx_blocks(const MxConfig& cfg, const QuantPlan& p, const fl
   if (block == kGroupBlock) {
     const ScaleRule rule = make_rule(cfg, p, small);
     const size_t full_blocks = std::min(last_block, n / kGroupBlock);
-    for (; b + kGroupBlocks <= full_blocks; b += kGroupBlocks) mx_group16(rule, p, small, in, b, codes, scales);
+    const size_t groups_end = b + (full_blocks > b ? (full_blocks - b) / kGroupBlocks * kGroupBlocks : 0);
+    if (p.stream && small && groups_end > b) {
+      mx_groups_streamed(rule, p, in, b, groups_end, codes, scales);
+      b = groups_end;
+    }
+    const size_t bytes = static_cast<size_t>(p.bytes);
+    for (; b < groups_end; b += kGroupBlocks) mx_group16(rule, p, small, in, b, codes + b * kGroupBlock * bytes, scales);
   }
   for (; b < last_block; ++b)
     mx_one_block(cfg, p, small, in, b * block, std::min(n, b * block + block), codes, scales + b);
@@ -272,8 +288,9 @@ MANTISSA_AVX512 void mx_blocks(const MxConfig& cfg, const QuantPlan& p, const fl
 
 bool mx_quantize_fast(const MxConfig& cfg, const float* in, size_t n, uint8_t* codes, uint8_t* scales) {
   if (active_isa() < Isa::avx512 || cfg.block < 1) return false;
-  const QuantPlan p = make_plan(cfg.element, cfg.round);
+  QuantPlan p = make_plan(cfg.element, cfg.round);
   if (p.shape == Shape::scalar_only || p.bytes > 2) return false;
+  p.stream = n * static_cast<size_t>(p.bytes) >= stream_min_bytes();
   const size_t block = static_cast<size_t>(cfg.block);
   const size_t blocks = (n + block - 1) / block;
   if (n < kParallelThreshold || omp_get_max_threads() == 1) {

@@ -34,9 +34,22 @@ struct QuantPlan {
   uint32_t nan_code[2] = {0, 0};
   uint32_t inf_code[2] = {0, 0};
   uint32_t overflow_code[2] = {0, 0};  // finite input whose rounding exceeds max
+  // Write the codes with streaming (non-temporal) stores where the kernel
+  // can: set by quantize() for outputs of at least stream_min_bytes().
+  bool stream = false;
 };
 
 QuantPlan make_plan(const Format& f, const RoundOptions& opt);
+
+// Output size (bytes of codes per call) from which the bulk converters use
+// streaming stores: they skip the read for ownership of each destination line
+// (a conversion to 2-byte codes then moves 6 bytes per element instead of 8)
+// but leave the output in memory rather than in cache. The default, 4 MiB, is
+// twice this machine's per-core L2; the L3 of a shared host is not ours to
+// count on. MANTISSA_STREAM_MIN_BYTES overrides it (0: always, a huge value:
+// never); tests set it to cover the streaming path on small arrays.
+size_t stream_min_bytes();
+void set_stream_min_bytes(size_t bytes);
 
 // Kernels convert in[0..n) whose first element has global index `base`
 // (the stochastic draw of element i depends only on (seed, base + i)).

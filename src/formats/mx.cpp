@@ -54,7 +54,7 @@ int scale_exponent(const MxConfig& cfg, double amax) {
   return std::clamp(s, -kScaleBias, kScaleBias);
 }
 
-void store(std::vector<uint8_t>& codes, size_t i, int bytes, uint32_t code) {
+void store(uint8_t* codes, size_t i, int bytes, uint32_t code) {
   codes[i * bytes] = static_cast<uint8_t>(code);
   if (bytes == 2) codes[i * bytes + 1] = static_cast<uint8_t>(code >> 8);
 }
@@ -80,17 +80,23 @@ MxConfig mx_preset(const char* name) {
   return cfg;
 }
 
-MxArray mx_quantize(const MxConfig& cfg, const float* in, size_t n) {
+void mx_quantize_into(const MxConfig& cfg, const float* in, size_t n, std::span<uint8_t> codes,
+                      std::span<uint8_t> scales) {
   check(cfg);
   const int bytes = cfg.element.storage_bytes();
   const size_t block = static_cast<size_t>(cfg.block);
-  MxArray a;
-  a.n = n;
-  a.codes.assign(n * bytes, 0);
-  a.scales.assign((n + block - 1) / block, 0);
+  const size_t blocks = (n + block - 1) / block;
+  if (codes.size() != n * bytes)
+    throw std::invalid_argument("mx_quantize_into: codes buffer has " + std::to_string(codes.size()) +
+                                " bytes, but n = " + std::to_string(n) + " " + cfg.element.name + " codes need " +
+                                std::to_string(n * bytes));
+  if (scales.size() != blocks)
+    throw std::invalid_argument("mx_quantize_into: scales buffer has " + std::to_string(scales.size()) +
+                                " bytes, but n = " + std::to_string(n) + " in blocks of " +
+                                std::to_string(cfg.block) + " need " + std::to_string(blocks));
   // The AVX-512 kernel gives these same bits (tests compare both paths).
-  if (detail::mx_quantize_fast(cfg, in, n, a.codes.data(), a.scales.data())) return a;
-  for (size_t b = 0; b < a.scales.size(); ++b) {
+  if (detail::mx_quantize_fast(cfg, in, n, codes.data(), scales.data())) return;
+  for (size_t b = 0; b < blocks; ++b) {
     const size_t begin = b * block, end = std::min(n, begin + block);
     double amax = 0;
     bool special = false;
@@ -99,17 +105,27 @@ MxArray mx_quantize(const MxConfig& cfg, const float* in, size_t n) {
       else amax = std::max(amax, std::fabs(static_cast<double>(in[i])));
     }
     if (special) {
-      a.scales[b] = kNanScale;
+      scales[b] = kNanScale;
+      std::fill_n(codes.data() + begin * bytes, (end - begin) * bytes, uint8_t{0});
       continue;
     }
     const int s = amax > 0 ? scale_exponent(cfg, amax) : -kScaleBias;
-    a.scales[b] = static_cast<uint8_t>(s + kScaleBias);
+    scales[b] = static_cast<uint8_t>(s + kScaleBias);
     // Dividing by 2^s in double is exact (fp32 inputs stay far from the
     // double range), so each element is rounded exactly once.
     const int shift = is_int(cfg.element) ? kIntFractionBits - s : -s;
     for (size_t i = begin; i < end; ++i)
-      store(a.codes, i, bytes, encode(cfg.element, std::ldexp(static_cast<double>(in[i]), shift), cfg.round, i));
+      store(codes.data(), i, bytes, encode(cfg.element, std::ldexp(static_cast<double>(in[i]), shift), cfg.round, i));
   }
+}
+
+MxArray mx_quantize(const MxConfig& cfg, const float* in, size_t n) {
+  check(cfg);
+  MxArray a;
+  a.n = n;
+  a.codes.resize(n * cfg.element.storage_bytes());
+  a.scales.resize((n + static_cast<size_t>(cfg.block) - 1) / static_cast<size_t>(cfg.block));
+  mx_quantize_into(cfg, in, n, a.codes, a.scales);
   return a;
 }
 

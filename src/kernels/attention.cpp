@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/attention_fused.hpp"
 #include "kernels/attention_heads.hpp"
 #include "kernels/bf16_convert.hpp"
 #include "kernels/parallel.hpp"
@@ -67,6 +68,7 @@ void attention_forward(float* out, float* att, const float* qkv, int64_t B, int6
                        bool bf16_products) {
   kernels::profile::Scope profile_scope(kernels::profile::Category::attention, 4.0 * static_cast<double>(B * NH) * static_cast<double>(T * T) * static_cast<double>(C / (NH > 0 ? NH : 1)));
   const Dims d = check_dims(B, T, C, NH);
+  if (!bf16_products && attention_detail::fused_available()) return attention_detail::fused_forward(out, att, qkv, d);
   const DType type = bf16_products ? DType::bf16 : DType::f32;
   Scratch& s = scratch();
   gather_heads(s.q, qkv, 3 * C, 0, d, bf16_products);
@@ -100,6 +102,8 @@ void attention_backward(float* dqkv, float* datt, const float* dout, const float
                         int64_t B, int64_t T, int64_t C, int64_t NH, bool bf16_products) {
   kernels::profile::Scope profile_scope(kernels::profile::Category::attention, 8.0 * static_cast<double>(B * NH) * static_cast<double>(T * T) * static_cast<double>(C / (NH > 0 ? NH : 1)));
   const Dims d = check_dims(B, T, C, NH);
+  if (!bf16_products && attention_detail::fused_available())
+    return attention_detail::fused_backward(dqkv, datt, dout, qkv, att, d);
   const DType type = bf16_products ? DType::bf16 : DType::f32;
   Scratch& s = scratch();
   gather_heads(s.q, qkv, 3 * C, 0, d, bf16_products);
@@ -117,15 +121,7 @@ void attention_backward(float* dqkv, float* datt, const float* dout, const float
   const float scale = 1.0f / std::sqrt(static_cast<float>(d.hs));
 #pragma omp parallel for schedule(static) if (parallel_rows(rows, T))
   for (int64_t r = 0; r < rows; ++r) {
-    const int64_t t = r % T;
-    const float* pr = att + r * T;
-    float* g = datt + r * T;
-    float dot = 0.0f;
-#pragma omp simd reduction(+ : dot)
-    for (int64_t j = 0; j <= t; ++j) dot += pr[j] * g[j];
-#pragma omp simd
-    for (int64_t j = 0; j <= t; ++j) g[j] = pr[j] * (g[j] - dot) * scale;
-    std::fill(g + t + 1, g + T, 0.0f);
+    causal_softmax_backward_row(datt + r * T, att + r * T, r % T, T, scale);
   }
 
   const void* ds = as_operand(s.tmp, datt, rows * T, bf16_products);

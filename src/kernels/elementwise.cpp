@@ -56,14 +56,15 @@ void gelu_forward(float* out, const float* x, int64_t n) {
   for_chunks(n, [&](int64_t b, int64_t e) { span_gelu_forward(out + b, x + b, e - b); });
 }
 
-void gelu_backward(float* dx, const float* x, const float* dout, int64_t n) {
+namespace {
+void gelu_backward_f32x(float* dx, const float* x, const float* dout, int64_t n, bool accumulate) {
   kernels::profile::Scope profile_scope(kernels::profile::Category::elementwise);
-  for_chunks(n, [&](int64_t b, int64_t e) { span_gelu_backward(dx + b, x + b, dout + b, e - b); });
+  for_chunks(n, [&](int64_t b, int64_t e) { span_gelu_backward(dx + b, x + b, dout + b, e - b, accumulate); });
 }
 
 // x kept as bf16 codes (bf16 saved activations): widened block by block on
 // the stack instead of into a whole fp32 copy; same bits as widening first.
-void gelu_backward_bf16x(float* dx, const uint16_t* x16, const float* dout, int64_t n) {
+void gelu_backward_16x(float* dx, const uint16_t* x16, const float* dout, int64_t n, bool accumulate) {
   kernels::profile::Scope profile_scope(kernels::profile::Category::elementwise);
   for_chunks(n, [&](int64_t b, int64_t e) {
     constexpr int64_t kBlock = 1024;
@@ -71,9 +72,21 @@ void gelu_backward_bf16x(float* dx, const uint16_t* x16, const float* dout, int6
     for (int64_t i = b; i < e; i += kBlock) {
       const int64_t m = std::min(kBlock, e - i);
       span_from_bf16(x, x16 + i, m);
-      span_gelu_backward(dx + i, x, dout + i, m);
+      span_gelu_backward(dx + i, x, dout + i, m, accumulate);
     }
   });
+}
+}  // namespace
+
+void gelu_backward(float* dx, const float* x, const float* dout, int64_t n) { gelu_backward_f32x(dx, x, dout, n, true); }
+void gelu_backward_bf16x(float* dx, const uint16_t* x16, const float* dout, int64_t n) {
+  gelu_backward_16x(dx, x16, dout, n, true);
+}
+void gelu_backward_into(float* dx, const float* x, const float* dout, int64_t n) {
+  gelu_backward_f32x(dx, x, dout, n, false);
+}
+void gelu_backward_bf16x_into(float* dx, const uint16_t* x16, const float* dout, int64_t n) {
+  gelu_backward_16x(dx, x16, dout, n, false);
 }
 
 void relu_forward(float* out, const float* x, int64_t n) {

@@ -14,12 +14,24 @@ float span_sum_exp(const float* x, int64_t n, float shift);
 void span_scale(float* y, int64_t n, float s);
 // y = 0.5 x (1 + tanh u) = x sigmoid(2u), u = sqrt(2/pi)(x + 0.044715 x^3)
 void span_gelu_forward(float* out, const float* x, int64_t n);
-void span_gelu_backward(float* dx, const float* x, const float* dout, int64_t n);
+// dx (+)= gelu'(x) dout: added when accumulate, else written (dx may then be dout).
+void span_gelu_backward(float* dx, const float* x, const float* dout, int64_t n, bool accumulate = true);
 // Memory-bound spans that the baseline ISA would run 4 lanes wide.
 void span_to_bf16(uint16_t* y, const float* x, int64_t n);    // round to nearest even
 void span_from_bf16(float* y, const uint16_t* x, int64_t n);  // exact
 void span_add_inplace(float* acc, const float* x, int64_t n);  // acc += x
 // acc[0..w) += sum over rows i < N of x[i * stride + 0..w), in row order.
 void span_column_sums(float* acc, const float* x, int64_t N, int64_t stride, int64_t w);
+
+// Causal softmax backward for query row t of T: g holds dP on entry and
+// dS = P (dP - sum(P dP)) * scale on exit, with the masked columns j > t zero.
+inline void causal_softmax_backward_row(float* g, const float* p, int64_t t, int64_t T, float scale) {
+  float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+  for (int64_t j = 0; j <= t; ++j) dot += p[j] * g[j];
+#pragma omp simd
+  for (int64_t j = 0; j <= t; ++j) g[j] = p[j] * (g[j] - dot) * scale;
+  for (int64_t j = t + 1; j < T; ++j) g[j] = 0.0f;
+}
 
 }  // namespace mantissa::kernels

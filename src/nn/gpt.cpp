@@ -8,6 +8,7 @@
 #include "mantissa/autograd/ops_unit.hpp"
 #include "mantissa/kernels/matmul.hpp"
 #include "mantissa/nn/init.hpp"
+#include "mantissa/tensor/memory_trace.hpp"
 
 namespace mantissa::nn {
 namespace ag = mantissa::autograd;
@@ -163,28 +164,49 @@ ag::OpContext GPT::context(bool training) {
 }
 
 // ---- forward ------------------------------------------------------------------------------------
+namespace {
+// Moves a Var out so that its value dies with the op call it is passed to:
+// forward values are dropped as soon as their last consumer ran (what the
+// backward pass needs, the ops saved themselves).
+ag::Var take(ag::Var& v) { return std::move(v); }
+}  // namespace
+
 // One pre-LN block on the residual stream x [B, T, C].
 // Every op output passes through observe() (a no-op unless a scale analysis
-// set an observer), named "h<layer>.<op>".
-ag::Var GPT::block(ag::Tape& t, const Block& b, const ag::Var& x_in, size_t layer) {
+// set an observer), named "h<layer>.<op>"; the memory trace (bench_train
+// --memory-trace) labels the op's allocations with the same name.
+ag::Var GPT::block(ag::Tape& t, const Block& b, ag::Var x_in, size_t layer) {
   const float p = config_.dropout;
   std::string n("h");  // (not "h" + ...: GCC 12 -Wrestrict false positive)
   n += std::to_string(layer);
   n += '.';
-  ag::Var h = ag::observe(t, ag::layer_norm(t, x_in, t.param(*b.ln1_w), t.param(*b.ln1_b)), n + "attn.ln");
-  ag::Var attn_b = t.param(*b.attn_b);
-  ag::Var qkv = ag::observe(t, ag::linear(t, h, t.param(*b.attn_w), &attn_b), n + "attn.qkv");  // [B, T, 3C]
-  ag::Var a = ag::observe(t, ag::causal_self_attention(t, qkv, config_.heads), n + "attn.sdpa");  // [B, T, C]
-  ag::Var proj_b = t.param(*b.proj_b);
-  ag::Var y = ag::observe(t, ag::dropout(t, ag::linear(t, a, t.param(*b.proj_w), &proj_b), p), n + "attn.proj");
-  ag::Var x = ag::observe(t, ag::add(t, x_in, y), n + "attn.residual");
-  h = ag::observe(t, ag::layer_norm(t, x, t.param(*b.ln2_w), t.param(*b.ln2_b)), n + "mlp.ln");
-  ag::Var fc_b = t.param(*b.fc_b);
-  ag::Var fc = ag::observe(t, ag::linear(t, h, t.param(*b.fc_w), &fc_b), n + "mlp.fc");  // [B, T, 4C]
-  ag::Var f = ag::observe(t, ag::gelu(t, fc), n + "mlp.gelu");
-  ag::Var mlp_b = t.param(*b.mlp_proj_b);
-  y = ag::observe(t, ag::dropout(t, ag::linear(t, f, t.param(*b.mlp_proj_w), &mlp_b), p), n + "mlp.proj");
-  return ag::observe(t, ag::add(t, x, y), n + "mlp.residual");
+  auto op = [&](const char* name, auto&& f) {
+    const std::string full = n + name;
+    MemoryLabel label(full);
+    return ag::observe(t, f(), full);
+  };
+  ag::Var h = op("attn.ln", [&] { return ag::layer_norm(t, x_in, t.param(*b.ln1_w), t.param(*b.ln1_b)); });
+  ag::Var qkv = op("attn.qkv", [&] {  // [B, T, 3C]
+    ag::Var bias = t.param(*b.attn_b);
+    return ag::linear(t, take(h), t.param(*b.attn_w), &bias);
+  });
+  ag::Var a = op("attn.sdpa", [&] { return ag::causal_self_attention(t, take(qkv), config_.heads); });  // [B, T, C]
+  ag::Var y = op("attn.proj", [&] {
+    ag::Var bias = t.param(*b.proj_b);
+    return ag::dropout(t, ag::linear(t, take(a), t.param(*b.proj_w), &bias), p);
+  });
+  ag::Var x = op("attn.residual", [&] { return ag::add(t, take(x_in), take(y)); });
+  h = op("mlp.ln", [&] { return ag::layer_norm(t, x, t.param(*b.ln2_w), t.param(*b.ln2_b)); });
+  ag::Var f = op("mlp.fc", [&] {  // [B, T, 4C]
+    ag::Var bias = t.param(*b.fc_b);
+    return ag::linear(t, take(h), t.param(*b.fc_w), &bias);
+  });
+  f = op("mlp.gelu", [&] { return ag::gelu(t, take(f)); });
+  y = op("mlp.proj", [&] {
+    ag::Var bias = t.param(*b.mlp_proj_b);
+    return ag::dropout(t, ag::linear(t, take(f), t.param(*b.mlp_proj_w), &bias), p);
+  });
+  return op("mlp.residual", [&] { return ag::add(t, take(x), take(y)); });
 }
 
 // ids [B, T] -> logits [B, T, V]; x is the residual stream [B, T, C].
@@ -192,22 +214,31 @@ ag::Var GPT::forward(ag::Tape& t, const Tensor& ids) {
   if (config_.unit.enabled) return unit_forward(t, ids);
   const int64_t B = ids.dim(0), T = ids.dim(1), C = config_.d_model, V = config_.vocab;
   ag::Var wte = t.param(*wte_);
-  ag::Var x = ag::token_position_embedding(t, ids, wte, t.param(*wpe_));
-  x = ag::observe(t, ag::dropout(t, x, config_.dropout), "embedding");
+  ag::Var x;
+  {
+    MemoryLabel label("embedding");
+    x = ag::observe(t, ag::dropout(t, ag::token_position_embedding(t, ids, wte, t.param(*wpe_)), config_.dropout),
+                    "embedding");
+  }
   for (size_t l = 0; l < blocks_.size(); ++l) {
     const Block& b = blocks_[l];
     if (checkpoint_every_ > 0 && l % static_cast<size_t>(checkpoint_every_) == 0)
       x = ag::checkpoint(t, x, [this, &b, l](ag::Tape& inner, const ag::Var& xin) { return block(inner, b, xin, l); });
     else
-      x = block(t, b, x, l);
+      x = block(t, b, std::move(x), l);
   }
-  x = ag::observe(t, ag::layer_norm(t, x, t.param(*lnf_w_), t.param(*lnf_b_)), "ln_f");
+  {
+    MemoryLabel label("ln_f");
+    x = ag::observe(t, ag::layer_norm(t, x, t.param(*lnf_w_), t.param(*lnf_b_)), "ln_f");
+  }
   // Tied head: logits [B*T, V] = x [B*T, C] @ wte^T.
-  ag::Var logits = ag::observe(t, ag::matmul(t, ag::reshape(t, x, {B * T, C}), wte, false, true), "logits");
+  MemoryLabel label("logits");
+  ag::Var logits = ag::observe(t, ag::matmul(t, ag::reshape(t, take(x), {B * T, C}), wte, false, true), "logits");
   return ag::reshape(t, logits, {B, T, V});
 }
 
 ag::Var GPT::loss(ag::Tape& t, const ag::Var& logits, const Tensor& targets, ag::LossStats* stats) {
+  MemoryLabel label("loss");
   if (!config_.unit.enabled) return ag::cross_entropy(t, logits, targets, stats);
   const int64_t V = config_.vocab, rows = logits.numel() / V;
   return ag::unit_cross_entropy(t, logits, targets, scaling::cross_entropy(V, rows, config_.unit.loss_mult), stats);

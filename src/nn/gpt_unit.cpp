@@ -12,6 +12,7 @@
 // Linear scales ride in the GEMM alpha (OpScales), the rest in the pass that
 // computes each op. Shapes: x [B, T, C], qkv [B, T, 3C], fc [B, T, 4C].
 #include <cmath>
+#include <cstdlib>
 
 #include "mantissa/autograd/ops.hpp"
 #include "mantissa/autograd/ops_unit.hpp"
@@ -39,8 +40,15 @@ ag::Var GPT::unit_block(ag::Tape& t, const Block& b, const ag::Var& x_in, size_t
   n += '.';
   const us::Scales ln = us::layer_norm(C, N * C);
 
+  // EXPERIMENT (temporary): u-muP depth rule for the taus.
+  double tau_attn = u.tau_attn, tau_mlp = u.tau_mlp;
+  if (std::getenv("MANTISSA_EXP_UMUP_TAU")) {
+    const int Lr = static_cast<int>(2 * blocks_.size());
+    tau_attn = us::transformer_residual_tau(static_cast<int>(2 * layer), Lr);
+    tau_mlp = us::transformer_residual_tau(static_cast<int>(2 * layer + 1), Lr);
+  }
   // Attention branch.
-  ag::ResidualSplit r = ag::residual_split(t, x_in, u.tau_attn);
+  ag::ResidualSplit r = ag::residual_split(t, x_in, tau_attn);
   ag::Var h = ag::observe(t, ag::unit_layer_norm(t, r.branch, t.param(*b.ln1_w), t.param(*b.ln1_b), ln), n + "attn.ln");
   ag::Var attn_b = t.param(*b.attn_b);
   const ag::OpScales qkv_s = ag::op_scales(us::linear(C, 3 * C, N, u.rules("linear")));
@@ -50,10 +58,10 @@ ag::Var GPT::unit_block(ag::Tape& t, const Block& b, const ag::Var& x_in, size_t
   ag::Var proj_b = t.param(*b.proj_b);
   const ag::OpScales proj_s = ag::op_scales(us::linear(C, C, N, u.rules("linear")));
   ag::Var y = ag::observe(t, unit_dropout(t, ag::linear(t, a, t.param(*b.proj_w), &proj_b, proj_s), p), n + "attn.proj");
-  ag::Var x = ag::observe(t, ag::residual_add(t, y, r.skip, u.tau_attn), n + "attn.residual");
+  ag::Var x = ag::observe(t, ag::residual_add(t, y, r.skip, tau_attn), n + "attn.residual");
 
   // MLP branch.
-  r = ag::residual_split(t, x, u.tau_mlp);
+  r = ag::residual_split(t, x, tau_mlp);
   h = ag::observe(t, ag::unit_layer_norm(t, r.branch, t.param(*b.ln2_w), t.param(*b.ln2_b), ln), n + "mlp.ln");
   ag::Var fc_b = t.param(*b.fc_b);
   const ag::OpScales fc_s = ag::op_scales(us::linear(C, 4 * C, N, u.rules("linear")));
@@ -62,7 +70,7 @@ ag::Var GPT::unit_block(ag::Tape& t, const Block& b, const ag::Var& x_in, size_t
   ag::Var mlp_b = t.param(*b.mlp_proj_b);
   const ag::OpScales mp_s = ag::op_scales(us::linear(4 * C, C, N, u.rules("linear")));
   y = ag::observe(t, unit_dropout(t, ag::linear(t, f, t.param(*b.mlp_proj_w), &mlp_b, mp_s), p), n + "mlp.proj");
-  return ag::observe(t, ag::residual_add(t, y, r.skip, u.tau_mlp), n + "mlp.residual");
+  return ag::observe(t, ag::residual_add(t, y, r.skip, tau_mlp), n + "mlp.residual");
 }
 
 // ids [B, T] -> logits [B, T, V].

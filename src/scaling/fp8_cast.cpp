@@ -4,15 +4,15 @@
 #include <array>
 #include <bit>
 #include <cmath>
-#include <cstring>
 #include <limits>
 #include <stdexcept>
+#include <vector>
 
-#include "mantissa/formats/convert.hpp"
 #include "mantissa/formats/lookup.hpp"
+#include "mantissa/formats/round.hpp"
+#include "mantissa/formats/scaled_cast.hpp"
 #include "mantissa/formats/scaled_copy.hpp"
 #include "mantissa/kernels/profile.hpp"
-#include "mantissa/formats/round.hpp"
 #include "mantissa/scaling/fp8.hpp"
 
 namespace mantissa::scaling {
@@ -21,8 +21,8 @@ namespace {
 using autograd::BlockScales;
 using autograd::QuantisedOperand;
 
-// Elements per formats::quantize call inside a parallel loop: small enough
-// for the scaled copy to stay in L1/L2, large enough to amortise the call.
+// Elements per cast call inside a parallel loop: small enough for a chunk's
+// input and outputs to stay in L1/L2, large enough to amortise the call.
 constexpr int64_t kChunk = 4096;
 
 // Largest k with amax x 2^k <= max (amax > 0, finite), by exact comparisons.
@@ -74,49 +74,40 @@ struct PassTotals {
   int64_t saturated = 0;  // finite values whose scaled magnitude exceeds the format's max
 };
 
-// tmp[i] = x[i] x mult (tmp may be null), adding x's totals to t.
-void scale_span(const float* x, float* tmp, int64_t n, float mult, float fmax, PassTotals& t) {
-  const formats::ScanTotals s = formats::scaled_copy(x, tmp, static_cast<size_t>(n), mult, fmax);
-  t.amax = s.amax > t.amax ? s.amax : t.amax;
-  t.nonfinite |= static_cast<int>(s.nonfinite);
-  t.saturated += s.beyond;
-}
-
-// bf16 bits of a row of decoded codes times 2^e per tile of `tile` columns,
-// in place. value x 2^e is exact for every code and exponent produced here
-// (see fp8.hpp); the float product's top 16 bits are its bf16 bits.
-void fold_tile_scales(uint16_t* row, int64_t cols, int64_t tile, const int8_t* e) {
-  for (int64_t j = 0; j * tile < cols; ++j) {
-    const float mult = std::ldexp(1.0f, e[j]);
-    const int64_t c1 = std::min(cols, (j + 1) * tile);
-    for (int64_t k = j * tile; k < c1; ++k) {
-      const float v = std::bit_cast<float>(static_cast<uint32_t>(row[k]) << 16) * mult;
-      row[k] = static_cast<uint16_t>(std::bit_cast<uint32_t>(v) >> 16);
-    }
+// The tile exponent rule in the integer form the cast kernels use; equal to
+// mx_exponent / blockwise_exponent of the tile's amax (tests compare them at
+// the binade edges). Tiles holding inf/NaN get 0.
+formats::BlockRule tile_rule(const formats::Format& f, Fp8Scaling rule) {
+  formats::BlockRule r;
+  if (rule == Fp8Scaling::mx) {  // floor(log2 amax) - emax; zero tiles -127
+    r.offset = f.max_exponent();
+    r.zero = -127;
+    return r;
   }
+  // Blockwise: the smallest E with amax x 2^-E <= max = 1.m x 2^offset.
+  const auto max_bits = std::bit_cast<uint32_t>(static_cast<float>(f.max()));  // exact for FP8 formats
+  r.offset = static_cast<int>(max_bits >> 23) - 127;
+  r.max_fraction = max_bits & 0x7FFFFFu;
+  r.round_up = true;
+  r.zero = 0;
+  return r;
 }
 
 // One pass: codes[i] = encode(x[i] x mult) and, with `bf16`, their decode,
-// one L1-sized chunk at a time so that x is read once.
+// in one read of x (formats::ScaledCast), split in chunks across threads.
 PassTotals per_tensor_pass(const formats::Format& f, const float* x, int64_t n, float mult, bool saturate,
                            uint8_t* codes, uint16_t* bf16, const formats::Table16& table) {
-  formats::RoundOptions opt;
-  opt.saturate = saturate;
-  const float fmax = static_cast<float>(f.max());
+  const formats::ScaledCast cast(f, saturate, table);
   float amax = 0;
   int bad = 0;
   int64_t saturated = 0;
 #pragma omp parallel for reduction(max : amax) reduction(| : bad) reduction(+ : saturated) schedule(static) if (n > 4 * kChunk)
   for (int64_t c0 = 0; c0 < n; c0 += kChunk) {
-    const int64_t len = std::min(kChunk, n - c0);
-    alignas(64) float tmp[kChunk];
-    PassTotals t;
-    scale_span(x + c0, tmp, len, mult, fmax, t);
+    const auto len = static_cast<size_t>(std::min(kChunk, n - c0));
+    const formats::ScanTotals t = cast.run(x + c0, len, &mult, len, codes + c0, bf16 ? bf16 + c0 : nullptr);
     amax = t.amax > amax ? t.amax : amax;
-    bad |= t.nonfinite;
-    saturated += t.saturated;
-    formats::quantize(f, tmp, codes + c0, static_cast<size_t>(len), opt);
-    if (bf16) formats::lookup16(table, codes + c0, bf16 + c0, static_cast<size_t>(len));
+    bad |= static_cast<int>(t.nonfinite);
+    saturated += t.beyond;
   }
   return {amax, bad, saturated};
 }
@@ -145,10 +136,10 @@ Amax amax_of(const float* x, int64_t n) {
   int bad = 0;
 #pragma omp parallel for reduction(max : m) reduction(| : bad) schedule(static) if (n > 4 * kChunk)
   for (int64_t c0 = 0; c0 < n; c0 += kChunk) {
-    PassTotals t;
-    scale_span(x + c0, nullptr, std::min(kChunk, n - c0), 1.0f, std::numeric_limits<float>::infinity(), t);
+    const formats::ScanTotals t = formats::scaled_copy(x + c0, nullptr, static_cast<size_t>(std::min(kChunk, n - c0)),
+                                                       1.0f, std::numeric_limits<float>::infinity());
     m = t.amax > m ? t.amax : m;
-    bad |= t.nonfinite;
+    bad |= static_cast<int>(t.nonfinite);
   }
   return {m, bad != 0};
 }
@@ -202,36 +193,11 @@ QuantisedOperand cast_blocks(const formats::Format& f, const Tensor& x, int64_t 
   blocks->tile_rows = tile_rows;
   blocks->tile_cols = tile_cols;
   const int64_t down = blocks->tiles_down(), across = blocks->tiles_across();
-  const int64_t tiles = batch * down * across;
-  blocks->exponents.assign(static_cast<size_t>(tiles), 0);
+  const int64_t bands = batch * down;  // rows of tiles
+  blocks->exponents.assign(static_cast<size_t>(bands * across), 0);
   int8_t* exps = blocks->exponents.data();
   const float* src = x.f32();
-  const double fmax = f.max();
-  const float fmaxf = static_cast<float>(fmax);
-  auto exponent_of_tile = [&](const PassTotals& t) {
-    return t.nonfinite ? 0 : rule == Fp8Scaling::mx ? mx_exponent(f, t.amax) : blockwise_exponent(fmax, t.amax);
-  };
-  // Tiles of one row (1 x tile_cols) get their exponents in the row pass
-  // below, so x is read once; taller tiles need theirs first.
-  const bool row_tiles = tile_rows == 1;
-  float tiles_amax = 0;
-  int tiles_bad = 0;
-  if (!row_tiles) {
-#pragma omp parallel for reduction(max : tiles_amax) reduction(| : tiles_bad) schedule(static) if (tiles > 64)
-    for (int64_t t = 0; t < tiles; ++t) {
-      const int64_t b = t / (down * across), i = (t / across) % down, j = t % across;
-      const int64_t r0 = i * tile_rows, r1 = std::min(rows, r0 + tile_rows);
-      const int64_t c0 = j * tile_cols, c1 = std::min(cols, c0 + tile_cols);
-      PassTotals tile;
-      for (int64_t r = r0; r < r1; ++r)
-        scale_span(src + (b * rows + r) * cols + c0, nullptr, c1 - c0, 1.0f, std::numeric_limits<float>::infinity(), tile);
-      const float m = tile.amax;
-      const int bad = tile.nonfinite;
-      exps[t] = static_cast<int8_t>(exponent_of_tile(tile));
-      tiles_amax = m > tiles_amax ? m : tiles_amax;
-      tiles_bad |= bad;
-    }
-  }
+  const formats::BlockRule tiles = tile_rule(f, rule);
   QuantisedOperand q;
   q.codes = Tensor::empty(x.shape(), cast_dtype(f), kind);
   uint8_t* codes = q.codes.data<uint8_t>();
@@ -241,45 +207,63 @@ QuantisedOperand cast_blocks(const formats::Format& f, const Tensor& x, int64_t 
     bf16 = decoded->data<uint16_t>();
   }
   const formats::Table16& table = decode_table(q.codes.dtype());
-  // Scale each row's pieces by their tile's 2^-E, quantise and decode the row.
-  auto row_pass = [&](bool saturate) {
-    formats::RoundOptions opt;
-    opt.saturate = saturate;
+  const auto ucols = static_cast<size_t>(cols), tc = static_cast<size_t>(tile_cols);
+  // Tiles along a row take their amax as the row is cast (x read once);
+  // when rows hold whole tiles, x goes as one flat array of tiles in chunks.
+  // Taller tiles go one band of tile_rows rows at a time: column maxima, the
+  // tiles' exponents, then the band's rows with per-tile (or per-column)
+  // factors, while the band is still in cache.
+  const bool row_tiles = tile_rows == 1 && tile_cols > 1;
+  const int64_t flat = row_tiles && cols % tile_cols == 0 ? std::max<int64_t>(1, kChunk / tile_cols) * tile_cols : 0;
+  const int64_t items = flat ? (x.numel() + flat - 1) / flat : bands;
+  auto pass = [&](bool saturate) {
+    const formats::ScaledCast cast(f, saturate, table);
     float amax = 0;
     int bad = 0;
     int64_t saturated = 0;
-#pragma omp parallel reduction(max : amax) reduction(| : bad) reduction(+ : saturated) if (batch * rows > 16)
+#pragma omp parallel reduction(max : amax) reduction(| : bad) reduction(+ : saturated) if (items > 1 && x.numel() > 4 * kChunk)
     {
-      std::vector<float> tmp(static_cast<size_t>(cols));
+      std::vector<uint32_t> colmax(tile_rows > 1 ? ucols : 0);
+      std::vector<float> mult(static_cast<size_t>(across)), fold(static_cast<size_t>(across));
+      auto add = [&](const formats::ScanTotals& s) {
+        amax = s.amax > amax ? s.amax : amax;
+        bad |= static_cast<int>(s.nonfinite);
+        saturated += s.beyond;
+      };
 #pragma omp for schedule(static)
-      for (int64_t br = 0; br < batch * rows; ++br) {
-        const int64_t b = br / rows, i = (br % rows) / tile_rows;
-        int8_t* e = exps + (b * down + i) * across;
-        const float* row = src + br * cols;
-        for (int64_t j = 0; j < across; ++j) {
-          const int64_t c0 = j * tile_cols, len = std::min(cols, c0 + tile_cols) - c0;
-          if (row_tiles) {
-            PassTotals t;
-            scale_span(row + c0, nullptr, len, 1.0f, std::numeric_limits<float>::infinity(), t);
-            e[j] = static_cast<int8_t>(exponent_of_tile(t));
-          }
-          PassTotals t;
-          scale_span(row + c0, tmp.data() + c0, len, std::ldexp(1.0f, -e[j]), fmaxf, t);
-          amax = t.amax > amax ? t.amax : amax;
-          bad |= t.nonfinite;
-          saturated += t.saturated;
+      for (int64_t item = 0; item < items; ++item) {
+        if (flat) {
+          const int64_t c0 = item * flat, len = std::min(flat, x.numel() - c0);
+          add(cast.run_blocks(src + c0, static_cast<size_t>(len), tc, tiles, exps + c0 / tile_cols, codes + c0,
+                              bf16 ? bf16 + c0 : nullptr));
+          continue;
         }
-        formats::quantize(f, tmp.data(), codes + br * cols, static_cast<size_t>(cols), opt);
-        if (bf16) {
-          formats::lookup16(table, codes + br * cols, bf16 + br * cols, static_cast<size_t>(cols));
-          fold_tile_scales(bf16 + br * cols, cols, tile_cols, e);
+        const int64_t band = item;
+        const int64_t r0 = (band % down) * tile_rows, r1 = std::min(rows, r0 + tile_rows);
+        const int64_t first = (band / down) * rows + r0;  // the band's first row in x
+        int8_t* e = exps + band * across;
+        if (row_tiles) {
+          add(cast.run_blocks(src + first * cols, ucols, tc, tiles, e, codes + first * cols,
+                              bf16 ? bf16 + first * cols : nullptr));
+          continue;
         }
+        std::fill(colmax.begin(), colmax.end(), 0u);
+        for (int64_t r = first; r < first + (r1 - r0); ++r) formats::column_amax_bits(src + r * cols, ucols, colmax.data());
+        for (size_t j = 0; j < mult.size(); ++j) {
+          e[j] = static_cast<int8_t>(tiles.exponent(*std::max_element(
+              colmax.begin() + static_cast<int64_t>(j * tc), colmax.begin() + static_cast<int64_t>(std::min(ucols, (j + 1) * tc)))));
+          mult[j] = formats::exp2_block(-e[j]);
+          fold[j] = formats::exp2_block(e[j]);
+        }
+        for (int64_t r = first; r < first + (r1 - r0); ++r)
+          add(cast.run(src + r * cols, ucols, mult.data(), tc, codes + r * cols, bf16 ? bf16 + r * cols : nullptr,
+                       fold.data()));
       }
     }
     return PassTotals{amax, bad, saturated};
   };
-  PassTotals t = row_pass(tiles_bad == 0);
-  if (t.nonfinite && tiles_bad == 0) t = row_pass(false);  // found in the row pass: keep inf/NaN non-finite
+  PassTotals t = pass(true);
+  if (t.nonfinite) t = pass(false);  // keep inf/NaN non-finite
   q.blocks = std::move(blocks);
   if (report) {
     report->saturated = t.saturated;
@@ -303,12 +287,19 @@ Tensor decode_to_bf16(const QuantisedOperand& q, MemoryKind kind) {
   }
   const BlockScales& bs = *q.blocks;
   if (bs.batch * bs.rows * bs.cols != n) throw std::logic_error("decode_to_bf16: block view does not match the codes");
-  const int64_t down = bs.tiles_down(), across = bs.tiles_across();
-#pragma omp parallel for schedule(static) if (n > 4 * kChunk)
-  for (int64_t br = 0; br < bs.batch * bs.rows; ++br) {
-    const int64_t b = br / bs.rows, i = (br % bs.rows) / bs.tile_rows;
-    formats::lookup16(table, c + br * bs.cols, o + br * bs.cols, static_cast<size_t>(bs.cols));
-    fold_tile_scales(o + br * bs.cols, bs.cols, bs.tile_cols, bs.exponents.data() + (b * down + i) * across);
+  const int64_t down = bs.tiles_down(), across = bs.tiles_across(), bands = bs.batch * down;
+#pragma omp parallel if (bands > 1 && n > 4 * kChunk)
+  {
+    std::vector<float> fold(static_cast<size_t>(across));
+#pragma omp for schedule(static)
+    for (int64_t band = 0; band < bands; ++band) {
+      for (int64_t j = 0; j < across; ++j)
+        fold[static_cast<size_t>(j)] = formats::exp2_block(bs.exponents[static_cast<size_t>(band * across + j)]);
+      const int64_t r0 = (band % down) * bs.tile_rows, r1 = std::min(bs.rows, r0 + bs.tile_rows);
+      for (int64_t r = (band / down) * bs.rows + r0, end = r + (r1 - r0); r < end; ++r)
+        formats::lookup16(table, c + r * bs.cols, o + r * bs.cols, static_cast<size_t>(bs.cols), fold.data(),
+                          static_cast<size_t>(bs.tile_cols));
+    }
   }
   return out;
 }

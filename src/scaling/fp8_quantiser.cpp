@@ -94,7 +94,15 @@ std::optional<int> Fp8Quantiser::exponent_before_cast(const QuantSite& site) con
   return std::nullopt;
 }
 
-void Fp8Quantiser::record(const QuantSite& site, const Amax& a, int64_t saturated, bool record_amax) {
+std::optional<int> Fp8Quantiser::last_exponent(const QuantSite& site) const {
+  std::lock_guard lock(mutex_);
+  auto it = sites_.find({site.key, site.key ? 0 : site.ordinal, static_cast<int>(site.role)});
+  if (it == sites_.end() || !it->second.has_last) return std::nullopt;
+  return it->second.last_exponent;
+}
+
+void Fp8Quantiser::record(const QuantSite& site, const Amax& a, int64_t saturated, bool record_amax,
+                          std::optional<int> exponent) {
   std::lock_guard lock(mutex_);
   ++stats_.casts;
   if (saturated > 0) {
@@ -103,6 +111,10 @@ void Fp8Quantiser::record(const QuantSite& site, const Amax& a, int64_t saturate
   }
   if (a.nonfinite) ++stats_.nonfinite_casts;
   SiteState& s = sites_[{site.key, site.key ? 0 : site.ordinal, static_cast<int>(site.role)}];
+  if (exponent) {
+    s.has_last = true;
+    s.last_exponent = *exponent;
+  }
   if (!record_amax || a.nonfinite) return;
   s.step_amax = s.seen_this_step ? std::max(s.step_amax, a.value) : a.value;
   s.seen_this_step = true;
@@ -123,16 +135,36 @@ QuantisedOperand Fp8Quantiser::cast(const formats::Format& f, const Tensor& x32,
     if (amax_out) *amax_out = report.amax;
     return q;
   }
-  // One pass over x when the exponent is known beforehand; else an amax pass first.
+  // One pass over x when the exponent is known beforehand. Else current
+  // scaling first casts with the site's last exponent: the pass also gives
+  // x's amax, and when the exponent that amax calls for is the one used (the
+  // usual case: amaxes move little between steps) the cast is the one an
+  // amax pass would have led to. Otherwise (or with no last exponent) the
+  // cast is redone with the right exponent.
+  const auto exponent_for = [&](const Amax& m) {
+    return m.nonfinite ? 0 : per_tensor_exponent(f.max(), m.value, config_.margin);
+  };
   std::optional<int> e = exponent_before_cast(site);
-  if (!e) {
-    const Amax a = amax_of(x32.f32(), x32.numel());
-    e = a.nonfinite ? 0 : per_tensor_exponent(f.max(), a.value, config_.margin);
-  }
   Amax a;
   int64_t saturated = 0;
-  QuantisedOperand q = cast_per_tensor(f, x32, *e, true, &saturated, kind, decoded, &a);
-  record(site, a, saturated, site.record && config_.scaling == Fp8Scaling::delayed);
+  QuantisedOperand q;
+  if (!e) {
+    const std::optional<int> guess = config_.scaling == Fp8Scaling::current ? last_exponent(site) : std::nullopt;
+    if (guess) {
+      q = cast_per_tensor(f, x32, *guess, true, &saturated, kind, decoded, &a);
+      e = exponent_for(a);
+      if (*e != *guess) {
+        q = QuantisedOperand{};
+        std::lock_guard lock(mutex_);
+        ++stats_.recasts;
+      }
+    } else {
+      e = exponent_for(amax_of(x32.f32(), x32.numel()));
+    }
+  }
+  if (!q.defined()) q = cast_per_tensor(f, x32, *e, true, &saturated, kind, decoded, &a);
+  record(site, a, saturated, site.record && config_.scaling == Fp8Scaling::delayed,
+         config_.scaling == Fp8Scaling::current ? e : std::nullopt);
   if (amax_out) *amax_out = a;
   return q;
 }

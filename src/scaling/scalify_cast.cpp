@@ -8,6 +8,8 @@
 #include <string>
 
 #include "mantissa/formats/convert.hpp"
+#include "mantissa/formats/scaled_copy.hpp"
+#include "mantissa/kernels/profile.hpp"
 
 namespace mantissa::scaling {
 namespace {
@@ -30,7 +32,8 @@ bool is_fp16_format(const formats::Format& f) {
 }
 
 autograd::QuantisedOperand cast_fp16(const Tensor& x, int exponent, int64_t* saturated, MemoryKind kind,
-                                     Tensor* decoded, MemoryKind decoded_kind) {
+                                     Tensor* decoded, MemoryKind decoded_kind, Amax* amax) {
+  const kernels::profile::Scope profile_scope(kernels::profile::Category::conversion);
   if (x.dtype() != DType::f32)
     throw std::invalid_argument(std::string("cast_fp16: input must be f32, got ") + dtype_name(x.dtype()));
   if (exponent < -126 || exponent > 126)
@@ -49,29 +52,32 @@ autograd::QuantisedOperand cast_fp16(const Tensor& x, int exponent, int64_t* sat
   auto* codes = q.codes.data<uint16_t>();
   const int64_t n = x.numel();
   int64_t clipped = 0;
-  // Saturation is done here, on finite values only, so that inf and NaN
-  // pass through the encoder unchanged (its saturate option would also clip inf).
-#pragma omp parallel for reduction(+ : clipped) schedule(static) if (n > 4 * kChunk)
+  float big = 0;  // largest magnitude (inf if any value is inf)
+  int bad = 0;    // any inf/NaN
+#pragma omp parallel for reduction(+ : clipped) reduction(max : big) reduction(| : bad) schedule(static) if (n > 4 * kChunk)
   for (int64_t c0 = 0; c0 < n; c0 += kChunk) {
     const int64_t len = std::min(kChunk, n - c0);
     float tmp[kChunk];
-    for (int64_t i = 0; i < len; ++i) {
-      const float v = src[c0 + i];
-      float s = v * mult;
-      if (std::isfinite(v) && !(std::fabs(s) <= fmax)) {
-        s = std::copysign(fmax, v);
-        ++clipped;
-      }
-      tmp[i] = s;
-    }
+    const formats::ScanTotals t = formats::scaled_copy(src + c0, tmp, static_cast<size_t>(len), mult, fmax);
+    // Saturation is done here, on finite inputs only, so that inf and NaN
+    // pass through the encoder unchanged (its saturate option would also
+    // clip inf). Rare: only a scale that underestimates the tensor needs it.
+    if (t.beyond > 0)
+      for (int64_t i = 0; i < len; ++i)
+        if (std::isfinite(src[c0 + i]) && !(std::fabs(tmp[i]) <= fmax)) tmp[i] = std::copysign(fmax, src[c0 + i]);
+    clipped += t.beyond;
+    big = t.amax > big ? t.amax : big;
+    bad |= static_cast<int>(t.nonfinite);
     formats::quantize(fp16(), tmp, codes + c0, static_cast<size_t>(len));
     if (dec) formats::dequantize(fp16(), codes + c0, dec + c0, static_cast<size_t>(len));
   }
   if (saturated) *saturated = clipped;
+  if (amax) *amax = {big, bad != 0};
   return q;
 }
 
 Tensor decode_fp16_to_f32(const autograd::QuantisedOperand& q, MemoryKind kind) {
+  const kernels::profile::Scope profile_scope(kernels::profile::Category::conversion);
   if (q.codes.dtype() != DType::f16)
     throw std::invalid_argument(std::string("decode_fp16_to_f32: codes must be f16, got ") + dtype_name(q.codes.dtype()));
   if (q.blocks) throw std::invalid_argument("decode_fp16_to_f32: fp16 casts are per tensor, got block scales");

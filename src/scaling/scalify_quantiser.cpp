@@ -5,6 +5,7 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "mantissa/kernels/profile.hpp"
 #include "mantissa/nn/module.hpp"
 #include "mantissa/scaling/fp8.hpp"
 #include "mantissa/scaling/scalify_cast.hpp"
@@ -72,16 +73,29 @@ ScalifyQuantiser::ScalifyQuantiser(ScalifyOptions options, std::vector<nn::Param
 double ScalifyQuantiser::param_scale(const std::string& name) const {
   auto it = by_name_.find(name);
   if (it == by_name_.end()) return 0.0;
-  const Tensor v = as_f32(it->second->value);
-  double ss = 0;
-  for (int64_t i = 0; i < v.numel(); ++i) ss += static_cast<double>(v.f32()[i]) * v.f32()[i];
-  const double rms = std::sqrt(ss / static_cast<double>(std::max<int64_t>(v.numel(), 1)));
-  if (!(rms > 0) || !std::isfinite(rms)) return 0.0;
-  return pow2_round(rms, options_.rounding);
+  const nn::Parameter* p = it->second;
+  {
+    std::lock_guard lock(scale_mutex_);
+    const auto c = scales_.find(p);
+    if (c != scales_.end() && c->second.version == p->version) return c->second.scale;
+  }
+  // Part of the casts the scale is for (the weight's own, and the
+  // activations' propagated ones).
+  const kernels::profile::Scope profile_scope(kernels::profile::Category::conversion);
+  const Tensor v = as_f32(p->value);
+  const float* x = v.f32();
+  const int64_t n = v.numel();
+  double ss = 0;  // squares of floats are exact in double; the sum's order does not matter at that precision
+#pragma omp simd reduction(+ : ss)
+  for (int64_t i = 0; i < n; ++i) ss += static_cast<double>(x[i]) * static_cast<double>(x[i]);
+  const double rms = std::sqrt(ss / static_cast<double>(std::max<int64_t>(n, 1)));
+  const double s = !(rms > 0) || !std::isfinite(rms) ? 0.0 : static_cast<double>(pow2_round(rms, options_.rounding));
+  std::lock_guard lock(scale_mutex_);
+  scales_[p] = {p->version, s};
+  return s;
 }
 
-int ScalifyQuantiser::propagated_exponent(const std::string& name, autograd::OperandRole role, const Tensor& x,
-                                          bool* dynamic) {
+std::optional<int> ScalifyQuantiser::propagated_exponent(const std::string& name, autograd::OperandRole role) {
   const ScaleRounding rm = options_.rounding;
   auto r_sqrt = [&](int64_t k) { return static_cast<double>(pow2_round(std::sqrt(static_cast<double>(k)), rm)); };
   // The add rule; a zero operand (scale 0 here) is "any scale".
@@ -98,7 +112,6 @@ int ScalifyQuantiser::propagated_exponent(const std::string& name, autograd::Ope
   const auto [h, rest] = split_block(name);
   const bool head = name == kHeadSites[0] || name == kHeadSites[1];
   double s = 0;
-  *dynamic = false;
   if (role == autograd::OperandRole::grad_output) {
     std::lock_guard lock(mutex_);
     if (rest == "mlp.c_fc.weight" && grad_exponent_.count(h + "mlp"))
@@ -126,21 +139,55 @@ int ScalifyQuantiser::propagated_exponent(const std::string& name, autograd::Ope
              param_scale(h + "mlp.c_fc.bias"));
   }
   if (s > 0 && std::isfinite(s)) return exponent_of(s);
-  // No propagated scale: dynamic rescale from this tensor's norm.
-  *dynamic = true;
-  const Tensor v = as_f32(x);
+  return std::nullopt;  // no propagated scale: dynamic rescale from the tensor's norm
+}
+
+int ScalifyQuantiser::amax_exponent(const Amax& a) const {
+  return a.nonfinite || !(a.value > 0) ? 0 : exponent_of(pow2_round(a.value, options_.rounding));
+}
+
+int ScalifyQuantiser::norm_exponent(const Tensor& x32) const {
+  if (options_.rescale_norm == Norm::max) return amax_exponent(amax_of(x32.f32(), x32.numel()));
+  const kernels::profile::Scope profile_scope(kernels::profile::Category::conversion);
+  const float* v = x32.f32();
+  const int64_t n = x32.numel();
   double acc = 0;
-  for (int64_t i = 0; i < v.numel(); ++i) {
-    const double a = std::fabs(static_cast<double>(v.f32()[i]));
+  for (int64_t i = 0; i < n; ++i) {
+    const double a = std::fabs(static_cast<double>(v[i]));
     if (!std::isfinite(a)) return 0;
-    if (options_.rescale_norm == Norm::max) acc = std::max(acc, a);
-    else acc += options_.rescale_norm == Norm::l1 ? a : a * a;
+    acc += options_.rescale_norm == Norm::l1 ? a : a * a;
   }
-  const auto n = static_cast<double>(std::max<int64_t>(v.numel(), 1));
-  if (options_.rescale_norm == Norm::l1) acc /= n;
-  if (options_.rescale_norm == Norm::l2) acc = std::sqrt(acc / n);
+  const auto count = static_cast<double>(std::max<int64_t>(n, 1));
+  acc = options_.rescale_norm == Norm::l1 ? acc / count : std::sqrt(acc / count);
   if (!(acc > 0)) return 0;
-  return exponent_of(pow2_round(acc, rm));
+  return exponent_of(pow2_round(acc, options_.rounding));
+}
+
+autograd::QuantisedOperand ScalifyQuantiser::cast_dynamic(const formats::Format& f, const Tensor& x32,
+                                                          const std::string& key, int* exponent, int64_t* saturated,
+                                                          Tensor* decoded) {
+  // With the max norm the cast pass itself yields the amax: the site's last
+  // exponent is tried first, and when x's amax calls for that same exponent
+  // (the usual case: a site's amax moves little between steps) the cast is
+  // the one an amax pass would have led to. Otherwise it is redone.
+  std::optional<int> guess;
+  if (options_.rescale_norm == Norm::max) {
+    std::lock_guard lock(mutex_);
+    const auto it = last_.find(key);
+    if (it != last_.end()) guess = it->second;
+  }
+  if (guess) {
+    Amax a;
+    autograd::QuantisedOperand q = cast(f, x32, *guess, saturated, MemoryKind::activation, decoded, &a);
+    *exponent = amax_exponent(a);
+    if (*exponent == *guess) return q;
+    if (decoded) *decoded = Tensor();  // freed before the second cast allocates
+    std::lock_guard lock(mutex_);
+    ++stats_.recasts;
+  } else {
+    *exponent = norm_exponent(x32);
+  }
+  return cast(f, x32, *exponent, saturated, MemoryKind::activation, decoded);
 }
 
 autograd::QuantisedOperand ScalifyQuantiser::quantise(const Tensor& x, int64_t, int64_t, int64_t, int,
@@ -149,14 +196,19 @@ autograd::QuantisedOperand ScalifyQuantiser::quantise(const Tensor& x, int64_t, 
   if (grad ? !cast_bwd_ : !cast_fwd_) throw std::logic_error("scalify quantiser: this pass is not cast");
   const auto* p = static_cast<const nn::Parameter*>(site.key);  // QuantSite: key is the product's Parameter
   const std::string name = p ? p->name : "activation-product#" + std::to_string(site.ordinal);
-  bool dynamic = false;
-  const int e = propagated_exponent(name, site.role, x, &dynamic);
+  const std::string key = std::string(grad ? "grad_output:" : "activation:") + name;
+  const std::optional<int> propagated = propagated_exponent(name, site.role);
+  const bool dynamic = !propagated;
+  const Tensor x32 = as_f32(x);
   int64_t saturated = 0;
-  autograd::QuantisedOperand q = cast(grad ? bwd_ : fwd_, as_f32(x), e, &saturated, MemoryKind::activation, decoded);
+  int e = propagated.value_or(0);
+  autograd::QuantisedOperand q =
+      dynamic ? cast_dynamic(grad ? bwd_ : fwd_, x32, key, &e, &saturated, decoded)
+              : cast(grad ? bwd_ : fwd_, x32, e, &saturated, MemoryKind::activation, decoded);
   std::lock_guard lock(mutex_);
   ++stats_.casts;
   stats_.saturated_values += saturated;
-  last_[std::string(grad ? "grad_output:" : "activation:") + name] = e;
+  last_[key] = e;
   if (grad) {
     const auto [h, rest] = split_block(name);
     if (rest == "mlp.c_proj.weight") grad_exponent_[h + "mlp"] = e;
@@ -194,13 +246,12 @@ autograd::OperandQuantiser::Weight ScalifyQuantiser::quantise_weight(const nn::P
 }
 
 autograd::QuantisedOperand ScalifyQuantiser::cast(const formats::Format& f, const Tensor& x32, int exponent,
-                                                  int64_t* saturated, MemoryKind kind, Tensor* decoded) const {
-  if (is_fp16_format(f)) return cast_fp16(x32, exponent, saturated, kind, decoded);
-  // FP8: saturate unless the tensor holds inf/NaN, which must stay non-finite.
-  const Amax a = amax_of(x32.f32(), x32.numel());
-  autograd::QuantisedOperand q = cast_per_tensor(f, x32, exponent, !a.nonfinite, saturated, kind);
-  if (decoded) *decoded = decode_to_bf16(q, MemoryKind::workspace);
-  return q;
+                                                  int64_t* saturated, MemoryKind kind, Tensor* decoded,
+                                                  Amax* amax) const {
+  if (is_fp16_format(f)) return cast_fp16(x32, exponent, saturated, kind, decoded, MemoryKind::workspace, amax);
+  // FP8: finite values saturate; a tensor holding inf/NaN is cast without
+  // saturation (cast_per_tensor redoes it), so they stay non-finite.
+  return cast_per_tensor(f, x32, exponent, true, saturated, kind, decoded, amax);
 }
 
 // fp16 codes decode exactly to f32 (not to bf16: 11 significant bits), FP8

@@ -1,5 +1,7 @@
 #include "mantissa/tensor/memory.hpp"
 
+#include "mantissa/tensor/memory_trace.hpp"
+
 #include <cstdlib>
 #include <mutex>
 #include <new>
@@ -65,7 +67,7 @@ void reset_peak_memory() {
   g_stats.peak_total = g_stats.current_total;
 }
 
-void* tracked_alloc(size_t bytes, MemoryKind kind) {
+static void* untraced_alloc(size_t bytes, MemoryKind kind) {
   const size_t padded = padded_size(bytes);
   {
     std::lock_guard<std::mutex> lock(g_mutex);
@@ -89,8 +91,15 @@ void* tracked_alloc(size_t bytes, MemoryKind kind) {
   return p;
 }
 
+void* tracked_alloc(size_t bytes, MemoryKind kind) {
+  void* p = untraced_alloc(bytes, kind);
+  detail::trace_alloc(p, bytes, kind);
+  return p;
+}
+
 void tracked_free(void* p, size_t bytes, MemoryKind kind) {
   if (!p) return;
+  detail::trace_free(p);
   const size_t padded = padded_size(bytes);
   std::lock_guard<std::mutex> lock(g_mutex);
   auto i = static_cast<size_t>(kind);

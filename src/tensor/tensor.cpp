@@ -7,6 +7,7 @@
 #include "mantissa/formats/convert.hpp"
 #include "mantissa/kernels/kernels.hpp"
 #include "mantissa/kernels/profile.hpp"
+#include "mantissa/tensor/memory_trace.hpp"
 
 namespace mantissa {
 
@@ -77,6 +78,7 @@ Tensor Tensor::empty(const Shape& shape, DType dtype, MemoryKind kind) {
   t.shape_ = shape;
   t.dtype_ = dtype;
   t.storage_ = std::make_shared<Storage>(t.bytes(), kind);
+  if (memory_trace_on()) detail::trace_note(t.raw(), std::string(dtype_name(dtype)) + " " + shape_str(shape));
   return t;
 }
 

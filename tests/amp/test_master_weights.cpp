@@ -3,9 +3,15 @@
 // and reproducible from (seed, step); norms stay fp32 under O2.
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
+#include <iterator>
+#include <limits>
+#include <vector>
 
 #include "mantissa/amp/master_weights.hpp"
+#include "mantissa/amp/recipe.hpp"
+#include "mantissa/formats/round.hpp"
 
 using namespace mantissa;
 using namespace mantissa::amp;
@@ -79,6 +85,34 @@ TEST(MasterWeights, StochasticRoundingIsUnbiasedAndReproducible) {
   const double p = static_cast<double>(up) / n, sigma = std::sqrt(0.25 * 0.75 / n);
   EXPECT_NEAR(p, 0.25, 6 * sigma);
   EXPECT_GT(differ, n / 10);
+}
+
+// Nearest rounding into fp16 saturates finite overflow and inf to +-65504
+// and keeps NaN, as the scalar reference encoder with saturation does, on
+// an array long enough to be rounded in parallel blocks.
+TEST(MasterWeights, NearestRoundingSaturatesAsTheReference) {
+  const int64_t n = 300007;
+  nn::Parameter w = make_param("w", n, 0.0f);
+  float* v = w.value.f32();
+  for (int64_t i = 0; i < n; ++i) v[i] = std::ldexp(std::sin(0.37f * static_cast<float>(i)), static_cast<int>(i % 45) - 27);
+  const float specials[] = {65504.0f, 65519.99f, 65520.0f, -70000.0f, 1e30f, std::numeric_limits<float>::infinity(),
+                            -std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN(), -0.0f,
+                            1e-8f, 3e-8f, std::numeric_limits<float>::denorm_min()};
+  for (size_t k = 0; k < std::size(specials); ++k) v[static_cast<int64_t>(k) * 20011] = specials[k];
+  const std::vector<float> in(v, v + n);
+  MasterWeights mw({&w}, find_recipe("scalify-fp8"), 0);  // fp16 weights, rounded in place
+  ASSERT_FALSE(mw.has_master());
+  mw.initialise();
+  const formats::Format& f16 = formats::preset("fp16");
+  formats::RoundOptions sat;
+  sat.saturate = true;
+  for (int64_t i = 0; i < n; ++i) {
+    const float want = formats::decode_f32(f16, formats::encode(f16, in[static_cast<size_t>(i)], sat));
+    if (std::isnan(want)) ASSERT_TRUE(std::isnan(v[i])) << i;
+    else ASSERT_EQ(std::bit_cast<uint32_t>(v[i]), std::bit_cast<uint32_t>(want)) << i << " input " << in[static_cast<size_t>(i)];
+  }
+  EXPECT_EQ(v[5 * 20011], 65504.0f);  // inf saturates
+  EXPECT_EQ(v[3 * 20011], -65504.0f);
 }
 
 TEST(MasterWeights, O2KeepsNormsInFp32AndFp32IsANoOp) {

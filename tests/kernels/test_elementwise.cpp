@@ -198,14 +198,25 @@ TEST(Bf16, RoundsToNearestEvenLikeTheReference) {
   EXPECT_TRUE(std::isnan(nback));
 }
 
+// GELU backward inputs: x, its bf16 codes and dout; an odd length (partial
+// blocks) above the threading threshold.
+struct GeluCase {
+  static constexpr int64_t n = 70001;
+  std::vector<float> x, g;
+  std::vector<uint16_t> x16;
+  GeluCase(uint64_t seed, float lo) : x(random_floats(n, seed, lo, 6.0f)), g(random_floats(n, seed + 1)), x16(n) {
+    f32_to_bf16(x16.data(), x.data(), n);
+  }
+};
+
 // GELU backward reading x as bf16 codes equals the fp32 kernel on the widened
-// codes, bit for bit (odd length: partial blocks; above the threading threshold).
+// codes, bit for bit.
 TEST(GeluBackward, Bf16InputMatchesWidenedFp32) {
-  const int64_t n = 70001;
-  auto x = random_floats(n, 31, -6.0f, 6.0f);
-  auto g = random_floats(n, 32);
-  std::vector<uint16_t> x16(n);
-  f32_to_bf16(x16.data(), x.data(), n);
+  const GeluCase c(31, -6.0f);
+  const int64_t n = c.n;
+  const auto& x = c.x;
+  const auto& g = c.g;
+  const auto& x16 = c.x16;
   std::vector<float> wide(n), d_ref(n, 0.25f), d16(n, 0.25f);
   for (int64_t i = 0; i < n; ++i) wide[i] = test::round_to_bf16(x[i]);
   gelu_backward(d_ref.data(), wide.data(), g.data(), n);
@@ -213,6 +224,28 @@ TEST(GeluBackward, Bf16InputMatchesWidenedFp32) {
   for (int64_t i = 0; i < n; ++i)
     ASSERT_EQ(std::bit_cast<uint32_t>(d_ref[i]), std::bit_cast<uint32_t>(d16[i])) << i;
   EXPECT_NE(d16[n / 2], 0.25f);  // something was added
+}
+
+// The overwriting variants (autograd computes the GELU gradient in place of
+// the output's) give the bits of += into zeros, also with dx == dout.
+TEST(GeluBackward, IntoOverwritesWithTheBitsOfAddingToZero) {
+  const GeluCase c(33, -12.0f);  // below -10 the slope is 0: +0 or -0
+  const int64_t n = c.n;
+  const auto& x = c.x;
+  const auto& g = c.g;
+  const auto& x16 = c.x16;
+  std::vector<float> ref(n, 0.0f), ref16(n, 0.0f);
+  gelu_backward(ref.data(), x.data(), g.data(), n);
+  gelu_backward_bf16x(ref16.data(), x16.data(), g.data(), n);
+  std::vector<float> into(n, 7.0f), in_place = g, in_place16 = g;
+  gelu_backward_into(into.data(), x.data(), g.data(), n);
+  gelu_backward_into(in_place.data(), x.data(), in_place.data(), n);
+  gelu_backward_bf16x_into(in_place16.data(), x16.data(), in_place16.data(), n);
+  for (int64_t i = 0; i < n; ++i) {
+    ASSERT_EQ(std::bit_cast<uint32_t>(into[i]), std::bit_cast<uint32_t>(ref[i])) << i;
+    ASSERT_EQ(std::bit_cast<uint32_t>(in_place[i]), std::bit_cast<uint32_t>(ref[i])) << i;
+    ASSERT_EQ(std::bit_cast<uint32_t>(in_place16[i]), std::bit_cast<uint32_t>(ref16[i])) << i;
+  }
 }
 
 TEST(Threads, SetAndGet) {

@@ -268,3 +268,45 @@ TEST(Fp8Cast, NonFiniteSurvivesASaturatingCast) {
   EXPECT_TRUE(report.amax.nonfinite);
   EXPECT_TRUE(std::isinf(dequantised_values(qb)[4097]));
 }
+
+// Tile exponents (computed from the tiles' amax bits) equal mx_exponent and
+// blockwise_exponent of the tile's amax at the binade edges: zero, fp32
+// subnormals, the format's max and its neighbours, powers of two, fp32 max.
+TEST(Fp8Cast, TileExponentsMatchTheScaleRulesAtBinadeEdges) {
+  for (const char* name : {"e4m3fn", "e5m2"}) {
+    const formats::Format f = formats::parse_format(name);
+    const float fmax = static_cast<float>(f.max());
+    const float up = std::numeric_limits<float>::infinity(), down = 0.0f;
+    const std::vector<float> amaxes = {0.0f, std::numeric_limits<float>::denorm_min(), 3e-41f, 1.17e-38f,
+                                       std::numeric_limits<float>::min(), fmax, std::nextafter(fmax, up),
+                                       std::nextafter(fmax, down), 1.0f, std::nextafter(1.0f, down), 0x1.cp-3f,
+                                       0x1.dp-3f, 3e5f, std::numeric_limits<float>::max()};
+    for (auto [tr, tc, rule] : {std::tuple{int64_t{1}, int64_t{32}, Fp8Scaling::mx},
+                                std::tuple{int64_t{32}, int64_t{1}, Fp8Scaling::mx},
+                                std::tuple{int64_t{1}, int64_t{128}, Fp8Scaling::blockwise},
+                                std::tuple{int64_t{128}, int64_t{1}, Fp8Scaling::blockwise},
+                                std::tuple{int64_t{128}, int64_t{128}, Fp8Scaling::blockwise}}) {
+      // Tile k of every band has amax amaxes[k], at the tile's last element
+      // (the others are halves of it).
+      const int64_t tiles = static_cast<int64_t>(amaxes.size());
+      const int64_t rows = tr == 1 ? 3 : tr, cols = tc * tiles;
+      std::vector<float> x(static_cast<size_t>(rows * cols));
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t c = 0; c < cols; ++c) {
+          const bool last = (r % tr == tr - 1) && (c % tc == tc - 1);
+          const float a = amaxes[static_cast<size_t>(c / tc)];
+          x[static_cast<size_t>(r * cols + c)] = last ? -a : a * 0.5f;
+        }
+      const Tensor t = Tensor::from(x, {rows, cols});
+      CastReport report;
+      const auto q = cast_blocks(f, t, 1, rows, cols, tr, tc, rule, &report);
+      for (int64_t i = 0; i < q.blocks->tiles_down(); ++i)
+        for (int64_t k = 0; k < tiles; ++k) {
+          const double a = amaxes[static_cast<size_t>(k)];
+          const int want = rule == Fp8Scaling::mx ? mx_exponent(f, a) : blockwise_exponent(f.max(), a);
+          EXPECT_EQ(q.blocks->exponents[static_cast<size_t>(i * tiles + k)], want)
+              << name << " tile " << tr << "x" << tc << " amax " << a;
+        }
+    }
+  }
+}

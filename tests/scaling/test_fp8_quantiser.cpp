@@ -107,6 +107,50 @@ TEST(Fp8Delayed, AmaxHistoryAndScaleFollowTheRecordedSequence) {
   EXPECT_EQ(q.site_count(), 1u);
 }
 
+// Current scaling casts first with the site's last exponent and redoes the
+// cast only when the tensor's own amax calls for another: every cast equals
+// a direct cast_per_tensor with the exponent of that amax (codes, decode,
+// saturation count), whatever the previous casts at the site were.
+TEST(Fp8Current, EveryCastUsesItsOwnAmaxWhateverTheSiteCastBefore) {
+  Fp8Config cfg;
+  cfg.scaling = Fp8Scaling::current;
+  cfg.forward_format = "e4m3fn";
+  Fp8Quantiser q(cfg);
+  const formats::Format f = formats::parse_format("e4m3fn");
+  const int site_owner = 0;
+  autograd::QuantSite site;
+  site.key = &site_owner;
+  std::mt19937_64 rng(4);
+  std::normal_distribution<float> n(0, 1);
+  // amax scales: same binade twice, up, down, a non-finite tensor, back.
+  const std::vector<float> scales = {1.0f, 1.1f, 40.0f, 0.01f, 0.011f, INFINITY, 2.0f};
+  int64_t recasts = 0;
+  int last = 1000;
+  for (float sc : scales) {
+    std::vector<float> v(5000);
+    for (auto& e : v) e = n(rng) * (std::isinf(sc) ? 1.0f : sc);
+    if (std::isinf(sc)) v[7] = sc;
+    const Tensor x = Tensor::from(v, {50, 100});
+    const Amax a = amax_of(v.data(), 5000);
+    const int want = a.nonfinite ? 0 : direct_exponent(448, a.value);
+    Tensor dec, want_dec;
+    const auto before = q.stats();
+    const auto c = q.quantise(x, 1, 50, 100, 2, site, &dec);
+    int64_t want_sat = 0;
+    const auto d = cast_per_tensor(f, x, want, true, &want_sat, MemoryKind::activation, &want_dec);
+    EXPECT_EQ(c.codes.scale(), std::ldexp(1.0f, want)) << "scale " << sc;
+    for (int64_t i = 0; i < 5000; ++i) {
+      ASSERT_EQ(c.codes.data<uint8_t>()[i], d.codes.data<uint8_t>()[i]) << "scale " << sc << " i " << i;
+      ASSERT_EQ(dec.data<uint16_t>()[i], want_dec.data<uint16_t>()[i]) << "scale " << sc << " i " << i;
+    }
+    EXPECT_EQ(q.stats().saturated_values - before.saturated_values, want_sat);
+    if (last != 1000 && want != last) ++recasts;
+    last = want;
+  }
+  EXPECT_EQ(q.stats().recasts, recasts);
+  EXPECT_GE(recasts, 3);
+}
+
 TEST(Fp8Delayed, OverflowStepKeepsWeightsFinite) {
   nn::MLP model(small_mlp());
   amp::Recipe r = amp::find_recipe("fp8-delayed");

@@ -5,10 +5,12 @@
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <bit>
 #include <cmath>
 #include <cstdio>
 #include <random>
 
+#include "mantissa/formats/round.hpp"
 #include "mantissa/nn/gpt.hpp"
 #include "mantissa/optim/optimizer.hpp"
 #include "mantissa/scaling/scalify_quantiser.hpp"
@@ -143,10 +145,50 @@ TEST(ScalifyQuantiser, Fp8StepIsCloseToFp32AndTrains) {
     q->end_step();
     (s == 0 ? first : last) = l.sum / l.count;
   }
-  std::printf("[scalify] 25 steps: loss %.4f -> %.4f, saturated values %ld\n", first, last,
-              static_cast<long>(q->stats().saturated_values));
+  std::printf("[scalify] 25 steps: loss %.4f -> %.4f, saturated values %ld, dynamic rescales %ld, recast %ld\n",
+              first, last, static_cast<long>(q->stats().saturated_values),
+              static_cast<long>(q->stats().dynamic_rescales), static_cast<long>(q->stats().recasts));
   EXPECT_LT(last, 0.5 * first);
   EXPECT_EQ(q->stats().last_step_rescales, 5);
+}
+
+// A dynamic rescale (an operand without a propagated scale) is cast at
+// E = floor(log2 amax) whether the site's last exponent, which the cast
+// tries first, was right or not; checked against the scalar reference
+// encoder. Tensors holding NaN get E = 0 and keep their NaN.
+TEST(ScalifyQuantiser, DynamicRescaleMatchesTheReferenceWhateverItsLastExponent) {
+  nn::GPT m(small());
+  ScalifyQuantiser q(ScalifyOptions{}, m.parameters());
+  const formats::Format& e4m3 = formats::preset("e4m3fn");
+  autograd::QuantSite site;  // no key: a product of two activations, rescaled dynamically
+  site.ordinal = 7;
+  auto check = [&](float gain, bool nan, int expected_exponent) {
+    Tensor x = Tensor::empty({37, 29});
+    for (int64_t i = 0; i < x.numel(); ++i) x.f32()[i] = gain * std::sin(0.7f * static_cast<float>(i));
+    if (nan) x.f32()[5] = std::nanf("");
+    Tensor decoded;
+    const autograd::QuantisedOperand c = q.quantise(x, 1, 37, 29, 2, site, &decoded);
+    ASSERT_EQ(c.codes.scale(), std::ldexp(1.0f, expected_exponent)) << "gain " << gain;
+    formats::RoundOptions sat;
+    sat.saturate = !nan;
+    for (int64_t i = 0; i < x.numel(); ++i) {
+      const uint32_t want = formats::encode(e4m3, std::ldexp(x.f32()[i], -expected_exponent), sat);
+      ASSERT_EQ(c.codes.data<uint8_t>()[i], want) << "gain " << gain << " element " << i;
+      const float back = std::bit_cast<float>(static_cast<uint32_t>(decoded.data<uint16_t>()[i]) << 16);
+      const float ref = formats::decode_f32(e4m3, want);
+      if (std::isnan(ref)) ASSERT_TRUE(std::isnan(back));
+      else ASSERT_EQ(back, ref) << "gain " << gain << " element " << i;
+    }
+  };
+  // amax of sin(0.7 i) over 1073 values is just below 1: floor(log2) = -1.
+  check(1.0f, false, -1);   // no last exponent: amax pass, then the cast
+  check(1.0f, false, -1);   // last exponent right: one pass
+  check(16.0f, false, 3);   // last exponent wrong: cast again
+  check(16.0f, false, 3);
+  check(16.0f, true, 0);    // NaN: any scale, no saturation
+  check(0.25f, false, -3);
+  EXPECT_EQ(q.stats().recasts, 3);
+  EXPECT_EQ(q.stats().dynamic_rescales, 6);
 }
 
 TEST(ScalifyQuantiser, RefusesFormatsItCannotCast) {

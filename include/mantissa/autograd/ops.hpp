@@ -37,6 +37,8 @@ Var scale_split(Tape& t, const Var& x, float alpha, float beta);
 // y = x + b [C] broadcast over rows of x [N, C].
 Var add_bias(Tape& t, const Var& x, const Var& b);
 Var gelu(Tape& t, const Var& x);  // tanh approximation
+// The same, x given up by the caller: its buffer may become the output.
+Var gelu(Tape& t, Var&& x);
 Var relu(Tape& t, const Var& x);
 // Inverted dropout with probability p, active when t.ctx().training; the mask
 // comes from (ctx.seed, ctx.dropout_calls) and is recomputed in backward.

@@ -101,7 +101,11 @@ class OperandQuantiser {
 // through the bf16 path whatever `matmul` says.
 struct PrecisionPolicy {
   DType matmul = DType::f32;  // f32, bf16 or f16
-  DType saved = DType::f32;   // f32, bf16 or f16
+  // f32, bf16, f16, or a 1-byte FP8 dtype (e4m3fn, e5m2, ...): the ops that
+  // read their saved tensors through the Tape keep codes with a per-tensor
+  // power-of-two scale (Tape::save_compact), any other save is bf16.
+  // Matrix products keep the quantiser's codes or their matmul-dtype operand.
+  DType saved = DType::f32;
   std::shared_ptr<OperandQuantiser> quantiser;  // null: no casts
 };
 

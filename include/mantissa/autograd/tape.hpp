@@ -116,10 +116,21 @@ class Tape {
   static Var result(Tensor value, bool record);
   void record(std::function<void()> backward);
 
-  // Activation storage under the policy: a reference when saved == f32,
-  // else a converted copy; restore() gives fp32 back for the backward kernels.
+  // Activation storage under the policy (src/autograd/saved.cpp): a
+  // reference when saved == f32, else a 16-bit copy of an f32 value (bf16
+  // when saved is a 1-byte format). save_compact() is for backward passes
+  // that read the copy only through restore() / restore_bf16(): under a
+  // 1-byte policy it keeps codes with a per-tensor power-of-two scale from
+  // the tensor's amax (in Tensor::scale()), also of a bf16 value.
+  // restore() gives fp32 back for the backward kernels, restore_bf16() the
+  // exact bf16 values of a bf16 or 1-byte saved tensor.
   Tensor save(const Tensor& x) const;
+  Tensor save_compact(const Tensor& x) const;
   static Tensor restore(const Tensor& saved);
+  static Tensor restore_bf16(const Tensor& saved);
+  static bool bf16_exact(const Tensor& saved) { return saved.dtype() == DType::bf16 || dtype_size(saved.dtype()) == 1; }
+  // x (f32 or bf16) as 1-byte `codes` scaled by 2^E, E minimal with amax x 2^-E <= max.
+  static Tensor encode_scaled(const Tensor& x, DType codes);
   // Operand of a matrix product in the policy's matmul dtype (weights cached).
   Tensor matmul_operand(const Var& v) const;
 

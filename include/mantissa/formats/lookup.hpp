@@ -15,6 +15,12 @@ using Table16 = std::array<uint16_t, 256>;
 
 // out[i] = table[codes[i]] for i < n. Not threaded: callers split large
 // arrays (it runs at memory speed per thread).
-void lookup16(const Table16& table, const uint8_t* codes, uint16_t* out, size_t n);
+//
+// With `fold`, entries are bf16 bits and each is multiplied by
+// fold[i / group] (block scales folded into a decode): out[i] is the top 16
+// bits of the fp32 product, exact whenever the product is a bf16 value (a
+// power-of-two fold that keeps it in bf16's normal range).
+void lookup16(const Table16& table, const uint8_t* codes, uint16_t* out, size_t n, const float* fold = nullptr,
+              size_t group = 1);
 
 }  // namespace mantissa::formats

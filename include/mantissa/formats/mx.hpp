@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "mantissa/formats/format.hpp"
@@ -37,6 +38,12 @@ struct MxArray {
 // element codes are two's complement with 6 fraction bits (value = code / 64).
 // Throws std::invalid_argument for a bad config (block < 1, e8m0 elements).
 MxArray mx_quantize(const MxConfig& cfg, const float* in, size_t n);
+// The same codes and scales written into the caller's buffers (nothing is
+// allocated; every byte of both is written, so they need no clearing):
+// codes.size() must be n * element.storage_bytes(), scales.size()
+// ceil(n / block); otherwise std::invalid_argument naming the buffer.
+void mx_quantize_into(const MxConfig& cfg, const float* in, size_t n, std::span<uint8_t> codes,
+                      std::span<uint8_t> scales);
 void mx_dequantize(const MxConfig& cfg, const MxArray& a, float* out);
 
 }  // namespace mantissa::formats

@@ -20,6 +20,10 @@ void gelu_forward(float* out, const float* x, int64_t n);
 void gelu_backward(float* dx, const float* x, const float* dout, int64_t n);  // dx += gelu'(x) dout
 // The same with x stored as bf16 codes (exactly widened).
 void gelu_backward_bf16x(float* dx, const uint16_t* x16, const float* dout, int64_t n);
+// dx = gelu'(x) dout, overwriting dx, which may be dout: the gradient computed
+// in place of the output's (the same bits as += into zeros).
+void gelu_backward_into(float* dx, const float* x, const float* dout, int64_t n);
+void gelu_backward_bf16x_into(float* dx, const uint16_t* x16, const float* dout, int64_t n);
 void relu_forward(float* out, const float* x, int64_t n);
 void relu_backward(float* dx, const float* x, const float* dout, int64_t n);
 

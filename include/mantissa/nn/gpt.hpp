@@ -84,7 +84,7 @@ class GPT : public Model {
     Parameter *ln2_w, *ln2_b, *fc_w, *fc_b, *mlp_proj_w, *mlp_proj_b;
   };
   Parameter* add(std::string name, const Shape& shape, bool decay, int64_t fan_in);
-  autograd::Var block(autograd::Tape& tape, const Block& b, const autograd::Var& x, size_t layer);
+  autograd::Var block(autograd::Tape& tape, const Block& b, autograd::Var x, size_t layer);
   autograd::Var unit_block(autograd::Tape& tape, const Block& b, const autograd::Var& x, size_t layer);
   autograd::Var unit_forward(autograd::Tape& tape, const Tensor& ids);
   // Sum of per-target losses of logits (unit: the unit cross-entropy, scaled backward).

@@ -18,6 +18,15 @@
 //     means the backward products can reuse the forward codes whatever the
 //     block orientation (Transformer Engine re-quantises column-wise).
 //
+// Speed: a cast reads x once (formats::ScaledCast: scale, round, decode and
+// scan in registers). Tiles along a row (1 x n) get their amaxes 16 tiles at
+// a time just before those are cast, still in L1; taller tiles go one band of
+// tile rows at a time: column maxima, the tiles' exponents, then the band's
+// rows with per-tile (or per-column) factors while the band is in cache.
+// Current scaling needs x's amax before rounding; it casts with the site's
+// previous exponent and checks it against the amax the same pass finds,
+// redoing the cast only when the exponent moved (Fp8Stats::recasts).
+//
 // Scale convention: a tensor is cast as code = round(x x 2^-E) and
 // represents code x 2^E (Tensor::scale() = 2^E). Per-tensor scaling picks
 // E = -(floor(log2(max / amax)) - margin), i.e. Transformer Engine's
@@ -123,6 +132,7 @@ struct Fp8Stats {
   int64_t saturated_values = 0;  // finite values clipped to +-max
   int64_t nonfinite_casts = 0;   // casts of tensors holding inf/NaN
   int64_t weight_casts = 0;      // weight casts actually computed (cache misses)
+  int64_t recasts = 0;           // current scaling: casts redone because the site's exponent moved
 };
 
 class Fp8Quantiser final : public autograd::OperandQuantiser {
@@ -151,6 +161,10 @@ class Fp8Quantiser final : public autograd::OperandQuantiser {
     bool seen_this_step = false;
     bool has_exponent = false;
     int exponent = 0;
+    // Current scaling: the exponent of the site's last cast, which its next
+    // cast tries first (see Fp8Quantiser::cast).
+    bool has_last = false;
+    int last_exponent = 0;
   };
   SiteState site_state(const autograd::QuantSite& site) const;
   size_t site_count() const;
@@ -159,7 +173,9 @@ class Fp8Quantiser final : public autograd::OperandQuantiser {
   using SiteKey = std::tuple<const void*, uint64_t, int>;
   struct CachedWeight;
   std::optional<int> exponent_before_cast(const autograd::QuantSite& site) const;
-  void record(const autograd::QuantSite& site, const Amax& a, int64_t saturated, bool record_amax);
+  std::optional<int> last_exponent(const autograd::QuantSite& site) const;
+  void record(const autograd::QuantSite& site, const Amax& a, int64_t saturated, bool record_amax,
+              std::optional<int> exponent = std::nullopt);
   autograd::QuantisedOperand cast(const formats::Format& f, const Tensor& x32, int64_t batch, int64_t rows,
                                   int64_t cols, int contraction_axis, bool weight, const autograd::QuantSite& site,
                                   MemoryKind kind, Amax* amax_out, Tensor* decoded);

@@ -18,6 +18,7 @@
 
 #include "mantissa/autograd/policy.hpp"
 #include "mantissa/formats/format.hpp"
+#include "mantissa/scaling/fp8.hpp"
 
 namespace mantissa::scaling {
 
@@ -27,10 +28,11 @@ bool is_fp16_format(const formats::Format& f);
 // x (f32) cast to fp16 codes (DType::f16, shape of x) at scale 2^exponent.
 // `saturated` receives the number of finite values clipped to +-max; with
 // `decoded` not null it also receives the f32 decode (codes' values without
-// the scale, scale 1), written in the same pass over x.
+// the scale, scale 1), and with `amax` not null x's largest magnitude and
+// whether it holds inf/NaN, all in the same pass over x.
 autograd::QuantisedOperand cast_fp16(const Tensor& x, int exponent, int64_t* saturated = nullptr,
                                      MemoryKind kind = MemoryKind::activation, Tensor* decoded = nullptr,
-                                     MemoryKind decoded_kind = MemoryKind::workspace);
+                                     MemoryKind decoded_kind = MemoryKind::workspace, Amax* amax = nullptr);
 
 // The f32 values of fp16 codes (the per-tensor scale not applied, scale 1).
 Tensor decode_fp16_to_f32(const autograd::QuantisedOperand& q, MemoryKind kind = MemoryKind::workspace);

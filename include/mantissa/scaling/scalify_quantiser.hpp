@@ -17,17 +17,26 @@
 // site is not a GPT linear (unknown names, products of two activations) are
 // rescaled dynamically and counted as such. Casts saturate and count
 // saturated values (a propagated scale that underestimates shows up there).
+//
+// Speed: every cast reads its fp32 input once (scaling::cast_per_tensor or
+// cast_fp16: scale, round, decode and scan in one pass). Parameter scales
+// s(P) are computed once per parameter version. A dynamic rescale first
+// casts with the site's last exponent and checks it against the amax the
+// same pass finds, casting again only when the exponent moved
+// (ScalifyStats::recasts).
 #pragma once
 
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
 #include "mantissa/autograd/policy.hpp"
 #include "mantissa/formats/format.hpp"
+#include "mantissa/scaling/fp8.hpp"
 #include "mantissa/scaling/scaled.hpp"
 
 namespace mantissa::scaling {
@@ -47,6 +56,7 @@ struct ScalifyStats {
   int64_t dynamic_rescales = 0;       // all steps
   int64_t saturated_values = 0;       // finite values clipped to +-max
   int64_t last_step_rescales = 0;     // dynamic rescales in the last completed step
+  int64_t recasts = 0;                // dynamic casts redone because the site's exponent moved
   int64_t layers = 0;                 // transformer blocks seen
   double rescales_per_layer() const { return layers ? static_cast<double>(last_step_rescales) / layers : 0.0; }
 };
@@ -76,12 +86,20 @@ class ScalifyQuantiser final : public autograd::OperandQuantiser {
     Tensor decoded;
     int generation = 0;
   };
-  // x32 cast to f (fp16 or a 1-byte format) at scale 2^exponent; `decoded`
-  // (if not null) receives decode() of the result.
+  // x32 cast to f (fp16 or a 1-byte format) at scale 2^exponent in one pass
+  // over x32; `decoded` (if not null) receives decode() of the result,
+  // `amax` (if not null) x32's largest magnitude and whether it holds inf/NaN.
   autograd::QuantisedOperand cast(const formats::Format& f, const Tensor& x32, int exponent, int64_t* saturated,
-                                  MemoryKind kind, Tensor* decoded) const;
+                                  MemoryKind kind, Tensor* decoded, Amax* amax = nullptr) const;
+  // A dynamic rescale: x32 cast at the exponent of its own norm, which is
+  // written to *exponent; `key` names the site (its last exponent is tried first).
+  autograd::QuantisedOperand cast_dynamic(const formats::Format& f, const Tensor& x32, const std::string& key,
+                                          int* exponent, int64_t* saturated, Tensor* decoded);
+  int norm_exponent(const Tensor& x32) const;  // exponent of the rescale norm of x32 (0: zero or non-finite)
+  int amax_exponent(const Amax& a) const;      // the same for the max norm, from x32's amax
   double param_scale(const std::string& name) const;  // s(P); 0 when P is zero (any scale)
-  int propagated_exponent(const std::string& name, autograd::OperandRole role, const Tensor& x, bool* dynamic);
+  // The propagated exponent of an operand; nullopt when the site has none (dynamic rescale).
+  std::optional<int> propagated_exponent(const std::string& name, autograd::OperandRole role);
 
   ScalifyOptions options_;
   formats::Format fwd_, bwd_;
@@ -91,6 +109,14 @@ class ScalifyQuantiser final : public autograd::OperandQuantiser {
   std::map<std::string, int> grad_exponent_;  // exponents of this step's rescaled / propagated grad_outputs
   std::map<std::string, int> last_;
   std::unordered_map<const nn::Parameter*, CachedWeight> weights_;
+  // s(P) per parameter version: every parameter changes once per step, and
+  // each scale enters several operands' propagated scales.
+  struct CachedScale {
+    int version = -1;
+    double scale = 0;
+  };
+  mutable std::mutex scale_mutex_;
+  mutable std::unordered_map<const nn::Parameter*, CachedScale> scales_;
   ScalifyStats stats_;
   int64_t step_rescales_ = 0;
 };

@@ -1,0 +1,163 @@
+// Activations kept for the backward pass (Tape::save / restore). 16-bit
+// policies round to the dtype; 1-byte policies (FP8 recipes: the forward cast
+// format) keep codes with one power-of-two scale per tensor from the tensor's
+// own amax, as Transformer Engine's current scaling: value = decode(code) x
+// 2^E with E minimal such that amax x 2^-E <= the format's max. The scale is
+// a power of two, so decoding is exact, also to bf16 (every e4m3/e5m2 value
+// times 2^E is a bf16 value while 2^E stays in bf16's range, which the clamp
+// of E to [-100, 100] and FP8's 2^-17 .. 2^16 magnitudes guarantee).
+// Encoding is a scan for the amax, then one pass that scales and rounds in
+// registers (formats::ScaledCast); decoding a table lookup with the scale
+// folded in (formats::lookup16), both in L1-sized chunks across threads.
+#include <algorithm>
+#include <array>
+#include <bit>
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+
+#include "mantissa/autograd/tape.hpp"
+#include "mantissa/formats/lookup.hpp"
+#include "mantissa/formats/round.hpp"
+#include "mantissa/formats/scaled_cast.hpp"
+#include "mantissa/formats/scaled_copy.hpp"
+#include "mantissa/kernels/profile.hpp"
+#include "mantissa/tensor/memory_trace.hpp"
+
+namespace mantissa::autograd {
+namespace {
+
+constexpr int64_t kChunk = 4096;  // elements per piece of work (fits L1 with its codes)
+
+const formats::Format& format_of(DType t) { return formats::preset(dtype_format_name(t)); }
+
+// code -> bf16 bits of a 1-byte dtype (exact: FP8 values have <= 4 significant bits).
+const formats::Table16& bf16_table(DType t) {
+  static const auto tables = [] {
+    std::array<formats::Table16, 4> all{};
+    for (int i = 0; i < 4; ++i) {
+      const formats::Format& f = format_of(static_cast<DType>(static_cast<int>(DType::e4m3fn) + i));
+      for (uint32_t c = 0; c < 256; ++c)
+        all[static_cast<size_t>(i)][c] = static_cast<uint16_t>(std::bit_cast<uint32_t>(formats::decode_f32(f, c)) >> 16);
+    }
+    return all;
+  }();
+  const int i = static_cast<int>(t) - static_cast<int>(DType::e4m3fn);
+  if (i < 0 || i >= 4) throw std::logic_error(std::string("saved activations: no 1-byte decode for ") + dtype_name(t));
+  return tables[static_cast<size_t>(i)];
+}
+
+// Runs fn(begin, length) over [0, n) in kChunk pieces, across threads when large.
+template <class Fn>
+void chunks(int64_t n, Fn fn) {
+#pragma omp parallel for schedule(static) if (n > 16 * kChunk)
+  for (int64_t b = 0; b < n; b += kChunk) fn(b, std::min(kChunk, n - b));
+}
+
+// out[i] = the bf16 value in[i] (exact).
+void widen(float* out, const uint16_t* in, int64_t m) {
+  for (int64_t i = 0; i < m; ++i) out[i] = std::bit_cast<float>(static_cast<uint32_t>(in[i]) << 16);
+}
+
+// x (f32 or bf16) chunk [b, b + m) as f32: x itself, or widened into buf.
+const float* f32_chunk(const Tensor& x, int64_t b, int64_t m, float* buf) {
+  if (x.dtype() == DType::f32) return x.f32() + b;
+  widen(buf, x.data<uint16_t>() + b, m);
+  return buf;
+}
+
+// Largest |x| for the scale (formats::scaled_copy's vector scan). A chunk
+// holding inf does not count: its gradients will be non-finite whatever the
+// scale (the cast keeps inf/NaN non-finite) and amp skips the step.
+float finite_amax(const Tensor& x) {
+  const int64_t n = x.numel();
+  const float inf = std::numeric_limits<float>::infinity();
+  float amax = 0;
+#pragma omp parallel for reduction(max : amax) schedule(static) if (n > 16 * kChunk)
+  for (int64_t b = 0; b < n; b += kChunk) {
+    alignas(64) float buf[kChunk];
+    const int64_t m = std::min(kChunk, n - b);
+    const formats::ScanTotals t = formats::scaled_copy(f32_chunk(x, b, m, buf), nullptr, static_cast<size_t>(m), 1.0f, inf);
+    if (t.amax < inf) amax = std::max(amax, t.amax);
+  }
+  return amax;
+}
+
+// Minimal E with amax x 2^-E <= max (0 for amax 0).
+int scale_exponent(double amax, double max) {
+  if (!(amax > 0)) return 0;
+  int e = std::ilogb(amax) - std::ilogb(max);
+  while (std::ldexp(amax, -e) > max) ++e;
+  while (std::ldexp(amax, -(e - 1)) <= max) --e;
+  return std::clamp(e, -100, 100);
+}
+
+}  // namespace
+
+// A 1-byte policy gives a bf16 copy here: callers that read the copy without
+// its scale (a matrix product's kept operand) stay correct; the ops that
+// restore through Tape call save_compact.
+Tensor Tape::save(const Tensor& x) const {
+  const DType s = dtype_size(ctx_.policy.saved) == 1 ? DType::bf16 : ctx_.policy.saved;
+  if (s == DType::f32 || x.dtype() != DType::f32) return x;
+  MemoryLabel label("saved");
+  return x.to(s, MemoryKind::activation);
+}
+
+Tensor Tape::save_compact(const Tensor& x) const {
+  const DType s = ctx_.policy.saved;
+  if (dtype_size(s) != 1) return save(x);
+  if (x.dtype() != DType::f32 && x.dtype() != DType::bf16) return x;
+  MemoryLabel label("saved");
+  return encode_scaled(x, s);
+}
+
+Tensor Tape::encode_scaled(const Tensor& x, DType codes) {
+  kernels::profile::Scope profile_scope(kernels::profile::Category::conversion);
+  if (x.dtype() != DType::f32 && x.dtype() != DType::bf16)
+    throw std::invalid_argument(std::string("Tape::encode_scaled: input must be f32 or bf16, got ") + dtype_name(x.dtype()));
+  const formats::Format& f = format_of(codes);
+  const int e = scale_exponent(finite_amax(x), f.max());
+  const float mult = std::ldexp(1.0f, -e);
+  Tensor out = Tensor::empty(x.shape(), codes, MemoryKind::activation);
+  out.set_scale(std::ldexp(1.0f, e));
+  const formats::ScaledCast cast(f, false, bf16_table(codes));  // nearest-even, inf/NaN stay non-finite
+  uint8_t* dst = out.data<uint8_t>();
+  chunks(x.numel(), [&](int64_t b, int64_t m) {
+    alignas(64) float buf[kChunk];
+    const auto len = static_cast<size_t>(m);
+    cast.run(f32_chunk(x, b, m, buf), len, &mult, len, dst + b, nullptr);
+  });
+  return out;
+}
+
+Tensor Tape::restore(const Tensor& saved) {
+  if (saved.dtype() == DType::f32) return saved;
+  if (dtype_size(saved.dtype()) != 1) return saved.to(DType::f32, MemoryKind::workspace);
+  kernels::profile::Scope profile_scope(kernels::profile::Category::conversion);
+  Tensor out = Tensor::empty(saved.shape(), DType::f32, MemoryKind::workspace);
+  const formats::Table16& table = bf16_table(saved.dtype());
+  const float s = saved.scale();
+  chunks(saved.numel(), [&](int64_t b, int64_t m) {
+    alignas(64) uint16_t buf[kChunk];
+    formats::lookup16(table, saved.data<uint8_t>() + b, buf, static_cast<size_t>(m), &s, static_cast<size_t>(m));
+    widen(out.f32() + b, buf, m);
+  });
+  return out;
+}
+
+Tensor Tape::restore_bf16(const Tensor& saved) {
+  if (saved.dtype() == DType::bf16) return saved;
+  if (dtype_size(saved.dtype()) != 1) throw std::logic_error("Tape::restore_bf16: saved tensor is not bf16 or 1-byte");
+  kernels::profile::Scope profile_scope(kernels::profile::Category::conversion);
+  Tensor out = Tensor::empty(saved.shape(), DType::bf16, MemoryKind::workspace);
+  const formats::Table16& table = bf16_table(saved.dtype());
+  const float s = saved.scale();
+  chunks(saved.numel(), [&](int64_t b, int64_t m) {  // exact (see the top of this file)
+    formats::lookup16(table, saved.data<uint8_t>() + b, out.data<uint16_t>() + b, static_cast<size_t>(m), &s,
+                      static_cast<size_t>(m));
+  });
+  return out;
+}
+
+}  // namespace mantissa::autograd

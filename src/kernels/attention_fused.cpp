@@ -1,0 +1,196 @@
+// Per-head fp32 causal attention on AVX-512 register tiles (see attention_fused.hpp).
+//
+// Every product is C (+)= alpha * A B over a row block of at most kRows rows
+// and up to 64 columns (four zmm accumulators per row, 24 in all), where A is
+// read through (row, k) strides so that A or A^T comes straight from memory
+// and B is row-major. The k^T of q k^T and the v^T of dO v^T are transposed
+// once per head into a small [hs, T] buffer. Causality decides the ranges:
+// a row block [i0, i0 + R) needs score columns and P/dS columns below i0 + R
+// only, and dV/dK rows from j0 on need only P/dS rows from j0 on; the entries
+// the ranges include beyond the diagonal are the exact zeros of the masked
+// softmax, so no product term is approximated.
+//
+// Per head (P = att, dO = dout head, S = scaled scores):
+//   forward, per row block: S = q k^T / sqrt(hs); P = softmax(S); O = P v
+//   backward, per row block: dP = dO v^T; dS = P (dP - rowsum(P dP)) / sqrt(hs); dQ += dS k
+//   then per row block of keys: dV += P^T dO; dK += dS^T q
+#include "kernels/attention_fused.hpp"
+
+// GCC 12's AVX-512 intrinsics initialise their undefined-vector placeholder
+// from itself, which -W(maybe-)uninitialized reports after inlining.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#include <immintrin.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <vector>
+
+#include "kernels/row_math.hpp"
+
+#define MANTISSA_AVX512F __attribute__((target("avx512f")))
+
+namespace mantissa::kernels::attention_detail {
+namespace {
+
+constexpr int kRows = 6;     // rows per register tile
+constexpr int kVectors = 4;  // 16-float vectors per tile row (64 columns)
+
+// A(r, k) = a[r * rs + k * ks]
+struct Strided {
+  const float* a;
+  int64_t rs, ks;
+};
+
+// C [R, n] (+)= alpha * sum over k in [k0, k1) of A(r, k) B[k, 0:n), n <= 16 NV;
+// the last vector's lanes beyond n are masked off.
+template <int R, int NV>
+MANTISSA_AVX512F void tile(float* c, int64_t ldc, Strided A, const float* b, int64_t ldb, int64_t k0, int64_t k1,
+                           __mmask16 last, float alpha, bool accumulate) {
+  __m512 acc[R][NV];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_setzero_ps();
+  const float* ak = A.a + k0 * A.ks;
+  const float* bk = b + k0 * ldb;
+  for (int64_t k = k0; k < k1; ++k, ak += A.ks, bk += ldb) {
+    __m512 bv[NV];
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v)
+      bv[v] = v == NV - 1 ? _mm512_maskz_loadu_ps(last, bk + 16 * v) : _mm512_loadu_ps(bk + 16 * v);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      const __m512 av = _mm512_set1_ps(ak[r * A.rs]);
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_fmadd_ps(av, bv[v], acc[r][v]);
+    }
+  }
+  const __m512 al = _mm512_set1_ps(alpha);
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) {
+      const __mmask16 m = v == NV - 1 ? last : __mmask16{0xFFFF};
+      float* cp = c + r * ldc + 16 * v;
+      __m512 x = _mm512_mul_ps(acc[r][v], al);
+      if (accumulate) x = _mm512_add_ps(_mm512_maskz_loadu_ps(m, cp), x);
+      _mm512_mask_storeu_ps(cp, m, x);
+    }
+}
+
+using TileFn = void (*)(float*, int64_t, Strided, const float*, int64_t, int64_t, int64_t, __mmask16, float, bool);
+
+template <int R, int... V>
+constexpr std::array<TileFn, kVectors> tiles_of_rows(std::integer_sequence<int, V...>) {
+  return {&tile<R, V + 1>...};
+}
+template <int... R>
+constexpr std::array<std::array<TileFn, kVectors>, kRows> all_tiles(std::integer_sequence<int, R...>) {
+  return {tiles_of_rows<R + 1>(std::make_integer_sequence<int, kVectors>{})...};
+}
+constexpr auto kTiles = all_tiles(std::make_integer_sequence<int, kRows>{});
+
+// C [R, n] (+)= alpha * A [R, k0:k1) B [k0:k1, n), in column groups of 64.
+void block(float* c, int64_t ldc, Strided A, const float* b, int64_t ldb, int R, int64_t n, int64_t k0, int64_t k1,
+           float alpha, bool accumulate) {
+  for (int64_t c0 = 0; c0 < n; c0 += 16 * kVectors) {
+    const int64_t w = std::min<int64_t>(16 * kVectors, n - c0);
+    const int nv = static_cast<int>((w + 15) / 16);
+    const int tail = static_cast<int>(w - 16 * (nv - 1));
+    const __mmask16 last = static_cast<__mmask16>(tail == 16 ? 0xFFFFu : (1u << tail) - 1u);
+    kTiles[static_cast<size_t>(R - 1)][static_cast<size_t>(nv - 1)](c + c0, ldc, A, b + c0, ldb, k0, k1, last,
+                                                                    alpha, accumulate);
+  }
+}
+
+// dst [hs, T] = src rows [T, hs] (row stride ld) transposed.
+void transpose(float* dst, const float* src, int64_t ld, int64_t T, int64_t hs) {
+  for (int64_t j = 0; j < T; ++j)
+    for (int64_t i = 0; i < hs; ++i) dst[i * T + j] = src[j * ld + i];
+}
+
+std::vector<float>& head_scratch(int64_t n) {
+  thread_local std::vector<float> s;
+  s.resize(static_cast<size_t>(n));
+  return s;
+}
+
+// One head: q, k, v rows of stride ldq; o rows of stride ldo; p [T, T].
+void head_forward(float* o, int64_t ldo, float* p, const float* q, const float* k, const float* v, int64_t ldq,
+                  int64_t T, int64_t hs, float scale) {
+  float* kt = head_scratch(hs * T).data();
+  transpose(kt, k, ldq, T, hs);
+  for (int64_t i0 = 0; i0 < T; i0 += kRows) {
+    const int R = static_cast<int>(std::min<int64_t>(kRows, T - i0));
+    const int64_t n = i0 + R;  // causal: no later key is needed
+    block(p + i0 * T, T, {q + i0 * ldq, ldq, 1}, kt, T, R, n, 0, hs, scale, false);
+    for (int r = 0; r < R; ++r) {  // masked row softmax: columns past t become exact zeros
+      const int64_t t = i0 + r;
+      float* a = p + t * T;
+      const float mx = span_max(a, t + 1);
+      const float sum = span_exp_sum(a, a, t + 1, mx);
+      span_scale(a, t + 1, 1.0f / sum);
+      std::fill(a + t + 1, a + T, 0.0f);
+    }
+    block(o + i0 * ldo, ldo, {p + i0 * T, T, 1}, v, ldq, R, hs, 0, n, 1.0f, false);
+  }
+}
+
+// One head's gradients, added into dq, dk, dv (rows of stride ldg); ds [T, T] scratch.
+void head_backward(float* dq, float* dk, float* dv, int64_t ldg, float* ds, const float* dout, int64_t ldo,
+                   const float* p, const float* q, const float* k, const float* v, int64_t ldq, int64_t T, int64_t hs,
+                   float scale) {
+  float* vt = head_scratch(hs * T).data();
+  transpose(vt, v, ldq, T, hs);
+  for (int64_t i0 = 0; i0 < T; i0 += kRows) {
+    const int R = static_cast<int>(std::min<int64_t>(kRows, T - i0));
+    const int64_t n = i0 + R;
+    block(ds + i0 * T, T, {dout + i0 * ldo, ldo, 1}, vt, T, R, n, 0, hs, 1.0f, false);  // dP
+    for (int r = 0; r < R; ++r) {
+      const int64_t t = i0 + r;
+      causal_softmax_backward_row(ds + t * T, p + t * T, t, T, scale);
+    }
+    block(dq + i0 * ldg, ldg, {ds + i0 * T, T, 1}, k, ldq, R, hs, 0, n, 1.0f, true);  // dQ += dS k
+  }
+  for (int64_t j0 = 0; j0 < T; j0 += kRows) {  // key rows: only query rows from j0 on reach them
+    const int R = static_cast<int>(std::min<int64_t>(kRows, T - j0));
+    block(dv + j0 * ldg, ldg, {p + j0, 1, T}, dout, ldo, R, hs, j0, T, 1.0f, true);  // dV += P^T dO
+    block(dk + j0 * ldg, ldg, {ds + j0, 1, T}, q, ldq, R, hs, j0, T, 1.0f, true);    // dK += dS^T q
+  }
+}
+
+}  // namespace
+
+bool fused_available() {
+  static const bool ok = __builtin_cpu_supports("avx512f");
+  return ok;
+}
+
+void fused_forward(float* out, float* att, const float* qkv, const Dims& d) {
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d.hs));
+  const int64_t T = d.T, C = d.C;
+#pragma omp parallel for schedule(static) if (d.heads() > 1)
+  for (int64_t bh = 0; bh < d.heads(); ++bh) {
+    const int64_t b = bh / d.NH, h = bh % d.NH;
+    const float* q = qkv + b * T * 3 * C + h * d.hs;
+    head_forward(out + b * T * C + h * d.hs, C, att + bh * T * T, q, q + C, q + 2 * C, 3 * C, T, d.hs, scale);
+  }
+}
+
+void fused_backward(float* dqkv, float* datt, const float* dout, const float* qkv, const float* att, const Dims& d) {
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d.hs));
+  const int64_t T = d.T, C = d.C;
+#pragma omp parallel for schedule(static) if (d.heads() > 1)
+  for (int64_t bh = 0; bh < d.heads(); ++bh) {
+    const int64_t b = bh / d.NH, h = bh % d.NH;
+    const int64_t at = b * T * 3 * C + h * d.hs;
+    const float* q = qkv + at;
+    float* g = dqkv + at;
+    head_backward(g, g + C, g + 2 * C, 3 * C, datt + bh * T * T, dout + b * T * C + h * d.hs, C, att + bh * T * T,
+                  q, q + C, q + 2 * C, 3 * C, T, d.hs, scale);
+  }
+}
+
+}  // namespace mantissa::kernels::attention_detail

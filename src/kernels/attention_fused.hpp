@@ -1,0 +1,21 @@
+// Whole-scores causal attention with fp32 products, one head at a time
+// (attention_fused.cpp): the products run on AVX-512 register tiles straight
+// from the qkv rows, skip the masked upper triangle, and each row block is
+// multiplied, normalised and multiplied again while it is in L1, instead of
+// gathering heads and passing the [heads, T, T] scores through memory between
+// batched oneDNN products (which attention.cpp still does for bf16 products and
+// on CPUs without AVX-512). Same maths, only the fp32 summation order differs.
+#pragma once
+
+#include "kernels/attention_heads.hpp"
+
+namespace mantissa::kernels::attention_detail {
+
+bool fused_available();  // the CPU has AVX-512F
+
+// out [B, T, C] = causal_softmax(q k^T / sqrt(hs)) v; att [B, NH, T, T] the probabilities.
+void fused_forward(float* out, float* att, const float* qkv, const Dims& d);
+// dqkv [B, T, 3C] += gradients; datt [B, NH, T, T] is scratch (left holding dS).
+void fused_backward(float* dqkv, float* datt, const float* dout, const float* qkv, const float* att, const Dims& d);
+
+}  // namespace mantissa::kernels::attention_detail

@@ -187,9 +187,11 @@ def main():
         if mm_rows:
             worst = max(r["wall_ratio"] for r in mm_rows)
             worst_cpu = max(r["cpu_ratio"] for r in mm_rows)
-            results["checks"].append({"what": "matmul wrapper / raw oneDNN time (worst shape, cpu time)",
-                                      "value": worst_cpu, "op": "<=", "target": TARGETS["matmul_wrapper_vs_raw_max"],
-                                      "met": worst_cpu <= TARGETS["matmul_wrapper_vs_raw_max"]})
+            # The target uses wall time of the alternating pairs: process CPU time is only a
+            # hint, because OpenMP workers spinning after one call bill their wait to the next.
+            results["checks"].append({"what": "matmul wrapper / raw oneDNN time (worst shape, wall, paired)",
+                                      "value": worst, "op": "<=", "target": TARGETS["matmul_wrapper_vs_raw_max"],
+                                      "met": worst <= TARGETS["matmul_wrapper_vs_raw_max"]})
             md.append("## Matrix products: mantissa wrapper vs raw oneDNN (paired medians)\n")
             md.append("| shape | type | B | mantissa us | raw us | wall ratio | cpu ratio | mantissa GFLOP/s |")
             md.append("|---|---|---|---:|---:|---:|---:|---:|")

@@ -2,7 +2,7 @@
 # The run command: installs dependencies, builds, fetches the default data
 # (Jane Austen's novels from Debian's r-cran-janeaustenr, Fashion-MNIST from
 # dataset-fashion-mnist) and runs the recipe study
-# `mantissa experiment --preset quick` (about 10 minutes on 2 cores): the same
+# `mantissa experiment --preset quick` (about 2 minutes on 2 idle cores): the same
 # GPT trained under every recipe, plus a Fashion-MNIST MLP, then a report with
 # tables and figures. Extra arguments go to `mantissa experiment`
 # (e.g. --preset paper, --recipes fp32,bf16-amp,unit-fp8, --resume).

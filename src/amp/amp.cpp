@@ -70,6 +70,7 @@ autograd::PrecisionPolicy precision_policy(const Recipe& r, nn::Model* model) {
     c.backward_format = r.cast_backward;
     c.amax_history = r.amax_history;
     c.margin = static_cast<int>(r.cast_margin);
+    c.mx_scale_rounding = r.mx_scale_rounding;
     try {
       p.quantiser = std::make_shared<scaling::Fp8Quantiser>(c);
     } catch (const std::invalid_argument& e) {

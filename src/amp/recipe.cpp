@@ -91,8 +91,12 @@ void add_fp8_recipes(std::vector<Recipe>& v) {
                          "e4m3fn forward / e5m2 backward, per-tensor scale from the max of a 1024-step amax history, "
                          "margin 0 (Transformer Engine DelayedScaling)"));
   v.push_back(fp8_recipe("mxfp8", CastScaling::mx, "e5m2",
-                         "MXFP8: 32-element blocks along the contraction dim with E8M0 scales, e4m3fn forward / "
-                         "e5m2 backward"));
+                         "MXFP8: 32-element blocks along the contraction dim with E8M0 scales rounded up (no block "
+                         "clips), e4m3fn forward / e5m2 backward"));
+  // OCP's floor exponent clips every block whose amax mantissa exceeds the
+  // element max's (1.75): on the reference GPT that cost +2.1% val bpc at 350
+  // steps against +0.6% with ceil. mx_scale_rounding=floor gives OCP's rule.
+  v.back().mx_scale_rounding = formats::ScaleRounding::ceil;
   v.push_back(fp8_recipe("fp8-blockwise", CastScaling::blockwise, "e4m3fn",
                          "e4m3fn everywhere, 1x128 activation tiles and 128x128 weight blocks with power-of-two "
                          "scales (DeepSeek-V3)"));
@@ -189,6 +193,7 @@ const char* kParamNames[] = {"standard", "unit"};
 const char* kScalingNames[] = {"none", "static", "dynamic"};
 const char* kRoundingNames[] = {"nearest", "stochastic"};
 const char* kCastScalingNames[] = {"unit", "current", "delayed", "mx", "blockwise", "propagate"};
+const char* kMxScaleNames[] = {"floor", "ceil"};  // formats::ScaleRounding order
 
 double parse_number(std::string_view key, std::string_view value) {
   std::string s(value);
@@ -362,6 +367,8 @@ void set_recipe_field(Recipe& r, std::string_view key, std::string_view value) {
     if (d != std::floor(d) || d < 0 || d > 64)
       throw std::invalid_argument("recipe setting cast_margin: '" + v + "' is not an integer in [0, 64]");
     r.cast_margin = d;
+  } else if (key == "mx_scale_rounding") {
+    r.mx_scale_rounding = parse_enum<formats::ScaleRounding>(value, kMxScaleNames, key);
   } else if (key == "loss_scale.min_scale") ls.min_scale = parse_number(key, value);
   else if (key == "loss_scale.max_scale") ls.max_scale = parse_number(key, value);
   else
@@ -369,7 +376,7 @@ void set_recipe_field(Recipe& r, std::string_view key, std::string_view value) {
         "unknown recipe setting '" + std::string(key) +
         "' (valid: parametrisation, matmul_format, saved_format, gradient_format, weight_format, master_format, "
         "optimizer_state_format, norms_fp32, weight_rounding, cast_forward, cast_backward, cast_scaling, "
-        "amax_history, cast_margin, loss_scale.method, loss_scale.init_scale, "
+        "amax_history, cast_margin, mx_scale_rounding, loss_scale.method, loss_scale.init_scale, "
         "loss_scale.growth_factor, loss_scale.backoff_factor, loss_scale.growth_interval, loss_scale.min_scale, "
         "loss_scale.max_scale)");
 }
@@ -392,6 +399,7 @@ std::string recipe_to_json(const Recipe& r) {
             {"cast_scaling", cast_scaling_name(r.cast_scaling)},
             {"amax_history", r.amax_history},
             {"cast_margin", r.cast_margin},
+            {"mx_scale_rounding", kMxScaleNames[static_cast<int>(r.mx_scale_rounding)]},
             {"loss_scale",
              {{"method", scaling_name(ls.method)},
               {"init_scale", ls.init_scale},

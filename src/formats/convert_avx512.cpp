@@ -27,14 +27,11 @@ MANTISSA_AVX512 void quantize_avx512_generic(const QuantPlan& p, const float* in
 // instruction treats fp32 subnormal inputs as zero and quiets NaNs its own
 // way, so those lanes take the integer rounder.
 MANTISSA_AVX512_BF16 inline __m256i bf16_16(const QuantPlan& p, const float* in, __mmask16 m) {
-  const __m512i exp_mask = _mm512_set1_epi32(0x7F800000);
   const __m512 v = _mm512_maskz_loadu_ps(m, in);
   const __m512i x = _mm512_castps_si512(v);
   __m256i h = std::bit_cast<__m256i>(_mm512_cvtneps_pbh(v));
-  const __m512i e = _mm512_and_si512(x, exp_mask);
-  const __mmask16 odd = m & (_mm512_cmpeq_epi32_mask(e, exp_mask) |
-                             _mm512_mask_cmpeq_epi32_mask(_mm512_test_epi32_mask(x, _mm512_set1_epi32(0x7FFFFF)), e,
-                                                          _mm512_setzero_si512()));
+  // One vfpclassps finds both: quiet NaN 0x01, signalling NaN 0x80, subnormal 0x20.
+  const __mmask16 odd = _mm512_mask_fpclass_ps_mask(m, v, 0x01 | 0x20 | 0x80);
   if (odd) {
     const __m256i fix = _mm512_cvtepi32_epi16(round16(p, x, _mm512_setzero_si512()));
     h = _mm256_mask_mov_epi16(h, odd, fix);

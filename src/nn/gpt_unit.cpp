@@ -12,7 +12,6 @@
 // Linear scales ride in the GEMM alpha (OpScales), the rest in the pass that
 // computes each op. Shapes: x [B, T, C], qkv [B, T, 3C], fc [B, T, 4C].
 #include <cmath>
-#include <cstdlib>
 
 #include "mantissa/autograd/ops.hpp"
 #include "mantissa/autograd/ops_unit.hpp"
@@ -40,13 +39,7 @@ ag::Var GPT::unit_block(ag::Tape& t, const Block& b, const ag::Var& x_in, size_t
   n += '.';
   const us::Scales ln = us::layer_norm(C, N * C);
 
-  // EXPERIMENT (temporary): u-muP depth rule for the taus.
-  double tau_attn = u.tau_attn, tau_mlp = u.tau_mlp;
-  if (std::getenv("MANTISSA_EXP_UMUP_TAU")) {
-    const int Lr = static_cast<int>(2 * blocks_.size());
-    tau_attn = us::transformer_residual_tau(static_cast<int>(2 * layer), Lr);
-    tau_mlp = us::transformer_residual_tau(static_cast<int>(2 * layer + 1), Lr);
-  }
+  const double tau_attn = u.tau_attn, tau_mlp = u.tau_mlp;
   // Attention branch.
   ag::ResidualSplit r = ag::residual_split(t, x_in, tau_attn);
   ag::Var h = ag::observe(t, ag::unit_layer_norm(t, r.branch, t.param(*b.ln1_w), t.param(*b.ln1_b), ln), n + "attn.ln");

@@ -129,8 +129,12 @@ QuantisedOperand Fp8Quantiser::cast(const formats::Format& f, const Tensor& x32,
     const int64_t along = config_.scaling == Fp8Scaling::mx ? config_.mx_block : config_.tile;
     int64_t tr = contraction_axis == 1 ? along : 1, tc = contraction_axis == 2 ? along : 1;
     if (config_.scaling == Fp8Scaling::blockwise && weight) tr = tc = config_.tile;  // 128x128 weight blocks
+    // MX with ceil exponents is blockwise's rule on MX's 1 x 32 tiles.
+    const Fp8Scaling rule = config_.scaling == Fp8Scaling::mx && config_.mx_scale_rounding == formats::ScaleRounding::ceil
+                                ? Fp8Scaling::blockwise
+                                : config_.scaling;
     CastReport report;
-    QuantisedOperand q = cast_blocks(f, x32, batch, rows, cols, tr, tc, config_.scaling, &report, kind, decoded);
+    QuantisedOperand q = cast_blocks(f, x32, batch, rows, cols, tr, tc, rule, &report, kind, decoded);
     record(site, report.amax, report.saturated, false);
     if (amax_out) *amax_out = report.amax;
     return q;

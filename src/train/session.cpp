@@ -229,10 +229,6 @@ void set_unit_lr_multipliers(nn::Model& model, optim::Optimizer& opt, const std:
           mult *= unit_bias_forward_scale(model, *w->second, readout);
       }
     }
-    // EXPERIMENT (temporary): per-role LR multipliers from the environment.
-    if (role == scaling::ParamRole::norm) if (const char* e = std::getenv("MANTISSA_EXP_NORM_LR")) mult *= std::atof(e);
-    if (p.name == "transformer.wte.weight" || p.name == "transformer.wpe.weight")
-      if (const char* e = std::getenv("MANTISSA_EXP_EMB_LR")) mult *= std::atof(e);
     return mult;
   });
 }

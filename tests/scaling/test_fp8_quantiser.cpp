@@ -226,3 +226,56 @@ TEST(Fp8Recipes, NoscaleGradientsAreCloseToFp32) {
   EXPECT_GT(rel_err(f8), 2 * rel_err(bf16));
   EXPECT_GT(rel_err(bwd_only), 1.5 * rel_err(bf16));
 }
+
+// MX block exponents, OCP floor against ceil, checked per 32-element block
+// against the amax computed here: floor clips a block whose amax mantissa is
+// above 1.75 (e4m3fn max 448 = 1.75 x 2^8); ceil takes the smallest exponent
+// that fits the amax, so nothing clips. Recipes reach it by name.
+TEST(Fp8Mx, CeilExponentsNeverClipAndFloorOnesDo) {
+  const int64_t rows = 3, cols = 96;  // 3 blocks of 32 per row
+  std::vector<float> x(static_cast<size_t>(rows * cols));
+  std::mt19937_64 rng(11);
+  std::normal_distribution<float> n(0, 1);
+  for (auto& v : x) v = n(rng);
+  x[5] = 1.9f * 64;  // amax 121.6: mantissa 1.9 > 1.75, so floor's block clips it
+  const Tensor t = Tensor::from(x, {rows, cols});
+  int site_owner = 0;
+  autograd::QuantSite site;
+  site.key = &site_owner;
+  for (auto rounding : {formats::ScaleRounding::floor, formats::ScaleRounding::ceil}) {
+    Fp8Config cfg;
+    cfg.scaling = Fp8Scaling::mx;
+    cfg.forward_format = "e4m3fn";
+    cfg.mx_scale_rounding = rounding;
+    Fp8Quantiser q(cfg);
+    const auto c = q.quantise(t, 1, rows, cols, 2, site, nullptr);
+    ASSERT_TRUE(c.blocks);
+    const std::vector<float> back = dequantised_values(c);
+    int64_t clipped = 0;  // values whose scaled magnitude exceeds 448
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t b = 0; b < 3; ++b) {
+        double m = 0;
+        for (int64_t j = b * 32; j < b * 32 + 32; ++j) m = std::max(m, std::fabs(double(x[size_t(r * cols + j)])));
+        int ex = 0;
+        std::frexp(m, &ex);  // m = f 2^ex, f in [0.5, 1)
+        const int want = rounding == formats::ScaleRounding::floor ? ex - 1 - 8 : direct_exponent(448, m);
+        EXPECT_EQ(c.blocks->exponents[size_t(r * 3 + b)], want) << "row " << r << " block " << b;
+        for (int64_t j = b * 32; j < b * 32 + 32; ++j) clipped += std::ldexp(std::fabs(double(x[size_t(r * cols + j)])), -want) > 448;
+      }
+    EXPECT_EQ(q.stats().saturated_values, clipped);
+    if (rounding == formats::ScaleRounding::floor) {
+      EXPECT_GE(clipped, 1);
+      EXPECT_EQ(back[5], std::ldexp(448.0f, 6 - 8));  // clipped to max x 2^-2
+    } else {
+      EXPECT_EQ(clipped, 0);
+      EXPECT_NEAR(back[5], x[5], x[5] / 16);  // e4m3: 3 mantissa bits
+    }
+  }
+  amp::Recipe r = amp::find_recipe("mxfp8");
+  EXPECT_EQ(r.mx_scale_rounding, formats::ScaleRounding::ceil);  // the recipe's default
+  amp::set_recipe_field(r, "mx_scale_rounding", "floor");
+  EXPECT_EQ(r.mx_scale_rounding, formats::ScaleRounding::floor);
+  amp::set_recipe_field(r, "mx_scale_rounding", "ceil");
+  EXPECT_EQ(amp::recipe_from_json(amp::recipe_to_json(r)).mx_scale_rounding, formats::ScaleRounding::ceil);
+  EXPECT_THROW(amp::set_recipe_field(r, "mx_scale_rounding", "up"), std::invalid_argument);
+}

@@ -10,6 +10,8 @@
 #include <string_view>
 #include <vector>
 
+#include "mantissa/formats/mx.hpp"
+
 namespace mantissa::amp {
 
 enum class Parametrisation : uint8_t { standard, unit };
@@ -72,6 +74,10 @@ struct Recipe {
   CastScaling cast_scaling = CastScaling::unit;
   int64_t amax_history = 1024;  // delayed: steps of amax kept per tensor
   double cast_margin = 0.0;     // delayed/current: scale = 2^floor(log2(max/amax)) / 2^margin
+  // mx: the block scale's exponent. floor (OCP) = floor(log2 amax) - emax, which
+  // clips the largest values of a block to the element's max; ceil = the
+  // smallest exponent with amax x 2^-E <= max, which never clips.
+  formats::ScaleRounding mx_scale_rounding = formats::ScaleRounding::floor;
 };
 
 // ---- registry ---------------------------------------------------------------

@@ -54,6 +54,7 @@
 
 #include "mantissa/autograd/policy.hpp"
 #include "mantissa/formats/format.hpp"
+#include "mantissa/formats/mx.hpp"
 
 namespace mantissa::scaling {
 
@@ -123,6 +124,9 @@ struct Fp8Config {
   int64_t amax_history = 1024;  // delayed
   int margin = 0;               // current, delayed
   int64_t mx_block = 32;        // mx: elements per block along the contraction dim
+  // mx: floor = OCP's exponent rule (mx_exponent), ceil = blockwise_exponent's
+  // (the block never clips).
+  formats::ScaleRounding mx_scale_rounding = formats::ScaleRounding::floor;
   int64_t tile = 128;           // blockwise: 1 x tile activation/gradient tiles, tile x tile weight blocks
 };
 

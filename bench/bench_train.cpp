@@ -42,6 +42,7 @@
 #include "mantissa/nn/gpt.hpp"
 #include "mantissa/optim/optimizer.hpp"
 #include "mantissa/tensor/memory.hpp"
+#include "mantissa/train/session.hpp"
 #include "mantissa/train/trainer.hpp"
 
 namespace {
@@ -152,8 +153,11 @@ double seconds_of(const std::function<void()>& f) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-nn::GPTConfig gpt_config(const Options& o) {
+// The reference GPT in the recipe's parametrisation (unit recipes train the
+// unit-scaled model, as `mantissa train` does).
+nn::GPTConfig gpt_config(const Options& o, const amp::Recipe& recipe) {
   nn::GPTConfig c;
+  c.unit.enabled = recipe.parametrisation == amp::Parametrisation::unit;
   c.vocab = o.vocab;
   c.context = o.seq_len;
   c.layers = o.layers;
@@ -164,13 +168,13 @@ nn::GPTConfig gpt_config(const Options& o) {
   return c;
 }
 
-optim::OptimizerConfig adamw_config() {  // the settings bench/torch_gpt.py uses
-  optim::OptimizerConfig c;
-  c.type = "adamw";
+train::TrainConfig adamw_config() {  // the settings bench/torch_gpt.py uses
+  train::TrainConfig c;
+  c.optimizer = "adamw";
   c.beta1 = 0.9;
   c.beta2 = 0.999;
-  c.eps = 1e-8;
   c.weight_decay = 0.01;
+  c.lr = 1e-3;
   return c;
 }
 
@@ -285,9 +289,9 @@ amp::Recipe recipe_of(const std::string& spec) {
 // The whole training step as `mantissa train` runs it, under one recipe.
 nlohmann::ordered_json time_recipe(const Options& o, const std::string& recipe_name, const Peaks& peaks) {
   amp::Recipe recipe = recipe_of(recipe_name);
-  nn::GPT model(gpt_config(o));
+  nn::GPT model(gpt_config(o, recipe));
   model.set_precision(amp::precision_policy(recipe, &model));  // as train::apply_precision does
-  auto optimizer = optim::make_optimizer(adamw_config(), model.parameters());
+  auto optimizer = train::make_optimizer(adamw_config(), model, recipe);  // u-muP rules for unit models
   RandomTokens source(o.batch, o.seq_len, o.vocab);
   train::TrainerOptions options;
   options.schedule.max_lr = options.schedule.min_lr = 1e-3;  // constant, as in torch_gpt.py

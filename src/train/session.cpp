@@ -289,6 +289,24 @@ std::string default_data_path(const std::string& kind) {
                               "`bash scripts/data.sh` in the mantissa repository, or pass --data PATH");
 }
 
+std::unique_ptr<optim::Optimizer> make_optimizer(const TrainConfig& c, nn::Model& model, const amp::Recipe& recipe) {
+  optim::OptimizerConfig oc;
+  oc.type = c.optimizer;
+  oc.beta1 = c.beta1;
+  oc.beta2 = c.beta2;
+  oc.weight_decay = c.weight_decay;
+  oc.state_format = recipe.optimizer_state_format;
+  if (c.optimizer == "sgd") oc.momentum = c.beta1;
+  if (!is_unit(model)) return optim::make_optimizer(oc, model.parameters());
+  // u-muP: per-parameter LR rules, and weight decay that does not follow them.
+  oc.weight_decay = 0;
+  auto inner = optim::make_optimizer(oc, model.parameters());
+  set_unit_lr_multipliers(model, *inner, c.optimizer);
+  // Per-step decay independent of the LR: what the standard model gets at
+  // its default learning rate (weight_decay x 1e-3), following the schedule.
+  return std::make_unique<IndependentDecay>(std::move(inner), c.lr, c.weight_decay * TrainConfig{}.lr);
+}
+
 std::unique_ptr<Session> build_session(const TrainConfig& config) {
   validate(config);
   auto s = std::make_unique<Session>();
@@ -342,24 +360,7 @@ std::unique_ptr<Session> build_session(const TrainConfig& config) {
     s->val = std::make_unique<data::SequentialBatches>(*s->test_set, c.batch_size);
   }
 
-  optim::OptimizerConfig oc;
-  oc.type = c.optimizer;
-  oc.beta1 = c.beta1;
-  oc.beta2 = c.beta2;
-  oc.weight_decay = c.weight_decay;
-  oc.state_format = s->recipe.optimizer_state_format;
-  if (c.optimizer == "sgd") oc.momentum = c.beta1;
-  if (unit.enabled) {
-    // u-muP: per-parameter LR rules, and weight decay that does not follow them.
-    oc.weight_decay = 0;
-    auto inner = optim::make_optimizer(oc, s->model->parameters());
-    set_unit_lr_multipliers(*s->model, *inner, c.optimizer);
-    // Per-step decay independent of the LR: what the standard model gets at
-    // its default learning rate (weight_decay x 1e-3), following the schedule.
-    s->optimizer = std::make_unique<IndependentDecay>(std::move(inner), c.lr, c.weight_decay * TrainConfig{}.lr);
-  } else {
-    s->optimizer = optim::make_optimizer(oc, s->model->parameters());
-  }
+  s->optimizer = make_optimizer(c, *s->model, s->recipe);
 
   TrainerOptions to;
   to.grad_accum = c.grad_accum;

@@ -85,6 +85,11 @@ std::unique_ptr<nn::Model> make_model(const TrainConfig& c);  // standard parame
 std::unique_ptr<nn::Model> make_model(const TrainConfig& c, const nn::UnitConfig& unit);
 std::unique_ptr<nn::Model> model_from_config(const std::string& kind, const std::string& config_json);
 
+// The optimizer `mantissa train` uses for this model: c.optimizer with the
+// recipe's state format; unit-scaled models get the u-muP per-parameter LR
+// multipliers and weight decay independent of them (IndependentDecay).
+std::unique_ptr<optim::Optimizer> make_optimizer(const TrainConfig& c, nn::Model& model, const amp::Recipe& recipe);
+
 // The default data of a model kind (gpt: austen.txt; mlp: the Fashion-MNIST
 // directory), looked up in $MANTISSA_DATA, <repo>/.cache/data next to the
 // binary, and ./.cache/data; runs scripts/data.sh when it can find it, else

@@ -52,8 +52,8 @@ Preset preset(const std::string& name) {
   if (name == "paper")
     return {4, 256, 4, 128, 16, 350 * 16 * 128, 3, 16, 2, 256, 128, 2000, &kPaperRecipes, true,
             "The paper preset trains the reference GPT (4 layers, d_model 256, 4 heads, T 128, batch 16) with 3 "
-            "seeds and every registered recipe: about 2.5 hours on 2 idle cores (estimated session 3 from measured "
-            "per-step and per-evaluation costs: about 18,800 CPU seconds)."};
+            "seeds and every registered recipe: about 1.5 hours on 2 idle cores (estimated 2026-11-24 from a "
+            "15-recipe, 1-seed run of the same GPT: 2,498 CPU seconds, so about 10,500 for 21 recipes x 3 seeds)."};
   throw std::invalid_argument("--preset must be quick or paper (got '" + name + "')");
 }
 

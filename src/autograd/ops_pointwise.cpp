@@ -104,17 +104,17 @@ namespace {
 // `consume`: x is an rvalue the caller gives up, so when nothing else holds
 // its buffer and the saved copy is not x itself, the output is written over
 // it (one [n] fp32 buffer less at the forward peak: the MLP's 4C-wide input).
-Var gelu_op(Tape& t, const Var& x, bool consume) {
+Var gelu_op(Tape& t, const Var& x, bool consume, float forward = 1.0f, float backward = 1.0f) {
   const int64_t n = x.numel();
   const bool record = t.wants_grad({&x});
   Tensor saved = record ? t.save_compact(x.value) : Tensor();
   const bool reuse = consume && x.value.dtype() == DType::f32 && x.value.storage_unique() &&
                      !(record && saved.same_storage(x.value));
   Tensor y = reuse ? x.value : Tensor::empty(x.shape());
-  kernels::gelu_forward(y.f32(), x.value.f32(), n);  // elementwise: y may be x
+  kernels::gelu_forward(y.f32(), x.value.f32(), n, forward);  // elementwise: y may be x
   Var out = Tape::result(std::move(y), record);
   if (record)
-    t.record([n, saved, xn = x.node, on = out.node]() {
+    t.record([n, saved, backward, xn = x.node, on = out.node]() {
       if (!on->has_grad()) return;
       // When x has no gradient yet and nothing else holds the output's, dx is
       // written over dout: one [n] fp32 buffer less at the backward peak and
@@ -125,9 +125,9 @@ Var gelu_op(Tape& t, const Var& x, bool consume) {
       const Tensor xs = bf16x ? Tape::restore_bf16(saved) : Tape::restore(saved);
       if (bf16x)
         (in_place ? kernels::gelu_backward_bf16x_into : kernels::gelu_backward_bf16x)(dx, xs.data<uint16_t>(),
-                                                                                      on->grad.f32(), n);
+                                                                                      on->grad.f32(), n, backward);
       else
-        (in_place ? kernels::gelu_backward_into : kernels::gelu_backward)(dx, xs.f32(), on->grad.f32(), n);
+        (in_place ? kernels::gelu_backward_into : kernels::gelu_backward)(dx, xs.f32(), on->grad.f32(), n, backward);
       if (in_place) {
         xn->accumulate(on->grad.view(xn->shape));  // adopted, not copied
         on->grad = Tensor();
@@ -139,6 +139,7 @@ Var gelu_op(Tape& t, const Var& x, bool consume) {
 
 Var gelu(Tape& t, const Var& x) { return gelu_op(t, x, false); }
 Var gelu(Tape& t, Var&& x) { return gelu_op(t, x, true); }
+Var scaled_gelu(Tape& t, Var&& x, float forward, float backward) { return gelu_op(t, x, true, forward, backward); }
 
 Var relu(Tape& t, const Var& x) {
   const int64_t n = x.numel();

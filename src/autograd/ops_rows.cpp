@@ -54,14 +54,31 @@ Var softmax(Tape& t, const Var& x) {
 
 // x [N, C], weight/bias [C] -> out [N, C]; mean, rstd [N] kept in fp32.
 Var layer_norm(Tape& t, const Var& x, const Var& weight, const Var& bias) {
+  return scaled_layer_norm(t, x, weight, bias, 1.0f, 1.0f, 1.0f, 1.0f);
+}
+
+namespace {
+// alpha v as a [C] workspace tensor (v itself when alpha is 1).
+Tensor scaled_vector(const Tensor& v, float alpha) {
+  if (alpha == 1.0f) return v;
+  Tensor s = Tensor::empty(v.shape(), DType::f32, MemoryKind::workspace);
+  kernels::scale(s.f32(), v.f32(), alpha, v.numel());
+  return s;
+}
+}  // namespace
+
+// fwd (xhat w + b) = xhat (fwd w) + fwd b; dx is linear in the weight the
+// kernel reads, so dx x input = kernel dx with weight input x w.
+Var scaled_layer_norm(Tape& t, const Var& x, const Var& weight, const Var& bias, float forward, float input,
+                      float weight_scale, float bias_scale) {
   const int64_t C = x.dim(-1), N = x.numel() / C;
   if (weight.shape() != Shape{C} || bias.shape() != Shape{C})
     throw std::invalid_argument("layer_norm: weight " + shape_str(weight.shape()) + " / bias " +
                                 shape_str(bias.shape()) + " do not match input " + shape_str(x.shape()));
   Tensor y = Tensor::empty(x.shape());
   Tensor mean = Tensor::empty({N}), rstd = Tensor::empty({N});
-  kernels::layernorm_forward(y.f32(), mean.f32(), rstd.f32(), x.value.f32(), weight.value.f32(),
-                             bias.value.f32(), N, C);
+  kernels::layernorm_forward(y.f32(), mean.f32(), rstd.f32(), x.value.f32(), scaled_vector(weight.value, forward).f32(),
+                             scaled_vector(bias.value, forward).f32(), N, C);
   const bool record = t.wants_grad({&x, &weight, &bias});
   Var out = Tape::result(std::move(y), record);
   if (!record) return out;
@@ -74,17 +91,25 @@ Var layer_norm(Tape& t, const Var& x, const Var& weight, const Var& bias) {
   } else {
     xs = t.save_compact(x.value);
   }
-  t.record([N, C, xs, w = weight.value, mean, rstd, xn = x.node, wn = weight.node, bn = bias.node, on = out.node]() {
+  t.record([N, C, xs, w = weight.value, mean, rstd, input, weight_scale, bias_scale, xn = x.node, wn = weight.node,
+            bn = bias.node, on = out.node]() {
     if (!on->has_grad()) return;
+    // Scaled weight / bias gradients go through [C] scratch, added scaled.
+    const auto grad_or_scaled = [C](const std::shared_ptr<GradNode>& n, float alpha) {
+      return n && alpha == 1.0f ? n->buffer() : Tensor::zeros({C}, DType::f32, MemoryKind::workspace);
+    };
     Tensor dx = grad_or_scratch(xn, xn ? xn->shape : Shape{N, C});
-    Tensor dw = grad_or_scratch(wn, {C}), db = grad_or_scratch(bn, {C});
+    Tensor dw = grad_or_scaled(wn, weight_scale), db = grad_or_scaled(bn, bias_scale);
+    const Tensor wx = scaled_vector(w, input);
     if (Tape::bf16_exact(xs))  // widened row by row, no fp32 copy
       kernels::layernorm_backward_bf16x(dx.f32(), dw.f32(), db.f32(), on->grad.f32(),
-                                        Tape::restore_bf16(xs).data<uint16_t>(), w.f32(), mean.f32(), rstd.f32(),
+                                        Tape::restore_bf16(xs).data<uint16_t>(), wx.f32(), mean.f32(), rstd.f32(),
                                         N, C);
     else
-      kernels::layernorm_backward(dx.f32(), dw.f32(), db.f32(), on->grad.f32(), Tape::restore(xs).f32(), w.f32(),
+      kernels::layernorm_backward(dx.f32(), dw.f32(), db.f32(), on->grad.f32(), Tape::restore(xs).f32(), wx.f32(),
                                   mean.f32(), rstd.f32(), N, C);
+    if (wn && weight_scale != 1.0f) wn->accumulate_scaled(dw, weight_scale);
+    if (bn && bias_scale != 1.0f) bn->accumulate_scaled(db, bias_scale);
   });
   return out;
 }

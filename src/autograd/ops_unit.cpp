@@ -22,11 +22,6 @@ void need_bwd(const scaling::Scales& s, size_t n, const char* op) {
                                 std::to_string(s.bwd.size()));
 }
 
-// Adds alpha * g into node's gradient (alpha == 1 adopts g when it is the first contribution).
-void add_scaled(const std::shared_ptr<GradNode>& n, const Tensor& g, float alpha) {
-  if (n) n->accumulate_scaled(g, alpha);
-}
-
 }  // namespace
 
 OpScales op_scales(const scaling::Scales& s) {
@@ -47,13 +42,9 @@ ResidualSplit residual_split(Tape& t, const Var& x, double tau) {
       const bool hb = bn->has_grad(), hs = sn->has_grad();
       if (!hb && !hs) return;
       if (!hb || !hs) return xn->accumulate_scaled(hb ? bn->grad : sn->grad, hb ? b : s);
-      Tensor& dx = xn->buffer();
-      float* d = dx.f32();
-      const float* gb = bn->grad.f32();
-      const float* gs = sn->grad.f32();
-      const int64_t n = dx.numel();
-#pragma omp parallel for schedule(static) if (n > 65536)
-      for (int64_t i = 0; i < n; ++i) d[i] += b * gb[i] + s * gs[i];
+      bool has = false;
+      Tensor& dx = xn->writable(&has);
+      kernels::axpby(dx.f32(), bn->grad.f32(), b, sn->grad.f32(), s, dx.numel(), has);
     });
   return out;
 }
@@ -64,13 +55,8 @@ Var residual_add(Tape& t, const Var& branch, const Var& skip, double tau) {
                                 shape_str(skip.shape()));
   const scaling::ResidualScales r = scaling::residual(tau);
   const float b = f(r.branch), s = f(r.skip);
-  const int64_t n = branch.numel();
   Tensor y = Tensor::empty(branch.shape());
-  float* o = y.f32();
-  const float* pb = branch.value.f32();
-  const float* ps = skip.value.f32();
-#pragma omp parallel for schedule(static) if (n > 65536)
-  for (int64_t i = 0; i < n; ++i) o[i] = b * pb[i] + s * ps[i];
+  kernels::axpby(y.f32(), branch.value.f32(), b, skip.value.f32(), s, y.numel(), false);
   const bool record = t.wants_grad({&branch, &skip});
   Var out = Tape::result(std::move(y), record);
   if (record)
@@ -133,11 +119,11 @@ Var kernel_pointwise(Tape& t, const Var& x, float alpha, float beta, KernelFwd f
 }
 }  // namespace
 
-Var unit_gelu(Tape& t, const Var& x, const scaling::Scales& s, GeluForm form, double mult) {
+Var unit_gelu(Tape& t, Var x, const scaling::Scales& s, GeluForm form, double mult) {
   need_bwd(s, 1, "unit_gelu");
   if (form == GeluForm::tanh) {
     if (mult != 1.0) throw std::invalid_argument("unit_gelu: the tanh form supports mult 1 only, got " + std::to_string(mult));
-    return kernel_pointwise(t, x, f(s.fwd), f(s.bwd[0]), kernels::gelu_forward, kernels::gelu_backward);
+    return scaled_gelu(t, std::move(x), f(s.fwd), f(s.bwd[0]));
   }
   // gelu(m x)/m = x Phi(m x); derivative Phi(m x) + m x phi(m x).
   const double m = mult;
@@ -172,31 +158,7 @@ Var unit_silu(Tape& t, const Var& x, const scaling::Scales& s, double mult) {
 // ---- norms -------------------------------------------------------------------------------
 Var unit_layer_norm(Tape& t, const Var& x, const Var& weight, const Var& bias, const scaling::Scales& s) {
   need_bwd(s, 3, "unit_layer_norm");
-  const int64_t C = x.dim(-1), N = x.numel() / C;
-  if (weight.shape() != Shape{C} || bias.shape() != Shape{C})
-    throw std::invalid_argument("unit_layer_norm: weight " + shape_str(weight.shape()) + " / bias " +
-                                shape_str(bias.shape()) + " do not match input " + shape_str(x.shape()));
-  Tensor y = Tensor::empty(x.shape());
-  Tensor mean = Tensor::empty({N}), rstd = Tensor::empty({N});
-  kernels::layernorm_forward(y.f32(), mean.f32(), rstd.f32(), x.value.f32(), weight.value.f32(), bias.value.f32(), N, C);
-  if (s.fwd != 1.0) kernels::scale(y.f32(), y.f32(), f(s.fwd), y.numel());
-  const bool record = t.wants_grad({&x, &weight, &bias});
-  Var out = Tape::result(std::move(y), record);
-  if (record)
-    t.record([N, C, bx = f(s.bwd[0]), bw = f(s.bwd[1]), bb = f(s.bwd[2]), xs = t.save(x.value), w = weight.value, mean,
-              rstd, xn = x.node, wn = weight.node, bn = bias.node, on = out.node]() {
-      if (!on->has_grad()) return;
-      // The kernel adds into its outputs; scaled contributions go through scratch.
-      Tensor dx = xn && bx == 1.0f ? xn->buffer() : Tensor::zeros({N, C}, DType::f32, MemoryKind::workspace);
-      Tensor dw = Tensor::zeros({C}, DType::f32, MemoryKind::workspace);
-      Tensor db = Tensor::zeros({C}, DType::f32, MemoryKind::workspace);
-      kernels::layernorm_backward(dx.f32(), dw.f32(), db.f32(), on->grad.f32(), Tape::restore(xs).f32(), w.f32(),
-                                  mean.f32(), rstd.f32(), N, C);
-      if (xn && bx != 1.0f) xn->accumulate_scaled(dx.view(xn->shape), bx);
-      add_scaled(wn, dw, bw);
-      add_scaled(bn, db, bb);
-    });
-  return out;
+  return scaled_layer_norm(t, x, weight, bias, f(s.fwd), f(s.bwd[0]), f(s.bwd[1]), f(s.bwd[2]));
 }
 
 // y = x r w with r = 1/sqrt(mean x^2 + eps); dx = r (w dy - xhat mean(xhat w dy)), dw = sum xhat dy.
@@ -266,37 +228,34 @@ Var unit_causal_self_attention(Tape& t, const Var& qkv, int64_t heads, double mu
     throw std::invalid_argument("unit_causal_self_attention: " + std::to_string(C) + " channels do not split into " +
                                 std::to_string(heads) + " heads");
   const int64_t D = C / heads, rows = B * T;
-  const float qf = f(scaling::attention_logit_scale(D, mult) * std::sqrt(static_cast<double>(D)));
-  // q2 = [qf q | k | v]; backward: dq x bq qf, dk x bk, dv x bv.
+  if (!(s.fwd > 0))
+    throw std::invalid_argument("unit_causal_self_attention: forward scale must be positive, got " + std::to_string(s.fwd));
+  const double qf = scaling::attention_logit_scale(D, mult) * std::sqrt(static_cast<double>(D));
+  // One pass copies qkv as [qf q | k | fwd v]: the output is linear in v, so
+  // it comes out x fwd. The logits' gradient then carries fwd too, taken off
+  // q's and k's backward multipliers: dq x bq qf / fwd, dk x bk / fwd, dv x bv.
+  const float fwd_scales[3] = {f(qf), 1.0f, f(s.fwd)};
   Tensor q2 = Tensor::empty(qkv.shape());
-  {
-    const float* in = qkv.value.f32();
-    float* o = q2.f32();
-#pragma omp parallel for schedule(static) if (rows * C > 16384)
-    for (int64_t r = 0; r < rows; ++r) {
-      for (int64_t c = 0; c < C; ++c) o[r * 3 * C + c] = qf * in[r * 3 * C + c];
-      for (int64_t c = C; c < 3 * C; ++c) o[r * 3 * C + c] = in[r * 3 * C + c];
-    }
-  }
+  kernels::scale_segments(q2.f32(), qkv.value.f32(), fwd_scales, 3, rows, C, false);
   const bool record = t.wants_grad({&qkv});
   Var scaled_qkv = Tape::result(std::move(q2), record);
   if (record)
-    t.record([=, bq = f(s.bwd[0]), bk = f(s.bwd[1]), bv = f(s.bwd[2]), qn = qkv.node, on = scaled_qkv.node]() {
+    t.record([rows, C, bq = f(s.bwd[0] * qf / s.fwd), bk = f(s.bwd[1] / s.fwd), bv = f(s.bwd[2]), qn = qkv.node,
+              on = scaled_qkv.node]() {
       if (!on->has_grad()) return;
-      float* dx = qn->buffer().f32();
-      const float* g = on->grad.f32();
-      const float sq = bq * qf;
-#pragma omp parallel for schedule(static) if (rows * C > 16384)
-      for (int64_t r = 0; r < rows; ++r) {
-        const int64_t o = r * 3 * C;
-        for (int64_t c = 0; c < C; ++c) dx[o + c] += sq * g[o + c];
-        for (int64_t c = C; c < 2 * C; ++c) dx[o + c] += bk * g[o + c];
-        for (int64_t c = 2 * C; c < 3 * C; ++c) dx[o + c] += bv * g[o + c];
+      const float bwd_scales[3] = {bq, bk, bv};
+      if (!qn->has_grad() && on->grad.storage_unique()) {  // scaled in place and adopted: no [B, T, 3C] buffer more
+        kernels::scale_segments(on->grad.f32(), on->grad.f32(), bwd_scales, 3, rows, C, false);
+        qn->accumulate(on->grad);
+        on->grad = Tensor();
+        return;
       }
+      bool has = false;
+      Tensor& dx = qn->writable(&has);
+      kernels::scale_segments(dx.f32(), on->grad.f32(), bwd_scales, 3, rows, C, has);
     });
   // The standard op from here: the same kernels (bf16 probabilities, blockwise for long sequences).
-  const Var y = causal_self_attention(t, scaled_qkv, heads);
-  return s.fwd != 1.0 ? scale_split(t, y, f(s.fwd), 1.0f) : y;
+  return causal_self_attention(t, scaled_qkv, heads);
 }
 
 // ---- embeddings ------------------------------------------------------------------------
@@ -317,34 +276,14 @@ Var unit_token_position_embedding(Tape& t, const Tensor& ids, const Var& wte, co
       throw std::out_of_range("unit_token_position_embedding: id " + std::to_string(id[i]) + " at position " +
                               std::to_string(i) + " is outside the vocabulary [0, " + std::to_string(V) + ")");
   Tensor y = Tensor::empty({B, T, C});
-  const float* e = wte.value.f32();
-  const float* p = wpe.value.f32();
-  float* o = y.f32();
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < B * T; ++i) {
-    const float* er = e + static_cast<int64_t>(id[i]) * C;
-    const float* pr = p + (i % T) * C;
-    for (int64_t c = 0; c < C; ++c) o[i * C + c] = fwd * (er[c] + pr[c]);
-  }
+  kernels::embedding_forward(y.f32(), id, wte.value.f32(), wpe.value.f32(), B, T, C, fwd);
   const bool record = t.wants_grad({&wte, &wpe});
   Var out = Tape::result(std::move(y), record);
   if (record)
     t.record([B, T, C, bwd_wte, bwd_wpe, ids, en = wte.node, pn = wpe.node, on = out.node]() {
       if (!on->has_grad()) return;
-      const float* dy = on->grad.f32();
-      const int32_t* idp = ids.data<int32_t>();
-      if (en) {  // serial: ids repeat
-        float* dw = en->buffer().f32();
-        for (int64_t i = 0; i < B * T; ++i)
-          for (int64_t c = 0; c < C; ++c) dw[static_cast<int64_t>(idp[i]) * C + c] += bwd_wte * dy[i * C + c];
-      }
-      if (pn) {
-        float* dp = pn->buffer().f32();
-#pragma omp parallel for schedule(static)
-        for (int64_t tt = 0; tt < T; ++tt)
-          for (int64_t b = 0; b < B; ++b)
-            for (int64_t c = 0; c < C; ++c) dp[tt * C + c] += bwd_wpe * dy[(b * T + tt) * C + c];
-      }
+      kernels::embedding_backward(en ? en->buffer().f32() : nullptr, pn ? pn->buffer().f32() : nullptr,
+                                  on->grad.f32(), ids.data<int32_t>(), B, T, C, bwd_wte, bwd_wpe);
     });
   return out;
 }

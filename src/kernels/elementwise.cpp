@@ -50,21 +50,53 @@ void mul(float* out, const float* a, const float* b, int64_t n) {
   for (int64_t i = 0; i < n; ++i) out[i] = a[i] * b[i];
 }
 
-// ---- GELU (GPT-2 tanh approximation), vectorised in row_math.cpp ----------------
-void gelu_forward(float* out, const float* x, int64_t n) {
+// Two loops, not a select on `accumulate` inside one (it keeps GCC from vectorising).
+void axpby(float* out, const float* a, float alpha, const float* b, float beta, int64_t n, bool accumulate) {
   kernels::profile::Scope profile_scope(kernels::profile::Category::elementwise);
-  for_chunks(n, [&](int64_t b, int64_t e) { span_gelu_forward(out + b, x + b, e - b); });
+  if (accumulate) {
+    MANTISSA_PARALLEL_SIMD
+    for (int64_t i = 0; i < n; ++i) out[i] += alpha * a[i] + beta * b[i];
+  } else {
+    MANTISSA_PARALLEL_SIMD
+    for (int64_t i = 0; i < n; ++i) out[i] = alpha * a[i] + beta * b[i];
+  }
+}
+
+void scale_segments(float* out, const float* x, const float* scales, int segs, int64_t rows, int64_t C,
+                    bool accumulate) {
+  kernels::profile::Scope profile_scope(kernels::profile::Category::elementwise);
+  const int64_t width = segs * C;
+#pragma omp parallel for schedule(static) if (rows * width >= kParallelElements)
+  for (int64_t r = 0; r < rows; ++r)
+    for (int s = 0; s < segs; ++s) {
+      const float k = scales[s];
+      float* o = out + r * width + s * C;
+      const float* in = x + r * width + s * C;
+      if (accumulate) {
+#pragma omp simd
+        for (int64_t c = 0; c < C; ++c) o[c] += k * in[c];
+      } else {
+#pragma omp simd
+        for (int64_t c = 0; c < C; ++c) o[c] = k * in[c];
+      }
+    }
+}
+
+// ---- GELU (GPT-2 tanh approximation), vectorised in row_math.cpp ----------------
+void gelu_forward(float* out, const float* x, int64_t n, float scale) {
+  kernels::profile::Scope profile_scope(kernels::profile::Category::elementwise);
+  for_chunks(n, [&](int64_t b, int64_t e) { span_gelu_forward(out + b, x + b, e - b, scale); });
 }
 
 namespace {
-void gelu_backward_f32x(float* dx, const float* x, const float* dout, int64_t n, bool accumulate) {
+void gelu_backward_f32x(float* dx, const float* x, const float* dout, int64_t n, bool accumulate, float scale) {
   kernels::profile::Scope profile_scope(kernels::profile::Category::elementwise);
-  for_chunks(n, [&](int64_t b, int64_t e) { span_gelu_backward(dx + b, x + b, dout + b, e - b, accumulate); });
+  for_chunks(n, [&](int64_t b, int64_t e) { span_gelu_backward(dx + b, x + b, dout + b, e - b, accumulate, scale); });
 }
 
 // x kept as bf16 codes (bf16 saved activations): widened block by block on
 // the stack instead of into a whole fp32 copy; same bits as widening first.
-void gelu_backward_16x(float* dx, const uint16_t* x16, const float* dout, int64_t n, bool accumulate) {
+void gelu_backward_16x(float* dx, const uint16_t* x16, const float* dout, int64_t n, bool accumulate, float scale) {
   kernels::profile::Scope profile_scope(kernels::profile::Category::elementwise);
   for_chunks(n, [&](int64_t b, int64_t e) {
     constexpr int64_t kBlock = 1024;
@@ -72,21 +104,23 @@ void gelu_backward_16x(float* dx, const uint16_t* x16, const float* dout, int64_
     for (int64_t i = b; i < e; i += kBlock) {
       const int64_t m = std::min(kBlock, e - i);
       span_from_bf16(x, x16 + i, m);
-      span_gelu_backward(dx + i, x, dout + i, m, accumulate);
+      span_gelu_backward(dx + i, x, dout + i, m, accumulate, scale);
     }
   });
 }
 }  // namespace
 
-void gelu_backward(float* dx, const float* x, const float* dout, int64_t n) { gelu_backward_f32x(dx, x, dout, n, true); }
-void gelu_backward_bf16x(float* dx, const uint16_t* x16, const float* dout, int64_t n) {
-  gelu_backward_16x(dx, x16, dout, n, true);
+void gelu_backward(float* dx, const float* x, const float* dout, int64_t n, float scale) {
+  gelu_backward_f32x(dx, x, dout, n, true, scale);
 }
-void gelu_backward_into(float* dx, const float* x, const float* dout, int64_t n) {
-  gelu_backward_f32x(dx, x, dout, n, false);
+void gelu_backward_bf16x(float* dx, const uint16_t* x16, const float* dout, int64_t n, float scale) {
+  gelu_backward_16x(dx, x16, dout, n, true, scale);
 }
-void gelu_backward_bf16x_into(float* dx, const uint16_t* x16, const float* dout, int64_t n) {
-  gelu_backward_16x(dx, x16, dout, n, false);
+void gelu_backward_into(float* dx, const float* x, const float* dout, int64_t n, float scale) {
+  gelu_backward_f32x(dx, x, dout, n, false, scale);
+}
+void gelu_backward_bf16x_into(float* dx, const uint16_t* x16, const float* dout, int64_t n, float scale) {
+  gelu_backward_16x(dx, x16, dout, n, false, scale);
 }
 
 void relu_forward(float* out, const float* x, int64_t n) {

@@ -10,7 +10,7 @@
 namespace mantissa::kernels {
 
 void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe,
-                       int64_t B, int64_t T, int64_t C) {
+                       int64_t B, int64_t T, int64_t C, float scale) {
   kernels::profile::Scope profile_scope(kernels::profile::Category::embedding);
   for (int64_t i = 0; i < B * T; ++i) {
     if (tokens[i] < 0) {
@@ -24,14 +24,14 @@ void embedding_forward(float* out, const int32_t* tokens, const float* wte, cons
     const float* p = wpe + (i % T) * C;
     float* o = out + i * C;
 #pragma omp simd
-    for (int64_t j = 0; j < C; ++j) o[j] = e[j] + p[j];
+    for (int64_t j = 0; j < C; ++j) o[j] = scale * (e[j] + p[j]);
   }
 }
 
 // dwte: a token may repeat, so threads split the columns (not the rows) and
 // walk the rows in order: race-free and independent of the thread count.
 void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens,
-                        int64_t B, int64_t T, int64_t C) {
+                        int64_t B, int64_t T, int64_t C, float wte_scale, float wpe_scale) {
   kernels::profile::Scope profile_scope(kernels::profile::Category::embedding);
   if (dwte) {
     constexpr int64_t kBlock = 64;
@@ -43,7 +43,7 @@ void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32
         float* d = dwte + static_cast<int64_t>(tokens[i]) * C;
         const float* g = dout + i * C;
 #pragma omp simd
-        for (int64_t j = j0; j < j1; ++j) d[j] += g[j];
+        for (int64_t j = j0; j < j1; ++j) d[j] += wte_scale * g[j];
       }
     }
   }
@@ -54,7 +54,7 @@ void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32
       for (int64_t b = 0; b < B; ++b) {
         const float* g = dout + (b * T + t) * C;
 #pragma omp simd
-        for (int64_t j = 0; j < C; ++j) d[j] += g[j];
+        for (int64_t j = 0; j < C; ++j) d[j] += wpe_scale * g[j];
       }
     }
   }

@@ -43,12 +43,12 @@ constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2/pi)
 constexpr float kGeluCubic = 0.044715f;
 }  // namespace
 
-MANTISSA_CLONES void span_gelu_forward(float* out, const float* x, int64_t n) {
+MANTISSA_CLONES void span_gelu_forward(float* out, const float* x, int64_t n, float scale) {
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i) {
     const float v = x[i];
     const float u = kGeluScale * (v + kGeluCubic * v * v * v);
-    out[i] = v * vsigmoid(2.0f * u);
+    out[i] = scale * (v * vsigmoid(2.0f * u));
   }
 }
 
@@ -69,13 +69,14 @@ inline float gelu_slope(float v) {
 
 // Two loops, not a select on `accumulate` inside one: the select keeps GCC
 // from vectorising (6x slower).
-MANTISSA_CLONES void span_gelu_backward(float* dx, const float* x, const float* dout, int64_t n, bool accumulate) {
+MANTISSA_CLONES void span_gelu_backward(float* dx, const float* x, const float* dout, int64_t n, bool accumulate,
+                                        float scale) {
   if (accumulate) {
 #pragma omp simd
-    for (int64_t i = 0; i < n; ++i) dx[i] += gelu_slope(x[i]) * dout[i];
+    for (int64_t i = 0; i < n; ++i) dx[i] += gelu_slope(x[i]) * (scale * dout[i]);
   } else {
 #pragma omp simd
-    for (int64_t i = 0; i < n; ++i) dx[i] = 0.0f + gelu_slope(x[i]) * dout[i];  // 0 + : a -0 product gives +0, as += into zeros
+    for (int64_t i = 0; i < n; ++i) dx[i] = 0.0f + gelu_slope(x[i]) * (scale * dout[i]);  // 0 + : a -0 product gives +0, as += into zeros
   }
 }
 

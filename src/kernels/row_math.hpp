@@ -12,10 +12,12 @@ float span_exp_sum(float* y, const float* x, int64_t n, float shift);
 // sum of exp(x[i] - shift) without storing.
 float span_sum_exp(const float* x, int64_t n, float shift);
 void span_scale(float* y, int64_t n, float s);
-// y = 0.5 x (1 + tanh u) = x sigmoid(2u), u = sqrt(2/pi)(x + 0.044715 x^3)
-void span_gelu_forward(float* out, const float* x, int64_t n);
-// dx (+)= gelu'(x) dout: added when accumulate, else written (dx may then be dout).
-void span_gelu_backward(float* dx, const float* x, const float* dout, int64_t n, bool accumulate = true);
+// y = 0.5 x (1 + tanh u) = x sigmoid(2u), u = sqrt(2/pi)(x + 0.044715 x^3); out = scale y.
+void span_gelu_forward(float* out, const float* x, int64_t n, float scale = 1.0f);
+// dx (+)= gelu'(x) (scale dout): added when accumulate, else written (dx may then be dout).
+// A scale of 1 multiplies exactly: the unscaled results keep their bits.
+void span_gelu_backward(float* dx, const float* x, const float* dout, int64_t n, bool accumulate = true,
+                        float scale = 1.0f);
 // Memory-bound spans that the baseline ISA would run 4 lanes wide.
 void span_to_bf16(uint16_t* y, const float* x, int64_t n);    // round to nearest even
 void span_from_bf16(float* y, const uint16_t* x, int64_t n);  // exact

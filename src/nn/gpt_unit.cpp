@@ -59,7 +59,7 @@ ag::Var GPT::unit_block(ag::Tape& t, const Block& b, const ag::Var& x_in, size_t
   ag::Var fc_b = t.param(*b.fc_b);
   const ag::OpScales fc_s = ag::op_scales(us::linear(C, 4 * C, N, u.rules("linear")));
   ag::Var fc = ag::observe(t, ag::linear(t, h, t.param(*b.fc_w), &fc_b, fc_s), n + "mlp.fc");
-  ag::Var f = ag::observe(t, ag::unit_gelu(t, fc, us::gelu(1.0, u.rules("gelu"))), n + "mlp.gelu");
+  ag::Var f = ag::observe(t, ag::unit_gelu(t, std::move(fc), us::gelu(1.0, u.rules("gelu"))), n + "mlp.gelu");
   ag::Var mlp_b = t.param(*b.mlp_proj_b);
   const ag::OpScales mp_s = ag::op_scales(us::linear(4 * C, C, N, u.rules("linear")));
   y = ag::observe(t, unit_dropout(t, ag::linear(t, f, t.param(*b.mlp_proj_w), &mlp_b, mp_s), p), n + "mlp.proj");

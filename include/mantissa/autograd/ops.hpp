@@ -39,6 +39,8 @@ Var add_bias(Tape& t, const Var& x, const Var& b);
 Var gelu(Tape& t, const Var& x);  // tanh approximation
 // The same, x given up by the caller: its buffer may become the output.
 Var gelu(Tape& t, Var&& x);
+// y = forward gelu(x); dx += gelu'(x) backward dy (unit scaling), both in the GELU pass.
+Var scaled_gelu(Tape& t, Var&& x, float forward, float backward);
 Var relu(Tape& t, const Var& x);
 // Inverted dropout with probability p, active when t.ctx().training; the mask
 // comes from (ctx.seed, ctx.dropout_calls) and is recomputed in backward.
@@ -48,6 +50,11 @@ Var dropout(Tape& t, const Var& x, float p);
 Var softmax(Tape& t, const Var& x);  // over the last dim
 // x [..., C], weight and bias [C]; eps 1e-5 (GPT-2).
 Var layer_norm(Tape& t, const Var& x, const Var& weight, const Var& bias);
+// forward x layer_norm(x); backward the input, weight and bias gradients x
+// (input, weight, bias) (unit scaling); forward rides on the weight and bias,
+// input on the weight the backward kernel reads: no extra pass.
+Var scaled_layer_norm(Tape& t, const Var& x, const Var& weight, const Var& bias, float forward, float input,
+                      float weight_scale, float bias_scale);
 // qkv [B, T, 3C] -> [B, T, C], causal, NH heads, scores / sqrt(C/NH).
 Var causal_self_attention(Tape& t, const Var& qkv, int64_t heads);
 

@@ -38,7 +38,8 @@ Var residual_add(Tape& t, const Var& branch, const Var& skip, double tau);
 // incoming gradient; the erf GELU and SiLU (with `mult`, the library's
 // definitions gelu(mult x)/mult and x sigmoid(mult x)) are computed here.
 enum class GeluForm { tanh, erf };
-Var unit_gelu(Tape& t, const Var& x, const scaling::Scales& s, GeluForm form = GeluForm::tanh, double mult = 1.0);
+// x by value: a caller that moves it in lets the tanh form write over its buffer.
+Var unit_gelu(Tape& t, Var x, const scaling::Scales& s, GeluForm form = GeluForm::tanh, double mult = 1.0);
 Var unit_relu(Tape& t, const Var& x, const scaling::Scales& s);
 Var unit_silu(Tape& t, const Var& x, const scaling::Scales& s, double mult = 1.0);
 

@@ -14,16 +14,25 @@ void add_inplace(float* acc, const float* x, int64_t n);                // acc +
 void scale(float* out, const float* x, float alpha, int64_t n);         // out = alpha x
 void axpy(float* acc, const float* x, float alpha, int64_t n);          // acc += alpha x
 void mul(float* out, const float* a, const float* b, int64_t n);        // out = a * b
+// out = alpha a + beta b, or out += it when accumulate: a unit-scaled residual
+// add (or its backward) in one pass instead of a scale plus an add.
+void axpby(float* out, const float* a, float alpha, const float* b, float beta, int64_t n, bool accumulate);
+// x [rows, segs * C]: out (+)= scales[s] x on segment s of every row (the
+// u-muP attention's q | k | v multipliers in the one pass that copies qkv).
+void scale_segments(float* out, const float* x, const float* scales, int segs, int64_t rows, int64_t C,
+                    bool accumulate);
 
-// GELU, tanh approximation (GPT-2).
-void gelu_forward(float* out, const float* x, int64_t n);
-void gelu_backward(float* dx, const float* x, const float* dout, int64_t n);  // dx += gelu'(x) dout
+// GELU, tanh approximation (GPT-2). `scale` multiplies the output (forward)
+// or dout (backward) in the same pass (unit scaling); 1 keeps the bits.
+void gelu_forward(float* out, const float* x, int64_t n, float scale = 1.0f);
+// dx += gelu'(x) scale dout
+void gelu_backward(float* dx, const float* x, const float* dout, int64_t n, float scale = 1.0f);
 // The same with x stored as bf16 codes (exactly widened).
-void gelu_backward_bf16x(float* dx, const uint16_t* x16, const float* dout, int64_t n);
-// dx = gelu'(x) dout, overwriting dx, which may be dout: the gradient computed
-// in place of the output's (the same bits as += into zeros).
-void gelu_backward_into(float* dx, const float* x, const float* dout, int64_t n);
-void gelu_backward_bf16x_into(float* dx, const uint16_t* x16, const float* dout, int64_t n);
+void gelu_backward_bf16x(float* dx, const uint16_t* x16, const float* dout, int64_t n, float scale = 1.0f);
+// dx = gelu'(x) scale dout, overwriting dx, which may be dout: the gradient
+// computed in place of the output's (the same bits as += into zeros).
+void gelu_backward_into(float* dx, const float* x, const float* dout, int64_t n, float scale = 1.0f);
+void gelu_backward_bf16x_into(float* dx, const uint16_t* x16, const float* dout, int64_t n, float scale = 1.0f);
 void relu_forward(float* out, const float* x, int64_t n);
 void relu_backward(float* dx, const float* x, const float* dout, int64_t n);
 
@@ -60,12 +69,14 @@ double cross_entropy(const float* logits, const int32_t* targets, int64_t N, int
                      float grad_scale, float* losses, float* dlogits, int64_t* count);
 
 // ---- embeddings ----------------------------------------------------------------
-// out [B*T, C] = wte[tokens] + wpe[t]; tokens [B, T].
+// out [B*T, C] = scale (wte[tokens] + wpe[t]); tokens [B, T]. Scales of 1
+// multiply exactly (unit scaling's multipliers ride in the same pass).
 void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe,
-                       int64_t B, int64_t T, int64_t C);
-// dwte [V, C] += scatter of dout rows; dwpe [T, C] += sum over batch. Either may be null.
+                       int64_t B, int64_t T, int64_t C, float scale = 1.0f);
+// dwte [V, C] += wte_scale x scatter of dout rows; dwpe [T, C] += wpe_scale x
+// sum over batch. Either may be null.
 void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens,
-                        int64_t B, int64_t T, int64_t C);
+                        int64_t B, int64_t T, int64_t C, float wte_scale = 1.0f, float wpe_scale = 1.0f);
 
 // ---- causal multi-head attention --------------------------------------------------
 // qkv [B, T, 3C] (q | k | v, each C = NH heads x hs); out [B, T, C].

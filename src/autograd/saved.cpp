@@ -139,9 +139,8 @@ Tensor Tape::restore(const Tensor& saved) {
   const formats::Table16& table = bf16_table(saved.dtype());
   const float s = saved.scale();
   chunks(saved.numel(), [&](int64_t b, int64_t m) {
-    alignas(64) uint16_t buf[kChunk];
-    formats::lookup16(table, saved.data<uint8_t>() + b, buf, static_cast<size_t>(m), &s, static_cast<size_t>(m));
-    widen(out.f32() + b, buf, m);
+    formats::lookup16_widen(table, saved.data<uint8_t>() + b, out.f32() + b, static_cast<size_t>(m), &s,
+                            static_cast<size_t>(m));
   });
   return out;
 }

@@ -1,8 +1,8 @@
 // Byte -> 16-bit table lookup over arrays: decoding 1-byte codes (FP8) to the
 // bits of a 16-bit format (bf16) that holds every code's value exactly. The
-// AVX-512 path (four two-register permutes, one per quarter of the table) and
-// the scalar path give identical results; the ISA cap of formats/convert.hpp
-// applies.
+// AVX-512 path (one multiply per 16 codes for sign-magnitude float tables,
+// four two-register permutes for any other) and the scalar path give
+// identical results; the ISA cap of formats/convert.hpp applies.
 #pragma once
 
 #include <array>
@@ -22,5 +22,10 @@ using Table16 = std::array<uint16_t, 256>;
 // power-of-two fold that keeps it in bf16's normal range).
 void lookup16(const Table16& table, const uint8_t* codes, uint16_t* out, size_t n, const float* fold = nullptr,
               size_t group = 1);
+
+// The same, each result widened to the fp32 of its bf16 bits (what a kernel
+// that reads fp32 needs, without a 16-bit pass in between).
+void lookup16_widen(const Table16& table, const uint8_t* codes, float* out, size_t n, const float* fold = nullptr,
+                    size_t group = 1);
 
 }  // namespace mantissa::formats

@@ -233,6 +233,7 @@ ag::Var GPT::forward(ag::Tape& t, const Tensor& ids) {
   }
   // Tied head: logits [B*T, V] = x [B*T, C] @ wte^T.
   MemoryLabel label("logits");
+  const ag::ReadoutScope readout(t);
   ag::Var logits = ag::observe(t, ag::matmul(t, ag::reshape(t, take(x), {B * T, C}), wte, false, true), "logits");
   return ag::reshape(t, logits, {B, T, V});
 }

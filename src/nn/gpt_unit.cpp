@@ -87,6 +87,7 @@ ag::Var GPT::unit_forward(ag::Tape& t, const Tensor& ids) {
   x = ag::observe(t, ag::unit_layer_norm(t, x, t.param(*lnf_w_), t.param(*lnf_b_), us::layer_norm(C, N * C)), "ln_f");
   // Readout: logits [N, V] = x [N, C] @ lm_head [V, C]^T.
   const ag::OpScales head = ag::op_scales(us::linear_readout(C, V, N, u.rules("readout")));
+  const ag::ReadoutScope readout(t);
   ag::Var logits = ag::observe(t, ag::matmul(t, ag::reshape(t, x, {N, C}), t.param(*lm_head_), false, true, head), "logits");
   return ag::reshape(t, logits, {B, T, V});
 }

@@ -123,8 +123,12 @@ ag::Var MLP::forward(ag::Tape& t, const ag::Var& x) {
     }
     std::string name("layers.");  // (not "layers." + ...: GCC 12 -Wrestrict false positive)
     name += std::to_string(i);
+    if (last) {
+      const ag::ReadoutScope readout(t);
+      h = ag::observe(t, ag::linear(t, h, w, &b, s), name + ".linear");
+      break;
+    }
     h = ag::observe(t, ag::linear(t, h, w, &b, s), name + ".linear");
-    if (last) break;
     const bool gelu = config_.activation == "gelu";
     if (u.enabled)
       h = gelu ? ag::unit_gelu(t, h, us::gelu(1.0, u.rules("gelu"))) : ag::unit_relu(t, h, us::relu(u.rules("relu")));

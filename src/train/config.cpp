@@ -30,7 +30,7 @@ std::vector<ConfigKey> config_keys(TrainConfig& c) {
       {"weight-decay", "weight decay (decoupled for adamw)", &c.weight_decay},
       {"beta1", "Adam beta1", &c.beta1},
       {"beta2", "Adam beta2", &c.beta2},
-      {"grad-clip", "clip the global gradient norm to this (0: off)", &c.grad_clip},
+      {"grad-clip", "clip the global gradient norm to this (0: off; default 1 for standard models, off for unit-scaled ones)", &c.grad_clip},
       {"seed", "seed of initialisation, data order and stochastic rounding", &c.seed},
       {"threads", "compute threads (0: default)", &c.threads},
       {"recipe", "precision recipe (mantissa recipes lists them)", &c.recipe},
@@ -152,7 +152,8 @@ void validate(const TrainConfig& c) {
   if (!(c.weight_decay >= 0)) throw std::invalid_argument("--weight-decay must not be negative");
   if (!(c.beta1 >= 0 && c.beta1 < 1)) throw std::invalid_argument("--beta1 must be in [0, 1)");
   if (!(c.beta2 >= 0 && c.beta2 < 1)) throw std::invalid_argument("--beta2 must be in [0, 1)");
-  if (!(c.grad_clip >= 0)) throw std::invalid_argument("--grad-clip must not be negative");
+  if (!(c.grad_clip >= 0 || c.grad_clip == TrainConfig{}.grad_clip))
+    throw std::invalid_argument("--grad-clip must not be negative");
   non_negative("seed", c.seed);
   non_negative("threads", c.threads);
   non_negative("eval-every", c.eval_every);

@@ -3,7 +3,6 @@
 #include <unistd.h>
 
 #include <cmath>
-#include <cstdlib>
 #include <cstdio>
 #include <filesystem>
 #include <map>
@@ -320,6 +319,7 @@ std::unique_ptr<Session> build_session(const TrainConfig& config) {
     c.lr = kUnitDefaultLr;
     if (config.min_lr < 0) c.min_lr = c.lr / 10;
   }
+  if (c.grad_clip < 0) c.grad_clip = unit.enabled ? kUnitGradClip : kStandardGradClip;
   if (c.threads > 0) kernels::set_num_threads(static_cast<int>(c.threads));
 
   // A resumed run takes its model configuration from the checkpoint, so the

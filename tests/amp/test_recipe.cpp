@@ -2,11 +2,13 @@
 // (apex opt levels, autocast, GradScaler), overrides and JSON round trips.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <nlohmann/json.hpp>
 
 #include "mantissa/amp/amp.hpp"
 #include "mantissa/amp/recipe.hpp"
 #include "mantissa/nn/gpt.hpp"
+#include "mantissa/scaling/fp8.hpp"
 
 using namespace mantissa;
 using namespace mantissa::amp;
@@ -226,5 +228,52 @@ TEST(Recipe, ScalePropagationNeedsItsQuantiser) {
     ASSERT_NE(p.quantiser, nullptr) << name;
     EXPECT_TRUE(p.quantiser->casts_forward()) << name;
     EXPECT_TRUE(p.quantiser->casts_backward()) << name;
+  }
+}
+
+// cast_readout: unit-fp8 and fp8-noscale leave the readout (LM head) uncast,
+// so one training step casts three tensors fewer (the head's input, its
+// weight, the logits' gradient) than the same recipe with the readout cast;
+// the other FP8 recipes cast it. The setting parses and round-trips.
+TEST(Recipe, CastReadoutLeavesTheHeadUncast) {
+  EXPECT_FALSE(find_recipe("unit-fp8").cast_readout);
+  EXPECT_FALSE(find_recipe("fp8-noscale").cast_readout);
+  EXPECT_TRUE(find_recipe("fp8-current").cast_readout);
+  EXPECT_TRUE(find_recipe("scalify-fp8").cast_readout);
+  Recipe r = find_recipe("unit-fp8");
+  set_recipe_field(r, "cast_readout", "true");
+  EXPECT_TRUE(r.cast_readout);
+  EXPECT_TRUE(recipe_from_json(recipe_to_json(r)).cast_readout);
+  EXPECT_THROW(set_recipe_field(r, "cast_readout", "maybe"), std::invalid_argument);
+
+  const auto casts_of = [](const Recipe& recipe, bool unit) {
+    nn::GPTConfig c;
+    c.vocab = 32;
+    c.context = 8;
+    c.layers = 2;
+    c.d_model = 16;
+    c.heads = 2;
+    c.unit.enabled = unit;
+    nn::GPT m(c);
+    const autograd::PrecisionPolicy p = precision_policy(recipe, &m);
+    m.set_precision(p);
+    nn::Batch b{Tensor::empty({2, 8}, DType::i32), Tensor::empty({2, 8}, DType::i32)};
+    for (int i = 0; i < 16; ++i) {
+      b.inputs.data<int32_t>()[i] = (i * 7) % 32;
+      b.targets.data<int32_t>()[i] = (i * 5 + 1) % 32;
+    }
+    m.zero_grad();
+    const nn::LossSum l = m.forward_backward(b, 1.0f);
+    EXPECT_TRUE(std::isfinite(l.sum));
+    return dynamic_cast<const scaling::Fp8Quantiser&>(*p.quantiser).stats().casts;
+  };
+  for (const char* name : {"unit-fp8", "fp8-noscale"}) {
+    const Recipe uncast = find_recipe(name);
+    Recipe cast = uncast;
+    cast.cast_readout = true;
+    const bool unit = uncast.parametrisation == Parametrisation::unit;
+    const int64_t without = casts_of(uncast, unit), with = casts_of(cast, unit);
+    EXPECT_EQ(with - without, 3) << name;
+    EXPECT_EQ(without, 2 * 4 * 3) << name;  // 2 blocks x 4 linears x (input, weight, output gradient)
   }
 }

@@ -145,6 +145,26 @@ TEST_F(CliTrain, TrainsWritesMetricsAndTheSavedModelEvaluatesTheSame) {
   EXPECT_NE(e.out.find(expect), std::string::npos) << e.out << " expected " << expect;
 }
 
+// --grad-clip left at its default clips standard models at 1 and leaves
+// unit-scaled ones unclipped (their gradients are in unit scale, with a
+// global norm far above 1); a given value holds for both. Read back from the
+// resolved configuration in the metrics file's run record.
+TEST_F(CliTrain, GradClipDefaultsToOneForStandardAndOffForUnitModels) {
+  const auto clip_of = [&](const std::string& flags, const std::string& name) {
+    const Result r = run(tiny() + " --steps 1 --eval-batches 1 " + flags + " --metrics " + path(name));
+    EXPECT_EQ(r.code, 0) << r.out;
+    const auto lines = read_jsonl(path(name));
+    return lines.empty() ? -2.0 : lines.front()["run"]["config"]["grad-clip"].get<double>();
+  };
+  EXPECT_EQ(clip_of("--recipe fp32", "a.jsonl"), 1.0);
+  EXPECT_EQ(clip_of("--recipe unit-fp32", "b.jsonl"), 0.0);
+  EXPECT_EQ(clip_of("--recipe unit-fp32 --grad-clip 0.5", "c.jsonl"), 0.5);
+  EXPECT_EQ(clip_of("--recipe fp32 --grad-clip 0", "d.jsonl"), 0.0);
+  const Result bad = run(tiny() + " --grad-clip -2");
+  EXPECT_EQ(bad.code, 2) << bad.out;
+  EXPECT_NE(bad.out.find("--grad-clip"), std::string::npos) << bad.out;
+}
+
 TEST_F(CliTrain, ResumeContinuesWithBitIdenticalLosses) {
   const std::string common = tiny() + " --eval-every 0 --eval-batches 1 --recipe bf16-amp --loss-scale dynamic "
                              "--init-scale 256 --growth-interval 2";

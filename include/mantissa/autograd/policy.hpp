@@ -107,6 +107,8 @@ struct PrecisionPolicy {
   // Matrix products keep the quantiser's codes or their matmul-dtype operand.
   DType saved = DType::f32;
   std::shared_ptr<OperandQuantiser> quantiser;  // null: no casts
+  // false: models run their readout product uncast (UncastScope).
+  bool cast_readout = true;
 };
 
 // Unit-scaling style multipliers of one op: the forward output is multiplied

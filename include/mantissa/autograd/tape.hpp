@@ -146,4 +146,21 @@ class Tape {
   std::vector<std::function<void()>> ops_;
 };
 
+// The readout's product uncast: while alive, matrix products on `t` run in
+// the policy's matmul dtype without the quantiser when the policy says
+// cast_readout = false (the backward closures keep what they recorded).
+class ReadoutScope {
+ public:
+  explicit ReadoutScope(Tape& t) : t_(t), saved_(t.ctx().policy.quantiser) {
+    if (!t.policy().cast_readout) t.ctx().policy.quantiser = nullptr;
+  }
+  ~ReadoutScope() { t_.ctx().policy.quantiser = std::move(saved_); }
+  ReadoutScope(const ReadoutScope&) = delete;
+  ReadoutScope& operator=(const ReadoutScope&) = delete;
+
+ private:
+  Tape& t_;
+  std::shared_ptr<OperandQuantiser> saved_;
+};
+
 }  // namespace mantissa::autograd

@@ -33,7 +33,11 @@ struct TrainConfig {
   double weight_decay = 0.1;
   double beta1 = 0.9;
   double beta2 = 0.99;
-  double grad_clip = 1.0;
+  // < 0: automatic, 1 for standard models and off for unit-scaled ones
+  // (their gradients are the loss gradient times per-parameter constants,
+  // with a global norm ~1e5 on the reference GPT, so a loss-unit threshold
+  // would normalise every step; see kUnitGradClip).
+  double grad_clip = -1;
   int64_t seed = 1337;
   int64_t threads = 0;  // 0: the library default
   // Precision.

@@ -40,6 +40,7 @@
 #include "mantissa/kernels/matmul.hpp"
 #include "mantissa/kernels/profile.hpp"
 #include "mantissa/nn/gpt.hpp"
+#include "mantissa/scaling/fp8.hpp"
 #include "mantissa/optim/optimizer.hpp"
 #include "mantissa/tensor/memory.hpp"
 #include "mantissa/train/session.hpp"
@@ -297,6 +298,7 @@ nlohmann::ordered_json time_recipe(const Options& o, const std::string& recipe_n
   options.schedule.max_lr = options.schedule.min_lr = 1e-3;  // constant, as in torch_gpt.py
   train::Trainer trainer(model, *optimizer, source, nullptr, recipe, options);
   std::vector<double> times;
+  nlohmann::ordered_json fp8;
   double first_loss = 0;
   StepMemory mem;
   for (int step = 0; step < o.warmup + o.steps; ++step) {
@@ -312,12 +314,21 @@ nlohmann::ordered_json time_recipe(const Options& o, const std::string& recipe_n
       mem.add(before, memory_stats());
     }
   }
+  // FP8 casts per step (current scaling redoes a cast whose exponent moved).
+  if (const auto* q = dynamic_cast<const scaling::Fp8Quantiser*>(model.precision().quantiser.get())) {
+    const scaling::Fp8Stats st = q->stats();
+    const double steps = o.warmup + o.steps;
+    fp8 = {{"casts_per_step", st.casts / steps},
+           {"recasts_per_step", st.recasts / steps},
+           {"weight_casts_per_step", st.weight_casts / steps}};
+  }
   double med = median(times);
   const bool low = model.precision().matmul != DType::f32;
   nlohmann::ordered_json out = {{"tokens_per_s", static_cast<double>(o.batch * o.seq_len) / med},
                                 {"step_ms", med * 1e3},
                                 {"first_loss", first_loss},
                                 {"memory", mem.json()}};
+  if (!fp8.is_null()) out["fp8"] = fp8;
   if (o.profile_steps > 0)
     out["breakdown"] = breakdown(trainer, *optimizer, o.profile_steps, low ? peaks.bf16 : peaks.f32);
   if (o.memory_trace) {

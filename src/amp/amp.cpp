@@ -131,13 +131,15 @@ AmpStepResult Amp::step(double lr) {
   r.loss_scale = scaler_.scale();
   if (options_.grad_stats) r.grad_stats_json = grad_stats_json(stats_format_, gradient_range_stats(stats_format_, params_));
   if (low_gradients_) round_gradients();
-  const bool finite = scaler_.unscale_and_check(params_);
-  if (!finite) {
+  // Finiteness, unscale and norm in one read of the gradients.
+  const double sumsq = scaler_.unscale_sumsq(params_);
+  if (!std::isfinite(sumsq)) {
     r.skipped = true;
     r.grad_norm = std::numeric_limits<double>::infinity();
   } else {
-    r.grad_norm = optim::clip_grad_norm(params_, options_.grad_clip);
-    if (!std::isfinite(r.grad_norm)) r.skipped = true;  // overflow in the norm itself
+    r.grad_norm = std::sqrt(sumsq) / scaler_.scale();
+    if (!std::isfinite(r.grad_norm)) r.skipped = true;  // overflow in the unscale itself
+    else optim::clip_to_norm(params_, r.grad_norm, options_.grad_clip);
   }
   if (!r.skipped) {
     master_.before_update();

@@ -5,6 +5,8 @@
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
+#include "mantissa/optim/clip.hpp"
+
 namespace mantissa::amp {
 
 LossScaler::LossScaler(const LossScaleConfig& config) : config_(config) {
@@ -13,22 +15,13 @@ LossScaler::LossScaler(const LossScaleConfig& config) : config_(config) {
 }
 
 bool LossScaler::unscale_and_check(const std::vector<nn::Parameter*>& params) const {
+  return std::isfinite(unscale_sumsq(params));
+}
+
+double LossScaler::unscale_sumsq(const std::vector<nn::Parameter*>& params) const {
   // fp32 reciprocal as GradScaler does; scales are powers of two in practice,
   // which makes the unscale exact.
-  const float inv = static_cast<float>(1.0 / scale_);
-  bool finite = true;
-  for (nn::Parameter* p : params) {
-    float* g = p->grad.f32();
-    const int64_t n = p->grad.numel();
-    bool ok = true;
-#pragma omp parallel for reduction(&& : ok) if (n > (1 << 16))
-    for (int64_t i = 0; i < n; ++i) {
-      ok = ok && std::isfinite(g[i]);
-      g[i] *= inv;
-    }
-    finite = finite && ok;
-  }
-  return finite;
+  return optim::scale_grads_sumsq(params, static_cast<float>(1.0 / scale_));
 }
 
 void LossScaler::update(bool found_inf) {

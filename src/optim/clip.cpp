@@ -6,8 +6,8 @@
 
 namespace mantissa::optim {
 
-double grad_norm(const std::vector<nn::Parameter*>& params) {
-  const auto spans = detail::make_spans(params);
+double scale_grads_sumsq(const std::vector<nn::Parameter*>& params, float factor) {
+  const auto spans = detail::make_spans(params, true);
   const auto n_spans = static_cast<int64_t>(spans.size());
   // One partial sum per chunk, added in chunk order afterwards: the result
   // does not depend on the thread count or scheduling.
@@ -15,19 +15,29 @@ double grad_norm(const std::vector<nn::Parameter*>& params) {
 #pragma omp parallel for schedule(static)
   for (int64_t k = 0; k < n_spans; ++k) {
     const detail::Span& sp = spans[static_cast<size_t>(k)];
-    const float* g = params[sp.param]->grad.f32();
+    float* g = params[sp.param]->grad.f32();
     double s = 0.0;
+    if (factor == 1.0f) {
 #pragma omp simd reduction(+ : s)
-    for (int64_t i = sp.begin; i < sp.end; ++i) s += static_cast<double>(g[i]) * static_cast<double>(g[i]);
+      for (int64_t i = sp.begin; i < sp.end; ++i) s += static_cast<double>(g[i]) * static_cast<double>(g[i]);
+    } else {
+#pragma omp simd reduction(+ : s)
+      for (int64_t i = sp.begin; i < sp.end; ++i) {
+        s += static_cast<double>(g[i]) * static_cast<double>(g[i]);
+        g[i] *= factor;
+      }
+    }
     partial[static_cast<size_t>(k)] = s;
   }
   double total = 0.0;
   for (double s : partial) total += s;
-  return std::sqrt(total);
+  return total;
 }
 
+double grad_norm(const std::vector<nn::Parameter*>& params) { return std::sqrt(scale_grads_sumsq(params, 1.0f)); }
+
 void scale_grads(const std::vector<nn::Parameter*>& params, float factor) {
-  const auto spans = detail::make_spans(params);
+  const auto spans = detail::make_spans(params, true);
   const auto n_spans = static_cast<int64_t>(spans.size());
 #pragma omp parallel for schedule(static)
   for (int64_t k = 0; k < n_spans; ++k) {
@@ -38,11 +48,15 @@ void scale_grads(const std::vector<nn::Parameter*>& params, float factor) {
   }
 }
 
-double clip_grad_norm(const std::vector<nn::Parameter*>& params, double max_norm) {
-  const double norm = grad_norm(params);
-  if (!std::isfinite(norm) || !(max_norm > 0)) return norm;
+void clip_to_norm(const std::vector<nn::Parameter*>& params, double norm, double max_norm) {
+  if (!std::isfinite(norm) || !(max_norm > 0)) return;
   const double coef = max_norm / (norm + 1e-6);
   if (coef < 1.0) scale_grads(params, static_cast<float>(coef));
+}
+
+double clip_grad_norm(const std::vector<nn::Parameter*>& params, double max_norm) {
+  const double norm = grad_norm(params);
+  clip_to_norm(params, norm, max_norm);
   return norm;
 }
 

@@ -17,10 +17,12 @@ struct Span {
   int64_t begin, end;
 };
 
-inline std::vector<Span> make_spans(const std::vector<nn::Parameter*>& params) {
+// Chunks of each parameter's value, or (of_grads) of its gradient, which a
+// bare gradient holder (a loss-scaler test) may have without a value.
+inline std::vector<Span> make_spans(const std::vector<nn::Parameter*>& params, bool of_grads = false) {
   std::vector<Span> spans;
   for (size_t i = 0; i < params.size(); ++i) {
-    int64_t n = params[i]->value.numel();
+    int64_t n = of_grads ? params[i]->grad.numel() : params[i]->value.numel();
     for (int64_t b = 0; b < n; b += kChunkElems)
       spans.push_back({static_cast<uint32_t>(i), b, b + kChunkElems < n ? b + kChunkElems : n});
   }

@@ -40,6 +40,26 @@ struct Grads {
 };
 }  // namespace
 
+// The optimizer step's fused pass: the sum of squares of the grads before
+// scaling (float64), every grad multiplied by the factor; a grad whose float
+// square overflows (1e30) still gives a finite sum; inf and NaN do not.
+TEST(Clip, ScaleGradsSumsqMeasuresBeforeScaling) {
+  Grads g;
+  const double want = g.norm64();
+  std::vector<float> before = g.ps[0].grad.to_vector();
+  const double sumsq = optim::scale_grads_sumsq(g.ptrs(), 0.25f);
+  EXPECT_NEAR(std::sqrt(sumsq), want, 1e-12 * want);
+  for (size_t i = 0; i < before.size(); ++i) ASSERT_EQ(g.ps[0].grad.f32()[i], before[i] * 0.25f) << i;
+  EXPECT_NEAR(g.norm64(), want / 4, 1e-12 * want);
+  g.ps[1].grad.f32()[0] = 1e30f;
+  const double big = static_cast<double>(1e30f) * static_cast<double>(1e30f);
+  EXPECT_NEAR(optim::scale_grads_sumsq(g.ptrs(), 1.0f), big, 1e-12 * big);
+  g.ps[1].grad.f32()[1] = std::numeric_limits<float>::infinity();
+  EXPECT_TRUE(std::isinf(optim::scale_grads_sumsq(g.ptrs(), 1.0f)));
+  g.ps[1].grad.f32()[1] = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_TRUE(std::isnan(optim::scale_grads_sumsq(g.ptrs(), 1.0f)));
+}
+
 TEST(Clip, NormMatchesFloat64AndClipsToMax) {
   Grads g;
   const double want = g.norm64();

@@ -28,6 +28,9 @@ class LossScaler {
   // them are finite (checked on the values before unscaling, in one pass).
   // Call exactly once per optimizer step, before clipping.
   bool unscale_and_check(const std::vector<nn::Parameter*>& params) const;
+  // The same pass, returning the sum of squares of the gradients before
+  // unscaling (inf/NaN when one is not finite; optim::scale_grads_sumsq).
+  double unscale_sumsq(const std::vector<nn::Parameter*>& params) const;
 
   // Advances the state machine after a step; found_inf means the step was skipped.
   void update(bool found_inf);

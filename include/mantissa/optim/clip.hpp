@@ -21,4 +21,14 @@ double clip_grad_norm(const std::vector<nn::Parameter*>& params, double max_norm
 // grad *= factor for every parameter (loss-scale unscaling, accumulation).
 void scale_grads(const std::vector<nn::Parameter*>& params, float factor);
 
+// One pass: the sum of squares of every grad as it is, in fp64 in a fixed
+// order, while multiplying it by `factor` (no write when factor is 1). The
+// sum is inf/NaN exactly when some grad is (squares of finite floats cannot
+// overflow an fp64 sum of fewer than 1e230 terms). The optimizer step's
+// finiteness check, unscale and norm in one read of the gradients.
+double scale_grads_sumsq(const std::vector<nn::Parameter*>& params, float factor);
+
+// The clipping of clip_grad_norm for an already measured finite `norm`.
+void clip_to_norm(const std::vector<nn::Parameter*>& params, double norm, double max_norm);
+
 }  // namespace mantissa::optim

@@ -45,7 +45,7 @@ Preset preset(const std::string& name) {
     return {2, 128, 4, 64, 16, 400 * 16 * 64, 1, 16, 2, 256, 128, 300, &kQuickRecipes, false,
             "The quick preset trains a smaller GPT than the reference one (which has 4 layers, d_model 256, T 128) "
             "with one seed and short runs, so that the whole study takes about 2 minutes on 2 idle cores (measured "
-            "2026-11-24: 98 s wall, 194 CPU seconds for 17 GPT and 5 MLP runs; 7.4 minutes while other builds shared "
+            "2026-11-24 and 25: 98 and 115 s wall, 194 and 227 CPU seconds for 17 GPT and 5 MLP runs; 7.4 minutes while other builds shared "
             "the cores): its numbers "
             "show which recipes track fp32 and which break, not converged quality. --preset paper runs the "
             "reference GPT with 3 seeds."};

@@ -43,13 +43,20 @@ constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2/pi)
 constexpr float kGeluCubic = 0.044715f;
 }  // namespace
 
-MANTISSA_CLONES void span_gelu_forward(float* out, const float* x, int64_t n, float scale) {
+namespace {
+MANTISSA_CLONES void gelu_forward_generic(float* out, const float* x, int64_t n, float scale) {
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i) {
     const float v = x[i];
     const float u = kGeluScale * (v + kGeluCubic * v * v * v);
     out[i] = scale * (v * vsigmoid(2.0f * u));
   }
+}
+}  // namespace
+
+void span_gelu_forward(float* out, const float* x, int64_t n, float scale) {
+  if (gelu_avx512_available()) return gelu_forward_avx512(out, x, n, scale);
+  gelu_forward_generic(out, x, n, scale);
 }
 
 namespace {
@@ -65,12 +72,11 @@ inline float gelu_slope(float v) {
   const float tail = s > 0.0f ? 2.0f * v * s * (e * s) * du : 0.0f;
   return s + tail;
 }
-}  // namespace
 
 // Two loops, not a select on `accumulate` inside one: the select keeps GCC
 // from vectorising (6x slower).
-MANTISSA_CLONES void span_gelu_backward(float* dx, const float* x, const float* dout, int64_t n, bool accumulate,
-                                        float scale) {
+MANTISSA_CLONES void gelu_backward_generic(float* dx, const float* x, const float* dout, int64_t n, bool accumulate,
+                                           float scale) {
   if (accumulate) {
 #pragma omp simd
     for (int64_t i = 0; i < n; ++i) dx[i] += gelu_slope(x[i]) * (scale * dout[i]);
@@ -78,6 +84,12 @@ MANTISSA_CLONES void span_gelu_backward(float* dx, const float* x, const float* 
 #pragma omp simd
     for (int64_t i = 0; i < n; ++i) dx[i] = 0.0f + gelu_slope(x[i]) * (scale * dout[i]);  // 0 + : a -0 product gives +0, as += into zeros
   }
+}
+}  // namespace
+
+void span_gelu_backward(float* dx, const float* x, const float* dout, int64_t n, bool accumulate, float scale) {
+  if (gelu_avx512_available()) return gelu_backward_avx512(dx, x, dout, n, accumulate, scale);
+  gelu_backward_generic(dx, x, dout, n, accumulate, scale);
 }
 
 MANTISSA_CLONES void span_to_bf16(uint16_t* y, const float* x, int64_t n) {

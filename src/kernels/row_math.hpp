@@ -18,6 +18,11 @@ void span_gelu_forward(float* out, const float* x, int64_t n, float scale = 1.0f
 // A scale of 1 multiplies exactly: the unscaled results keep their bits.
 void span_gelu_backward(float* dx, const float* x, const float* dout, int64_t n, bool accumulate = true,
                         float scale = 1.0f);
+// The AVX-512 GELU kernels behind the two spans above (gelu_avx512.cpp),
+// used when formats::active_isa() allows AVX-512 (its cap applies).
+bool gelu_avx512_available();
+void gelu_forward_avx512(float* out, const float* x, int64_t n, float scale);
+void gelu_backward_avx512(float* dx, const float* x, const float* dout, int64_t n, bool accumulate, float scale);
 // Memory-bound spans that the baseline ISA would run 4 lanes wide.
 void span_to_bf16(uint16_t* y, const float* x, int64_t n);    // round to nearest even
 void span_from_bf16(float* y, const uint16_t* x, int64_t n);  // exact

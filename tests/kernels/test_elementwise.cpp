@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "kernels/reference.hpp"
+#include "mantissa/formats/convert.hpp"
 #include "mantissa/kernels/kernels.hpp"
 
 namespace mantissa::kernels {
@@ -92,6 +93,33 @@ TEST(Gelu, BackwardIsFiniteFarLeftOfZero) {
   for (int64_t i = 0; i < n; ++i) {
     ASSERT_TRUE(std::isfinite(dx[i])) << "x=" << x[i];
     EXPECT_NEAR(dx[i], gelu_grad_ref(x[i]), 1e-6 + 1e-5 * std::fabs(gelu_grad_ref(x[i]))) << "x=" << x[i];
+  }
+}
+
+// The AVX-512 GELU kernels (reciprocal estimate + Newton step, vscalefps
+// exp) and the generic vectorised loops (division, clamped exp), selected by
+// the formats ISA cap, each against the float64 formulas over [-12, 12],
+// including far-left inputs and a NaN that must come out NaN.
+TEST(Gelu, AvxAndGenericPathsBothMatchFloat64) {
+  namespace mf = mantissa::formats;
+  auto x = random_floats(kN, 8, -12.0f, 12.0f);
+  x[0] = -200.0f;
+  x[1] = 30.0f;
+  x[2] = std::numeric_limits<float>::quiet_NaN();
+  const auto g = random_floats(kN, 9);
+  for (mf::Isa isa : {mf::Isa::avx512_bf16_fp16, mf::Isa::scalar}) {
+    mf::set_max_isa(isa);
+    std::vector<float> y(kN), dx(kN, 0.0f);
+    gelu_forward(y.data(), x.data(), kN);
+    gelu_backward(dx.data(), x.data(), g.data(), kN);
+    mf::set_max_isa(mf::Isa::avx512_bf16_fp16);
+    EXPECT_TRUE(std::isnan(y[2]) && std::isnan(dx[2])) << mf::isa_name(isa);
+    for (int64_t i = 0; i < kN; ++i) {
+      if (i == 2) continue;
+      const double fwd = gelu_ref(x[i]), bwd = gelu_grad_ref(x[i]) * g[i];
+      ASSERT_NEAR(y[i], fwd, 8 * kEps32 * std::abs(fwd) + 2e-7) << mf::isa_name(isa) << " x=" << x[i];
+      ASSERT_NEAR(dx[i], bwd, 16 * kEps32 * (std::abs(bwd) + std::abs(g[i])) + 1e-6) << mf::isa_name(isa) << " x=" << x[i];
+    }
   }
 }
 

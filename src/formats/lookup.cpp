@@ -129,18 +129,27 @@ MANTISSA_AVX512 inline void store32(Out* out, size_t i, detail::TailMask32 m, __
   }
 }
 
+// The full-table route for 32 codes x (16-bit lanes), folded by flo/fhi (kFold).
+template <bool kFold>
+MANTISSA_AVX512 inline __m512i table32(const detail::Table16Regs& t, __m512i x, __m512 flo, __m512 fhi) {
+  const __m512i d = detail::lookup32(t, x);
+  if constexpr (kFold) return detail::fold32(d, flo, fhi);
+  return d;
+}
+
+MANTISSA_AVX512 inline __m512i load_codes32(const uint8_t* codes, size_t i, detail::TailMask32 m) {
+  return _mm512_cvtepu8_epi16(_mm256_maskz_loadu_epi8(m.both(), codes + i));
+}
+
 // Codes [i, i + 32) in m: the magnitude route with exponent step k7 (k << 7
 // per lane), or the full table with fold flo/fhi (kFold) when code 0x80 is
 // among them and breaks the rule.
 template <bool kFold, class Out>
 MANTISSA_AVX512 inline void step32(const MagnitudeRegs& r, const detail::Table16Regs& t, const uint8_t* codes, Out* out,
                                    size_t i, detail::TailMask32 m, __m512i k7, __m512 flo, __m512 fhi) {
-  const __m512i x = _mm512_cvtepu8_epi16(_mm256_maskz_loadu_epi8(m.both(), codes + i));
-  if (r.neg_zero_special && _mm512_cmpeq_epi16_mask(x, _mm512_set1_epi16(0x80)) != 0) [[unlikely]] {
-    __m512i d = detail::lookup32(t, x);
-    if constexpr (kFold) d = detail::fold32(d, flo, fhi);
-    return store32(out, i, m, d);
-  }
+  const __m512i x = load_codes32(codes, i, m);
+  if (r.neg_zero_special && _mm512_cmpeq_epi16_mask(x, _mm512_set1_epi16(0x80)) != 0) [[unlikely]]
+    return store32(out, i, m, table32<kFold>(t, x, flo, fhi));
   store32(out, i, m, magnitude32(r, x, k7));
 }
 
@@ -148,9 +157,7 @@ MANTISSA_AVX512 inline void step32(const MagnitudeRegs& r, const detail::Table16
 template <bool kFold, class Out>
 MANTISSA_AVX512 inline void table_step32(const detail::Table16Regs& t, const uint8_t* codes, Out* out, size_t i,
                                          detail::TailMask32 m, __m512 flo, __m512 fhi) {
-  __m512i d = detail::lookup32(t, _mm512_cvtepu8_epi16(_mm256_maskz_loadu_epi8(m.both(), codes + i)));
-  if constexpr (kFold) d = detail::fold32(d, flo, fhi);
-  store32(out, i, m, d);
+  store32(out, i, m, table32<kFold>(t, load_codes32(codes, i, m), flo, fhi));
 }
 
 // Runs step(i, mask, flo, fhi) over [0, n) in 32-element steps with the

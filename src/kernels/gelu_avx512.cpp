@@ -14,6 +14,7 @@
 #include <immintrin.h>
 
 #include "kernels/row_math.hpp"
+#include "kernels/vec_math.hpp"
 #include "mantissa/formats/convert.hpp"
 
 #define MANTISSA_GELU_AVX512 __attribute__((target("avx512f")))
@@ -21,23 +22,14 @@
 namespace mantissa::kernels {
 namespace {
 
-constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2/pi)
-constexpr float kGeluCubic = 0.044715f;
-
-// e^x for x in [-80, 80]: vexp's reduction and degree-7 polynomial.
+// e^x for x in [-80, 80]: vexp's reduction and degree-8 polynomial.
 MANTISSA_GELU_AVX512 inline __m512 exp16(__m512 x) {
-  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(kExpLog2e)),
                                         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-  __m512 p = _mm512_fmadd_ps(r, _mm512_set1_ps(1.0f / 40320.0f), _mm512_set1_ps(1.0f / 5040.0f));
-  p = _mm512_fmadd_ps(r, p, _mm512_set1_ps(1.0f / 720.0f));
-  p = _mm512_fmadd_ps(r, p, _mm512_set1_ps(1.0f / 120.0f));
-  p = _mm512_fmadd_ps(r, p, _mm512_set1_ps(1.0f / 24.0f));
-  p = _mm512_fmadd_ps(r, p, _mm512_set1_ps(1.0f / 6.0f));
-  p = _mm512_fmadd_ps(r, p, _mm512_set1_ps(0.5f));
-  p = _mm512_fmadd_ps(r, p, _mm512_set1_ps(1.0f));
-  p = _mm512_fmadd_ps(r, p, _mm512_set1_ps(1.0f));
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(kExpLn2Hi), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(kExpLn2Lo), r);
+  __m512 p = _mm512_set1_ps(kExpTaylor[0]);
+  for (int k = 1; k < 9; ++k) p = _mm512_fmadd_ps(r, p, _mm512_set1_ps(kExpTaylor[k]));
   return _mm512_scalef_ps(p, n);
 }
 

@@ -39,11 +39,6 @@ MANTISSA_CLONES void span_scale(float* y, int64_t n, float s) {
 }
 
 namespace {
-constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2/pi)
-constexpr float kGeluCubic = 0.044715f;
-}  // namespace
-
-namespace {
 MANTISSA_CLONES void gelu_forward_generic(float* out, const float* x, int64_t n, float scale) {
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i) {

@@ -12,7 +12,9 @@ float span_exp_sum(float* y, const float* x, int64_t n, float shift);
 // sum of exp(x[i] - shift) without storing.
 float span_sum_exp(const float* x, int64_t n, float shift);
 void span_scale(float* y, int64_t n, float s);
-// y = 0.5 x (1 + tanh u) = x sigmoid(2u), u = sqrt(2/pi)(x + 0.044715 x^3); out = scale y.
+inline constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2/pi)
+inline constexpr float kGeluCubic = 0.044715f;
+// y = 0.5 x (1 + tanh u) = x sigmoid(2u), u = kGeluScale (x + kGeluCubic x^3); out = scale y.
 void span_gelu_forward(float* out, const float* x, int64_t n, float scale = 1.0f);
 // dx (+)= gelu'(x) (scale dout): added when accumulate, else written (dx may then be dout).
 // A scale of 1 multiplies exactly: the unscaled results keep their bits.

@@ -107,7 +107,7 @@ struct PrecisionPolicy {
   // Matrix products keep the quantiser's codes or their matmul-dtype operand.
   DType saved = DType::f32;
   std::shared_ptr<OperandQuantiser> quantiser;  // null: no casts
-  // false: models run their readout product uncast (UncastScope).
+  // false: models run their readout product uncast (ReadoutScope, tape.hpp).
   bool cast_readout = true;
 };
 

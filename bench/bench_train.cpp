@@ -322,6 +322,12 @@ nlohmann::ordered_json time_recipe(const Options& o, const std::string& recipe_n
            {"recasts_per_step", st.recasts / steps},
            {"weight_casts_per_step", st.weight_casts / steps}};
   }
+  // 1-byte saved activations encoded twice because their exponent moved.
+  if (const auto& h = model.precision().saved_hints) {
+    const double steps = o.warmup + o.steps;
+    fp8["saved_per_step"] = static_cast<double>(h->saves) / steps;
+    fp8["saved_reencodes_per_step"] = static_cast<double>(h->reencodes) / steps;
+  }
   double med = median(times);
   const bool low = model.precision().matmul != DType::f32;
   nlohmann::ordered_json out = {{"tokens_per_s", static_cast<double>(o.batch * o.seq_len) / med},

@@ -50,6 +50,7 @@ autograd::PrecisionPolicy precision_policy(const Recipe& r, nn::Model* model) {
   p.matmul = policy_dtype("matmul_format", r.matmul_format);
   p.saved = saved_dtype(r.saved_format);
   p.cast_readout = r.cast_readout;
+  if (dtype_size(p.saved) == 1) p.saved_hints = std::make_shared<autograd::SavedScaleHints>();
   if (r.cast_scaling == CastScaling::propagate) {
     // Scale propagation starts from the parameters' own scales.
     if (model == nullptr)

@@ -182,6 +182,7 @@ Var cast_product(Tape& t, const Var& a, const Var& b, const Var* bias, bool ta, 
       QuantSite gsite = site;
       gsite.role = OperandRole::grad_output;
       gsite.record = true;
+      gsite.keep_codes = false;  // only the decode dc and the scale are used
       dq = qp->quantise(on->grad, batch, M, N, 2, gsite, &dc);
       if (!qp->casts_forward()) dtype = policy_dtype == DType::f16 ? DType::f32 : policy_dtype;
     } else {

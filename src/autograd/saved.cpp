@@ -6,8 +6,10 @@
 // a power of two, so decoding is exact, also to bf16 (every e4m3/e5m2 value
 // times 2^E is a bf16 value while 2^E stays in bf16's range, which the clamp
 // of E to [-100, 100] and FP8's 2^-17 .. 2^16 magnitudes guarantee).
-// Encoding is a scan for the amax, then one pass that scales and rounds in
-// registers (formats::ScaledCast); decoding a table lookup with the scale
+// Encoding is one pass that scales and rounds in registers
+// (formats::ScaledCast) with the exponent the save site used last time
+// (SavedScaleHints), again only when the pass's amax calls for another one
+// (a first save scans the amax first); decoding a table lookup with the scale
 // folded in (formats::lookup16), both in L1-sized chunks across threads.
 #include <algorithm>
 #include <array>
@@ -104,30 +106,58 @@ Tensor Tape::save(const Tensor& x) const {
   return x.to(s, MemoryKind::activation);
 }
 
-Tensor Tape::save_compact(const Tensor& x) const {
+Tensor Tape::save_compact(const Tensor& x) {
   const DType s = ctx_.policy.saved;
   if (dtype_size(s) != 1) return save(x);
   if (x.dtype() != DType::f32 && x.dtype() != DType::bf16) return x;
   MemoryLabel label("saved");
-  return encode_scaled(x, s);
+  SavedScaleHints* hints = ctx_.policy.saved_hints.get();
+  if (!hints) return encode_scaled(x, s);
+  const auto site = static_cast<size_t>(ctx_.save_calls++);
+  if (hints->exponent.size() <= site) hints->exponent.resize(site + 1, SavedScaleHints::kNone);
+  bool again = false;
+  Tensor out = encode_scaled(x, s, &hints->exponent[site], &again);
+  ++hints->saves;
+  hints->reencodes += again;
+  return out;
 }
 
-Tensor Tape::encode_scaled(const Tensor& x, DType codes) {
+Tensor Tape::encode_scaled(const Tensor& x, DType codes, int* hint, bool* reencoded) {
   kernels::profile::Scope profile_scope(kernels::profile::Category::conversion);
   if (x.dtype() != DType::f32 && x.dtype() != DType::bf16)
     throw std::invalid_argument(std::string("Tape::encode_scaled: input must be f32 or bf16, got ") + dtype_name(x.dtype()));
   const formats::Format& f = format_of(codes);
-  const int e = scale_exponent(finite_amax(x), f.max());
-  const float mult = std::ldexp(1.0f, -e);
   Tensor out = Tensor::empty(x.shape(), codes, MemoryKind::activation);
-  out.set_scale(std::ldexp(1.0f, e));
   const formats::ScaledCast cast(f, false, bf16_table(codes));  // nearest-even, inf/NaN stay non-finite
   uint8_t* dst = out.data<uint8_t>();
-  chunks(x.numel(), [&](int64_t b, int64_t m) {
-    alignas(64) float buf[kChunk];
-    const auto len = static_cast<size_t>(m);
-    cast.run(f32_chunk(x, b, m, buf), len, &mult, len, dst + b, nullptr);
-  });
+  // Encodes x with 2^-e and returns its amax as finite_amax does (the cast
+  // scans the same chunks the same way).
+  const auto encode = [&](int e) {
+    const float mult = std::ldexp(1.0f, -e), inf = std::numeric_limits<float>::infinity();
+    const int64_t n = x.numel();
+    float amax = 0;
+#pragma omp parallel for reduction(max : amax) schedule(static) if (n > 16 * kChunk)
+    for (int64_t b = 0; b < n; b += kChunk) {
+      alignas(64) float buf[kChunk];
+      const int64_t m = std::min(kChunk, n - b);
+      const auto len = static_cast<size_t>(m);
+      const formats::ScanTotals t = cast.run(f32_chunk(x, b, m, buf), len, &mult, len, dst + b, nullptr);
+      if (t.amax < inf) amax = std::max(amax, t.amax);
+    }
+    return amax;
+  };
+  int e = 0;
+  if (reencoded) *reencoded = false;
+  if (hint && *hint != SavedScaleHints::kNone) {
+    e = scale_exponent(encode(*hint), f.max());
+    if (reencoded) *reencoded = e != *hint;
+    if (e != *hint) encode(e);
+  } else {
+    e = scale_exponent(finite_amax(x), f.max());
+    encode(e);
+  }
+  if (hint) *hint = e;
+  out.set_scale(std::ldexp(1.0f, e));
   return out;
 }
 

@@ -63,8 +63,9 @@ ScanTotals run_scalar(const CastState& s, const float* x, size_t n, const float*
     const bool finite = a <= std::numeric_limits<float>::max();
     t.nonfinite = t.nonfinite || !finite;
     t.beyond += finite && std::fabs(v) > s.limit;
-    codes[i] = static_cast<uint8_t>(encode(s.format, v, s.plan.opt, i));
-    const uint16_t d = (*s.table)[codes[i]];
+    const auto code = static_cast<uint8_t>(encode(s.format, v, s.plan.opt, i));
+    if (codes) codes[i] = code;
+    const uint16_t d = (*s.table)[code];
     if (decoded) decoded[i] = fold ? fold_scalar(d, fold[i / group]) : d;
   }
   return t;
@@ -107,7 +108,7 @@ MANTISSA_AVX512 inline bool fast_step32(const Regs& r, __m512 slo, __m512 shi, s
   __mmask16 over_lo, over_hi;
   const __m512 vlo = detail::round16_fp8(r.fast, slo, over_lo), vhi = detail::round16_fp8(r.fast, shi, over_hi);
   if (!r.fast.saturates && (over_lo | over_hi) != 0) return false;
-  _mm256_mask_storeu_epi8(codes + i, m.both(), _mm512_cvtepi16_epi8(detail::codes32_fp8(r.fast, vlo, vhi)));
+  if (codes) _mm256_mask_storeu_epi8(codes + i, m.both(), _mm512_cvtepi16_epi8(detail::codes32_fp8(r.fast, vlo, vhi)));
   if constexpr (kDecode) {
     const __m512 dlo = kFold ? _mm512_mul_ps(vlo, flo) : vlo, dhi = kFold ? _mm512_mul_ps(vhi, fhi) : vhi;
     _mm512_mask_storeu_epi16(decoded + i, m.both(), high_halves32(_mm512_castps_si512(dlo), _mm512_castps_si512(dhi)));
@@ -135,7 +136,7 @@ MANTISSA_AVX512 inline void step32(const detail::QuantPlan& p, Regs& r, const fl
   } else {
     c = detail::round32_small(p, slo, shi, r.shift);
   }
-  _mm256_mask_storeu_epi8(codes + i, m.both(), _mm512_cvtepi16_epi8(c));
+  if (codes) _mm256_mask_storeu_epi8(codes + i, m.both(), _mm512_cvtepi16_epi8(c));
   if constexpr (kDecode) {
     __m512i d = detail::lookup32(r.table, c);
     if constexpr (kFold) d = detail::fold32(d, flo, fhi);
@@ -306,6 +307,7 @@ ScaledCast::~ScaledCast() = default;
 ScanTotals ScaledCast::run(const float* x, size_t n, const float* mult, size_t group, uint8_t* codes,
                            uint16_t* decoded, const float* fold) const {
   if (group < 1) throw std::invalid_argument("ScaledCast::run: group must be >= 1");
+  if (!codes && !decoded) throw std::invalid_argument("ScaledCast::run: neither codes nor decode wanted");
   if (!vector_path(*s_)) return run_scalar(*s_, x, n, mult, group, codes, decoded, fold);
   const bool dec = decoded != nullptr;
   return pick(s_->route, dec, dec && fold != nullptr)(*s_, x, n, group, Factors{mult, fold, nullptr, nullptr}, codes,
@@ -315,6 +317,7 @@ ScanTotals ScaledCast::run(const float* x, size_t n, const float* mult, size_t g
 ScanTotals ScaledCast::run_blocks(const float* x, size_t n, size_t block, const BlockRule& rule, int8_t* exponents,
                                   uint8_t* codes, uint16_t* decoded) const {
   if (block < 2) throw std::invalid_argument("ScaledCast::run_blocks: block must be >= 2");
+  if (!codes && !decoded) throw std::invalid_argument("ScaledCast::run_blocks: neither codes nor decode wanted");
   if (vector_path(*s_)) {
     const bool dec = decoded != nullptr;
     return pick(s_->route, dec, dec)(*s_, x, n, block, Factors{nullptr, nullptr, &rule, exponents}, codes, decoded);
@@ -327,7 +330,8 @@ ScanTotals ScaledCast::run_blocks(const float* x, size_t n, size_t block, const 
     const int e = rule.exponent(amax);
     exponents[b] = static_cast<int8_t>(e);
     const float mult = exp2_block(-e), fold = exp2_block(e);
-    t = add(t, run_scalar(*s_, x + b0, len, &mult, len, codes + b0, decoded ? decoded + b0 : nullptr, &fold));
+    t = add(t, run_scalar(*s_, x + b0, len, &mult, len, codes ? codes + b0 : nullptr, decoded ? decoded + b0 : nullptr,
+                          &fold));
   }
   return t;
 }

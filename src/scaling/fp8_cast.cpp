@@ -104,7 +104,8 @@ PassTotals per_tensor_pass(const formats::Format& f, const float* x, int64_t n, 
 #pragma omp parallel for reduction(max : amax) reduction(| : bad) reduction(+ : saturated) schedule(static) if (n > 4 * kChunk)
   for (int64_t c0 = 0; c0 < n; c0 += kChunk) {
     const auto len = static_cast<size_t>(std::min(kChunk, n - c0));
-    const formats::ScanTotals t = cast.run(x + c0, len, &mult, len, codes + c0, bf16 ? bf16 + c0 : nullptr);
+    const formats::ScanTotals t =
+        cast.run(x + c0, len, &mult, len, codes ? codes + c0 : nullptr, bf16 ? bf16 + c0 : nullptr);
     amax = t.amax > amax ? t.amax : amax;
     bad |= static_cast<int>(t.nonfinite);
     saturated += t.beyond;
@@ -153,11 +154,12 @@ DType cast_dtype(const formats::Format& f) {
 
 // ---- casts --------------------------------------------------------------------------------
 QuantisedOperand cast_per_tensor(const formats::Format& f, const Tensor& x, int exponent, bool saturate,
-                                 int64_t* saturated, MemoryKind kind, Tensor* decoded, Amax* amax) {
+                                 int64_t* saturated, MemoryKind kind, Tensor* decoded, Amax* amax, bool keep_codes) {
   const kernels::profile::Scope profile_scope(kernels::profile::Category::conversion);
   require_f32(x, "cast_per_tensor");
+  if (!keep_codes && !decoded) throw std::invalid_argument("cast_per_tensor: neither codes nor decode wanted");
   QuantisedOperand q;
-  q.codes = Tensor::empty(x.shape(), cast_dtype(f), kind);
+  q.codes = Tensor::empty(keep_codes ? x.shape() : Shape{0}, cast_dtype(f), kind);
   q.codes.set_scale(std::ldexp(1.0f, exponent));
   uint16_t* bf16 = nullptr;
   if (decoded) {
@@ -166,7 +168,7 @@ QuantisedOperand cast_per_tensor(const formats::Format& f, const Tensor& x, int 
   }
   const formats::Table16& table = decode_table(q.codes.dtype());
   const float mult = std::ldexp(1.0f, -exponent);
-  uint8_t* codes = q.codes.data<uint8_t>();
+  uint8_t* codes = keep_codes ? q.codes.data<uint8_t>() : nullptr;
   PassTotals t = per_tensor_pass(f, x.f32(), x.numel(), mult, saturate, codes, bf16, table);
   if (t.nonfinite && saturate)  // again without saturation, so inf/NaN stay non-finite
     t = per_tensor_pass(f, x.f32(), x.numel(), mult, false, codes, bf16, table);
@@ -177,9 +179,10 @@ QuantisedOperand cast_per_tensor(const formats::Format& f, const Tensor& x, int 
 
 QuantisedOperand cast_blocks(const formats::Format& f, const Tensor& x, int64_t batch, int64_t rows, int64_t cols,
                              int64_t tile_rows, int64_t tile_cols, Fp8Scaling rule, CastReport* report,
-                             MemoryKind kind, Tensor* decoded) {
+                             MemoryKind kind, Tensor* decoded, bool keep_codes) {
   const kernels::profile::Scope profile_scope(kernels::profile::Category::conversion);
   require_f32(x, "cast_blocks");
+  if (!keep_codes && !decoded) throw std::invalid_argument("cast_blocks: neither codes nor decode wanted");
   if (batch * rows * cols != x.numel() || tile_rows < 1 || tile_cols < 1)
     throw std::invalid_argument("cast_blocks: view [" + std::to_string(batch) + ", " + std::to_string(rows) + ", " +
                                 std::to_string(cols) + "] with tiles " + std::to_string(tile_rows) + "x" +
@@ -199,8 +202,9 @@ QuantisedOperand cast_blocks(const formats::Format& f, const Tensor& x, int64_t 
   const float* src = x.f32();
   const formats::BlockRule tiles = tile_rule(f, rule);
   QuantisedOperand q;
-  q.codes = Tensor::empty(x.shape(), cast_dtype(f), kind);
-  uint8_t* codes = q.codes.data<uint8_t>();
+  q.codes = Tensor::empty(keep_codes ? x.shape() : Shape{0}, cast_dtype(f), kind);
+  uint8_t* const codes = keep_codes ? q.codes.data<uint8_t>() : nullptr;
+  const auto codes_at = [codes](int64_t at) { return codes ? codes + at : nullptr; };
   uint16_t* bf16 = nullptr;
   if (decoded) {
     *decoded = Tensor::empty(x.shape(), DType::bf16, MemoryKind::workspace);
@@ -234,7 +238,7 @@ QuantisedOperand cast_blocks(const formats::Format& f, const Tensor& x, int64_t 
       for (int64_t item = 0; item < items; ++item) {
         if (flat) {
           const int64_t c0 = item * flat, len = std::min(flat, x.numel() - c0);
-          add(cast.run_blocks(src + c0, static_cast<size_t>(len), tc, tiles, exps + c0 / tile_cols, codes + c0,
+          add(cast.run_blocks(src + c0, static_cast<size_t>(len), tc, tiles, exps + c0 / tile_cols, codes_at(c0),
                               bf16 ? bf16 + c0 : nullptr));
           continue;
         }
@@ -243,7 +247,7 @@ QuantisedOperand cast_blocks(const formats::Format& f, const Tensor& x, int64_t 
         const int64_t first = (band / down) * rows + r0;  // the band's first row in x
         int8_t* e = exps + band * across;
         if (row_tiles) {
-          add(cast.run_blocks(src + first * cols, ucols, tc, tiles, e, codes + first * cols,
+          add(cast.run_blocks(src + first * cols, ucols, tc, tiles, e, codes_at(first * cols),
                               bf16 ? bf16 + first * cols : nullptr));
           continue;
         }
@@ -256,7 +260,7 @@ QuantisedOperand cast_blocks(const formats::Format& f, const Tensor& x, int64_t 
           fold[j] = formats::exp2_block(e[j]);
         }
         for (int64_t r = first; r < first + (r1 - r0); ++r)
-          add(cast.run(src + r * cols, ucols, mult.data(), tc, codes + r * cols, bf16 ? bf16 + r * cols : nullptr,
+          add(cast.run(src + r * cols, ucols, mult.data(), tc, codes_at(r * cols), bf16 ? bf16 + r * cols : nullptr,
                        fold.data()));
       }
     }

@@ -134,7 +134,8 @@ QuantisedOperand Fp8Quantiser::cast(const formats::Format& f, const Tensor& x32,
                                 ? Fp8Scaling::blockwise
                                 : config_.scaling;
     CastReport report;
-    QuantisedOperand q = cast_blocks(f, x32, batch, rows, cols, tr, tc, rule, &report, kind, decoded);
+    QuantisedOperand q = cast_blocks(f, x32, batch, rows, cols, tr, tc, rule, &report, kind, decoded,
+                                     site.keep_codes || !decoded);
     record(site, report.amax, report.saturated, false);
     if (amax_out) *amax_out = report.amax;
     return q;
@@ -149,13 +150,14 @@ QuantisedOperand Fp8Quantiser::cast(const formats::Format& f, const Tensor& x32,
     return m.nonfinite ? 0 : per_tensor_exponent(f.max(), m.value, config_.margin);
   };
   std::optional<int> e = exponent_before_cast(site);
+  const bool keep = site.keep_codes || !decoded;
   Amax a;
   int64_t saturated = 0;
   QuantisedOperand q;
   if (!e) {
     const std::optional<int> guess = config_.scaling == Fp8Scaling::current ? last_exponent(site) : std::nullopt;
     if (guess) {
-      q = cast_per_tensor(f, x32, *guess, true, &saturated, kind, decoded, &a);
+      q = cast_per_tensor(f, x32, *guess, true, &saturated, kind, decoded, &a, keep);
       e = exponent_for(a);
       if (*e != *guess) {
         q = QuantisedOperand{};
@@ -166,7 +168,7 @@ QuantisedOperand Fp8Quantiser::cast(const formats::Format& f, const Tensor& x32,
       e = exponent_for(amax_of(x32.f32(), x32.numel()));
     }
   }
-  if (!q.defined()) q = cast_per_tensor(f, x32, *e, true, &saturated, kind, decoded, &a);
+  if (!q.defined()) q = cast_per_tensor(f, x32, *e, true, &saturated, kind, decoded, &a, keep);
   record(site, a, saturated, site.record && config_.scaling == Fp8Scaling::delayed,
          config_.scaling == Fp8Scaling::current ? e : std::nullopt);
   if (amax_out) *amax_out = a;

@@ -165,7 +165,7 @@ int ScalifyQuantiser::norm_exponent(const Tensor& x32) const {
 
 autograd::QuantisedOperand ScalifyQuantiser::cast_dynamic(const formats::Format& f, const Tensor& x32,
                                                           const std::string& key, int* exponent, int64_t* saturated,
-                                                          Tensor* decoded) {
+                                                          Tensor* decoded, bool keep_codes) {
   // With the max norm the cast pass itself yields the amax: the site's last
   // exponent is tried first, and when x's amax calls for that same exponent
   // (the usual case: a site's amax moves little between steps) the cast is
@@ -178,7 +178,7 @@ autograd::QuantisedOperand ScalifyQuantiser::cast_dynamic(const formats::Format&
   }
   if (guess) {
     Amax a;
-    autograd::QuantisedOperand q = cast(f, x32, *guess, saturated, MemoryKind::activation, decoded, &a);
+    autograd::QuantisedOperand q = cast(f, x32, *guess, saturated, MemoryKind::activation, decoded, &a, keep_codes);
     *exponent = amax_exponent(a);
     if (*exponent == *guess) return q;
     if (decoded) *decoded = Tensor();  // freed before the second cast allocates
@@ -187,7 +187,7 @@ autograd::QuantisedOperand ScalifyQuantiser::cast_dynamic(const formats::Format&
   } else {
     *exponent = norm_exponent(x32);
   }
-  return cast(f, x32, *exponent, saturated, MemoryKind::activation, decoded);
+  return cast(f, x32, *exponent, saturated, MemoryKind::activation, decoded, nullptr, keep_codes);
 }
 
 autograd::QuantisedOperand ScalifyQuantiser::quantise(const Tensor& x, int64_t, int64_t, int64_t, int,
@@ -200,11 +200,12 @@ autograd::QuantisedOperand ScalifyQuantiser::quantise(const Tensor& x, int64_t, 
   const std::optional<int> propagated = propagated_exponent(name, site.role);
   const bool dynamic = !propagated;
   const Tensor x32 = as_f32(x);
+  const bool keep = site.keep_codes || !decoded;
   int64_t saturated = 0;
   int e = propagated.value_or(0);
   autograd::QuantisedOperand q =
-      dynamic ? cast_dynamic(grad ? bwd_ : fwd_, x32, key, &e, &saturated, decoded)
-              : cast(grad ? bwd_ : fwd_, x32, e, &saturated, MemoryKind::activation, decoded);
+      dynamic ? cast_dynamic(grad ? bwd_ : fwd_, x32, key, &e, &saturated, decoded, keep)
+              : cast(grad ? bwd_ : fwd_, x32, e, &saturated, MemoryKind::activation, decoded, nullptr, keep);
   std::lock_guard lock(mutex_);
   ++stats_.casts;
   stats_.saturated_values += saturated;
@@ -247,11 +248,11 @@ autograd::OperandQuantiser::Weight ScalifyQuantiser::quantise_weight(const nn::P
 
 autograd::QuantisedOperand ScalifyQuantiser::cast(const formats::Format& f, const Tensor& x32, int exponent,
                                                   int64_t* saturated, MemoryKind kind, Tensor* decoded,
-                                                  Amax* amax) const {
+                                                  Amax* amax, bool keep_codes) const {
   if (is_fp16_format(f)) return cast_fp16(x32, exponent, saturated, kind, decoded, MemoryKind::workspace, amax);
   // FP8: finite values saturate; a tensor holding inf/NaN is cast without
   // saturation (cast_per_tensor redoes it), so they stay non-finite.
-  return cast_per_tensor(f, x32, exponent, true, saturated, kind, decoded, amax);
+  return cast_per_tensor(f, x32, exponent, true, saturated, kind, decoded, amax, keep_codes);
 }
 
 // fp16 codes decode exactly to f32 (not to bf16: 11 significant bits), FP8

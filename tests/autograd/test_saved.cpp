@@ -116,6 +116,51 @@ TEST(SavedActivations, CodesMatchTheReferenceRoundingWithAPerTensorScale) {
     ASSERT_EQ(from16[i], formats::decode_f32(e4m3(), formats::encode(e4m3(), static_cast<float>(x16v[i] / s))) * s);
 }
 
+// A save site's last exponent is tried first (SavedScaleHints): whether the
+// hint is right, too small (the first pass overflows) or too large, the codes
+// and scale are those of the two-pass encode; a moved exponent costs a second
+// encode, which is counted, and becomes the site's next hint.
+TEST(SavedActivations, HintedSavesEqualTheTwoPassEncode) {
+  const int64_t n = 3 * 4096 + 100;  // several chunks, a short last one
+  Vec v = random_vec(static_cast<size_t>(n), 7, -3.0, 3.0);
+  v[5000] = 40.0;  // the amax, in the second chunk
+  auto bits_of = [](const Tensor& t) {
+    std::vector<uint8_t> b(t.data<uint8_t>(), t.data<uint8_t>() + t.numel());
+    return b;
+  };
+  for (bool with_inf : {false, true}) {
+    Tensor x = to_tensor({n}, v);
+    if (with_inf) x.f32()[9000] = std::numeric_limits<float>::infinity();  // its chunk does not count
+    const Tensor want = ag::Tape::encode_scaled(x, DType::e4m3fn);
+    const int e = static_cast<int>(std::lround(std::log2(want.scale())));
+    EXPECT_EQ(want.scale(), scale_for(40.0));
+    for (int hint : {e, e - 3, e + 2, ag::SavedScaleHints::kNone}) {
+      int h = hint;
+      bool again = true;
+      const Tensor got = ag::Tape::encode_scaled(x, DType::e4m3fn, &h, &again);
+      EXPECT_EQ(got.scale(), want.scale()) << "hint " << hint;
+      EXPECT_EQ(bits_of(got), bits_of(want)) << "hint " << hint << (with_inf ? " with inf" : "");
+      EXPECT_EQ(h, e);
+      EXPECT_EQ(again, hint != e && hint != ag::SavedScaleHints::kNone) << "hint " << hint;
+    }
+  }
+  // Through the tape: sites in save order, hints kept across passes.
+  ag::OpContext ctx = policy(DType::e4m3fn);
+  ctx.policy.saved_hints = std::make_shared<ag::SavedScaleHints>();
+  const Tensor small = to_tensor({n}, random_vec(static_cast<size_t>(n), 8, -0.01, 0.01));
+  const Tensor big = to_tensor({n}, v);
+  for (int pass = 0; pass < 3; ++pass) {
+    ag::Tape t(ctx);
+    const Tensor a = t.save_compact(pass == 2 ? big : small);  // site 0 moves on the third pass
+    const Tensor b = t.save_compact(big);
+    EXPECT_EQ(bits_of(a), bits_of(ag::Tape::encode_scaled(pass == 2 ? big : small, DType::e4m3fn))) << pass;
+    EXPECT_EQ(b.scale(), scale_for(40.0));
+  }
+  EXPECT_EQ(ctx.policy.saved_hints->saves, 6);
+  EXPECT_EQ(ctx.policy.saved_hints->reencodes, 1);
+  ASSERT_EQ(ctx.policy.saved_hints->exponent.size(), 2u);
+}
+
 TEST(SavedActivations, NonFiniteValuesStayNonFinite) {
   ag::Tape t(policy(DType::e4m3fn));
   Tensor x = to_tensor({4}, {1.0, -2.0, 0.5, 0.0});

@@ -107,12 +107,23 @@ TEST(ScaledCast, MatchesTheReferenceEncoderOnEveryRouteAndPath) {
                 std::vector<uint8_t> only(n + 1, 0xEE);  // without a decode: the same codes
                 cast.run(x.data(), n, mults.data(), group, only.data(), nullptr);
                 for (size_t i = 0; i < n; ++i) ASSERT_EQ(only[i], codes[i]) << where << " i " << i;
+                std::vector<uint16_t> dec_only(n + 1, 0xABCD);  // without codes: the same decode and totals
+                const mf::ScanTotals t2 = cast.run(x.data(), n, mults.data(), group, nullptr, dec_only.data(),
+                                                   fold ? folds.data() : nullptr);
+                for (size_t i = 0; i <= n; ++i) ASSERT_EQ(dec_only[i], dec[i]) << where << " decode only, i " << i;
+                EXPECT_EQ(t2.amax, t.amax) << where;
+                EXPECT_EQ(t2.beyond, t.beyond) << where;
               }
         }
       }
     }
   }
   EXPECT_THROW(mf::ScaledCast(mf::parse_format("bf16"), true, mf::Table16{}), std::invalid_argument);
+  const mf::Format e4 = mf::parse_format("e4m3fn");
+  const mf::Table16 t4 = bf16_table(e4);
+  const mf::ScaledCast cast(e4, true, t4);
+  const float one = 1.0f;
+  EXPECT_THROW(cast.run(&one, 1, &one, 1, nullptr, nullptr), std::invalid_argument);  // nothing to write
 }
 
 // run_blocks against run() with each block's factors found directly: the

@@ -182,6 +182,48 @@ TEST(Fp8Cast, BlockwiseTilesNeverSaturate) {
   expect_on_grid(f, x, dequantised_values(q), scale_of);
 }
 
+// An output gradient is cast for its decode only (QuantSite::keep_codes):
+// the same decode, scale, block exponents and totals as a full cast, and
+// codes of shape [0].
+TEST(Fp8Cast, DecodeOnlyCastsGiveTheFullCastsDecode) {
+  const formats::Format f = formats::parse_format("e5m2");
+  const int64_t rows = 64, cols = 200;
+  std::vector<float> x = spread(static_cast<size_t>(rows * cols), 4, -30, 8);
+  x[77] = 1e9f;  // saturates at scale 2^0
+  const Tensor t = Tensor::from(x, {rows, cols});
+  auto same_bits = [](const Tensor& a, const Tensor& b) {
+    ASSERT_EQ(a.numel(), b.numel());
+    for (int64_t i = 0; i < a.numel(); ++i) ASSERT_EQ(a.data<uint16_t>()[i], b.data<uint16_t>()[i]) << i;
+  };
+  Tensor full, only;
+  int64_t sat_full = 0, sat_only = 0;
+  Amax a_full, a_only;
+  const auto q = cast_per_tensor(f, t, -3, true, &sat_full, MemoryKind::activation, &full, &a_full);
+  const auto d = cast_per_tensor(f, t, -3, true, &sat_only, MemoryKind::activation, &only, &a_only, false);
+  EXPECT_EQ(d.codes.numel(), 0);
+  EXPECT_EQ(d.codes.scale(), q.codes.scale());
+  EXPECT_EQ(sat_only, sat_full);
+  EXPECT_GT(sat_only, 0);
+  EXPECT_EQ(a_only.value, a_full.value);
+  same_bits(full, only);
+  same_bits(full, decode_to_bf16(q));
+  for (auto rule : {Fp8Scaling::mx, Fp8Scaling::blockwise}) {
+    CastReport rf, ro;
+    const auto bq = cast_blocks(f, t, 1, rows, cols, 1, 32, rule, &rf, MemoryKind::activation, &full);
+    const auto bd = cast_blocks(f, t, 2, rows / 2, cols, 32, 1, rule, &ro, MemoryKind::activation, &only, false);
+    const auto bt = cast_blocks(f, t, 2, rows / 2, cols, 32, 1, rule, &ro, MemoryKind::activation, nullptr);
+    EXPECT_EQ(bd.codes.numel(), 0);
+    EXPECT_EQ(bd.blocks->exponents, bt.blocks->exponents);
+    same_bits(decode_to_bf16(bt), only);  // tall tiles (column maxima)
+    const auto bd2 = cast_blocks(f, t, 1, rows, cols, 1, 32, rule, &ro, MemoryKind::activation, &only, false);
+    same_bits(full, only);  // row tiles
+    EXPECT_EQ(ro.saturated, rf.saturated);
+    EXPECT_EQ(bd2.blocks->exponents, bq.blocks->exponents);
+  }
+  EXPECT_THROW(cast_per_tensor(f, t, 0, true, nullptr, MemoryKind::activation, nullptr, nullptr, false),
+               std::invalid_argument);
+}
+
 TEST(Fp8Cast, Bf16DecodeIsExactForEveryCode) {
   for (const char* name : {"e4m3fn", "e5m2", "e4m3fnuz", "e5m2fnuz"}) {
     const formats::Format f = formats::parse_format(name);

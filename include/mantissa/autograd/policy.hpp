@@ -33,6 +33,10 @@ struct QuantSite {
   // False for casts that must not update per-site state: passes without
   // gradient (evaluation, the first forward of a checkpointed segment).
   bool record = true;
+  // False when the caller multiplies the decode at once and keeps nothing
+  // (output gradients): a quantiser may then skip writing the codes and
+  // return codes of shape [0] that carry only the scale (and block scales).
+  bool keep_codes = true;
 };
 
 // Power-of-two scales of the tiles of an operand viewed as [batch, rows,
@@ -99,6 +103,19 @@ class OperandQuantiser {
 // stored as `saved`; norms, softmax, losses and reductions always in fp32.
 // With a `quantiser`, matrix-product operands are cast by it and multiplied
 // through the bf16 path whatever `matmul` says.
+// The exponents 1-byte saved activations used at each save site (the
+// OpContext::save_calls order of a pass), kept across passes: a save encodes
+// with its site's last exponent and encodes again only when the tensor's own
+// amax calls for another, so the usual save reads x once instead of twice
+// (amax scan, then encode) and gives the same codes. Shared by copies of the
+// policy; touched only by the thread running the pass.
+struct SavedScaleHints {
+  std::vector<int> exponent;  // by site; kNone: no save there yet
+  int64_t saves = 0;          // hinted saves
+  int64_t reencodes = 0;      // of which encoded twice (the exponent moved)
+  static constexpr int kNone = -1000;
+};
+
 struct PrecisionPolicy {
   DType matmul = DType::f32;  // f32, bf16 or f16
   // f32, bf16, f16, or a 1-byte FP8 dtype (e4m3fn, e5m2, ...): the ops that
@@ -109,6 +126,8 @@ struct PrecisionPolicy {
   std::shared_ptr<OperandQuantiser> quantiser;  // null: no casts
   // false: models run their readout product uncast (ReadoutScope, tape.hpp).
   bool cast_readout = true;
+  // Set by amp for 1-byte `saved`; null: every save scans its amax first.
+  std::shared_ptr<SavedScaleHints> saved_hints;
 };
 
 // Unit-scaling style multipliers of one op: the forward output is multiplied

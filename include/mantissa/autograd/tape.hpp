@@ -78,6 +78,7 @@ struct OpContext {
   uint64_t seed = 0;           // dropout stream of this pass
   uint64_t dropout_calls = 0;  // advanced by every dropout op (the kernel's `offset`)
   uint64_t quant_calls = 0;    // advanced by every cast product of two activations (QuantSite::ordinal)
+  uint64_t save_calls = 0;     // advanced by every 1-byte save (SavedScaleHints' site)
   // Scale analysis: when set, models report named forward values and (through
   // identity ops) their gradients here; null in training.
   std::function<void(const std::string& name, bool backward, const Tensor& value)> observer;
@@ -125,12 +126,14 @@ class Tape {
   // restore() gives fp32 back for the backward kernels, restore_bf16() the
   // exact bf16 values of a bf16 or 1-byte saved tensor.
   Tensor save(const Tensor& x) const;
-  Tensor save_compact(const Tensor& x) const;
+  Tensor save_compact(const Tensor& x);
   static Tensor restore(const Tensor& saved);
   static Tensor restore_bf16(const Tensor& saved);
   static bool bf16_exact(const Tensor& saved) { return saved.dtype() == DType::bf16 || dtype_size(saved.dtype()) == 1; }
-  // x (f32 or bf16) as 1-byte `codes` scaled by 2^E, E minimal with amax x 2^-E <= max.
-  static Tensor encode_scaled(const Tensor& x, DType codes);
+  // x (f32 or bf16) as 1-byte `codes` scaled by 2^E, E minimal with amax x 2^-E <= max
+  // (the amax of the finite 4096-element chunks). With `hint` (a site's last
+  // E, updated to this one) it tries that E first; the result is the same.
+  static Tensor encode_scaled(const Tensor& x, DType codes, int* hint = nullptr, bool* reencoded = nullptr);
   // Operand of a matrix product in the policy's matmul dtype (weights cached).
   Tensor matmul_operand(const Var& v) const;
 

@@ -74,7 +74,8 @@ class ScaledCast {
   //   decoded[i] = lookup16 of codes[i] folded by fold[g] (unless `decoded`
   //                is null; fold null: not folded)
   // and returns x's totals as scaled_copy(x, -, n, mult, f.max()) would.
-  // Not threaded.
+  // `codes` may be null when only the decode is wanted (an output gradient,
+  // multiplied at once and not kept). Not threaded.
   ScanTotals run(const float* x, size_t n, const float* mult, size_t group, uint8_t* codes, uint16_t* decoded,
                  const float* fold = nullptr) const;
   // Row blocks: x in blocks of `block` >= 2 elements (the last may be

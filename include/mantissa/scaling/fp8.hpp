@@ -91,16 +91,20 @@ DType cast_dtype(const formats::Format& f);
 //   * `saturated`: the number of finite values clipped to +-max.
 // Finite values saturate unless `saturate` is false; a tensor holding inf/NaN
 // is cast without saturation either way, so the non-finite values survive.
+// keep_codes false (with `decoded`): the codes are not written and q.codes
+// is an empty [0] tensor carrying only the scale (an output gradient, whose
+// decode is multiplied at once and never kept).
 autograd::QuantisedOperand cast_per_tensor(const formats::Format& f, const Tensor& x, int exponent, bool saturate,
                                            int64_t* saturated = nullptr, MemoryKind kind = MemoryKind::activation,
-                                           Tensor* decoded = nullptr, Amax* amax = nullptr);
+                                           Tensor* decoded = nullptr, Amax* amax = nullptr, bool keep_codes = true);
 
 // x (fp32) viewed as [batch, rows, cols], one power-of-two scale per tile of
 // tile_rows x tile_cols (edge tiles shorter), E from `rule` (mx_exponent or
 // blockwise_exponent) on the tile's amax; codes.scale() = 1. A tile holding
 // inf/NaN gets E = 0 and the whole tensor is cast without saturation (so the
 // non-finite values survive); `report` receives the totals and `decoded` (if
-// given) the exact bf16 decode with the block scales folded in.
+// given) the exact bf16 decode with the block scales folded in; keep_codes
+// as for cast_per_tensor (the block exponents are kept either way).
 struct CastReport {
   int64_t saturated = 0;
   Amax amax;
@@ -108,7 +112,7 @@ struct CastReport {
 autograd::QuantisedOperand cast_blocks(const formats::Format& f, const Tensor& x, int64_t batch, int64_t rows,
                                        int64_t cols, int64_t tile_rows, int64_t tile_cols, Fp8Scaling rule,
                                        CastReport* report = nullptr, MemoryKind kind = MemoryKind::activation,
-                                       Tensor* decoded = nullptr);
+                                       Tensor* decoded = nullptr, bool keep_codes = true);
 
 // bf16 values of the codes with block scales folded in (per-tensor scale not
 // applied). Exact, see above.

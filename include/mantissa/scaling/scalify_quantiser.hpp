@@ -88,13 +88,14 @@ class ScalifyQuantiser final : public autograd::OperandQuantiser {
   };
   // x32 cast to f (fp16 or a 1-byte format) at scale 2^exponent in one pass
   // over x32; `decoded` (if not null) receives decode() of the result,
-  // `amax` (if not null) x32's largest magnitude and whether it holds inf/NaN.
+  // `amax` (if not null) x32's largest magnitude and whether it holds inf/NaN;
+  // keep_codes false: FP8 codes left unwritten (cast_per_tensor).
   autograd::QuantisedOperand cast(const formats::Format& f, const Tensor& x32, int exponent, int64_t* saturated,
-                                  MemoryKind kind, Tensor* decoded, Amax* amax = nullptr) const;
+                                  MemoryKind kind, Tensor* decoded, Amax* amax = nullptr, bool keep_codes = true) const;
   // A dynamic rescale: x32 cast at the exponent of its own norm, which is
   // written to *exponent; `key` names the site (its last exponent is tried first).
   autograd::QuantisedOperand cast_dynamic(const formats::Format& f, const Tensor& x32, const std::string& key,
-                                          int* exponent, int64_t* saturated, Tensor* decoded);
+                                          int* exponent, int64_t* saturated, Tensor* decoded, bool keep_codes);
   int norm_exponent(const Tensor& x32) const;  // exponent of the rescale norm of x32 (0: zero or non-finite)
   int amax_exponent(const Amax& a) const;      // the same for the max norm, from x32's amax
   double param_scale(const std::string& name) const;  // s(P); 0 when P is zero (any scale)

@@ -15,18 +15,6 @@ Tensor grad_or_scratch(const std::shared_ptr<GradNode>& n, const Shape& shape) {
   return n ? n->buffer() : Tensor::zeros(shape, DType::f32, MemoryKind::workspace);
 }
 
-// c [N, C] = x - mean[row] (workspace: only its saved copy is kept).
-Tensor centered_rows(const Tensor& x, const Tensor& mean, int64_t N, int64_t C) {
-  Tensor c = Tensor::empty({N, C}, DType::f32, MemoryKind::workspace);
-  const float* xp = x.f32();
-  const float* mp = mean.f32();
-  float* cp = c.f32();
-#pragma omp parallel for schedule(static) if (N * C > 65536)
-  for (int64_t r = 0; r < N; ++r)
-    for (int64_t k = 0; k < C; ++k) cp[r * C + k] = xp[r * C + k] - mp[r];
-  return c;
-}
-
 void check_ids(const Tensor& ids, int64_t V, const char* op) {
   if (ids.dtype() != DType::i32) throw std::invalid_argument(std::string(op) + ": ids must be i32");
   const int32_t* p = ids.data<int32_t>();
@@ -86,7 +74,7 @@ Var scaled_layer_norm(Tape& t, const Var& x, const Var& weight, const Var& bias,
   if (dtype_size(t.policy().saved) == 1) {
     // 1-byte saves keep x - mean (the backward kernel then gets mean 0): the
     // per-tensor scale follows the rows' spread, not an offset they share.
-    xs = t.save_compact(centered_rows(x.value, mean, N, C));
+    xs = t.save_centered(x.value, mean);
     mean = Tensor::zeros({N});
   } else {
     xs = t.save_compact(x.value);

@@ -61,17 +61,34 @@ void widen(float* out, const uint16_t* in, int64_t m) {
   for (int64_t i = 0; i < m; ++i) out[i] = std::bit_cast<float>(static_cast<uint32_t>(in[i]) << 16);
 }
 
-// x (f32 or bf16) chunk [b, b + m) as f32: x itself, or widened into buf.
-const float* f32_chunk(const Tensor& x, int64_t b, int64_t m, float* buf) {
-  if (x.dtype() == DType::f32) return x.f32() + b;
-  widen(buf, x.data<uint16_t>() + b, m);
-  return buf;
-}
+// What a 1-byte save encodes: x (f32 or bf16), less each row's mean when
+// `row_mean` is set (layer norm's centred input; x f32 of rows of `cols`).
+struct Source {
+  const Tensor& x;
+  const float* row_mean = nullptr;
+  int64_t cols = 1;
+  int64_t numel() const { return x.numel(); }
+  // Chunk [b, b + m) as f32: x itself, or widened / centred into buf.
+  const float* chunk(int64_t b, int64_t m, float* buf) const {
+    if (row_mean) {
+      const float* xp = x.f32() + b;
+      for (int64_t i = 0; i < m;) {  // row by row: one mean per stretch
+        const int64_t r = (b + i) / cols, end = std::min(m, (r + 1) * cols - b);
+        const float mu = row_mean[r];
+        for (; i < end; ++i) buf[i] = xp[i] - mu;
+      }
+      return buf;
+    }
+    if (x.dtype() == DType::f32) return x.f32() + b;
+    widen(buf, x.data<uint16_t>() + b, m);
+    return buf;
+  }
+};
 
 // Largest |x| for the scale (formats::scaled_copy's vector scan). A chunk
 // holding inf does not count: its gradients will be non-finite whatever the
 // scale (the cast keeps inf/NaN non-finite) and amp skips the step.
-float finite_amax(const Tensor& x) {
+float finite_amax(const Source& x) {
   const int64_t n = x.numel();
   const float inf = std::numeric_limits<float>::infinity();
   float amax = 0;
@@ -79,7 +96,7 @@ float finite_amax(const Tensor& x) {
   for (int64_t b = 0; b < n; b += kChunk) {
     alignas(64) float buf[kChunk];
     const int64_t m = std::min(kChunk, n - b);
-    const formats::ScanTotals t = formats::scaled_copy(f32_chunk(x, b, m, buf), nullptr, static_cast<size_t>(m), 1.0f, inf);
+    const formats::ScanTotals t = formats::scaled_copy(x.chunk(b, m, buf), nullptr, static_cast<size_t>(m), 1.0f, inf);
     if (t.amax < inf) amax = std::max(amax, t.amax);
   }
   return amax;
@@ -106,28 +123,11 @@ Tensor Tape::save(const Tensor& x) const {
   return x.to(s, MemoryKind::activation);
 }
 
-Tensor Tape::save_compact(const Tensor& x) {
-  const DType s = ctx_.policy.saved;
-  if (dtype_size(s) != 1) return save(x);
-  if (x.dtype() != DType::f32 && x.dtype() != DType::bf16) return x;
-  MemoryLabel label("saved");
-  SavedScaleHints* hints = ctx_.policy.saved_hints.get();
-  if (!hints) return encode_scaled(x, s);
-  const auto site = static_cast<size_t>(ctx_.save_calls++);
-  if (hints->exponent.size() <= site) hints->exponent.resize(site + 1, SavedScaleHints::kNone);
-  bool again = false;
-  Tensor out = encode_scaled(x, s, &hints->exponent[site], &again);
-  ++hints->saves;
-  hints->reencodes += again;
-  return out;
-}
-
-Tensor Tape::encode_scaled(const Tensor& x, DType codes, int* hint, bool* reencoded) {
+namespace {
+Tensor encode_source(const Source& x, DType codes, int* hint, bool* reencoded) {
   kernels::profile::Scope profile_scope(kernels::profile::Category::conversion);
-  if (x.dtype() != DType::f32 && x.dtype() != DType::bf16)
-    throw std::invalid_argument(std::string("Tape::encode_scaled: input must be f32 or bf16, got ") + dtype_name(x.dtype()));
   const formats::Format& f = format_of(codes);
-  Tensor out = Tensor::empty(x.shape(), codes, MemoryKind::activation);
+  Tensor out = Tensor::empty(x.x.shape(), codes, MemoryKind::activation);
   const formats::ScaledCast cast(f, false, bf16_table(codes));  // nearest-even, inf/NaN stay non-finite
   uint8_t* dst = out.data<uint8_t>();
   // Encodes x with 2^-e and returns its amax as finite_amax does (the cast
@@ -141,7 +141,7 @@ Tensor Tape::encode_scaled(const Tensor& x, DType codes, int* hint, bool* reenco
       alignas(64) float buf[kChunk];
       const int64_t m = std::min(kChunk, n - b);
       const auto len = static_cast<size_t>(m);
-      const formats::ScanTotals t = cast.run(f32_chunk(x, b, m, buf), len, &mult, len, dst + b, nullptr);
+      const formats::ScanTotals t = cast.run(x.chunk(b, m, buf), len, &mult, len, dst + b, nullptr);
       if (t.amax < inf) amax = std::max(amax, t.amax);
     }
     return amax;
@@ -158,6 +158,45 @@ Tensor Tape::encode_scaled(const Tensor& x, DType codes, int* hint, bool* reenco
   }
   if (hint) *hint = e;
   out.set_scale(std::ldexp(1.0f, e));
+  return out;
+}
+}  // namespace
+
+Tensor Tape::encode_scaled(const Tensor& x, DType codes, int* hint, bool* reencoded) {
+  if (x.dtype() != DType::f32 && x.dtype() != DType::bf16)
+    throw std::invalid_argument(std::string("Tape::encode_scaled: input must be f32 or bf16, got ") + dtype_name(x.dtype()));
+  return encode_source(Source{x}, codes, hint, reencoded);
+}
+
+Tensor Tape::save_compact(const Tensor& x) {
+  const DType s = ctx_.policy.saved;
+  if (dtype_size(s) != 1) return save(x);
+  if (x.dtype() != DType::f32 && x.dtype() != DType::bf16) return x;
+  return save_source(x, nullptr, 1);
+}
+
+Tensor Tape::save_centered(const Tensor& x, const Tensor& row_mean) {
+  if (dtype_size(ctx_.policy.saved) != 1) throw std::logic_error("Tape::save_centered: the policy's saves are not 1-byte");
+  const int64_t cols = x.ndim() ? x.dim(-1) : 0;
+  if (x.dtype() != DType::f32 || row_mean.dtype() != DType::f32 || row_mean.numel() * cols != x.numel())
+    throw std::invalid_argument("Tape::save_centered: x " + shape_str(x.shape()) + " and row means " +
+                                shape_str(row_mean.shape()) + " do not match (both f32)");
+  return save_source(x, row_mean.f32(), cols);
+}
+
+// Through the policy's hints when it has them.
+Tensor Tape::save_source(const Tensor& t, const float* row_mean, int64_t cols) {
+  const Source x{t, row_mean, cols};
+  const DType s = ctx_.policy.saved;
+  MemoryLabel label("saved");
+  SavedScaleHints* hints = ctx_.policy.saved_hints.get();
+  if (!hints) return encode_source(x, s, nullptr, nullptr);
+  const auto site = static_cast<size_t>(ctx_.save_calls++);
+  if (hints->exponent.size() <= site) hints->exponent.resize(site + 1, SavedScaleHints::kNone);
+  bool again = false;
+  Tensor out = encode_source(x, s, &hints->exponent[site], &again);
+  ++hints->saves;
+  hints->reencodes += again;
   return out;
 }
 

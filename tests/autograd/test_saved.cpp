@@ -161,6 +161,31 @@ TEST(SavedActivations, HintedSavesEqualTheTwoPassEncode) {
   ASSERT_EQ(ctx.policy.saved_hints->exponent.size(), 2u);
 }
 
+// Layer norm saves x - mean in one pass: the same codes and scale as saving
+// the difference computed first, with and without hints.
+TEST(SavedActivations, CentredSaveEqualsSavingTheDifference) {
+  const int64_t rows = 37, cols = 300;  // rows straddle the 4096-element chunks
+  const Vec v = random_vec(static_cast<size_t>(rows * cols), 9, -2.0, 6.0);
+  const Vec mu = random_vec(static_cast<size_t>(rows), 10, 1.0, 3.0);
+  const Tensor x = to_tensor({rows, cols}, v), mean = to_tensor({rows}, mu);
+  Tensor diff = Tensor::empty({rows, cols});
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) diff.f32()[r * cols + c] = x.f32()[r * cols + c] - mean.f32()[r];
+  const Tensor want = ag::Tape::encode_scaled(diff, DType::e4m3fn);
+  ag::OpContext ctx = policy(DType::e4m3fn);
+  for (bool hints : {false, true}) {
+    ctx.policy.saved_hints = hints ? std::make_shared<ag::SavedScaleHints>() : nullptr;
+    ag::Tape t(ctx);
+    const Tensor got = t.save_centered(x, mean);
+    ASSERT_EQ(got.scale(), want.scale());
+    for (int64_t i = 0; i < want.numel(); ++i) ASSERT_EQ(got.data<uint8_t>()[i], want.data<uint8_t>()[i]) << i;
+  }
+  ag::Tape t(ctx);
+  EXPECT_THROW(t.save_centered(x, to_tensor({rows - 1}, Vec(static_cast<size_t>(rows - 1), 0.0))), std::invalid_argument);
+  ag::Tape wide(policy(DType::bf16));
+  EXPECT_THROW(wide.save_centered(x, mean), std::logic_error);
+}
+
 TEST(SavedActivations, NonFiniteValuesStayNonFinite) {
   ag::Tape t(policy(DType::e4m3fn));
   Tensor x = to_tensor({4}, {1.0, -2.0, 0.5, 0.0});

@@ -127,6 +127,9 @@ class Tape {
   // exact bf16 values of a bf16 or 1-byte saved tensor.
   Tensor save(const Tensor& x) const;
   Tensor save_compact(const Tensor& x);
+  // Under a 1-byte policy: x [.., C] (f32) less each row's mean [rows], saved
+  // as save_compact would save that difference, in one pass over x.
+  Tensor save_centered(const Tensor& x, const Tensor& row_mean);
   static Tensor restore(const Tensor& saved);
   static Tensor restore_bf16(const Tensor& saved);
   static bool bf16_exact(const Tensor& saved) { return saved.dtype() == DType::bf16 || dtype_size(saved.dtype()) == 1; }
@@ -145,6 +148,9 @@ class Tape {
   void clear() { ops_.clear(); }
 
  private:
+  // A 1-byte save of x (less row_mean per row of `cols` when not null).
+  Tensor save_source(const Tensor& x, const float* row_mean, int64_t cols);
+
   OpContext ctx_;
   std::vector<std::function<void()>> ops_;
 };

@@ -62,19 +62,18 @@ inline Fp8Rounder make_fp8_rounder(const QuantPlan& p) {
 // The constants of round16_fp8 / codes32_fp8 in registers (built once per pass).
 struct Fp8Regs {
   __m512i e_min, e_cap, c_offset;
-  __m512 max, neg_max, shift;
+  __m512 max, shift;
   __m128i code_shift;
   bool saturates;
 };
 
 MANTISSA_AVX512 inline Fp8Regs fp8_regs(const Fp8Rounder& k) {
   return {_mm512_set1_epi32(static_cast<int>(k.e_min)), _mm512_set1_epi32(static_cast<int>(k.e_cap)),
-          _mm512_set1_epi32(static_cast<int>(k.c_offset)), _mm512_set1_ps(k.max), _mm512_set1_ps(-k.max),
-          _mm512_set1_ps(k.shift), _mm_cvtsi32_si128(k.code_shift), k.saturates};
+          _mm512_set1_epi32(static_cast<int>(k.c_offset)), _mm512_set1_ps(k.max), _mm512_set1_ps(k.shift), _mm_cvtsi32_si128(k.code_shift), k.saturates};
 }
 
 // 16 finite lanes s rounded to the grid (saturated when k.saturates); `over`
-// marks lanes beyond max.
+// marks lanes with |s| beyond max (a superset of those whose rounding is).
 MANTISSA_AVX512 inline __m512 round16_fp8(const Fp8Regs& k, __m512 s, __mmask16& over) {
   const __m512i bits = _mm512_castps_si512(s);
   const __m512i sign = _mm512_set1_epi32(static_cast<int>(0x80000000u));
@@ -84,8 +83,9 @@ MANTISSA_AVX512 inline __m512 round16_fp8(const Fp8Regs& k, __m512 s, __mmask16&
   const __m512 c = _mm512_castsi512_ps(_mm512_ternarylogic_epi32(_mm512_add_epi32(e, k.c_offset), bits, sign, 0xF8));
   const __m512 t = _mm512_add_round_ps(s, c, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   __m512 r = _mm512_castsi512_ps(_mm512_ternarylogic_epi32(_mm512_castps_si512(_mm512_sub_ps(t, c)), bits, sign, 0xF8));
-  over = _mm512_cmp_ps_mask(_mm512_abs_ps(r), k.max, _CMP_GT_OQ);
-  if (k.saturates) r = _mm512_max_ps(_mm512_min_ps(r, k.max), k.neg_max);
+  over = _mm512_cmp_ps_mask(_mm512_abs_ps(s), k.max, _CMP_GT_OQ);
+  // Saturation: of r and +max the one smaller in magnitude, with r's sign (vrangeps).
+  if (k.saturates) r = _mm512_range_ps(r, k.max, 0x2);
   return r;
 }
 

@@ -78,13 +78,22 @@ ScanTotals add(ScanTotals t, const ScanTotals& s) {
   return t;
 }
 
-// What a vector pass keeps in registers.
+// What the general steps of a vector pass use (the fast route's loop keeps
+// FastState instead, so that only its constants compete for registers).
 struct Regs {
   detail::Lanes16 scan;
   __m512 limit;
   __m512 shift;  // 2^small_route_shift (fp16 route)
   detail::Table16Regs table;
-  detail::Fp8Regs fast;
+};
+
+// The fast route's constants and running totals: locals of the pass whose
+// address never leaves inlined code, so the byte stores (which may alias any
+// memory) do not force them out of registers.
+struct FastState {
+  detail::Fp8Regs k;
+  __m512 amax;
+  int64_t beyond = 0;
 };
 
 // The high 16-bit halves of 32-bit lanes (bf16 bits of fp32 values), lo's
@@ -96,19 +105,24 @@ MANTISSA_AVX512 inline __m512i high_halves32(__m512i lo, __m512i hi) {
 }
 
 // kFast, when every lane of the step is finite after scaling (and, unless
-// the cast saturates, none overflows): codes and decode from the fp32
-// rounder. Returns false, writing nothing, otherwise.
+// the cast saturates, none goes past max): codes and decode from the fp32
+// rounder, and the lanes past max counted into r.scan.beyond. Finite scaled
+// lanes come from finite x, so the scan's inf/NaN check is not needed here.
+// Returns false, writing nothing, otherwise.
 template <bool kDecode, bool kFold>
-MANTISSA_AVX512 inline bool fast_step32(const Regs& r, __m512 slo, __m512 shi, size_t i, TailMask32 m, __m512 flo,
+MANTISSA_AVX512 inline bool fast_step32(FastState& f, __m512 slo, __m512 shi, size_t i, TailMask32 m, __m512 flo,
                                         __m512 fhi, uint8_t* codes, uint16_t* decoded) {
   const __m512i abs_mask = _mm512_set1_epi32(0x7FFFFFFF);
   const __m512i amax = _mm512_max_epu32(_mm512_and_si512(_mm512_castps_si512(slo), abs_mask),
                                         _mm512_and_si512(_mm512_castps_si512(shi), abs_mask));
   if (_mm512_cmpge_epu32_mask(amax, _mm512_set1_epi32(0x7F800000)) != 0) return false;
   __mmask16 over_lo, over_hi;
-  const __m512 vlo = detail::round16_fp8(r.fast, slo, over_lo), vhi = detail::round16_fp8(r.fast, shi, over_hi);
-  if (!r.fast.saturates && (over_lo | over_hi) != 0) return false;
-  if (codes) _mm256_mask_storeu_epi8(codes + i, m.both(), _mm512_cvtepi16_epi8(detail::codes32_fp8(r.fast, vlo, vhi)));
+  const __m512 vlo = detail::round16_fp8(f.k, slo, over_lo), vhi = detail::round16_fp8(f.k, shi, over_hi);
+  if ((over_lo | over_hi) != 0) {  // rare: only when the scale lets values past max
+    if (!f.k.saturates) return false;
+    f.beyond += std::popcount(static_cast<unsigned>(over_lo)) + std::popcount(static_cast<unsigned>(over_hi));
+  }
+  if (codes) _mm256_mask_storeu_epi8(codes + i, m.both(), _mm512_cvtepi16_epi8(detail::codes32_fp8(f.k, vlo, vhi)));
   if constexpr (kDecode) {
     const __m512 dlo = kFold ? _mm512_mul_ps(vlo, flo) : vlo, dhi = kFold ? _mm512_mul_ps(vhi, fhi) : vhi;
     _mm512_mask_storeu_epi16(decoded + i, m.both(), high_halves32(_mm512_castps_si512(dlo), _mm512_castps_si512(dhi)));
@@ -116,17 +130,15 @@ MANTISSA_AVX512 inline bool fast_step32(const Regs& r, __m512 slo, __m512 shi, s
   return true;
 }
 
-// Elements [i, i + 32) in m: scan, scale by mlo/mhi, round, store the codes
-// and (kDecode) their decode folded by flo/fhi (kFold).
+// Elements [i, i + 32) in m, the general way: scan, scale by mlo/mhi, round
+// (fp16 route or integer rounder), store the codes and (kDecode) their table
+// decode folded by flo/fhi (kFold).
 template <int kRoute, bool kDecode, bool kFold>
-MANTISSA_AVX512 inline void step32(const detail::QuantPlan& p, Regs& r, const float* x, size_t i, TailMask32 m,
-                                   __m512 mlo, __m512 mhi, __m512 flo, __m512 fhi, uint8_t* codes,
-                                   uint16_t* decoded) {
+MANTISSA_AVX512 inline void general_step32(const detail::QuantPlan& p, Regs& r, const float* x, size_t i,
+                                           TailMask32 m, __m512 mlo, __m512 mhi, __m512 flo, __m512 fhi,
+                                           uint8_t* codes, uint16_t* decoded) {
   const __m512 slo = detail::scan16(r.scan, _mm512_maskz_loadu_ps(m.lo, x + i), m.lo, mlo, r.limit);
   const __m512 shi = detail::scan16(r.scan, _mm512_maskz_loadu_ps(m.hi, x + i + 16), m.hi, mhi, r.limit);
-  if constexpr (kRoute == kFast) {
-    if (fast_step32<kDecode, kFold>(r, slo, shi, i, m, flo, fhi, codes, decoded)) return;
-  }
   __m512i c;  // 32 codes in 16-bit lanes
   if constexpr (kRoute == kGeneric) {
     const __m512i zero = _mm512_setzero_si512();
@@ -141,6 +153,34 @@ MANTISSA_AVX512 inline void step32(const detail::QuantPlan& p, Regs& r, const fl
     __m512i d = detail::lookup32(r.table, c);
     if constexpr (kFold) d = detail::fold32(d, flo, fhi);
     _mm512_mask_storeu_epi16(decoded + i, m.both(), d);
+  }
+}
+
+// The fast route's rare general steps, out of line.
+template <bool kDecode, bool kFold>
+MANTISSA_AVX512 __attribute__((noinline)) void fallback_step32(const detail::QuantPlan& p, Regs& r, const float* x,
+                                                               size_t i, TailMask32 m, __m512 mlo, __m512 mhi,
+                                                               __m512 flo, __m512 fhi, uint8_t* codes,
+                                                               uint16_t* decoded) {
+  general_step32<kSmall, kDecode, kFold>(p, r, x, i, m, mlo, mhi, flo, fhi, codes, decoded);
+}
+
+// Elements [i, i + 32) in m: the fast rounder with the scan reduced to the
+// running max (lanes outside m load as 0), else the general step.
+template <int kRoute, bool kDecode, bool kFold>
+MANTISSA_AVX512 inline void step32(const detail::QuantPlan& p, Regs& r, FastState& f, const float* x, size_t i,
+                                   TailMask32 m, __m512 mlo, __m512 mhi, __m512 flo, __m512 fhi, uint8_t* codes,
+                                   uint16_t* decoded) {
+  if constexpr (kRoute == kFast) {
+    const __m512 xlo = _mm512_maskz_loadu_ps(m.lo, x + i), xhi = _mm512_maskz_loadu_ps(m.hi, x + i + 16);
+    if (fast_step32<kDecode, kFold>(f, _mm512_mul_ps(xlo, mlo), _mm512_mul_ps(xhi, mhi), i, m, flo, fhi, codes,
+                                    decoded)) {
+      f.amax = _mm512_max_ps(_mm512_max_ps(_mm512_abs_ps(xlo), _mm512_abs_ps(xhi)), f.amax);
+      return;
+    }
+    fallback_step32<kDecode, kFold>(p, r, x, i, m, mlo, mhi, flo, fhi, codes, decoded);
+  } else {
+    general_step32<kRoute, kDecode, kFold>(p, r, x, i, m, mlo, mhi, flo, fhi, codes, decoded);
   }
 }
 
@@ -223,7 +263,9 @@ MANTISSA_AVX512 ScanTotals run_avx512(const CastState& s, const float* x, size_t
   r.limit = _mm512_set1_ps(s.limit);
   r.shift = _mm512_set1_ps(kRoute != kGeneric ? std::ldexp(1.0f, detail::small_route_shift(p)) : 1.0f);
   if constexpr (kDecode) r.table = detail::load_table(*s.table);
-  if constexpr (kRoute == kFast) r.fast = detail::fp8_regs(s.fast);
+  FastState f;
+  f.amax = _mm512_setzero_ps();
+  if constexpr (kRoute == kFast) f.k = detail::fp8_regs(s.fast);
   const __m512 one = _mm512_set1_ps(1.0f);
   if (group == 1) {  // a multiplier per element
     for (size_t i = 0; i < n; i += 32) {
@@ -234,7 +276,7 @@ MANTISSA_AVX512 ScanTotals run_avx512(const CastState& s, const float* x, size_t
         flo = _mm512_maskz_loadu_ps(m.lo, fac.fold + i);
         fhi = _mm512_maskz_loadu_ps(m.hi, fac.fold + i + 16);
       }
-      step32<kRoute, kDecode, kFold>(p, r, x, i, m, mlo, mhi, flo, fhi, codes, decoded);
+      step32<kRoute, kDecode, kFold>(p, r, f, x, i, m, mlo, mhi, flo, fhi, codes, decoded);
     }
   } else {  // one per group: no step straddles two groups
     alignas(64) float block_mult[16], block_fold[16];
@@ -252,10 +294,10 @@ MANTISSA_AVX512 ScanTotals run_avx512(const CastState& s, const float* x, size_t
       const __m512 fv = kFold ? _mm512_set1_ps(fold[g - first]) : one;
       const size_t end = std::min(n, g0 + group);
       for (size_t i = g0; i < end; i += 32)
-        step32<kRoute, kDecode, kFold>(p, r, x, i, detail::tail_mask32(end - i), mv, mv, fv, fv, codes, decoded);
+        step32<kRoute, kDecode, kFold>(p, r, f, x, i, detail::tail_mask32(end - i), mv, mv, fv, fv, codes, decoded);
     }
   }
-  return {_mm512_reduce_max_ps(r.scan.m), r.scan.bad != 0, r.scan.beyond};
+  return {_mm512_reduce_max_ps(_mm512_max_ps(r.scan.m, f.amax)), r.scan.bad != 0, r.scan.beyond + f.beyond};
 }
 
 using RunFn = ScanTotals (*)(const CastState&, const float*, size_t, size_t, const Factors&, uint8_t*, uint16_t*);

@@ -121,13 +121,18 @@ Var gelu_op(Tape& t, const Var& x, bool consume, float forward = 1.0f, float bac
       // no zero fill.
       const bool in_place = !xn->has_grad() && on->grad.storage_unique();
       float* dx = in_place ? on->grad.f32() : xn->buffer().f32();
-      const bool bf16x = Tape::bf16_exact(saved);  // widened on the fly, no fp32 copy
-      const Tensor xs = bf16x ? Tape::restore_bf16(saved) : Tape::restore(saved);
-      if (bf16x)
-        (in_place ? kernels::gelu_backward_bf16x_into : kernels::gelu_backward_bf16x)(dx, xs.data<uint16_t>(),
-                                                                                      on->grad.f32(), n, backward);
-      else
-        (in_place ? kernels::gelu_backward_into : kernels::gelu_backward)(dx, xs.f32(), on->grad.f32(), n, backward);
+      if (dtype_size(saved.dtype()) == 1) {  // decoded on the fly, no restored copy
+        kernels::gelu_backward_codes(dx, saved.data<uint8_t>(), Tape::decode_table(saved.dtype()), saved.scale(),
+                                     on->grad.f32(), n, !in_place, backward);
+      } else {
+        const bool bf16x = saved.dtype() == DType::bf16;  // widened on the fly, no fp32 copy
+        const Tensor xs = bf16x ? saved : Tape::restore(saved);
+        if (bf16x)
+          (in_place ? kernels::gelu_backward_bf16x_into : kernels::gelu_backward_bf16x)(dx, xs.data<uint16_t>(),
+                                                                                        on->grad.f32(), n, backward);
+        else
+          (in_place ? kernels::gelu_backward_into : kernels::gelu_backward)(dx, xs.f32(), on->grad.f32(), n, backward);
+      }
       if (in_place) {
         xn->accumulate(on->grad.view(xn->shape));  // adopted, not copied
         on->grad = Tensor();

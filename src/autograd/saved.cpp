@@ -200,6 +200,8 @@ Tensor Tape::save_source(const Tensor& t, const float* row_mean, int64_t cols) {
   return out;
 }
 
+const std::array<uint16_t, 256>& Tape::decode_table(DType codes) { return bf16_table(codes); }
+
 Tensor Tape::restore(const Tensor& saved) {
   if (saved.dtype() == DType::f32) return saved;
   if (dtype_size(saved.dtype()) != 1) return saved.to(DType::f32, MemoryKind::workspace);

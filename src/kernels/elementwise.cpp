@@ -11,6 +11,7 @@
 
 #include "kernels/bf16_convert.hpp"
 #include "mantissa/formats/convert.hpp"
+#include "mantissa/formats/lookup.hpp"
 #include "kernels/parallel.hpp"
 #include "kernels/row_math.hpp"
 #include "mantissa/kernels/kernels.hpp"
@@ -94,19 +95,26 @@ void gelu_backward_f32x(float* dx, const float* x, const float* dout, int64_t n,
   for_chunks(n, [&](int64_t b, int64_t e) { span_gelu_backward(dx + b, x + b, dout + b, e - b, accumulate, scale); });
 }
 
-// x kept as bf16 codes (bf16 saved activations): widened block by block on
-// the stack instead of into a whole fp32 copy; same bits as widening first.
-void gelu_backward_16x(float* dx, const uint16_t* x16, const float* dout, int64_t n, bool accumulate, float scale) {
+// x kept compact (bf16 or 1-byte saved activations): widened block by block
+// on the stack by widen(out, begin, m) instead of into a whole fp32 copy;
+// the same bits as widening first.
+template <class Widen>
+void gelu_backward_widened(float* dx, Widen widen, const float* dout, int64_t n, bool accumulate, float scale) {
   kernels::profile::Scope profile_scope(kernels::profile::Category::elementwise);
   for_chunks(n, [&](int64_t b, int64_t e) {
     constexpr int64_t kBlock = 1024;
     alignas(64) float x[kBlock];
     for (int64_t i = b; i < e; i += kBlock) {
       const int64_t m = std::min(kBlock, e - i);
-      span_from_bf16(x, x16 + i, m);
+      widen(x, i, m);
       span_gelu_backward(dx + i, x, dout + i, m, accumulate, scale);
     }
   });
+}
+
+void gelu_backward_16x(float* dx, const uint16_t* x16, const float* dout, int64_t n, bool accumulate, float scale) {
+  gelu_backward_widened(dx, [x16](float* x, int64_t i, int64_t m) { span_from_bf16(x, x16 + i, m); }, dout, n,
+                        accumulate, scale);
 }
 }  // namespace
 
@@ -121,6 +129,15 @@ void gelu_backward_into(float* dx, const float* x, const float* dout, int64_t n,
 }
 void gelu_backward_bf16x_into(float* dx, const uint16_t* x16, const float* dout, int64_t n, float scale) {
   gelu_backward_16x(dx, x16, dout, n, false, scale);
+}
+void gelu_backward_codes(float* dx, const uint8_t* codes, const formats::Table16& table, float fold,
+                         const float* dout, int64_t n, bool accumulate, float scale) {
+  gelu_backward_widened(
+      dx,
+      [&](float* x, int64_t i, int64_t m) {
+        formats::lookup16_widen(table, codes + i, x, static_cast<size_t>(m), &fold, static_cast<size_t>(m));
+      },
+      dout, n, accumulate, scale);
 }
 
 void relu_forward(float* out, const float* x, int64_t n) {

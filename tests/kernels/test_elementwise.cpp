@@ -9,6 +9,8 @@
 
 #include "kernels/reference.hpp"
 #include "mantissa/formats/convert.hpp"
+#include "mantissa/formats/format.hpp"
+#include "mantissa/formats/round.hpp"
 #include "mantissa/kernels/kernels.hpp"
 
 namespace mantissa::kernels {
@@ -273,6 +275,32 @@ TEST(GeluBackward, IntoOverwritesWithTheBitsOfAddingToZero) {
     ASSERT_EQ(std::bit_cast<uint32_t>(into[i]), std::bit_cast<uint32_t>(ref[i])) << i;
     ASSERT_EQ(std::bit_cast<uint32_t>(in_place[i]), std::bit_cast<uint32_t>(ref[i])) << i;
     ASSERT_EQ(std::bit_cast<uint32_t>(in_place16[i]), std::bit_cast<uint32_t>(ref16[i])) << i;
+  }
+}
+
+// GELU backward reading x as 1-byte codes (FP8 saved activations) equals the
+// fp32 kernel on the decoded values (code value x fold), bit for bit, added
+// or overwriting, across the threaded split.
+TEST(GeluBackward, CodesInputMatchesDecodedFp32) {
+  const formats::Format& f = formats::preset("e4m3fn");
+  formats::Table16 table{};
+  for (uint32_t c = 0; c < 256; ++c)
+    table[c] = static_cast<uint16_t>(std::bit_cast<uint32_t>(formats::decode_f32(f, c)) >> 16);
+  const int64_t n = 70000;  // past the threading threshold, not a multiple of the block
+  std::vector<uint8_t> codes(n);
+  std::vector<float> g(n), decoded(n);
+  const float fold = 0.125f;
+  for (int64_t i = 0; i < n; ++i) {
+    codes[i] = static_cast<uint8_t>((i * 37) % 256 == 0x7F || (i * 37) % 256 == 0xFF ? 0 : (i * 37) % 256);  // no NaN
+    decoded[i] = static_cast<float>(formats::decode_f32(f, codes[i])) * fold;
+    g[i] = std::sin(0.001f * static_cast<float>(i));
+  }
+  for (bool accumulate : {true, false}) {
+    std::vector<float> ref(n, accumulate ? 0.5f : 0.0f), got(n, 0.5f);
+    gelu_backward(ref.data(), decoded.data(), g.data(), n, 0.75f);
+    gelu_backward_codes(got.data(), codes.data(), table, fold, g.data(), n, accumulate, 0.75f);
+    for (int64_t i = 0; i < n; ++i)
+      ASSERT_EQ(std::bit_cast<uint32_t>(got[i]), std::bit_cast<uint32_t>(ref[i])) << i << (accumulate ? " +=" : " =");
   }
 }
 

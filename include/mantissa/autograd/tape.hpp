@@ -7,6 +7,7 @@
 // unless an op chose to save it.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -133,6 +134,9 @@ class Tape {
   static Tensor restore(const Tensor& saved);
   static Tensor restore_bf16(const Tensor& saved);
   static bool bf16_exact(const Tensor& saved) { return saved.dtype() == DType::bf16 || dtype_size(saved.dtype()) == 1; }
+  // code -> bf16 bits of a 1-byte saved dtype: value = table[code] x saved.scale(),
+  // for kernels that decode a saved tensor as they read it.
+  static const std::array<uint16_t, 256>& decode_table(DType codes);
   // x (f32 or bf16) as 1-byte `codes` scaled by 2^E, E minimal with amax x 2^-E <= max
   // (the amax of the finite 4096-element chunks). With `hint` (a site's last
   // E, updated to this one) it tries that E first; the result is the same.

@@ -6,6 +6,8 @@
 
 #include <cstdint>
 
+#include "mantissa/formats/lookup.hpp"
+
 namespace mantissa::kernels {
 
 // ---- elementwise -----------------------------------------------------------
@@ -33,6 +35,10 @@ void gelu_backward_bf16x(float* dx, const uint16_t* x16, const float* dout, int6
 // computed in place of the output's (the same bits as += into zeros).
 void gelu_backward_into(float* dx, const float* x, const float* dout, int64_t n, float scale = 1.0f);
 void gelu_backward_bf16x_into(float* dx, const uint16_t* x16, const float* dout, int64_t n, float scale = 1.0f);
+// x kept as 1-byte codes: x = bf16 value table[code] x fold (a power of two),
+// decoded block by block on the stack; dx = or += as `accumulate`.
+void gelu_backward_codes(float* dx, const uint8_t* codes, const formats::Table16& table, float fold,
+                         const float* dout, int64_t n, bool accumulate, float scale = 1.0f);
 void relu_forward(float* out, const float* x, int64_t n);
 void relu_backward(float* dx, const float* x, const float* dout, int64_t n);
 

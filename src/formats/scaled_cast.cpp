@@ -6,6 +6,7 @@
 #include <cmath>
 #include <limits>
 #include <stdexcept>
+#include <type_traits>
 
 #include "formats/convert_avx512_fp8.hpp"
 #include "formats/convert_avx512_lookup.hpp"
@@ -278,6 +279,31 @@ MANTISSA_AVX512 ScanTotals run_avx512(const CastState& s, const float* x, size_t
       }
       step32<kRoute, kDecode, kFold>(p, r, f, x, i, m, mlo, mhi, flo, fhi, codes, decoded);
     }
+  } else if (fac.rule && group % 32 == 0) {  // blocks of whole steps (MX 32, blockwise 128), 16 at a time
+    // kGroup: the block size as a constant (32) for the compiler to unroll, or 0 (use `group`).
+    const auto blocks16 = [&](auto group_constant) MANTISSA_AVX512 {
+      constexpr size_t kGroup = decltype(group_constant)::value;
+      const size_t g = kGroup ? kGroup : group;
+      alignas(64) float block_mult[16], block_fold[16];
+      for (size_t g0 = 0; g0 < n; g0 += 16 * g) {
+        const size_t left = n - g0;
+        block_factors16(x + g0, left, g, *fac.rule, fac.exponents + g0 / g, block_mult, block_fold);
+        for (size_t j = 0; j < 16 && g * j < left; ++j) {
+          const __m512 mv = _mm512_set1_ps(block_mult[j]);
+          const __m512 fv = kFold ? _mm512_set1_ps(block_fold[j]) : one;
+          const size_t end = std::min(left, g * (j + 1));
+          size_t i = g * j;
+          for (; i + 32 <= end; i += 32)
+            step32<kRoute, kDecode, kFold>(p, r, f, x, g0 + i, TailMask32{0xFFFF, 0xFFFF}, mv, mv, fv, fv, codes,
+                                           decoded);
+          if (i < end)
+            step32<kRoute, kDecode, kFold>(p, r, f, x, g0 + i, detail::tail_mask32(end - i), mv, mv, fv, fv, codes,
+                                           decoded);
+        }
+      }
+    };
+    if (group == 32) blocks16(std::integral_constant<size_t, 32>{});
+    else blocks16(std::integral_constant<size_t, 0>{});
   } else {  // one per group: no step straddles two groups
     alignas(64) float block_mult[16], block_fold[16];
     const float* mult = fac.mult;

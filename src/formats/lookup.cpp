@@ -173,8 +173,8 @@ MANTISSA_AVX512 [[gnu::always_inline]] inline void over_steps(size_t n, const fl
       step(i, m, _mm512_maskz_loadu_ps(m.lo, fold + i), _mm512_maskz_loadu_ps(m.hi, fold + i + 16));
     }
   } else {  // one multiplier per group: no step straddles two groups
-    for (size_t g0 = 0; g0 < n; g0 += group) {
-      const __m512 f = _mm512_set1_ps(fold[g0 / group]);
+    for (size_t g0 = 0, g = 0; g0 < n; g0 += group, ++g) {
+      const __m512 f = _mm512_set1_ps(fold[g]);
       const size_t end = std::min(n, g0 + group);
       for (size_t i = g0; i < end; i += 32) step(i, detail::tail_mask32(end - i), f, f);
     }
@@ -189,14 +189,17 @@ MANTISSA_AVX512 void lookup_avx512(const Table16& table, const uint8_t* codes, O
   // Folds as exponent steps: none, or one per group (each checked).
   if (a.ok && (!fold || group > 1)) {
     const MagnitudeRegs r{{t.t[0], t.t[1], t.t[2], t.t[3]}, a.neg_zero_special, a.unsigned_nan};
-    for (size_t g0 = 0; g0 < n; g0 += fold ? group : n) {
+    for (size_t g0 = 0, g = 0; g0 < n; g0 += fold ? group : n, ++g) {
       const size_t end = fold ? std::min(n, g0 + group) : n;
-      const float f = fold ? fold[g0 / group] : 1.0f;
+      const float f = fold ? fold[g] : 1.0f;
       const std::optional<int> k = fold ? exponent_fold(a, f) : std::optional<int>(0);
       const __m512 fv = _mm512_set1_ps(f);
       if (k) {
         const __m512i k7 = _mm512_set1_epi16(static_cast<short>(*k * 128));
-        for (size_t i = g0; i < end; i += 32) step32<true>(r, t, codes, out, i, detail::tail_mask32(end - i), k7, fv, fv);
+        size_t i = g0;
+        for (; i + 32 <= end; i += 32)  // whole steps unmasked (a constant mask folds away)
+          step32<true>(r, t, codes, out, i, detail::TailMask32{0xFFFF, 0xFFFF}, k7, fv, fv);
+        if (i < end) step32<true>(r, t, codes, out, i, detail::tail_mask32(end - i), k7, fv, fv);
       } else {
         for (size_t i = g0; i < end; i += 32) table_step32<true>(t, codes, out, i, detail::tail_mask32(end - i), fv, fv);
       }

@@ -291,6 +291,18 @@ Tensor decode_to_bf16(const QuantisedOperand& q, MemoryKind kind) {
   }
   const BlockScales& bs = *q.blocks;
   if (bs.batch * bs.rows * bs.cols != n) throw std::logic_error("decode_to_bf16: block view does not match the codes");
+  if (bs.tile_rows == 1 && bs.cols % bs.tile_cols == 0) {
+    // Row tiles that rows hold whole: the tiles lie in order along the flat
+    // codes, so they go in long chunks with one fold per tile.
+    std::vector<float> fold(bs.exponents.size());
+    for (size_t j = 0; j < fold.size(); ++j) fold[j] = formats::exp2_block(bs.exponents[j]);
+    const int64_t chunk = std::max<int64_t>(1, kChunk / bs.tile_cols) * bs.tile_cols;
+#pragma omp parallel for schedule(static) if (n > 4 * kChunk)
+    for (int64_t c0 = 0; c0 < n; c0 += chunk)
+      formats::lookup16(table, c + c0, o + c0, static_cast<size_t>(std::min(chunk, n - c0)),
+                        fold.data() + c0 / bs.tile_cols, static_cast<size_t>(bs.tile_cols));
+    return out;
+  }
   const int64_t down = bs.tiles_down(), across = bs.tiles_across(), bands = bs.batch * down;
 #pragma omp parallel if (bands > 1 && n > 4 * kChunk)
   {

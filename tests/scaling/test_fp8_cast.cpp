@@ -222,6 +222,13 @@ TEST(Fp8Cast, DecodeOnlyCastsGiveTheFullCastsDecode) {
   }
   EXPECT_THROW(cast_per_tensor(f, t, 0, true, nullptr, MemoryKind::activation, nullptr, nullptr, false),
                std::invalid_argument);
+  // Rows holding whole row tiles decode as one flat run of tiles: the same bits as the cast's decode.
+  const Tensor w = Tensor::from(spread(static_cast<size_t>(300 * 256), 5, -25, 10), {300, 256});
+  for (auto rule : {Fp8Scaling::mx, Fp8Scaling::blockwise}) {
+    const int64_t tile = rule == Fp8Scaling::mx ? 32 : 128;
+    const auto wq = cast_blocks(f, w, 1, 300, 256, 1, tile, rule, nullptr, MemoryKind::activation, &full);
+    same_bits(decode_to_bf16(wq), full);
+  }
 }
 
 TEST(Fp8Cast, Bf16DecodeIsExactForEveryCode) {

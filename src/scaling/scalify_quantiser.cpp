@@ -86,7 +86,7 @@ double ScalifyQuantiser::param_scale(const std::string& name) const {
   const float* x = v.f32();
   const int64_t n = v.numel();
   double ss = 0;  // squares of floats are exact in double; the sum's order does not matter at that precision
-#pragma omp simd reduction(+ : ss)
+#pragma omp parallel for simd reduction(+ : ss) schedule(static) if (n > 65536)
   for (int64_t i = 0; i < n; ++i) ss += static_cast<double>(x[i]) * static_cast<double>(x[i]);
   const double rms = std::sqrt(ss / static_cast<double>(std::max<int64_t>(n, 1)));
   const double s = !(rms > 0) || !std::isfinite(rms) ? 0.0 : static_cast<double>(pow2_round(rms, options_.rounding));

@@ -24,7 +24,7 @@ echo "== Benchmark smoke (must run; no timing is checked)"
 ./build/bench/bench_train --threads 2 --recipe fp32,bf16-amp,fp16-amp --layers 1 --d-model 64 --heads 2 --seq-len 32 --batch 2 --steps 2 --warmup 1 | tail -3
 ./build/bench/bench_checkpoint --layers 2 --d-model 32 --heads 2 --seq-len 16 --batch 2 --steps 1 --warmup 1 >/dev/null
 MANTISSA_BENCH_REPS=1 ./build/bench/bench_matmul --benchmark_filter=attnproj >/dev/null
-./build/bench/bench_convert --benchmark_filter='/32768' --benchmark_min_time=0.01 >/dev/null
+./build/bench/bench_convert --benchmark_filter='/32768|fp8_cast' --benchmark_min_time=0.01 >/dev/null
 bash bench/run_all.sh --quick --build-dir build --out build/bench-results >/dev/null
 head -n 5 build/bench-results/summary.md
 echo "== AddressSanitizer + UBSan build"

@@ -89,9 +89,13 @@ Var scaled_layer_norm(Tape& t, const Var& x, const Var& weight, const Var& bias,
     Tensor dx = grad_or_scratch(xn, xn ? xn->shape : Shape{N, C});
     Tensor dw = grad_or_scaled(wn, weight_scale), db = grad_or_scaled(bn, bias_scale);
     const Tensor wx = scaled_vector(w, input);
-    if (Tape::bf16_exact(xs))  // widened row by row, no fp32 copy
+    if (dtype_size(xs.dtype()) == 1)  // decoded row by row, no restored copy
+      kernels::layernorm_backward_codes(dx.f32(), dw.f32(), db.f32(), on->grad.f32(), xs.data<uint8_t>(),
+                                        Tape::decode_table(xs.dtype()), xs.scale(), wx.f32(), mean.f32(), rstd.f32(),
+                                        N, C);
+    else if (xs.dtype() == DType::bf16)  // widened row by row, no fp32 copy
       kernels::layernorm_backward_bf16x(dx.f32(), dw.f32(), db.f32(), on->grad.f32(),
-                                        Tape::restore_bf16(xs).data<uint16_t>(), wx.f32(), mean.f32(), rstd.f32(),
+                                        xs.data<uint16_t>(), wx.f32(), mean.f32(), rstd.f32(),
                                         N, C);
     else
       kernels::layernorm_backward(dx.f32(), dw.f32(), db.f32(), on->grad.f32(), Tape::restore(xs).f32(), wx.f32(),

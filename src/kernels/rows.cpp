@@ -12,6 +12,7 @@
 
 #include "kernels/parallel.hpp"
 #include "kernels/row_math.hpp"
+#include "mantissa/formats/lookup.hpp"
 #include "mantissa/kernels/kernels.hpp"
 #include "mantissa/kernels/profile.hpp"
 
@@ -115,6 +116,19 @@ void layernorm_backward_bf16x(float* dx, float* dweight, float* dbias, const flo
       dx, dweight, dbias, dout,
       [x16, C](int64_t i, float* scratch) {
         span_from_bf16(scratch, x16 + i * C, C);
+        return static_cast<const float*>(scratch);
+      },
+      weight, mean, rstd, N, C);
+}
+
+void layernorm_backward_codes(float* dx, float* dweight, float* dbias, const float* dout, const uint8_t* codes,
+                              const formats::Table16& table, float fold, const float* weight, const float* mean,
+                              const float* rstd, int64_t N, int64_t C) {
+  kernels::profile::Scope profile_scope(kernels::profile::Category::norms);
+  layernorm_backward_impl(
+      dx, dweight, dbias, dout,
+      [&table, codes, fold, C](int64_t i, float* scratch) {
+        formats::lookup16_widen(table, codes + i * C, scratch, static_cast<size_t>(C), &fold, static_cast<size_t>(C));
         return static_cast<const float*>(scratch);
       },
       weight, mean, rstd, N, C);

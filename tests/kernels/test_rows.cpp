@@ -10,6 +10,8 @@
 #include <vector>
 
 #include "kernels/reference.hpp"
+#include "mantissa/formats/format.hpp"
+#include "mantissa/formats/round.hpp"
 #include "mantissa/kernels/kernels.hpp"
 
 namespace mantissa::kernels {
@@ -132,6 +134,38 @@ TEST(LayerNorm, BackwardBf16InputMatchesWidenedFp32) {
   layernorm_backward(dx1.data(), dw1.data(), db1.data(), g.data(), wide.data(), w.data(), mean.data(), rstd.data(), N, C);
   layernorm_backward_bf16x(dx2.data(), dw2.data(), db2.data(), g.data(), x16.data(), w.data(), mean.data(),
                            rstd.data(), N, C);
+  for (int64_t i = 0; i < N * C; ++i) ASSERT_EQ(std::bit_cast<uint32_t>(dx1[i]), std::bit_cast<uint32_t>(dx2[i])) << i;
+  for (int64_t j = 0; j < C; ++j) {
+    ASSERT_EQ(std::bit_cast<uint32_t>(dw1[j]), std::bit_cast<uint32_t>(dw2[j])) << j;
+    ASSERT_EQ(std::bit_cast<uint32_t>(db1[j]), std::bit_cast<uint32_t>(db2[j])) << j;
+  }
+  EXPECT_NE(dw2[0], 0.0f);
+}
+
+// Layer norm backward reading x as 1-byte codes (FP8 saved activations)
+// equals the fp32 kernel on the decoded values (code value x fold) bit for bit.
+TEST(LayerNorm, BackwardCodesInputMatchesDecodedFp32) {
+  const int64_t N = 300, C = 192;
+  const mantissa::formats::Format& f = mantissa::formats::preset("e4m3fn");
+  mantissa::formats::Table16 table{};
+  for (uint32_t c = 0; c < 256; ++c)
+    table[c] = static_cast<uint16_t>(std::bit_cast<uint32_t>(static_cast<float>(mantissa::formats::decode_f32(f, c))) >> 16);
+  const float fold = 1.0f / 64;
+  std::vector<uint8_t> codes(N * C);
+  std::vector<float> wide(N * C);
+  for (int64_t i = 0; i < N * C; ++i) {
+    const uint32_t c = static_cast<uint32_t>((i * 131 + 7) % 256);
+    codes[i] = static_cast<uint8_t>((c & 0x7F) == 0x7F ? c - 1 : c);  // no NaN codes
+    wide[i] = static_cast<float>(mantissa::formats::decode_f32(f, codes[i])) * fold;
+  }
+  auto g = random_floats(N * C, 45);
+  auto w = random_floats(C, 46, 0.5f, 1.5f), b = random_floats(C, 47);
+  std::vector<float> y(N * C), mean(N), rstd(N);
+  layernorm_forward(y.data(), mean.data(), rstd.data(), wide.data(), w.data(), b.data(), N, C);
+  std::vector<float> dx1(N * C, 0.5f), dx2(N * C, 0.5f), dw1(C, 0.0f), dw2(C, 0.0f), db1(C, 0.0f), db2(C, 0.0f);
+  layernorm_backward(dx1.data(), dw1.data(), db1.data(), g.data(), wide.data(), w.data(), mean.data(), rstd.data(), N, C);
+  layernorm_backward_codes(dx2.data(), dw2.data(), db2.data(), g.data(), codes.data(), table, fold, w.data(),
+                           mean.data(), rstd.data(), N, C);
   for (int64_t i = 0; i < N * C; ++i) ASSERT_EQ(std::bit_cast<uint32_t>(dx1[i]), std::bit_cast<uint32_t>(dx2[i])) << i;
   for (int64_t j = 0; j < C; ++j) {
     ASSERT_EQ(std::bit_cast<uint32_t>(dw1[j]), std::bit_cast<uint32_t>(dw2[j])) << j;

@@ -58,6 +58,11 @@ void layernorm_backward(float* dx, float* dweight, float* dbias, const float* do
 // The same with x stored as bf16 codes (exactly widened, row by row).
 void layernorm_backward_bf16x(float* dx, float* dweight, float* dbias, const float* dout, const uint16_t* x16,
                               const float* weight, const float* mean, const float* rstd, int64_t N, int64_t C);
+// The same with x stored as 1-byte codes: x = bf16 value table[code] x fold,
+// decoded row by row into the thread's scratch.
+void layernorm_backward_codes(float* dx, float* dweight, float* dbias, const float* dout, const uint8_t* codes,
+                              const formats::Table16& table, float fold, const float* weight, const float* mean,
+                              const float* rstd, int64_t N, int64_t C);
 
 // out [N, C] = x [N, C] + bias [C]; dbias [C] += column sums of dout [N, C].
 void bias_add(float* out, const float* x, const float* bias, int64_t N, int64_t C);

@@ -33,7 +33,8 @@ constexpr int64_t kChunk = 4096;  // elements per piece of work (fits L1 with it
 
 const formats::Format& format_of(DType t) { return formats::preset(dtype_format_name(t)); }
 
-// code -> bf16 bits of a 1-byte dtype (exact: FP8 values have <= 4 significant bits).
+// code -> bf16 bits of a 1-byte dtype (exact: FP8 values have <= 4 significant
+// bits and bf16's exponent range); Tape::decode_table.
 const formats::Table16& bf16_table(DType t) {
   static const auto tables = [] {
     std::array<formats::Table16, 4> all{};
@@ -45,7 +46,7 @@ const formats::Table16& bf16_table(DType t) {
     return all;
   }();
   const int i = static_cast<int>(t) - static_cast<int>(DType::e4m3fn);
-  if (i < 0 || i >= 4) throw std::logic_error(std::string("saved activations: no 1-byte decode for ") + dtype_name(t));
+  if (i < 0 || i >= 4) throw std::invalid_argument(std::string("no FP8 decode table for dtype ") + dtype_name(t));
   return tables[static_cast<size_t>(i)];
 }
 
@@ -85,10 +86,12 @@ struct Source {
   }
 };
 
-// Largest |x| for the scale (formats::scaled_copy's vector scan). A chunk
-// holding inf does not count: its gradients will be non-finite whatever the
-// scale (the cast keeps inf/NaN non-finite) and amp skips the step.
-float finite_amax(const Source& x) {
+// The largest |x| over x's chunks as scan(chunk, begin, length) reports them
+// (a formats::ScanTotals), across threads. A chunk holding inf does not
+// count: its gradients will be non-finite whatever the scale (the cast keeps
+// inf/NaN non-finite) and amp skips the step.
+template <class Scan>
+float finite_amax_over(const Source& x, Scan scan) {
   const int64_t n = x.numel();
   const float inf = std::numeric_limits<float>::infinity();
   float amax = 0;
@@ -96,10 +99,17 @@ float finite_amax(const Source& x) {
   for (int64_t b = 0; b < n; b += kChunk) {
     alignas(64) float buf[kChunk];
     const int64_t m = std::min(kChunk, n - b);
-    const formats::ScanTotals t = formats::scaled_copy(x.chunk(b, m, buf), nullptr, static_cast<size_t>(m), 1.0f, inf);
+    const formats::ScanTotals t = scan(x.chunk(b, m, buf), b, static_cast<size_t>(m));
     if (t.amax < inf) amax = std::max(amax, t.amax);
   }
   return amax;
+}
+
+// Largest |x| for the scale (formats::scaled_copy's vector scan).
+float finite_amax(const Source& x) {
+  return finite_amax_over(x, [](const float* chunk, int64_t, size_t m) {
+    return formats::scaled_copy(chunk, nullptr, m, 1.0f, std::numeric_limits<float>::infinity());
+  });
 }
 
 // Minimal E with amax x 2^-E <= max (0 for amax 0).
@@ -133,18 +143,10 @@ Tensor encode_source(const Source& x, DType codes, int* hint, bool* reencoded) {
   // Encodes x with 2^-e and returns its amax as finite_amax does (the cast
   // scans the same chunks the same way).
   const auto encode = [&](int e) {
-    const float mult = std::ldexp(1.0f, -e), inf = std::numeric_limits<float>::infinity();
-    const int64_t n = x.numel();
-    float amax = 0;
-#pragma omp parallel for reduction(max : amax) schedule(static) if (n > 16 * kChunk)
-    for (int64_t b = 0; b < n; b += kChunk) {
-      alignas(64) float buf[kChunk];
-      const int64_t m = std::min(kChunk, n - b);
-      const auto len = static_cast<size_t>(m);
-      const formats::ScanTotals t = cast.run(x.chunk(b, m, buf), len, &mult, len, dst + b, nullptr);
-      if (t.amax < inf) amax = std::max(amax, t.amax);
-    }
-    return amax;
+    const float mult = std::ldexp(1.0f, -e);
+    return finite_amax_over(x, [&](const float* chunk, int64_t b, size_t m) {
+      return cast.run(chunk, m, &mult, m, dst + b, nullptr);
+    });
   };
   int e = 0;
   if (reencoded) *reencoded = false;

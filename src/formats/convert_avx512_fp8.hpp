@@ -69,7 +69,8 @@ struct Fp8Regs {
 
 MANTISSA_AVX512 inline Fp8Regs fp8_regs(const Fp8Rounder& k) {
   return {_mm512_set1_epi32(static_cast<int>(k.e_min)), _mm512_set1_epi32(static_cast<int>(k.e_cap)),
-          _mm512_set1_epi32(static_cast<int>(k.c_offset)), _mm512_set1_ps(k.max), _mm512_set1_ps(k.shift), _mm_cvtsi32_si128(k.code_shift), k.saturates};
+          _mm512_set1_epi32(static_cast<int>(k.c_offset)), _mm512_set1_ps(k.max), _mm512_set1_ps(k.shift),
+          _mm_cvtsi32_si128(k.code_shift), k.saturates};
 }
 
 // 16 finite lanes s rounded to the grid (saturated when k.saturates); `over`

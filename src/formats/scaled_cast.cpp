@@ -107,7 +107,7 @@ MANTISSA_AVX512 inline __m512i high_halves32(__m512i lo, __m512i hi) {
 
 // kFast, when every lane of the step is finite after scaling (and, unless
 // the cast saturates, none goes past max): codes and decode from the fp32
-// rounder, and the lanes past max counted into r.scan.beyond. Finite scaled
+// rounder, and the lanes past max counted into f.beyond. Finite scaled
 // lanes come from finite x, so the scan's inf/NaN check is not needed here.
 // Returns false, writing nothing, otherwise.
 template <bool kDecode, bool kFold>
@@ -279,51 +279,34 @@ MANTISSA_AVX512 ScanTotals run_avx512(const CastState& s, const float* x, size_t
       }
       step32<kRoute, kDecode, kFold>(p, r, f, x, i, m, mlo, mhi, flo, fhi, codes, decoded);
     }
-  } else if (fac.rule && group % 32 == 0) {  // blocks of whole steps (MX 32, blockwise 128), 16 at a time
-    // kGroup: the block size as a constant (32) for the compiler to unroll, or 0 (use `group`).
-    const auto blocks16 = [&](auto group_constant) MANTISSA_AVX512 {
-      constexpr size_t kGroup = decltype(group_constant)::value;
-      const size_t g = kGroup ? kGroup : group;
-      alignas(64) float block_mult[16], block_fold[16];
-      for (size_t g0 = 0; g0 < n; g0 += 16 * g) {
-        const size_t left = n - g0;
-        block_factors16(x + g0, left, g, *fac.rule, fac.exponents + g0 / g, block_mult, block_fold);
-        for (size_t j = 0; j < 16 && g * j < left; ++j) {
-          const __m512 mv = _mm512_set1_ps(block_mult[j]);
-          const __m512 fv = kFold ? _mm512_set1_ps(block_fold[j]) : one;
-          const size_t end = std::min(left, g * (j + 1));
-          size_t i = g * j;
-          for (; i + 32 <= end; i += 32)
-            step32<kRoute, kDecode, kFold>(p, r, f, x, g0 + i, TailMask32{0xFFFF, 0xFFFF}, mv, mv, fv, fv, codes,
-                                           decoded);
-          if (i < end)
-            step32<kRoute, kDecode, kFold>(p, r, f, x, g0 + i, detail::tail_mask32(end - i), mv, mv, fv, fv, codes,
-                                           decoded);
-        }
-      }
-    };
-    if (group == 32) blocks16(std::integral_constant<size_t, 32>{});
-    else blocks16(std::integral_constant<size_t, 0>{});
-  } else {  // one per group: no step straddles two groups
-    alignas(64) float block_mult[16], block_fold[16];
-    const float* mult = fac.mult;
-    const float* fold = fac.fold;
-    size_t first = 0;  // the group mult[0] belongs to
-    for (size_t g0 = 0, g = 0; g0 < n; g0 += group, ++g) {
-      if (fac.rule && g % 16 == 0) {  // blocks read twice, the second time from L1
-        block_factors16(x + g0, n - g0, group, *fac.rule, fac.exponents + g, block_mult, block_fold);
-        mult = block_mult;
-        fold = block_fold;
-        first = g;
-      }
-      const __m512 mv = _mm512_set1_ps(mult[g - first]);
-      const __m512 fv = kFold ? _mm512_set1_ps(fold[g - first]) : one;
-      const size_t end = std::min(n, g0 + group);
-      size_t i = g0;
-      for (; i + 32 <= end; i += 32)  // whole steps unmasked (a constant mask folds away)
+  } else {
+    // Steps over [i, end) with one multiplier and fold: whole steps unmasked
+    // (a constant mask folds away), then the tail (no step straddles two groups).
+    const auto group_steps = [&](size_t i, size_t end, __m512 mv, __m512 fv) MANTISSA_AVX512 __attribute__((always_inline)) {
+      for (; i + 32 <= end; i += 32)
         step32<kRoute, kDecode, kFold>(p, r, f, x, i, TailMask32{0xFFFF, 0xFFFF}, mv, mv, fv, fv, codes, decoded);
       if (i < end)
         step32<kRoute, kDecode, kFold>(p, r, f, x, i, detail::tail_mask32(end - i), mv, mv, fv, fv, codes, decoded);
+    };
+    if (fac.rule) {  // blocks with their own factors, 16 at a time (read twice, the second time from L1)
+      // kGroup: the block size as a constant (MX's 32) for the compiler to unroll, or 0 (use `group`).
+      const auto blocks16 = [&](auto group_constant) MANTISSA_AVX512 {
+        constexpr size_t kGroup = decltype(group_constant)::value;
+        const size_t g = kGroup ? kGroup : group;
+        alignas(64) float block_mult[16], block_fold[16];
+        for (size_t g0 = 0; g0 < n; g0 += 16 * g) {
+          const size_t left = n - g0;
+          block_factors16(x + g0, left, g, *fac.rule, fac.exponents + g0 / g, block_mult, block_fold);
+          for (size_t j = 0; j < 16 && g * j < left; ++j)
+            group_steps(g0 + g * j, g0 + std::min(left, g * (j + 1)), _mm512_set1_ps(block_mult[j]),
+                        kFold ? _mm512_set1_ps(block_fold[j]) : one);
+        }
+      };
+      if (group == 32) blocks16(std::integral_constant<size_t, 32>{});
+      else blocks16(std::integral_constant<size_t, 0>{});
+    } else {  // one multiplier (and fold) per group from the arrays
+      for (size_t g0 = 0, g = 0; g0 < n; g0 += group, ++g)
+        group_steps(g0, std::min(n, g0 + group), _mm512_set1_ps(fac.mult[g]), kFold ? _mm512_set1_ps(fac.fold[g]) : one);
     }
   }
   return {_mm512_reduce_max_ps(_mm512_max_ps(r.scan.m, f.amax)), r.scan.bad != 0, r.scan.beyond + f.beyond};

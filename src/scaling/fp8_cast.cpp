@@ -1,13 +1,13 @@
 // FP8 casts with power-of-two scales (per tensor or per tile) and the exact
 // bf16 decode the matrix products run on. See scaling/fp8.hpp.
 #include <algorithm>
-#include <array>
 #include <bit>
 #include <cmath>
 #include <limits>
 #include <stdexcept>
 #include <vector>
 
+#include "mantissa/autograd/tape.hpp"
 #include "mantissa/formats/lookup.hpp"
 #include "mantissa/formats/round.hpp"
 #include "mantissa/formats/scaled_cast.hpp"
@@ -39,29 +39,8 @@ bool same_layout(const formats::Format& a, const formats::Format& b) {
          a.subnormals == b.subnormals && a.is_signed == b.is_signed;
 }
 
-// code -> bf16 bits of one 1-byte dtype, built once.
-const formats::Table16& decode_table(DType t) {
-  static const auto tables = [] {
-    std::array<formats::Table16, 4> all{};
-    const DType types[] = {DType::e4m3fn, DType::e5m2, DType::e4m3fnuz, DType::e5m2fnuz};
-    for (int i = 0; i < 4; ++i) {
-      const formats::Format& f = formats::preset(dtype_format_name(types[i]));
-      for (uint32_t c = 0; c < 256; ++c) {
-        const float v = formats::decode_f32(f, c);
-        // Exact: FP8 values have <= 4 significant bits and bf16's exponent range.
-        all[static_cast<size_t>(i)][c] = static_cast<uint16_t>(std::bit_cast<uint32_t>(v) >> 16);
-      }
-    }
-    return all;
-  }();
-  switch (t) {
-    case DType::e4m3fn: return tables[0];
-    case DType::e5m2: return tables[1];
-    case DType::e4m3fnuz: return tables[2];
-    case DType::e5m2fnuz: return tables[3];
-    default: throw std::invalid_argument(std::string("no FP8 decode table for dtype ") + dtype_name(t));
-  }
-}
+// code -> bf16 bits of one 1-byte dtype (the saved activations' table).
+const formats::Table16& decode_table(DType t) { return autograd::Tape::decode_table(t); }
 
 void require_f32(const Tensor& x, const char* what) {
   if (x.dtype() != DType::f32) throw std::invalid_argument(std::string(what) + ": input must be f32, got " + dtype_name(x.dtype()));

@@ -125,6 +125,7 @@ QuantisedOperand Fp8Quantiser::cast(const formats::Format& f, const Tensor& x32,
                                     MemoryKind kind, Amax* amax_out, Tensor* decoded) {
   if (contraction_axis != 1 && contraction_axis != 2)
     throw std::invalid_argument("Fp8Quantiser: contraction_axis must be 1 (rows) or 2 (cols)");
+  const bool keep = site.keep_codes || !decoded;  // codes are skipped only when a decode is wanted
   if (config_.scaling == Fp8Scaling::mx || config_.scaling == Fp8Scaling::blockwise) {
     const int64_t along = config_.scaling == Fp8Scaling::mx ? config_.mx_block : config_.tile;
     int64_t tr = contraction_axis == 1 ? along : 1, tc = contraction_axis == 2 ? along : 1;
@@ -134,8 +135,7 @@ QuantisedOperand Fp8Quantiser::cast(const formats::Format& f, const Tensor& x32,
                                 ? Fp8Scaling::blockwise
                                 : config_.scaling;
     CastReport report;
-    QuantisedOperand q = cast_blocks(f, x32, batch, rows, cols, tr, tc, rule, &report, kind, decoded,
-                                     site.keep_codes || !decoded);
+    QuantisedOperand q = cast_blocks(f, x32, batch, rows, cols, tr, tc, rule, &report, kind, decoded, keep);
     record(site, report.amax, report.saturated, false);
     if (amax_out) *amax_out = report.amax;
     return q;
@@ -150,7 +150,6 @@ QuantisedOperand Fp8Quantiser::cast(const formats::Format& f, const Tensor& x32,
     return m.nonfinite ? 0 : per_tensor_exponent(f.max(), m.value, config_.margin);
   };
   std::optional<int> e = exponent_before_cast(site);
-  const bool keep = site.keep_codes || !decoded;
   Amax a;
   int64_t saturated = 0;
   QuantisedOperand q;

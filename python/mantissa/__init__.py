@@ -94,9 +94,9 @@ def encode(x: Any, format: str, round: str = "nearest-even", *, saturate: bool =
     packed: formats of <= 4 bits put two codes in a byte along the last axis,
     element 2j in the low nibble (last axis K -> ceil(K / 2) bytes).
     """
-    if out is not None:
+    if out is not None:  # may be an ml_dtypes array of the format: its codes are written
         _check_out(out)
-        _core.encode(x, format, round, saturate, flush_subnormals, seed, random_bits, packed, out)
+        _core.encode(x, format, round, saturate, flush_subnormals, seed, random_bits, packed, _codes_in(out))
         return out
     return _like(x, _core.encode(x, format, round, saturate, flush_subnormals, seed, random_bits, packed))
 

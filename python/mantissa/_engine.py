@@ -22,7 +22,8 @@ def train(model: str = "gpt", recipe: str = "fp32", *, steps: int = 1000,
     """Trains as ``mantissa train`` does, with the same settings as keyword arguments.
 
     Keys are the CLI's flags with ``_`` for ``-`` (data, batch_size, seq_len, lr,
-    set=["cast_margin=1"], metrics="run.jsonl", save="dir", threads, ...).
+    set=["cast_margin=1"], metrics="run.jsonl", save="dir", ...); threads=N sets the
+    library-wide thread count, as set_num_threads does.
     Each record is a dict, exactly a line of the metrics JSONL: first
     ``{"run": {...}}``, then one per step (step, loss, lr, ...) and one per
     evaluation (step, val_loss, val_bpc, ...).

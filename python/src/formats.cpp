@@ -7,6 +7,7 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <mutex>
@@ -118,6 +119,22 @@ nb::object encode(const In& x, const std::string& spec, const std::string& round
   return result;
 }
 
+// Formats of fewer than 8 bits keep one code per byte (or two per byte,
+// packed): a byte or nibble beyond the format's last code is refused, not
+// masked or decoded to NaN.
+void check_code_range(const In& codes, const mf::Format& f, bool packed) {
+  const uint32_t count = static_cast<uint32_t>(std::min<uint64_t>(f.code_count(), 256));
+  if (count >= (packed ? 16u : 256u)) return;
+  const auto* c = static_cast<const uint8_t*>(codes.data());
+  uint32_t worst = 0;
+  for (size_t i = 0; i < codes.size(); ++i)
+    worst = std::max<uint32_t>(worst, packed ? std::max(c[i] & 0xF, c[i] >> 4) : c[i]);
+  if (worst >= count)
+    throw nb::value_error(("codes: " + std::to_string(worst) + " is not a " + f.name + " code (0.." +
+                           std::to_string(count - 1) + ")")
+                              .c_str());
+}
+
 nb::object decode(const In& codes, const std::string& spec, bool packed, std::optional<size_t> count,
                   std::optional<Out> out) {
   check_layout(codes, "codes");
@@ -127,6 +144,7 @@ nb::object decode(const In& codes, const std::string& spec, bool packed, std::op
   if (!packed) {
     check_codes(codes, "codes", f.storage_bytes());
     if (count) throw nb::value_error("count: only for packed codes");
+    if (f.storage_bytes() == 1) check_code_range(codes, f, false);
     nb::object result = output<float>(out, shape, &dst);
     nb::gil_scoped_release release;
     mf::dequantize(f, codes.data(), dst, codes.size());
@@ -134,6 +152,7 @@ nb::object decode(const In& codes, const std::string& spec, bool packed, std::op
   }
   if (f.total_bits() > 4) throw nb::value_error(("packed: " + f.name + " codes do not pack two per byte").c_str());
   check_codes(codes, "codes", 1);
+  check_code_range(codes, f, true);
   if (codes.ndim() == 0) throw nb::value_error("packed: codes need at least one dimension");
   const size_t kp = shape.back(), rows = kp ? codes.size() / kp : 0;
   const size_t k = count ? *count : 2 * kp;
@@ -199,6 +218,7 @@ nb::object mx_dequantize(const In& codes, const In& scales, const std::string& n
   check_layout(scales, "scales");
   check_codes(codes, "codes", 1);
   check_codes(scales, "scales", 1);
+  check_code_range(codes, cfg.element, false);
   if (codes.ndim() == 0) throw nb::value_error("codes need at least one dimension");
   const std::vector<size_t> shape = shape_of(codes);
   const size_t k = shape.back(), rows = k ? codes.size() / k : 0, b = static_cast<size_t>(block), nb_ = (k + b - 1) / b;

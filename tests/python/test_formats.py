@@ -226,6 +226,10 @@ def test_bad_inputs_raise_python_errors():
         mantissa.quantize(x, "e4m3fn", out=np.empty(16, np.float64))
     with pytest.raises(ValueError, match="wrong shape"):
         mantissa.quantize(x, "e4m3fn", out=np.empty(15, np.float32))
+    with pytest.raises(ValueError, match="255 is not a e2m1fn code"):  # no masking of bytes beyond 4 bits
+        mantissa.decode(np.array([1, 255], np.uint8), "e2m1fn")
+    with pytest.raises(ValueError, match="64 is not a e3m2fn code"):
+        mantissa.mx_dequantize(np.full((1, 32), 64, np.uint8), np.full((1, 1), 127, np.uint8), "mxfp6_e3m2")
     with pytest.raises(TypeError, match="16-bit integer codes"):
         mantissa.decode(np.zeros(4, np.uint8), "bf16")
     with pytest.raises(ValueError, match="format: "):

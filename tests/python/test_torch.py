@@ -182,6 +182,8 @@ def test_unknown_recipe_and_set_key():
         mt.wrap(Net(), "no-such-recipe")
     with pytest.raises(ValueError, match="bogus"):
         mt.wrap(Net(), "fp8-current", set=["bogus=1"])
+    with pytest.raises(ValueError, match="cast_scaling 'blockwise' is not supported"):
+        mt.wrap(Net(), "fp8-blockwise")
 
 
 def test_dlpack_round_trips():

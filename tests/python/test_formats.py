@@ -1,7 +1,10 @@
 """mantissa.quantize / encode / decode against ml_dtypes (nearest-even casts) and
 gfloat (every rounding mode, saturation, stochastic rounding with the same draws)."""
 
+import json
 import math
+import os
+import subprocess
 
 import gfloat
 import gfloat.formats as gf
@@ -245,3 +248,14 @@ def test_bad_inputs_raise_python_errors():
     # Empty and 0-d arrays are fine.
     assert mantissa.quantize(np.zeros(0, np.float32), "e4m3fn").shape == (0,)
     assert mantissa.quantize(np.float32(3.3).reshape(()), "e4m3fn") == np.float32(3.25)
+
+
+def test_formats_equal_the_cli_json():
+    cli = os.environ.get("MANTISSA_CLI")
+    if not cli:
+        pytest.skip("MANTISSA_CLI (the mantissa binary) not set: scripts/test.sh sets it")
+    ref = json.loads(subprocess.run([cli, "formats", "--json"], check=True, capture_output=True, text=True).stdout)
+    assert mantissa.formats() == ref
+    user = json.loads(subprocess.run([cli, "formats", "--json", "--format", "e3m3:bias=4:nan=none"], check=True,
+                                     capture_output=True, text=True).stdout)
+    assert [mantissa.format_info("e3m3:bias=4:nan=none")] == user

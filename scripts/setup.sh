@@ -13,6 +13,7 @@ PACKAGES=(
   nlohmann-json3-dev
   zlib1g-dev             # unpacking the R data of the default corpus
   python3 python3-venv python3-pip
+  python3-torch          # the Python package's mantissa.torch tests (seen from the venv: scripts/pyenv.sh)
   ca-certificates
 )
 missing=()

@@ -27,6 +27,14 @@ MANTISSA_BENCH_REPS=1 ./build/bench/bench_matmul --benchmark_filter=attnproj >/d
 ./build/bench/bench_convert --benchmark_filter='/32768|fp8_cast' --benchmark_min_time=0.01 >/dev/null
 bash bench/run_all.sh --quick --build-dir build --out build/bench-results >/dev/null
 head -n 5 build/bench-results/summary.md
+echo "== Python package: pip install . into the venv, then pytest"
+PIP_ARGS=(-q --disable-pip-version-check --no-build-isolation -C cmake.define.MANTISSA_WERROR=ON)
+command -v ccache >/dev/null && PIP_ARGS+=(-C cmake.define.CMAKE_CXX_COMPILER_LAUNCHER=ccache)
+VENV=$(bash scripts/pyenv.sh)
+"$VENV/bin/pip" install "${PIP_ARGS[@]}" .
+rc=0; MANTISSA_CLI="$ROOT/build/mantissa" "$VENV/bin/python" -m pytest -q -p no:cacheprovider tests/python || rc=$?
+if ((rc == 5)); then echo "test.sh: pytest collected no tests in tests/python" >&2; fi
+if ((rc != 0)); then exit "$rc"; fi
 echo "== AddressSanitizer + UBSan build"
 bash scripts/build.sh build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMANTISSA_SANITIZE=ON -DMANTISSA_BUILD_BENCH=OFF
 (cd build-asan && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j "$JOBS" -LE "exhaustive|oracle|slow")

@@ -41,21 +41,8 @@ void train_command(CLI::App* cmd, train::TrainConfig& cfg) {
     std::printf("  resumed from %s at step %ld\n", c.resume.c_str(), static_cast<long>(session->trainer->step()));
   std::fflush(stdout);
 
-  train::RunOptions ro;
-  ro.steps = c.stop_after > 0 ? std::min(c.steps, session->trainer->step() + c.stop_after) : c.steps;
-  ro.eval_every = c.eval_every;
-  ro.save_every = c.save_every;
-  ro.save_dir = c.save;
-  ro.metrics_path = c.metrics;
-  ro.append_metrics = !c.resume.empty();
-  ro.log_every = c.log_every;
+  train::RunOptions ro = train::run_options(*session);
   ro.terminal = ::isatty(::fileno(stdout)) != 0;
-  ro.run_info_json = nlohmann::json{{"config", nlohmann::json::parse(train::config_to_json(c))},
-                                    {"recipe", nlohmann::json::parse(amp::recipe_to_json(session->recipe))},
-                                    {"model", nlohmann::json::parse(model.config_json())},
-                                    {"parameters", model.parameter_count()},
-                                    {"resumed_at", session->trainer->step()}}
-                         .dump();
   const train::RunSummary s = train::run(*session->trainer, ro);
   std::printf("done: %ld steps in %.1f s, %.0f tokens/s (%.1f ms/step), %ld skipped, final loss scale %g\n",
               static_cast<long>(s.steps_done), s.seconds, s.tokens_per_s, s.mean_step_seconds * 1e3,

@@ -28,21 +28,25 @@ std::string format_eta(double seconds) {
 
 class MetricsFile {
  public:
-  MetricsFile(const std::string& path, bool append) {
+  MetricsFile(const std::string& path, bool append, std::function<void(const std::string&)> hook)
+      : hook_(std::move(hook)) {
     if (path.empty()) return;
     out_.open(path, append ? std::ios::app : std::ios::trunc);
     if (!out_) throw std::invalid_argument("--metrics " + path + ": cannot open for writing");
   }
   // One line per record, flushed so a reader can follow the run.
   void write(const std::string& line) {
-    if (!out_.is_open()) return;
-    out_ << line << '\n';
-    out_.flush();
-    if (!out_) throw std::runtime_error("writing the metrics file failed (disk full?)");
+    if (out_.is_open()) {
+      out_ << line << '\n';
+      out_.flush();
+      if (!out_) throw std::runtime_error("writing the metrics file failed (disk full?)");
+    }
+    if (hook_) hook_(line);
   }
 
  private:
   std::ofstream out_;
+  std::function<void(const std::string&)> hook_;
 };
 
 }  // namespace
@@ -69,7 +73,7 @@ std::string eval_metrics_json(const EvalMetrics& e) {
 
 RunSummary run(Trainer& trainer, const RunOptions& o) {
   RunSummary s;
-  MetricsFile metrics(o.metrics_path, o.append_metrics);
+  MetricsFile metrics(o.metrics_path, o.append_metrics, o.on_record);
   if (!o.run_info_json.empty()) metrics.write(json{{"run", json::parse(o.run_info_json)}}.dump());
   const auto t0 = std::chrono::steady_clock::now();
   const int64_t first = trainer.step();

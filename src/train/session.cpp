@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -375,6 +376,25 @@ std::unique_ptr<Session> build_session(const TrainConfig& config) {
   s->trainer = std::make_unique<Trainer>(*s->model, *s->optimizer, *s->train, s->val.get(), s->recipe, to);
   if (!c.resume.empty()) s->trainer->resume(c.resume);
   return s;
+}
+
+RunOptions run_options(Session& s) {
+  const TrainConfig& c = s.config;
+  RunOptions ro;
+  ro.steps = c.stop_after > 0 ? std::min(c.steps, s.trainer->step() + c.stop_after) : c.steps;
+  ro.eval_every = c.eval_every;
+  ro.save_every = c.save_every;
+  ro.save_dir = c.save;
+  ro.metrics_path = c.metrics;
+  ro.append_metrics = !c.resume.empty();
+  ro.log_every = c.log_every;
+  ro.run_info_json = nlohmann::json{{"config", nlohmann::json::parse(config_to_json(c))},
+                                    {"recipe", nlohmann::json::parse(amp::recipe_to_json(s.recipe))},
+                                    {"model", nlohmann::json::parse(s.model->config_json())},
+                                    {"parameters", s.model->parameter_count()},
+                                    {"resumed_at", s.trainer->step()}}
+                         .dump();
+  return ro;
 }
 
 }  // namespace mantissa::train

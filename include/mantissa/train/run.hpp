@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <string>
 
 #include "mantissa/train/trainer.hpp"
@@ -23,6 +24,9 @@ struct RunOptions {
   FILE* log = stdout;           // null: silent
   bool terminal = false;        // progress line with \r and ETA
   int64_t diverge_after = 20;   // stop after this many consecutive non-finite losses
+  // Called with each metrics record (one JSON object, as a line of the file),
+  // whether or not there is a file; an exception it throws ends the run.
+  std::function<void(const std::string&)> on_record;
 };
 
 struct RunSummary {

@@ -17,6 +17,7 @@
 #include "mantissa/scaling/unit.hpp"
 #include "mantissa/optim/optimizer.hpp"
 #include "mantissa/train/config.hpp"
+#include "mantissa/train/run.hpp"
 #include "mantissa/train/trainer.hpp"
 
 namespace mantissa::train {
@@ -123,5 +124,11 @@ struct Session {
 // checkpoint (model configuration taken from it). Throws std::invalid_argument
 // (exit code 2 in the CLI) for bad input.
 std::unique_ptr<Session> build_session(const TrainConfig& config);
+
+// The run `mantissa train` does with this session's settings: steps (up to
+// stop_after more), evaluation/checkpoint cadence, metrics file (appended when
+// resuming) headed by the run's config, recipe and model. Log goes to stdout,
+// not as a terminal.
+RunOptions run_options(Session& s);
 
 }  // namespace mantissa::train

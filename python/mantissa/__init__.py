@@ -1,0 +1,193 @@
+"""mantissa from Python: number formats on arrays, recipes, and the training engine.
+
+Arrays are numpy arrays or anything with DLPack on the CPU (PyTorch tensors);
+they are read in place, and results come back as the caller's kind of array
+(numpy for numpy, torch for torch). The kernels release the GIL and run on
+the library's threads (``set_num_threads``).
+
+    import numpy as np, mantissa
+    x = np.random.randn(1 << 20).astype(np.float32)
+    y = mantissa.quantize(x, "e4m3fn")                 # fp32 values on the e4m3fn grid
+    codes = mantissa.encode(x, "e4m3fn")                # uint8 codes
+    codes8 = mantissa.as_ml_dtypes(codes, "e4m3fn")     # ml_dtypes.float8_e4m3fn view
+    q, s = mantissa.mx_quantize(x.reshape(-1, 64), "mxfp8_e4m3")
+"""
+
+from __future__ import annotations
+
+import json as _json
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import numpy as _np
+
+from . import _core
+from ._engine import experiment, load_weights, train
+
+__all__ = [
+    "quantize", "encode", "decode", "mx_quantize", "mx_dequantize", "formats", "format_info",
+    "as_ml_dtypes", "from_ml_dtypes", "recipes", "recipe", "num_threads", "set_num_threads",
+    "train", "experiment", "load_weights", "ROUNDING_MODES", "MX_FORMATS",
+]
+
+ROUNDING_MODES = ("nearest-even", "nearest-away", "toward-zero", "up", "down", "stochastic")
+MX_FORMATS = ("mxfp8_e4m3", "mxfp8_e5m2", "mxfp6_e2m3", "mxfp6_e3m2", "mxfp4", "mxint8")
+
+num_threads = _core.num_threads
+set_num_threads = _core.set_num_threads
+
+# ml_dtypes' name for each mantissa format that both have.
+_ML_DTYPES = {
+    "bf16": "bfloat16", "fp16": "float16", "fp32": "float32", "e5m2": "float8_e5m2",
+    "e5m2fnuz": "float8_e5m2fnuz", "e4m3fn": "float8_e4m3fn", "e4m3fnuz": "float8_e4m3fnuz",
+    "e4m3": "float8_e4m3", "e4m3b11fnuz": "float8_e4m3b11fnuz", "e3m4": "float8_e3m4",
+    "e8m0": "float8_e8m0fnu", "e2m3fn": "float6_e2m3fn", "e3m2fn": "float6_e3m2fn", "e2m1fn": "float4_e2m1fn",
+}
+
+
+def _is_numpy(x: Any) -> bool:
+    return isinstance(x, _np.ndarray)
+
+
+def _like(x: Any, result: Any) -> Any:
+    """A numpy result as the caller's kind of array (zero-copy through DLPack)."""
+    if _is_numpy(x) or not hasattr(x, "__dlpack__"):
+        return result
+    import torch  # only DLPack producers other than numpy reach here
+
+    if isinstance(x, torch.Tensor):
+        return torch.utils.dlpack.from_dlpack(result.__dlpack__())
+    return result
+
+
+def _codes_in(codes: Any) -> Any:
+    """ml_dtypes arrays (no DLPack export) are read as their integer codes."""
+    if _is_numpy(codes) and codes.dtype.type.__module__.startswith("ml_dtypes"):
+        return codes.view({1: _np.uint8, 2: _np.uint16, 4: _np.uint32}[codes.dtype.itemsize])
+    return codes
+
+
+def _check_out(out: Any) -> None:
+    if _is_numpy(out) and not out.flags.writeable:
+        raise ValueError("out: the array is read-only")
+
+
+def quantize(x: Any, format: str, round: str = "nearest-even", *, saturate: bool = False,
+             flush_subnormals: bool = False, seed: int = 0, random_bits: int = 16, out: Any = None) -> Any:
+    """fp32 values rounded into `format`, kept as fp32 (fake quantisation).
+
+    round: nearest-even (alias "nearest"), nearest-away, toward-zero, up, down,
+    stochastic (element i draws from hash(seed, i): independent of threads).
+    saturate: overflow gives +-max instead of inf/NaN. Writes into `out` if given.
+    """
+    if out is not None:
+        _check_out(out)
+        _core.quantize(x, format, round, saturate, flush_subnormals, seed, random_bits, out)
+        return out
+    return _like(x, _core.quantize(x, format, round, saturate, flush_subnormals, seed, random_bits))
+
+
+def encode(x: Any, format: str, round: str = "nearest-even", *, saturate: bool = False,
+           flush_subnormals: bool = False, seed: int = 0, random_bits: int = 16, packed: bool = False,
+           out: Any = None) -> Any:
+    """fp32 -> codes: uint8 (<= 8 bits), uint16 (bf16, fp16) or uint32 (tf32, fp32 bit patterns).
+
+    packed: formats of <= 4 bits put two codes in a byte along the last axis,
+    element 2j in the low nibble (last axis K -> ceil(K / 2) bytes).
+    """
+    if out is not None:  # may be an ml_dtypes array of the format: its codes are written
+        _check_out(out)
+        _core.encode(x, format, round, saturate, flush_subnormals, seed, random_bits, packed, _codes_in(out))
+        return out
+    return _like(x, _core.encode(x, format, round, saturate, flush_subnormals, seed, random_bits, packed))
+
+
+def decode(codes: Any, format: str, *, packed: bool = False, count: Optional[int] = None, out: Any = None) -> Any:
+    """Codes (integers, or an ml_dtypes array of the same format) -> their exact fp32 values.
+
+    packed: two 4-bit codes per byte; `count` is the unpacked last-axis length (default 2 x bytes).
+    """
+    codes = _codes_in(codes)
+    if out is not None:
+        _check_out(out)
+        _core.decode(codes, format, packed, count, out)
+        return out
+    return _like(codes, _core.decode(codes, format, packed, count))
+
+
+def mx_quantize(x: Any, format: str = "mxfp8_e4m3", block: int = 32, axis: int = -1,
+                scale_rounding: str = "floor") -> Tuple[Any, Any]:
+    """OCP MX: blocks of `block` values along `axis` share an E8M0 scale.
+
+    Returns (element codes, uint8 E8M0 scale codes); codes have x's shape, scales
+    x's shape with `axis` of length ceil(K / block). The last block of a row may
+    be shorter. Element codes are one per byte (FP4/FP6 in the low bits; MXINT8
+    two's complement with 6 fraction bits). scale_rounding "ceil" never clips.
+    """
+    moved = _moveaxis_in(x, axis)
+    codes, scales = _core.mx_quantize(moved, format, block, scale_rounding)
+    return _like(x, _moveaxis_out(codes, axis)), _like(x, _moveaxis_out(scales, axis))
+
+
+def mx_dequantize(codes: Any, scales: Any, format: str = "mxfp8_e4m3", block: int = 32, axis: int = -1) -> Any:
+    """MX element codes and E8M0 scales (as mx_quantize returns them) -> fp32 values."""
+    result = _core.mx_dequantize(_moveaxis_in(codes, axis), _moveaxis_in(scales, axis), format, block)
+    return _like(codes, _moveaxis_out(result, axis))
+
+
+def _ndim(x: Any) -> int:
+    return len(x.shape)
+
+
+def _moveaxis_in(x: Any, axis: int) -> Any:
+    n = _ndim(x)
+    if not -n <= axis < n:
+        raise ValueError(f"axis {axis} is out of range for an array of {n} dimensions")
+    if axis in (-1, n - 1):
+        return x
+    a = _np.from_dlpack(x) if not _is_numpy(x) else x
+    return _np.ascontiguousarray(_np.moveaxis(a, axis, -1))
+
+
+def _moveaxis_out(r: Any, axis: int) -> Any:
+    if axis in (-1, r.ndim - 1):
+        return r
+    return _np.ascontiguousarray(_np.moveaxis(r, -1, axis))
+
+
+def formats() -> List[Dict[str, Any]]:
+    """Every preset format with the fields of ``mantissa formats --json``."""
+    return _core.formats()
+
+
+def format_info(format: str) -> Dict[str, Any]:
+    """One preset or user-defined ``eXmY[:option=value...]`` format's properties."""
+    return _core.format_info(format)
+
+
+def as_ml_dtypes(codes: Any, format: str) -> _np.ndarray:
+    """Codes viewed (no copy) as the ml_dtypes array of the same format."""
+    import ml_dtypes
+
+    name = _ML_DTYPES.get(format)
+    if name is None:
+        raise ValueError(f"format: ml_dtypes has no dtype for '{format}' (it has {', '.join(_ML_DTYPES)})")
+    a = codes if _is_numpy(codes) else _np.from_dlpack(codes)
+    dtype = _np.dtype(getattr(ml_dtypes, name, None) or getattr(_np, name))
+    if a.dtype.itemsize != dtype.itemsize:
+        raise TypeError(f"codes: {a.dtype} codes cannot be viewed as {name}")
+    return a.view(dtype)
+
+
+def from_ml_dtypes(x: _np.ndarray) -> _np.ndarray:
+    """An ml_dtypes (or float16) array's codes as unsigned integers, no copy."""
+    return x.view({1: _np.uint8, 2: _np.uint16, 4: _np.uint32}[x.dtype.itemsize])
+
+
+def recipes() -> List[Dict[str, Any]]:
+    """Every registered recipe with all its settings (the keys ``--set`` takes)."""
+    return [_json.loads(r) for r in _core.recipes()]
+
+
+def recipe(name: str, set: Sequence[str] = ()) -> Dict[str, Any]:
+    """A recipe by name with ``key=value`` overrides, validated as ``mantissa train --set`` does."""
+    return _json.loads(_core.recipe(name, list(set)))

@@ -1,0 +1,310 @@
+// mantissa._core: number formats on arrays. Every kernel runs with the GIL
+// released, on the library's threads (formats/convert.hpp, formats/mx.hpp);
+// inputs are read in place (numpy or DLPack), outputs are new numpy arrays or
+// the caller's `out`.
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/pair.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <mutex>
+#include <stdexcept>
+
+#include "arrays.hpp"
+#include "mantissa/formats/convert.hpp"
+#include "mantissa/formats/format.hpp"
+#include "mantissa/formats/mx.hpp"
+#include "mantissa/formats/round.hpp"
+
+namespace mantissa::py {
+namespace {
+
+namespace mf = mantissa::formats;
+
+// Formats by spec, parsed once: a small array's call costs a map lookup, not a parse.
+const mf::Format& format_of(const std::string& spec) {
+  static std::mutex mutex;
+  static std::map<std::string, mf::Format, std::less<>> cache;
+  std::lock_guard lock(mutex);
+  auto it = cache.find(spec);
+  if (it != cache.end()) return it->second;
+  try {
+    return cache.emplace(spec, mf::parse_format(spec)).first->second;
+  } catch (const std::invalid_argument& e) {
+    throw nb::value_error((std::string("format: ") + e.what()).c_str());
+  }
+}
+
+mf::RoundOptions round_options(const std::string& round, bool saturate, bool flush, uint64_t seed, int random_bits) {
+  mf::RoundOptions o;
+  try {
+    o.mode = round == "nearest" ? mf::Round::nearest_even : mf::parse_round(round);
+  } catch (const std::invalid_argument& e) {
+    throw nb::value_error((std::string("round: ") + e.what()).c_str());
+  }
+  if (random_bits < 1 || random_bits > 32)
+    throw nb::value_error(("random_bits must be 1..32, got " + std::to_string(random_bits)).c_str());
+  o.saturate = saturate;
+  o.flush_subnormals = flush;
+  o.seed = seed;
+  o.random_bits = random_bits;
+  return o;
+}
+
+const float* f32_input(const In& x) {
+  check_layout(x, "x");
+  check_dtype(x, "x", nb::dtype<float>(), "float32");
+  return static_cast<const float*>(x.data());
+}
+
+nb::object quantize(const In& x, const std::string& spec, const std::string& round, bool saturate, bool flush,
+                    uint64_t seed, int random_bits, std::optional<Out> out) {
+  const float* in = f32_input(x);
+  const mf::Format& f = format_of(spec);
+  const mf::RoundOptions opt = round_options(round, saturate, flush, seed, random_bits);
+  float* dst = nullptr;
+  nb::object result = output<float>(out, shape_of(x), &dst);
+  nb::gil_scoped_release release;
+  mf::fake_quantize(f, in, dst, x.size(), opt);
+  return result;
+}
+
+// Codes one per element (1, 2 or 4 bytes), or for formats of <= 4 bits with
+// `packed` two per byte along the last axis (element 2j in the low nibble).
+template <class T>
+nb::object encode_as(const In& x, const mf::Format& f, const mf::RoundOptions& opt, std::optional<Out>& out) {
+  T* dst = nullptr;
+  nb::object result = output<T>(out, shape_of(x), &dst);
+  nb::gil_scoped_release release;
+  mf::quantize(f, static_cast<const float*>(x.data()), dst, x.size(), opt);
+  return result;
+}
+
+nb::object encode(const In& x, const std::string& spec, const std::string& round, bool saturate, bool flush,
+                  uint64_t seed, int random_bits, bool packed, std::optional<Out> out) {
+  f32_input(x);
+  const mf::Format& f = format_of(spec);
+  const mf::RoundOptions opt = round_options(round, saturate, flush, seed, random_bits);
+  if (!packed) {
+    switch (f.storage_bytes()) {
+      case 1: return encode_as<uint8_t>(x, f, opt, out);
+      case 2: return encode_as<uint16_t>(x, f, opt, out);
+      default: return encode_as<uint32_t>(x, f, opt, out);
+    }
+  }
+  if (f.total_bits() > 4)
+    throw nb::value_error(("packed: only formats of 4 bits or fewer pack two codes per byte, " + f.name + " has " +
+                           std::to_string(f.total_bits()))
+                              .c_str());
+  if (x.ndim() == 0) throw nb::value_error("packed: x needs at least one dimension");
+  std::vector<size_t> shape = shape_of(x);
+  const size_t k = shape.back(), rows = k ? x.size() / k : 0, kp = (k + 1) / 2;
+  shape.back() = kp;
+  uint8_t* dst = nullptr;
+  nb::object result = output<uint8_t>(out, shape, &dst);
+  nb::gil_scoped_release release;
+  std::vector<uint8_t> codes(x.size());
+  mf::quantize(f, static_cast<const float*>(x.data()), codes.data(), x.size(), opt);
+#pragma omp parallel for schedule(static) if (x.size() >= mf::kParallelThreshold)
+  for (size_t r = 0; r < rows; ++r) {
+    const uint8_t* c = codes.data() + r * k;
+    for (size_t j = 0; j < kp; ++j) {
+      const uint8_t hi = 2 * j + 1 < k ? c[2 * j + 1] : 0;
+      dst[r * kp + j] = static_cast<uint8_t>((c[2 * j] & 0xF) | (hi << 4));
+    }
+  }
+  return result;
+}
+
+// Formats of fewer than 8 bits keep one code per byte (or two per byte,
+// packed): a byte or nibble beyond the format's last code is refused, not
+// masked or decoded to NaN.
+void check_code_range(const In& codes, const mf::Format& f, bool packed) {
+  const uint32_t count = static_cast<uint32_t>(std::min<uint64_t>(f.code_count(), 256));
+  if (count >= (packed ? 16u : 256u)) return;
+  const auto* c = static_cast<const uint8_t*>(codes.data());
+  uint32_t worst = 0;
+  for (size_t i = 0; i < codes.size(); ++i)
+    worst = std::max<uint32_t>(worst, packed ? std::max(c[i] & 0xF, c[i] >> 4) : c[i]);
+  if (worst >= count)
+    throw nb::value_error(("codes: " + std::to_string(worst) + " is not a " + f.name + " code (0.." +
+                           std::to_string(count - 1) + ")")
+                              .c_str());
+}
+
+nb::object decode(const In& codes, const std::string& spec, bool packed, std::optional<size_t> count,
+                  std::optional<Out> out) {
+  check_layout(codes, "codes");
+  const mf::Format& f = format_of(spec);
+  std::vector<size_t> shape = shape_of(codes);
+  float* dst = nullptr;
+  if (!packed) {
+    check_codes(codes, "codes", f.storage_bytes());
+    if (count) throw nb::value_error("count: only for packed codes");
+    if (f.storage_bytes() == 1) check_code_range(codes, f, false);
+    nb::object result = output<float>(out, shape, &dst);
+    nb::gil_scoped_release release;
+    mf::dequantize(f, codes.data(), dst, codes.size());
+    return result;
+  }
+  if (f.total_bits() > 4) throw nb::value_error(("packed: " + f.name + " codes do not pack two per byte").c_str());
+  check_codes(codes, "codes", 1);
+  check_code_range(codes, f, true);
+  if (codes.ndim() == 0) throw nb::value_error("packed: codes need at least one dimension");
+  const size_t kp = shape.back(), rows = kp ? codes.size() / kp : 0;
+  const size_t k = count ? *count : 2 * kp;
+  if ((k + 1) / 2 != kp)
+    throw nb::value_error(("count: " + std::to_string(k) + " values do not pack into " + std::to_string(kp) +
+                           " bytes per row")
+                              .c_str());
+  shape.back() = k;
+  nb::object result = output<float>(out, shape, &dst);
+  nb::gil_scoped_release release;
+  float table[16];
+  for (uint32_t c = 0; c < 16; ++c) table[c] = c < f.code_count() ? mf::decode_f32(f, c) : NAN;
+  const auto* src = static_cast<const uint8_t*>(codes.data());
+#pragma omp parallel for schedule(static) if (rows * k >= mf::kParallelThreshold)
+  for (size_t r = 0; r < rows; ++r)
+    for (size_t j = 0; j < k; ++j) dst[r * k + j] = table[(src[r * kp + j / 2] >> (4 * (j & 1))) & 0xF];
+  return result;
+}
+
+mf::MxConfig mx_config(const std::string& name, int block, const std::string& scale_rounding) {
+  mf::MxConfig cfg;
+  try {
+    cfg = mf::mx_preset(name.c_str());
+  } catch (const std::invalid_argument& e) {
+    throw nb::value_error((std::string("format: ") + e.what()).c_str());
+  }
+  if (block < 1) throw nb::value_error(("block must be >= 1, got " + std::to_string(block)).c_str());
+  cfg.block = block;
+  if (scale_rounding == "floor") cfg.scale_rounding = mf::ScaleRounding::floor;
+  else if (scale_rounding == "ceil") cfg.scale_rounding = mf::ScaleRounding::ceil;
+  else throw nb::value_error(("scale_rounding: expected floor or ceil, got '" + scale_rounding + "'").c_str());
+  return cfg;
+}
+
+// Blocks run along the last axis of length K, ceil(K / block) per row.
+std::pair<nb::object, nb::object> mx_quantize(const In& x, const std::string& name, int block,
+                                              const std::string& scale_rounding) {
+  const float* in = f32_input(x);
+  const mf::MxConfig cfg = mx_config(name, block, scale_rounding);
+  if (x.ndim() == 0) throw nb::value_error("x needs at least one dimension");
+  std::vector<size_t> shape = shape_of(x);
+  const size_t k = shape.back(), rows = k ? x.size() / k : 0, b = static_cast<size_t>(block), nb_ = (k + b - 1) / b;
+  auto codes = new_array<uint8_t>(shape);
+  shape.back() = nb_;
+  auto scales = new_array<uint8_t>(shape);
+  uint8_t *c = codes.data(), *s = scales.data();
+  {
+    nb::gil_scoped_release release;
+    if (k % b == 0) {  // whole rows of blocks: one (threaded) call
+      mf::mx_quantize_into(cfg, in, x.size(), {c, x.size()}, {s, rows * nb_});
+    } else {
+#pragma omp parallel for schedule(static) if (x.size() >= mf::kParallelThreshold)
+      for (size_t r = 0; r < rows; ++r) mf::mx_quantize_into(cfg, in + r * k, k, {c + r * k, k}, {s + r * nb_, nb_});
+    }
+  }
+  return {nb::cast(codes), nb::cast(scales)};
+}
+
+nb::object mx_dequantize(const In& codes, const In& scales, const std::string& name, int block,
+                         std::optional<Out> out) {
+  const mf::MxConfig cfg = mx_config(name, block, "floor");
+  check_layout(codes, "codes");
+  check_layout(scales, "scales");
+  check_codes(codes, "codes", 1);
+  check_codes(scales, "scales", 1);
+  check_code_range(codes, cfg.element, false);
+  if (codes.ndim() == 0) throw nb::value_error("codes need at least one dimension");
+  const std::vector<size_t> shape = shape_of(codes);
+  const size_t k = shape.back(), rows = k ? codes.size() / k : 0, b = static_cast<size_t>(block), nb_ = (k + b - 1) / b;
+  std::vector<size_t> want = shape;
+  want.back() = nb_;
+  if (shape_of(scales) != want) throw nb::value_error("scales: shape must be codes' with the last axis ceil(K / block)");
+  float* dst = nullptr;
+  nb::object result = output<float>(out, shape, &dst);
+  nb::gil_scoped_release release;
+  // value = decode(code) x 2^(scale - 127) (MXINT8: code / 64), one rounding
+  // from the exact double product; scale 0xFF is NaN.
+  const bool is_int = cfg.element.kind == mf::Kind::integer;
+  double table[256];
+  for (uint32_t c = 0; c < 256; ++c) table[c] = c < cfg.element.code_count() ? mf::decode(cfg.element, c) : NAN;
+  const auto* cs = static_cast<const uint8_t*>(codes.data());
+  const auto* ss = static_cast<const uint8_t*>(scales.data());
+#pragma omp parallel for schedule(static) if (codes.size() >= mf::kParallelThreshold)
+  for (size_t r = 0; r < rows; ++r)
+    for (size_t j = 0; j < k; ++j) {
+      const uint8_t sc = ss[r * nb_ + j / b];
+      const int e = static_cast<int>(sc) - 127 - (is_int ? 6 : 0);
+      dst[r * k + j] = sc == 0xFF ? NAN : static_cast<float>(std::ldexp(table[cs[r * k + j]], e));
+    }
+  return result;
+}
+
+nb::dict format_dict(const mf::Format& f) {
+  const bool sub = f.kind == mf::Kind::floating && f.subnormals && f.mantissa_bits > 0;
+  nb::dict d;
+  d["name"] = f.name;
+  d["kind"] = f.kind == mf::Kind::floating ? "float" : f.kind == mf::Kind::integer ? "integer" : "exponent";
+  d["exponent_bits"] = f.exponent_bits;
+  d["mantissa_bits"] = f.mantissa_bits;
+  d["total_bits"] = f.total_bits();
+  d["storage_bytes"] = f.storage_bytes();
+  d["bias"] = f.bias;
+  d["max_exponent"] = f.max_exponent();
+  d["min_exponent"] = f.min_exponent();
+  d["max"] = f.max();
+  d["min_normal"] = f.min_normal();
+  d["min_subnormal"] = sub ? nb::cast(f.min_subnormal()) : nb::none();
+  d["epsilon"] = f.epsilon();
+  d["has_inf"] = f.has_inf;
+  d["nan"] = f.nan_name();
+  d["negative_zero"] = f.negative_zero;
+  d["subnormals"] = sub;
+  d["signed"] = f.is_signed;
+  return d;
+}
+
+}  // namespace
+
+void bind_formats(nb::module_& m) {
+  using namespace nb::literals;
+  m.def("quantize", &quantize, "x"_a, "format"_a, "round"_a = "nearest-even", "saturate"_a = false,
+        "flush_subnormals"_a = false, "seed"_a = 0, "random_bits"_a = 16, "out"_a = nb::none(),
+        "fp32 -> fp32 values rounded into `format` (None when written into `out`).");
+  m.def("encode", &encode, "x"_a, "format"_a, "round"_a = "nearest-even", "saturate"_a = false,
+        "flush_subnormals"_a = false, "seed"_a = 0, "random_bits"_a = 16, "packed"_a = false, "out"_a = nb::none(),
+        "fp32 -> codes (uint8/16/32 by the format's storage bytes; packed: two 4-bit codes per byte).");
+  m.def("decode", &decode, "codes"_a, "format"_a, "packed"_a = false, "count"_a = nb::none(), "out"_a = nb::none(),
+        "codes -> their exact fp32 values.");
+  m.def("mx_quantize", &mx_quantize, "x"_a, "format"_a, "block"_a = 32, "scale_rounding"_a = "floor",
+        "fp32 -> (element codes, E8M0 scale codes), blocks along the last axis.");
+  m.def("mx_dequantize", &mx_dequantize, "codes"_a, "scales"_a, "format"_a, "block"_a = 32, "out"_a = nb::none(),
+        "MX element codes and E8M0 scales -> fp32 values.");
+  m.def("formats", [] {
+    nb::list l;
+    for (const auto& f : mf::presets()) l.append(format_dict(f));
+    return l;
+  }, "Every preset format with its exact properties (as `mantissa formats --json`).");
+  m.def("format_info", [](const std::string& spec) { return format_dict(format_of(spec)); }, "format"_a,
+        "One preset or user-defined eXmY[:option=value...] format's properties.");
+  m.def("encode_scalar", [](double x, const std::string& spec, const std::string& round, bool saturate, uint64_t seed,
+                            uint64_t index) {
+    return mf::encode(format_of(spec), x, round_options(round, saturate, false, seed, 16), index);
+  }, "x"_a, "format"_a, "round"_a = "nearest-even", "saturate"_a = false, "seed"_a = 0, "index"_a = 0,
+        "The scalar reference encoder on one fp64 value (as `mantissa quantize`).");
+  m.def("stochastic_bits", [](uint64_t seed, size_t n, int bits) {
+    if (bits < 1 || bits > 32) throw nb::value_error(("bits must be 1..32, got " + std::to_string(bits)).c_str());
+    auto a = new_array<uint32_t>({n});
+    for (size_t i = 0; i < n; ++i) a.data()[i] = mf::stochastic_bits(seed, i, bits);
+    return a;
+  }, "seed"_a, "n"_a, "bits"_a = 16, "The random draws stochastic rounding compares for elements 0..n-1.");
+  m.def("active_isa", [] { return std::string(mf::isa_name(mf::active_isa())); });
+  m.def("last_kernel", &mf::last_kernel, "The kernel the last conversion on this thread ran.");
+}
+
+}  // namespace mantissa::py

@@ -1,0 +1,209 @@
+// mantissa._core: the module, threads, recipes and the training engine
+// (formats on arrays: formats.cpp). Long calls release the GIL; metric
+// records reach Python through train::RunOptions::on_record.
+#include <nanobind/nanobind.h>
+#include <nanobind/stl/function.h>
+#include <nanobind/stl/map.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "arrays.hpp"
+#include "mantissa/amp/recipe.hpp"
+#include "mantissa/io/checkpoint.hpp"
+#include "mantissa/io/safetensors.hpp"
+#include "mantissa/kernels/kernels.hpp"
+#include "mantissa/nn/gpt.hpp"
+#include "mantissa/train/config.hpp"
+#include "mantissa/train/experiment.hpp"
+#include "mantissa/train/run.hpp"
+#include "mantissa/train/session.hpp"
+
+namespace mantissa::py {
+
+void bind_formats(nb::module_& m);
+
+namespace {
+
+// Settings by the keys of `mantissa train` ("batch-size" or "batch_size"),
+// typed as the flags are; unknown keys and wrong types are errors naming the key.
+train::TrainConfig train_config(const nb::dict& settings) {
+  train::TrainConfig c;
+  auto keys = train::config_keys(c);
+  for (auto [k, v] : settings) {
+    std::string key = nb::cast<std::string>(k);
+    std::replace(key.begin(), key.end(), '_', '-');
+    auto it = std::find_if(keys.begin(), keys.end(), [&](const train::ConfigKey& ck) { return ck.key == key; });
+    if (it == keys.end()) throw nb::value_error(("unknown training setting '" + key + "'").c_str());
+    std::visit(
+        [&](auto* target) {
+          using T = std::remove_pointer_t<decltype(target)>;
+          if (!nb::try_cast<T>(v, *target))
+            throw nb::type_error(("training setting '" + key + "': cannot use " +
+                                  nb::cast<std::string>(nb::str(nb::handle(v.type()).attr("__name__"))))
+                                     .c_str());
+        },
+        it->target);
+  }
+  return c;
+}
+
+// A built training session (train::build_session) run by train::run.
+struct Session {
+  std::unique_ptr<train::Session> s;
+
+  explicit Session(const nb::dict& settings) {
+    train::TrainConfig c = train_config(settings);
+    nb::gil_scoped_release release;
+    s = train::build_session(c);
+    if (auto* gpt = dynamic_cast<nn::GPT*>(s->model.get()))
+      gpt->set_activation_checkpointing(static_cast<int>(s->config.checkpoint_activations));
+  }
+
+  std::string run_info() { return train::run_options(*s).run_info_json; }
+
+  // The run `mantissa train` does (`steps` > 0: to that step instead); `on_record`
+  // gets every JSONL record.
+  nb::dict run(int64_t steps, const std::function<void(const std::string&)>& on_record, bool log) {
+    train::RunOptions ro = train::run_options(*s);
+    if (steps > 0) ro.steps = steps;
+    ro.log = log ? stdout : nullptr;
+    ro.on_record = [&on_record](const std::string& line) {
+      nb::gil_scoped_acquire acquire;
+      on_record(line);
+    };
+    train::RunSummary r;
+    {
+      nb::gil_scoped_release release;
+      r = train::run(*s->trainer, ro);
+    }
+    nb::dict d;
+    d["steps"] = r.steps_done;
+    d["skipped_steps"] = r.skipped_steps;
+    d["final_loss"] = r.final_loss;
+    d["final_loss_scale"] = r.final_loss_scale;
+    d["val_loss"] = r.evaluated ? nb::cast(r.final_eval.val_loss) : nb::none();
+    d["val_bpc"] = r.evaluated ? nb::cast(r.final_eval.val_bpc) : nb::none();
+    d["diverged"] = r.diverged;
+    d["seconds"] = r.seconds;
+    d["tokens_per_s"] = r.tokens_per_s;
+    return d;
+  }
+};
+
+// fp32 copies of a tensor map (bf16/fp16/fp8 widened exactly).
+nb::dict as_numpy(const std::map<std::string, Tensor>& tensors) {
+  nb::dict d;
+  for (const auto& [name, t] : tensors) {
+    const Tensor f = t.to(DType::f32);
+    std::vector<size_t> shape(f.shape().begin(), f.shape().end());
+    auto a = new_array<float>(shape);
+    std::memcpy(a.data(), f.f32(), f.bytes());
+    d[name.c_str()] = a;
+  }
+  return d;
+}
+
+nb::dict load_weights(const std::string& dir) {
+  std::map<std::string, Tensor> tensors;
+  {
+    nb::gil_scoped_release release;
+    tensors = io::load_safetensors(dir + "/model.safetensors").tensors;
+  }
+  return as_numpy(tensors);
+}
+
+nb::dict experiment(const nb::dict& settings, bool log) {
+  train::ExperimentOptions o;
+  for (auto [k, v] : settings) {
+    const std::string key = nb::cast<std::string>(k);
+    if (key == "preset") o.preset = nb::cast<std::string>(v);
+    else if (key == "recipes") o.recipes = nb::cast<std::vector<std::string>>(v);
+    else if (key == "mlp_recipes") o.mlp_recipes = nb::cast<std::vector<std::string>>(v);
+    else if (key == "out") o.out = nb::cast<std::string>(v);
+    else if (key == "data") o.data = nb::cast<std::string>(v);
+    else if (key == "mlp_data") o.mlp_data = nb::cast<std::string>(v);
+    else if (key == "resume") o.resume = nb::cast<bool>(v);
+    else if (key == "lr_standard") o.lr_standard = nb::cast<double>(v);
+    else if (key == "lr_unit") o.lr_unit = nb::cast<double>(v);
+    else {
+      int64_t* field = key == "seeds" ? &o.seeds : key == "tokens" ? &o.tokens : key == "threads" ? &o.threads
+                       : key == "layers" ? &o.layers : key == "d_model" ? &o.d_model : key == "heads" ? &o.heads
+                       : key == "seq_len" ? &o.seq_len : key == "batch_size" ? &o.batch_size
+                       : key == "mlp_steps" ? &o.mlp_steps : nullptr;
+      if (!field) throw nb::value_error(("unknown experiment setting '" + key + "'").c_str());
+      *field = nb::cast<int64_t>(v);
+    }
+  }
+  o.command = "mantissa.experiment(...)";
+  if (o.threads > 0) kernels::set_num_threads(static_cast<int>(o.threads));
+  train::ExperimentOutcome r;
+  {
+    nb::gil_scoped_release release;
+    r = train::run_experiment(o, log ? stdout : nullptr, false);
+  }
+  nb::dict d;
+  d["markdown"] = r.report.markdown;
+  d["html"] = r.report.html;
+  d["ran"] = r.ran;
+  d["resumed"] = r.resumed;
+  nb::list runs;
+  for (const auto& x : r.results) {
+    nb::dict e;
+    e["id"] = x.id;
+    e["task"] = x.task;
+    e["recipe"] = x.recipe;
+    e["status"] = x.status;
+    e["val_loss"] = x.val_loss;
+    e["val_bpc"] = x.val_bpc;
+    e["accuracy"] = x.accuracy;
+    runs.append(e);
+  }
+  d["runs"] = runs;
+  return d;
+}
+
+}  // namespace
+
+NB_MODULE(_core, m) {
+  using namespace nb::literals;
+  bind_formats(m);
+  m.def("num_threads", &kernels::num_threads, "Threads the library's kernels use.");
+  m.def("set_num_threads", [](int n) {
+    if (n < 1) throw nb::value_error(("threads must be >= 1, got " + std::to_string(n)).c_str());
+    kernels::set_num_threads(n);
+  }, "n"_a, "Threads for every kernel (OpenMP and oneDNN).");
+  m.def("recipes", [] {
+    std::vector<std::string> out;
+    for (const auto& r : amp::recipes()) out.push_back(amp::recipe_to_json(r));
+    return out;
+  }, "Every registered recipe as JSON (the keys --set takes).");
+  m.def("recipe", [](const std::string& name, const std::vector<std::string>& set) {
+    amp::Recipe r = amp::find_recipe(name);
+    for (const auto& kv : set) {
+      const size_t eq = kv.find('=');
+      if (eq == std::string::npos) throw nb::value_error(("set: expected key=value, got '" + kv + "'").c_str());
+      amp::set_recipe_field(r, kv.substr(0, eq), kv.substr(eq + 1));
+    }
+    amp::validate_recipe(r);
+    return amp::recipe_to_json(r);
+  }, "name"_a, "set"_a = std::vector<std::string>{}, "A recipe with key=value overrides, as JSON.");
+  nb::class_<Session>(m, "Session")
+      .def(nb::init<const nb::dict&>(), "settings"_a)
+      .def("run_info", &Session::run_info)
+      .def("run", &Session::run, "steps"_a, "on_record"_a, "log"_a = false)
+      .def_prop_ro("step", [](const Session& s) { return s.s->trainer->step(); })
+      .def("weights", [](Session& s) {
+        std::map<std::string, Tensor> t;
+        for (auto* p : s.s->model->parameters()) t.emplace(p->name, p->value);
+        return as_numpy(t);
+      }, "The model's parameters as fp32 numpy arrays (copies).");
+  m.def("load_weights", &load_weights, "dir"_a, "A saved model's parameters (DIR/model.safetensors) as fp32 arrays.");
+  m.def("experiment", &experiment, "settings"_a, "log"_a = false);
+}
+
+}  // namespace mantissa::py

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <string>
 
 #include "mantissa/train/trainer.hpp"
@@ -23,6 +24,9 @@ struct RunOptions {
   FILE* log = stdout;           // null: silent
   bool terminal = false;        // progress line with \r and ETA
   int64_t diverge_after = 20;   // stop after this many consecutive non-finite losses
+  // Called around every step (e.g. train --watch); step = the one about to run, 1-based.
+  std::function<void(int64_t step)> before_step;
+  std::function<void(const StepMetrics&)> after_step;
 };
 
 struct RunSummary {

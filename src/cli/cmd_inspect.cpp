@@ -40,7 +40,7 @@ void inspect_command(CLI::App* cmd, InspectArgs& a) {
               100 * (last.loss - last.shadow_loss) / last.shadow_loss, r.warnings.size());
   std::printf("step time: %s %.1f ms (probe included), shadow %s %.1f ms\n", r.recipe.c_str(), 1e3 * r.step_seconds,
               r.shadow_recipe.c_str(), 1e3 * r.shadow_step_seconds);
-  std::printf("wrote %s/{sites.csv, sites.jsonl, params.csv, steps.csv, ranking.txt, warnings.txt, sqnr_heatmap.svg, "
+  std::printf("wrote %s/{sites.csv, sites.jsonl, params.csv, steps.csv, ranking.txt, ranking.json, warnings.txt, sqnr_heatmap.svg, "
               "fractions.svg, grad_cosine.svg}\n",
               a.o.out.c_str());
 }

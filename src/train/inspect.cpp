@@ -100,6 +100,8 @@ InspectResult inspect(const InspectOptions& o) {
   res.recipe = recipe.name;
   res.shadow_recipe = shadow->recipe.name;
   double run_time = 0, shadow_time = 0;
+  constexpr int kPrinted = 12;  // warnings on the terminal; all of them go to warnings.txt
+  int printed = 0;
   sync(rp, sp);
   for (int64_t step = 1; step <= o.config.steps; ++step) {
     StepRecord rec;
@@ -171,8 +173,11 @@ InspectResult inspect(const InspectOptions& o) {
       const std::optional<double> gap =
           std::isfinite(rec.loss) && rec.shadow_loss > 0 ? std::optional<double>((rec.loss - rec.shadow_loss) / rec.shadow_loss)
                                                          : std::nullopt;
-      for (const Warning& w : verdicts.feed(step, rec.sites, gap, rec.params))
-        if (o.print) std::printf("step %ld: warning: %s: %s\n", static_cast<long>(w.step), w.site.c_str(), w.message.c_str());
+      for (const Warning& w : verdicts.feed(step, rec.sites, gap, rec.params)) {
+        if (o.print && ++printed <= kPrinted)
+          std::printf("step %ld: warning: %s: %s\n", static_cast<long>(w.step), w.site.c_str(), w.message.c_str());
+        if (o.print && printed == kPrinted) std::printf("(further warnings only in warnings.txt)\n");
+      }
       if (o.print) std::fflush(stdout);
     }
     res.steps.push_back(std::move(rec));

@@ -74,8 +74,9 @@ std::vector<Warning> Verdicts::feed(int64_t step, const std::vector<std::pair<Si
     r.scale_log2 = t.scale_log2;
     r.min_subnormal = info.min_subnormal;
     r.max = info.max;
+    // One line per site for the first of: SQNR below the floor, too much underflow.
     if (s < o_.sqnr_floor_db && !h.warned_sqnr) {
-      h.warned_sqnr = true;
+      h.warned_sqnr = h.warned_underflow = true;
       warn(info.name, "SQNR " + db(s) + " dB below the floor of " + db(o_.sqnr_floor_db) + " dB: " + cause_text(r));
     }
     if (r.underflow > o_.underflow && !h.warned_underflow) {

@@ -1,6 +1,6 @@
 // The inspector's files in --out DIR: sites.csv / sites.jsonl (one row per
 // site per sampled step), params.csv (gradient and update against the
-// shadow), steps.csv (losses, step times), ranking.txt, warnings.txt and
+// shadow), steps.csv (losses, step times), ranking.txt / ranking.json, warnings.txt and
 // three figures: the SQNR heat map (sites x steps), underflow and saturation
 // over time, per-parameter gradient and update cosine.
 #include <algorithm>
@@ -228,6 +228,14 @@ void write_inspection(const std::string& dir, const InspectResult& r) {
   io::write_file_atomic((d / "steps.csv").string(), steps);
   io::write_file_atomic((d / "warnings.txt").string(), warnings);
   io::write_file_atomic((d / "ranking.txt").string(), ranking_table(r.ranking, r.ranking.size()));
+  json ranked = json::array();
+  for (const Verdicts::Ranked& x : r.ranking)
+    ranked.push_back({{"site", x.site},           {"kind", x.kind},           {"format", x.format},
+                      {"lost", x.lost},           {"sqnr_db", jnum(x.sqnr_db)}, {"min_sqnr_db", jnum(x.min_sqnr_db)},
+                      {"underflow", x.underflow}, {"saturated", x.saturation}, {"amax", x.amax},
+                      {"scale_log2", x.scale_log2}, {"cause", x.cause}});
+  io::write_file_atomic((d / "ranking.json").string(),
+                        json{{"recipe", r.recipe}, {"shadow", r.shadow_recipe}, {"sites", ranked}}.dump(1) + "\n");
   io::write_file_atomic((d / "sqnr_heatmap.svg").string(), heat_map(r));
   report::write_svg((d / "fractions.svg").string(), report::render(fractions_plot(r)));
   if (!r.steps.empty() && !r.steps.front().params.empty())

@@ -109,6 +109,27 @@ TEST_F(CliInspect, DelayedStaysAboveTheFloorAndLossesMatchTrain) {
   ASSERT_EQ(got, want);
 }
 
+TEST_F(CliInspect, TrainWatchWarnsWithoutChangingTheRun) {
+  const std::string f = flags() + " --recipe fp8-noscale --eval-every 0 --metrics ";
+  const Result plain = run("train " + f + (dir_ / "plain.jsonl").string());
+  const Result watched = run("train --watch 1 " + f + (dir_ / "watched.jsonl").string());
+  ASSERT_EQ(plain.code, 0) << plain.out;
+  ASSERT_EQ(watched.code, 0) << watched.out;
+  EXPECT_NE(watched.out.find("warning: step 1: h0.attn.qkv backward dY:"), std::string::npos) << watched.out;
+  EXPECT_NE(watched.out.find("watch: "), std::string::npos) << watched.out;
+  EXPECT_EQ(plain.out.find("warning"), std::string::npos) << plain.out;
+  std::vector<double> a, b;
+  for (auto [file, v] : {std::pair{"plain.jsonl", &a}, std::pair{"watched.jsonl", &b}}) {
+    std::ifstream in(dir_ / file);
+    for (std::string line; std::getline(in, line);) {
+      const auto j = nlohmann::json::parse(line);
+      if (j.contains("loss")) v->push_back(j["loss"]);
+    }
+  }
+  ASSERT_EQ(a.size(), 4u);
+  EXPECT_EQ(a, b);
+}
+
 TEST_F(CliInspect, BadInput) {
   fs::create_directories(dir_ / "mine");
   std::ofstream(dir_ / "mine" / "notes.txt") << "keep";

@@ -134,6 +134,8 @@ InspectResult inspect(const InspectOptions& o) {
       }
     }
     const amp::AmpStepResult r = ra.step(lr);
+    const amp::MasterWeights& mw = ra.master_weights();
+    if (rec.sampled && mw.active() && mw.has_master()) probe->tally_weights(rp, mw.masters(), mw.working_format());
     probe->set_active(false);
     rec.seconds = since(t0);
     rec.skipped = r.skipped;

@@ -14,7 +14,7 @@
 namespace mantissa::train {
 namespace {
 
-constexpr int kSavedRole = 3, kGradRole = 4;
+constexpr int kSavedRole = 3, kGradRole = 4, kWeightRole = 5;
 
 const char* role_name(int role) {
   switch (role) {
@@ -22,6 +22,7 @@ const char* role_name(int role) {
     case 1: return "forward W";
     case 2: return "backward dY";
     case kSavedRole: return "saved";
+    case kWeightRole: return "weight";
     default: return "grad";
   }
 }
@@ -158,14 +159,15 @@ nn::Model::Observer Probe::observer() {
 void Probe::add(const void* key, uint64_t ordinal, int role, const std::string& fallback, const std::string& format,
                 const float* ref, const float* q, int64_t n, double limit, const float* limit_per_elem, float scale) {
   const Key k{key, key ? 0 : ordinal, role};
-  if (role != static_cast<int>(autograd::OperandRole::grad_output) && role != kGradRole) {
+  const bool per_param = role == kGradRole || role == kWeightRole;
+  if (role != static_cast<int>(autograd::OperandRole::grad_output) && !per_param) {
     const Key op{k.key, k.ordinal, role == kSavedRole ? kSavedRole : 0};
     if (!names_.count(op)) pending_.push_back(op);
   }
   auto [it, fresh] = index_.emplace(k, entries_.size());
   if (fresh) {
     Entry e{k, fallback, {}, {}};
-    e.info.kind = role == kSavedRole ? "saved" : role == kGradRole ? "grad" : "matmul";
+    e.info.kind = role == kSavedRole ? "saved" : per_param ? role_name(role) : "matmul";
     e.info.format = format;
     try {
       const formats::Format& f = formats::preset(format);
@@ -201,17 +203,29 @@ void Probe::tally_gradients(const std::vector<nn::Parameter*>& params, const std
   }
 }
 
+void Probe::tally_weights(const std::vector<nn::Parameter*>& params, const std::map<std::string, const float*>& masters,
+                          const formats::Format& working) {
+  for (nn::Parameter* p : params) {
+    const auto m = masters.find(p->name);
+    if (m == masters.end()) continue;  // kept in fp32 (norms, or no master at all)
+    const std::vector<float> q = values_f32(p->value, 1.0f);
+    add(p, 0, kWeightRole, p->name, working.name, m->second, q.data(), static_cast<int64_t>(q.size()), working.max(),
+        nullptr, 1.0f);
+  }
+}
+
 std::vector<std::pair<SiteInfo, CastTally>> Probe::take() {
   std::vector<std::pair<SiteInfo, CastTally>> out;
   out.reserve(entries_.size());
   for (Entry& e : entries_) {
     const Key op{e.key.key, e.key.ordinal, e.key.role == kSavedRole ? kSavedRole : 0};
-    auto it = e.key.role == kGradRole ? names_.end() : names_.find(op);
+    const bool per_param = e.key.role == kGradRole || e.key.role == kWeightRole;
+    auto it = per_param ? names_.end() : names_.find(op);
     std::string base = it != names_.end() ? it->second : e.fallback;
     if (it == names_.end() && e.key.key) {
       auto pn = param_names_.find(e.key.key);
       if (pn != param_names_.end()) base = pn->second;
-      if (e.key.role != kGradRole && base.size() > 7 && base.ends_with(".weight")) base.resize(base.size() - 7);
+      if (!per_param && base.size() > 7 && base.ends_with(".weight")) base.resize(base.size() - 7);
     }
     e.info.name = base + " " + role_name(e.key.role);
     out.emplace_back(e.info, e.tally);

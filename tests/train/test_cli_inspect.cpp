@@ -55,7 +55,7 @@ class CliInspect : public ::testing::Test {
 TEST_F(CliInspect, NoscaleRanksFlushedGradientsFirst) {
   const Result r = run("inspect --recipe fp8-noscale " + flags() + " --out " + (dir_ / "a").string());
   ASSERT_EQ(r.code, 0) << r.out;
-  const auto sites = ranking("a")["sites"];
+  const nlohmann::json sites = ranking("a")["sites"];
   ASSERT_GE(sites.size(), 10u);
   // The worst: qkv's output gradient, most of its values flushed; then the
   // MLP's first product's, a quarter flushed; every other site loses < 10%.
@@ -73,7 +73,7 @@ TEST_F(CliInspect, NoscaleRanksFlushedGradientsFirst) {
   // The readout cast too: the logit gradient is among the worst three.
   const Result c = run("inspect --recipe fp8-noscale --set cast_readout=true " + flags() + " --out " + (dir_ / "c").string());
   ASSERT_EQ(c.code, 0) << c.out;
-  const auto cs = ranking("c")["sites"];
+  const nlohmann::json cs = ranking("c")["sites"];
   bool logits = false;
   for (size_t i = 0; i < 3; ++i) logits |= cs[i]["site"] == "logits backward dY";
   EXPECT_TRUE(logits) << cs.dump(1);
@@ -82,7 +82,8 @@ TEST_F(CliInspect, NoscaleRanksFlushedGradientsFirst) {
 TEST_F(CliInspect, DelayedStaysAboveTheFloorAndLossesMatchTrain) {
   const Result r = run("inspect --recipe fp8-delayed " + flags() + " --out " + (dir_ / "d").string());
   ASSERT_EQ(r.code, 0) << r.out;
-  for (const auto& s : ranking("d")["sites"]) {
+  const nlohmann::json ranked = ranking("d");
+  for (const auto& s : ranked["sites"]) {
     ASSERT_FALSE(s["min_sqnr_db"].is_null()) << s.dump();
     EXPECT_GE(s["min_sqnr_db"].get<double>(), 10.0) << s.dump();
   }
@@ -107,6 +108,32 @@ TEST_F(CliInspect, DelayedStaysAboveTheFloorAndLossesMatchTrain) {
   }
   ASSERT_EQ(want.size(), 4u);
   ASSERT_EQ(got, want);
+}
+
+TEST_F(CliInspect, MasterWeightsAndGradientCasts) {
+  // fp16 working weights rounded from fp32 masters, fp16 gradients. For x =
+  // m 2^e (m in [1, 2)) nearest rounding to 11 significant bits leaves an
+  // error uniform over +-half an ulp, ulp = 2^(e-10): E[err^2] = 2^(2e-20)/12.
+  // With m log-uniform in [1, 2), E[m^2] = 3 / (2 ln 2), so the SQNR is
+  // 10 log10(2^20 x 12 x 3 / (2 ln 2)) = 74.3 dB for values in the normal range.
+  const Result r = run("inspect --recipe fp16-master " + flags() + " --out " + (dir_ / "w").string());
+  ASSERT_EQ(r.code, 0) << r.out;
+  int weights = 0, grads = 0;
+  const nlohmann::json ranked = ranking("w");
+  for (const auto& s : ranked["sites"]) {
+    const std::string kind = s["kind"];
+    if (kind != "weight" && kind != "grad") continue;
+    (kind == "weight" ? weights : grads)++;
+    EXPECT_EQ(s["format"], "fp16");
+    if (s["site"] == "transformer.h.0.attn.c_attn.weight weight") {
+      EXPECT_NEAR(s["sqnr_db"].get<double>(), 74.3, 1.5);
+    }
+    if (kind == "grad") {
+      EXPECT_EQ(s["scale_log2"], 16);  // the loss scale the gradients carry
+    }
+  }
+  EXPECT_EQ(grads, 16);    // every parameter of the 1-block GPT
+  EXPECT_GE(weights, 6);   // its matrices and biases (norm gains may stay fp32)
 }
 
 TEST_F(CliInspect, TrainWatchWarnsWithoutChangingTheRun) {

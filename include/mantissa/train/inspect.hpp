@@ -9,12 +9,14 @@
 // the cast feeds (the name the model reports through its observer, e.g.
 // "h1.attn.qkv"; else the parameter's name, else "product<k>") and a role:
 // "forward X", "forward W", "backward dY", "saved". Parameter gradients
-// rounded into a low-precision gradient format are the site "<param> grad".
+// rounded into a low-precision gradient format are the site "<param> grad",
+// working weights rounded from fp32 masters "<param> weight".
 //
 // What a cast's figures are measured against (CastTally):
 //   * matrix-product operands and saves: the cast's own fp32 input (the value
 //     the run had before rounding), so the figure is this cast's error alone;
-//   * parameter gradients: the pre-rounding fp32 sum of the step.
+//   * parameter gradients: the pre-rounding fp32 sum of the step;
+//   * working weights: the fp32 master they were rounded from.
 // The error accumulated through the network is measured against the fp32
 // shadow (the same model in fp32 on the same batches, re-synchronised to the
 // run's weights every K steps): per parameter the cosine and relative norm
@@ -42,6 +44,7 @@
 #include <vector>
 
 #include "mantissa/autograd/policy.hpp"
+#include "mantissa/formats/format.hpp"
 #include "mantissa/nn/module.hpp"
 #include "mantissa/train/config.hpp"
 
@@ -74,7 +77,7 @@ int64_t sample_stride(int64_t n, int64_t max_values);
 // ---- the probe ------------------------------------------------------------------------------
 struct SiteInfo {
   std::string name;    // "h1.attn.qkv backward dY"
-  std::string kind;    // "matmul", "saved", "grad"
+  std::string kind;    // "matmul", "saved", "grad", "weight"
   std::string format;  // "e5m2", "fp16", ...
   double min_subnormal = 0;  // of the format, 0 if unknown
   double max = 0;
@@ -96,6 +99,10 @@ class Probe {
   // Parameter gradients about to be rounded into `format` x loss_scale:
   // tallies them as "<param> grad" sites (before the rounding; reads only).
   void tally_gradients(const std::vector<nn::Parameter*>& params, const std::string& format, double loss_scale);
+  // Working weights rounded from fp32 masters (amp::MasterWeights::masters(),
+  // by name): "<param> weight" sites, the master as reference.
+  void tally_weights(const std::vector<nn::Parameter*>& params, const std::map<std::string, const float*>& masters,
+                     const formats::Format& working);
   // This step's sites, in the order first seen, and a fresh start.
   std::vector<std::pair<SiteInfo, CastTally>> take();
 

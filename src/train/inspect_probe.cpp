@@ -2,6 +2,8 @@
 // an autograd::SaveObserver that tally each cast against its own input while
 // active (CastTally, inspect.hpp). Both only read what the cast produced; the
 // wrapped quantiser decides everything, so the run is unchanged.
+#include <array>
+#include <bit>
 #include <cmath>
 #include <limits>
 #include <stdexcept>
@@ -36,26 +38,31 @@ const formats::Format* format_of(DType t) {
   }
 }
 
-// f32 values of t (bf16/f16/f32), times `scale`.
-std::vector<float> values_f32(const Tensor& t, float scale) {
+// Elements 0, stride, 2 stride, ... of t (f32, bf16 or f16) as f32, times
+// `scale`: the probe reads only the values it looks at.
+std::vector<float> values_f32(const Tensor& t, float scale, int64_t stride) {
+  const int64_t n = t.numel();
+  std::vector<float> v;
+  v.reserve(static_cast<size_t>((n + stride - 1) / stride));
+  if (t.dtype() == DType::bf16) {
+    const uint16_t* b = t.data<uint16_t>();
+    for (int64_t i = 0; i < n; i += stride) v.push_back(std::bit_cast<float>(static_cast<uint32_t>(b[i]) << 16) * scale);
+    return v;
+  }
   const Tensor f = t.dtype() == DType::f32 ? t : t.to(DType::f32, MemoryKind::workspace);
-  std::vector<float> v(f.f32(), f.f32() + f.numel());
-  if (scale != 1.0f)
-    for (float& x : v) x *= scale;
+  for (int64_t i = 0; i < n; i += stride) v.push_back(f.f32()[i] * scale);
   return v;
 }
 
-// Per element: the largest magnitude its block can hold (max x 2^e).
-std::vector<float> block_limits(const autograd::BlockScales& b, double max, float scale) {
-  std::vector<float> lim(static_cast<size_t>(b.batch * b.rows * b.cols));
-  const int64_t down = b.tiles_down(), across = b.tiles_across();
-  size_t i = 0;
-  for (int64_t n = 0; n < b.batch; ++n)
-    for (int64_t r = 0; r < b.rows; ++r)
-      for (int64_t c = 0; c < b.cols; ++c) {
-        const int e = b.exponents[static_cast<size_t>((n * down + r / b.tile_rows) * across + c / b.tile_cols)];
-        lim[i++] = static_cast<float>(std::ldexp(max, e) * scale);
-      }
+// For elements 0, stride, ...: the largest magnitude its block can hold (max x 2^e).
+std::vector<float> block_limits(const autograd::BlockScales& b, double max, float scale, int64_t stride) {
+  std::vector<float> lim;
+  const int64_t down = b.tiles_down(), across = b.tiles_across(), n = b.batch * b.rows * b.cols;
+  for (int64_t i = 0; i < n; i += stride) {
+    const int64_t c = i % b.cols, r = (i / b.cols) % b.rows, m = i / (b.cols * b.rows);
+    const int e = b.exponents[static_cast<size_t>((m * down + r / b.tile_rows) * across + c / b.tile_cols)];
+    lim.push_back(static_cast<float>(std::ldexp(max, e) * scale));
+  }
   return lim;
 }
 
@@ -87,14 +94,15 @@ class ProbeQuantiser final : public autograd::OperandQuantiser {
  private:
   void look(const Tensor& x, const autograd::QuantisedOperand& q, const Tensor& decoded, const autograd::QuantSite& site,
             const std::string& fallback) {
-    const std::vector<float> ref = values_f32(x, 1.0f);
+    const int64_t stride = sample_stride(x.numel(), probe_.max_values());
+    const std::vector<float> ref = values_f32(x, 1.0f, stride);
     const float s = q.codes.scale();
-    const std::vector<float> got = values_f32(decoded, s);
+    const std::vector<float> got = values_f32(decoded, s, stride);
     const formats::Format* f = format_of(q.codes.dtype());
     const double max = f ? f->max() : std::numeric_limits<double>::infinity();
     std::vector<float> lim;
-    if (q.blocks && static_cast<int64_t>(ref.size()) == q.blocks->batch * q.blocks->rows * q.blocks->cols)
-      lim = block_limits(*q.blocks, max, s);
+    if (q.blocks && x.numel() == q.blocks->batch * q.blocks->rows * q.blocks->cols)
+      lim = block_limits(*q.blocks, max, s, stride);
     probe_.add(site.key, site.ordinal, static_cast<int>(site.role), fallback, f ? f->name : dtype_name(q.codes.dtype()),
                ref.data(), got.data(), static_cast<int64_t>(ref.size()), max * s, lim.empty() ? nullptr : lim.data(),
                q.blocks ? 1.0f : s);
@@ -109,14 +117,17 @@ class ProbeSaves final : public autograd::SaveObserver {
   explicit ProbeSaves(Probe& probe) : probe_(probe) {}
   void saved(uint64_t site, const Tensor& x, const float* row_mean, int64_t cols, const Tensor& codes) override {
     if (!probe_.active()) return;
-    std::vector<float> ref = values_f32(x, 1.0f);
-    if (row_mean)
-      for (size_t i = 0; i < ref.size(); ++i) ref[i] -= row_mean[static_cast<int64_t>(i) / cols];
-    const Tensor back = autograd::Tape::restore(codes);
+    const int64_t stride = sample_stride(x.numel(), probe_.max_values());
+    std::vector<float> ref = values_f32(x, 1.0f, stride), back;
+    const std::array<uint16_t, 256>& table = autograd::Tape::decode_table(codes.dtype());
+    for (int64_t i = 0, k = 0; i < x.numel(); i += stride, ++k) {
+      if (row_mean) ref[static_cast<size_t>(k)] -= row_mean[i / cols];
+      back.push_back(std::bit_cast<float>(static_cast<uint32_t>(table[codes.data<uint8_t>()[i]]) << 16) * codes.scale());
+    }
     const formats::Format* f = format_of(codes.dtype());
     const double max = f ? f->max() : std::numeric_limits<double>::infinity();
     probe_.add(nullptr, site, kSavedRole, "save" + std::to_string(site), f ? f->name : dtype_name(codes.dtype()),
-               ref.data(), back.f32(), static_cast<int64_t>(ref.size()), max * codes.scale(), nullptr, codes.scale());
+               ref.data(), back.data(), static_cast<int64_t>(ref.size()), max * codes.scale(), nullptr, codes.scale());
   }
 
  private:
@@ -208,7 +219,7 @@ void Probe::tally_weights(const std::vector<nn::Parameter*>& params, const std::
   for (nn::Parameter* p : params) {
     const auto m = masters.find(p->name);
     if (m == masters.end()) continue;  // kept in fp32 (norms, or no master at all)
-    const std::vector<float> q = values_f32(p->value, 1.0f);
+    const std::vector<float> q = values_f32(p->value, 1.0f, 1);
     add(p, 0, kWeightRole, p->name, working.name, m->second, q.data(), static_cast<int64_t>(q.size()), working.max(),
         nullptr, 1.0f);
   }

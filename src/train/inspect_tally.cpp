@@ -1,5 +1,7 @@
 // A cast's figures (definitions in inspect.hpp), in double precision.
 #include <algorithm>
+#include <bit>
+#include <cstdint>
 #include <cmath>
 #include <limits>
 
@@ -36,7 +38,9 @@ void tally(CastTally& t, const float* ref, const float* q, int64_t n, int64_t st
     if (r != 0) {
       ++nonzero;
       flushed += v == 0;
-      const int e = std::clamp(std::ilogb(a), CastTally::kExpLo, CastTally::kExpLo + CastTally::kExpBins - 1);
+      const uint32_t biased = (std::bit_cast<uint32_t>(ref[i]) >> 23) & 0xff;  // r is a finite float
+      const int e = std::clamp(biased ? static_cast<int>(biased) - 127 : std::ilogb(a), CastTally::kExpLo,
+                               CastTally::kExpLo + CastTally::kExpBins - 1);
       ++t.exp_hist[static_cast<size_t>(e - CastTally::kExpLo)];
     }
   }

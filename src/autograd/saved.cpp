@@ -192,13 +192,18 @@ Tensor Tape::save_source(const Tensor& t, const float* row_mean, int64_t cols) {
   const DType s = ctx_.policy.saved;
   MemoryLabel label("saved");
   SavedScaleHints* hints = ctx_.policy.saved_hints.get();
-  if (!hints) return encode_source(x, s, nullptr, nullptr);
   const auto site = static_cast<size_t>(ctx_.save_calls++);
-  if (hints->exponent.size() <= site) hints->exponent.resize(site + 1, SavedScaleHints::kNone);
-  bool again = false;
-  Tensor out = encode_source(x, s, &hints->exponent[site], &again);
-  ++hints->saves;
-  hints->reencodes += again;
+  Tensor out;
+  if (!hints) {
+    out = encode_source(x, s, nullptr, nullptr);
+  } else {
+    if (hints->exponent.size() <= site) hints->exponent.resize(site + 1, SavedScaleHints::kNone);
+    bool again = false;
+    out = encode_source(x, s, &hints->exponent[site], &again);
+    ++hints->saves;
+    hints->reencodes += again;
+  }
+  if (SaveObserver* o = ctx_.policy.save_observer.get()) o->saved(site, t, row_mean, cols, out);
   return out;
 }
 

@@ -9,20 +9,19 @@
 #include <set>
 
 #include "cli/command.hpp"
+#include "cli/train_flags.hpp"
 #include "mantissa/amp/recipe.hpp"
 #include "mantissa/kernels/kernels.hpp"
 #include "mantissa/nn/gpt.hpp"
+#include "mantissa/train/inspect.hpp"
 #include "mantissa/train/run.hpp"
 #include "mantissa/train/session.hpp"
 
 namespace mantissa::cli {
 namespace {
 
-void train_command(CLI::App* cmd, train::TrainConfig& cfg) {
-  std::set<std::string> given;
-  for (auto& k : train::config_keys(cfg))
-    if (cmd->count("--" + k.key) > 0) given.insert(k.key);
-  if (!cfg.config.empty()) train::apply_config_file(cfg, cfg.config, given);
+void train_command(CLI::App* cmd, train::TrainConfig& cfg, int64_t watch) {
+  apply_train_config_file(cmd, cfg);
 
   auto session = train::build_session(cfg);
   const train::TrainConfig& c = session->config;
@@ -43,7 +42,18 @@ void train_command(CLI::App* cmd, train::TrainConfig& cfg) {
 
   train::RunOptions ro = train::run_options(*session);
   ro.terminal = ::isatty(::fileno(stdout)) != 0;
+  std::unique_ptr<train::Watch> watcher;
+  if (watch > 0) {
+    watcher = std::make_unique<train::Watch>(model, watch, train::kWatchValues, train::VerdictOptions{}, stdout);
+    ro.before_step = [&](int64_t step) { watcher->before_step(step); };
+    ro.after_step = [&](const train::StepMetrics& m) { watcher->after_step(m.step); };
+  }
   const train::RunSummary s = train::run(*session->trainer, ro);
+  if (watcher) {
+    const auto ranked = watcher->verdicts().ranking();
+    std::printf("watch: %zu warning(s); worst cast sites (every %ld-th step):\n%s", watcher->verdicts().warnings().size(),
+                static_cast<long>(watch), train::ranking_table(ranked, 5).c_str());
+  }
   std::printf("done: %ld steps in %.1f s, %.0f tokens/s (%.1f ms/step), %ld skipped, final loss scale %g\n",
               static_cast<long>(s.steps_done), s.seconds, s.tokens_per_s, s.mean_step_seconds * 1e3,
               static_cast<long>(s.skipped_steps), s.final_loss_scale);
@@ -56,22 +66,14 @@ void train_command(CLI::App* cmd, train::TrainConfig& cfg) {
 Registrar reg(30, [](CLI::App& app) {
   auto* cmd = app.add_subcommand("train", "train a GPT (byte-level text) or an MLP (Fashion-MNIST) under a recipe");
   auto cfg = std::make_shared<train::TrainConfig>();
-  for (auto& k : train::config_keys(*cfg)) {
-    const std::string flag = "--" + k.key;
-    std::visit(
-        [&](auto* target) {
-          using T = std::remove_pointer_t<decltype(target)>;
-          if constexpr (std::is_same_v<T, bool>) cmd->add_flag(flag, *target, k.help);
-          else if constexpr (std::is_same_v<T, std::vector<std::string>>) cmd->add_option(flag, *target, k.help);
-          else if (k.key == "checkpoint-activations")  // a bare flag means every block
-            cmd->add_option(flag, *target, k.help)->expected(0, 1)->default_str("1")
-                ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
-          else cmd->add_option(flag, *target, k.help)->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
-        },
-        k.target);
-  }
-  cmd->add_option("--config", cfg->config, "JSON file with the same keys as the flags (flags win)");
-  cmd->callback([cmd, cfg] { train_command(cmd, *cfg); });
+  add_train_flags(cmd, *cfg);
+  auto watch = std::make_shared<int64_t>(0);
+  cmd->add_option("--watch", *watch,
+                  "probe every k-th step's cast sites (bare flag: 10) and warn when a site's SQNR falls below 10 dB or "
+                  "it saturates repeatedly (`mantissa inspect` has the full comparison)")
+      ->expected(0, 1)
+      ->default_str("10");
+  cmd->callback([cmd, cfg, watch] { train_command(cmd, *cfg, *watch); });
 });
 
 }  // namespace

@@ -96,7 +96,9 @@ RunSummary run(Trainer& trainer, const RunOptions& o) {
     log_line(buf);
   };
   while (trainer.step() < o.steps) {
+    if (o.before_step) o.before_step(trainer.step() + 1);
     const StepMetrics m = trainer.train_step();
+    if (o.after_step) o.after_step(m);
     metrics.write(step_metrics_json(m));
     s.final_loss = m.loss;
     s.final_loss_scale = trainer.amp().scaler().scale();

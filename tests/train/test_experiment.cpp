@@ -17,27 +17,15 @@
 
 #include "mantissa/amp/recipe.hpp"
 #include "mantissa/train/experiment.hpp"
+#include "cli_run.hpp"
 
 namespace fs = std::filesystem;
 using mantissa::train::ExperimentOptions;
 
 namespace {
 
-struct Result {
-  int code = -1;
-  std::string out;
-};
-
-Result run(const std::string& args) {
-  const std::string cmd = std::string(MANTISSA_CLI) + " " + args + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  Result r;
-  char buf[4096];
-  for (size_t n; (n = fread(buf, 1, sizeof buf, p)) > 0;) r.out.append(buf, n);
-  const int status = pclose(p);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
+using cli_test::Result;
+using cli_test::run;
 
 std::string slurp(const fs::path& p) {
   std::ifstream in(p);

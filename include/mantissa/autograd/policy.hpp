@@ -116,6 +116,16 @@ struct SavedScaleHints {
   static constexpr int kNone = -1000;
 };
 
+// Diagnostics (train/inspect): sees every 1-byte save, its source (x less
+// row_mean per row of `cols` when row_mean is set) and the codes kept, after
+// the encode. `site` is the save's OpContext::save_calls order in its pass.
+// Must only read: the pass's numerics are the same with or without it.
+class SaveObserver {
+ public:
+  virtual ~SaveObserver() = default;
+  virtual void saved(uint64_t site, const Tensor& x, const float* row_mean, int64_t cols, const Tensor& codes) = 0;
+};
+
 struct PrecisionPolicy {
   DType matmul = DType::f32;  // f32, bf16 or f16
   // f32, bf16, f16, or a 1-byte FP8 dtype (e4m3fn, e5m2, ...): the ops that
@@ -128,6 +138,7 @@ struct PrecisionPolicy {
   bool cast_readout = true;
   // Set by amp for 1-byte `saved`; null: every save scans its amax first.
   std::shared_ptr<SavedScaleHints> saved_hints;
+  std::shared_ptr<SaveObserver> save_observer;  // null: no diagnostics
 };
 
 // Unit-scaling style multipliers of one op: the forward output is multiplied

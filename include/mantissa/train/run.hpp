@@ -27,6 +27,9 @@ struct RunOptions {
   // Called with each metrics record (one JSON object, as a line of the file),
   // whether or not there is a file; an exception it throws ends the run.
   std::function<void(const std::string&)> on_record;
+  // Called around every step (e.g. train --watch); step = the one about to run, 1-based.
+  std::function<void(int64_t step)> before_step;
+  std::function<void(const StepMetrics&)> after_step;
 };
 
 struct RunSummary {

@@ -58,6 +58,7 @@ class Trainer {
   amp::Amp& amp() { return amp_; }
   const amp::Amp& amp() const { return amp_; }
   nn::Model& model() { return model_; }
+  const TrainerOptions& options() const { return options_; }
 
   // Resumable state besides the tensors: step, update count, loss scaler,
   // data position; the recipe and model configuration for a compatibility check.

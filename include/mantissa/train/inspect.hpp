@@ -1,0 +1,271 @@
+// `mantissa inspect`: why a low-precision run drifts from fp32, cast site by
+// cast site and step by step.
+//
+// Cast sites. A probe wraps the model's autograd::OperandQuantiser (any of
+// them: FP8 per-tensor and block scalings, Scalify, later FP4 ones: the
+// probe sees only the interface) and observes 1-byte saves
+// (autograd::SaveObserver). It reads; the run's numbers are bit for bit
+// those of an uninspected run. A site is named by the model op whose output
+// the cast feeds (the name the model reports through its observer, e.g.
+// "h1.attn.qkv"; else the parameter's name, else "product<k>") and a role:
+// "forward X", "forward W", "backward dY", "saved". Parameter gradients
+// rounded into a low-precision gradient format are the site "<param> grad",
+// working weights rounded from fp32 masters "<param> weight".
+//
+// What a cast's figures are measured against (CastTally):
+//   * matrix-product operands and saves: the cast's own fp32 input (the value
+//     the run had before rounding), so the figure is this cast's error alone;
+//   * parameter gradients: the pre-rounding fp32 sum of the step;
+//   * working weights: the fp32 master they were rounded from.
+// The error accumulated through the network is measured against the fp32
+// shadow (the same model in fp32 on the same batches, re-synchronised to the
+// run's weights every K steps): per parameter the cosine and relative norm
+// error of the gradient and of the update, and the loss gap.
+//
+// Definitions, over the values looked at (all of them, or an even stride of
+// at most `max_values` per cast; non-finite references are left out):
+//   SQNR dB   = 10 log10(sum r^2 / sum (r - q)^2) (inf when exact; -inf when
+//               a value overflowed to inf)
+//   underflow = #(r != 0 and q == 0) / #(r != 0)
+//   saturated = #(|r| > max x s) / n, where s is the element's scale (the
+//               tensor's, times its block's): values beyond the format's
+//               range at the scale used, clipped to max or overflowed to inf
+//   amax = max |r|; scale_log2 = log2 of the per-tensor scale (0 for block
+//   scalings, whose scales are per tile); exponent histogram of floor(log2|r|).
+#pragma once
+
+#include <array>
+#include <cstdio>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "mantissa/autograd/policy.hpp"
+#include "mantissa/formats/format.hpp"
+#include "mantissa/nn/module.hpp"
+#include "mantissa/train/config.hpp"
+
+namespace mantissa::train {
+
+// ---- one site's figures ---------------------------------------------------------------------
+struct CastTally {
+  static constexpr int kExpLo = -64, kExpBins = 96;  // exponents [-64, 31], clamped
+  double signal = 0, noise = 0;    // sum r^2, sum (r - q)^2 (noise inf after an overflow)
+  int64_t values = 0;              // looked at (finite references)
+  int64_t nonzero = 0, flushed = 0, saturated = 0;
+  double amax = 0;
+  int scale_log2 = 0;
+  int casts = 0;
+  std::array<int64_t, kExpBins> exp_hist{};
+
+  double sqnr_db() const;
+  double underflow() const { return nonzero ? static_cast<double>(flushed) / static_cast<double>(nonzero) : 0; }
+  double saturation() const { return values ? static_cast<double>(saturated) / static_cast<double>(values) : 0; }
+};
+
+// Adds ref[i] against q[i] (i = 0, stride, 2 stride, ... < n) to t. limit:
+// the largest magnitude representable at element i's scale (format max x
+// scale); one value for all (limit_per_elem null) or one per element.
+void tally(CastTally& t, const float* ref, const float* q, int64_t n, int64_t stride, double limit,
+           const float* limit_per_elem = nullptr);
+// The stride that looks at about max_values of n (1 when max_values <= 0).
+int64_t sample_stride(int64_t n, int64_t max_values);
+
+// ---- the probe ------------------------------------------------------------------------------
+struct SiteInfo {
+  std::string name;    // "h1.attn.qkv backward dY"
+  std::string kind;    // "matmul", "saved", "grad", "weight"
+  std::string format;  // "e5m2", "fp16", ...
+  double min_subnormal = 0;  // of the format, 0 if unknown
+  double max = 0;
+};
+
+class Probe;
+// Wraps a model's precision policy with a probe (its quantiser and its
+// 1-byte saves); no-op parts where the policy has none. Returns the probe.
+std::shared_ptr<Probe> attach_probe(nn::Model& model, int64_t max_values);
+
+class Probe {
+ public:
+  explicit Probe(nn::Model& model, int64_t max_values);
+  // Whether the next passes are looked at (off: the wrapper only forwards).
+  void set_active(bool on);
+  bool active() const { return active_; }
+  // The model's observer that names sites (set while active).
+  nn::Model::Observer observer();
+  // Parameter gradients about to be rounded into `format` x loss_scale:
+  // tallies them as "<param> grad" sites (before the rounding; reads only).
+  void tally_gradients(const std::vector<nn::Parameter*>& params, const std::string& format, double loss_scale);
+  // Working weights rounded from fp32 masters (amp::MasterWeights::masters(),
+  // by name): "<param> weight" sites, the master as reference.
+  void tally_weights(const std::vector<nn::Parameter*>& params, const std::map<std::string, const float*>& masters,
+                     const formats::Format& working);
+  // This step's sites, in the order first seen, and a fresh start.
+  std::vector<std::pair<SiteInfo, CastTally>> take();
+
+  // Internal, for the quantiser wrapper and the save observer.
+  void add(const void* key, uint64_t ordinal, int role, const std::string& fallback, const std::string& format,
+           const float* ref, const float* q, int64_t n, double limit, const float* limit_per_elem, float scale);
+  int64_t max_values() const { return max_values_; }
+
+ private:
+  struct Key {
+    const void* key;
+    uint64_t ordinal;
+    int role;
+    auto operator<=>(const Key&) const = default;
+  };
+  nn::Model& model_;
+  int64_t max_values_;
+  bool active_ = false;
+  std::map<const void*, std::string> param_names_;
+  struct Entry {
+    Key key;
+    std::string fallback;  // name when the model names no op for the site
+    SiteInfo info;
+    CastTally tally;
+  };
+  std::map<Key, std::string> names_;   // op names from the observer, kept across steps
+  std::vector<Key> pending_;           // sites cast since the last named op output
+  std::map<Key, size_t> index_;
+  std::vector<Entry> entries_;
+};
+
+// ---- verdicts (shared by inspect and train --watch) ---------------------------------------
+struct VerdictOptions {
+  double sqnr_floor_db = 10;      // a site below this is flagged
+  double underflow = 0.25;        // a site flushing more of its nonzero values than this is flagged
+  int saturation_steps = 3;       // saturated in this many sampled steps in a row
+  double loss_gap = 0.02;         // relative loss gap to the shadow, over this in...
+  int loss_gap_steps = 3;         // ...this many sampled steps in a row, and growing
+  double update_cosine = 0.5;     // a parameter's update cosine below this in...
+  int update_cosine_steps = 3;    // ...this many sampled steps in a row
+};
+
+struct ParamCompare {
+  std::string name;
+  double grad_cos = 1, grad_rel_err = 0, update_cos = 1, update_rel_err = 0;
+};
+
+struct Warning {
+  int64_t step = 0;
+  std::string site;
+  std::string message;
+};
+
+class Verdicts {
+ public:
+  explicit Verdicts(VerdictOptions o = {}) : o_(o) {}
+  // One sampled step. Returns the warnings that fired first at this step.
+  std::vector<Warning> feed(int64_t step, const std::vector<std::pair<SiteInfo, CastTally>>& sites,
+                            std::optional<double> loss_gap, const std::vector<ParamCompare>& params);
+  const std::vector<Warning>& warnings() const { return warnings_; }
+
+  struct Ranked {
+    std::string site, kind, format;
+    double sqnr_db = 0;         // median over sampled steps
+    double min_sqnr_db = 0;
+    double underflow = 0;       // mean
+    double saturation = 0;      // mean
+    double amax = 0;            // max
+    int scale_log2 = 0;         // last
+    double min_subnormal = 0, max = 0;
+    // The share of the site's values or signal lost: the largest of the
+    // underflow and saturation fractions and the noise-to-signal ratio
+    // 10^(-SQNR/10). A cast that flushes most of a gradient's values loses
+    // little of its energy (the large values carry it) but the direction
+    // those values encode, so an energy measure alone ranks it too low.
+    double lost = 0;
+    std::string cause;
+  };
+  // Sites, worst first: most lost, then lowest median SQNR.
+  std::vector<Ranked> ranking() const;
+
+ private:
+  struct History {
+    SiteInfo info;
+    std::vector<double> sqnr, underflow, saturation;
+    double amax = 0;
+    int scale_log2 = 0;
+    int saturated_run = 0;
+    bool warned_sqnr = false, warned_sat = false, warned_underflow = false;
+  };
+  VerdictOptions o_;
+  std::map<std::string, History> sites_;
+  std::vector<std::string> order_;
+  std::vector<double> gaps_;
+  int gap_run_ = 0;
+  bool warned_gap_ = false;
+  std::map<std::string, int> cos_run_;
+  std::map<std::string, bool> warned_cos_;
+  std::vector<Warning> warnings_;
+};
+std::string cause_text(const Verdicts::Ranked& r);
+std::string ranking_table(const std::vector<Verdicts::Ranked>& r, size_t rows);
+
+// ---- the shadow comparison ---------------------------------------------------------------
+struct InspectOptions {
+  TrainConfig config;         // the run (recipe, model, data, steps)
+  int64_t sync_every = 1;     // re-synchronise the shadow every K steps; 0: free-running
+  int64_t sample_every = 1;   // look at every k-th step
+  int64_t max_values = 1 << 16;
+  VerdictOptions verdicts;
+  std::string out;            // output directory ("" : nothing written)
+  bool print = true;          // warnings and the table on stdout
+};
+
+struct StepRecord {
+  int64_t step = 0;
+  double loss = 0, shadow_loss = 0, seconds = 0, shadow_seconds = 0;
+  bool sampled = false, skipped = false;
+  std::vector<std::pair<SiteInfo, CastTally>> sites;
+  std::vector<ParamCompare> params;
+};
+
+struct InspectResult {
+  std::string recipe, shadow_recipe;
+  std::vector<StepRecord> steps;
+  std::vector<Verdicts::Ranked> ranking;
+  std::vector<Warning> warnings;
+  double step_seconds = 0;         // mean, the inspected run's step (probe included)
+  double shadow_step_seconds = 0;  // mean, the shadow's forward/backward/update
+};
+
+// Throws std::invalid_argument for bad options or an unusable --out.
+InspectResult inspect(const InspectOptions& o);
+// --out: creates DIR, or reuses one that holds kInspectMarker (or is empty);
+// refuses any other existing path.
+inline constexpr const char* kInspectMarker = ".mantissa-inspect";
+void prepare_out_dir(const std::string& dir);
+void write_inspection(const std::string& dir, const InspectResult& r);
+
+}  // namespace mantissa::train
+
+namespace mantissa::train {
+
+// `mantissa train --watch [k]`: probes the cast sites of every k-th step and
+// prints a warning line when a verdict fires (SQNR floor, repeated
+// saturation); no shadow, so no loss gap or update cosine. Hook before_step /
+// after_step into RunOptions.
+// Values --watch looks at per cast: fractions and SQNR of 4096 evenly
+// strided values are within about a percent of the whole tensor's, at a
+// cost that stays small beside the step's.
+inline constexpr int64_t kWatchValues = 4096;
+class Watch {
+ public:
+  Watch(nn::Model& model, int64_t every, int64_t max_values, VerdictOptions o, FILE* log);
+  void before_step(int64_t step);
+  void after_step(int64_t step);
+  const Verdicts& verdicts() const { return verdicts_; }
+
+ private:
+  std::shared_ptr<Probe> probe_;
+  int64_t every_;
+  Verdicts verdicts_;
+  FILE* log_;
+};
+
+}  // namespace mantissa::train

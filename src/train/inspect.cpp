@@ -1,0 +1,195 @@
+// `mantissa inspect`: the run under its recipe and, on the same batches, an
+// fp32 shadow of the same model (the recipe's parametrisation, fp32
+// everywhere) from the same weights, re-synchronised to the run's weights
+// every K steps (K = 0: free-running from step 1). Per sampled step: every
+// cast site's figures (Probe), per parameter the gradient and update against
+// the shadow's, and the loss gap; the verdicts watch them as they come.
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <stdexcept>
+
+#include "mantissa/formats/convert.hpp"
+#include "mantissa/formats/format.hpp"
+#include "mantissa/train/inspect.hpp"
+#include "mantissa/train/session.hpp"
+
+namespace mantissa::train {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+// The shadow's configuration: same model, data, optimizer and schedule; fp32
+// in every role; the unit model's own settings (--set unit.*) kept.
+TrainConfig shadow_config(const TrainConfig& c, const amp::Recipe& r) {
+  TrainConfig s = c;
+  s.recipe = r.parametrisation == amp::Parametrisation::unit ? "unit-fp32" : "fp32";
+  s.opt_level.clear();
+  s.loss_scale.clear();
+  s.init_scale = 0;
+  s.growth_interval = 0;
+  s.growth_factor = 0;
+  s.backoff_factor = 0;
+  s.min_scale = -1;
+  s.max_scale = -1;
+  s.weight_rounding.clear();
+  s.grad_stats = false;
+  s.resume.clear();
+  s.set.clear();
+  for (const std::string& kv : c.set)
+    if (kv.rfind("unit.", 0) == 0) s.set.push_back(kv);
+  return s;
+}
+
+std::vector<float> copy_of(const Tensor& t) {
+  const Tensor f = t.dtype() == DType::f32 ? t : t.to(DType::f32, MemoryKind::workspace);
+  return std::vector<float>(f.f32(), f.f32() + f.numel());
+}
+
+// Cosine and relative norm error of a against the reference b; NaN when b is 0.
+std::pair<double, double> compare(const std::vector<float>& a, const std::vector<float>& b) {
+  double ab = 0, aa = 0, bb = 0, dd = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const double x = a[i], y = b[i];
+    ab += x * y;
+    aa += x * x;
+    bb += y * y;
+    dd += (x - y) * (x - y);
+  }
+  if (!(bb > 0)) return {std::nan(""), std::nan("")};
+  return {aa > 0 ? ab / std::sqrt(aa * bb) : 0.0, std::sqrt(dd / bb)};
+}
+
+void sync(const std::vector<nn::Parameter*>& from, const std::vector<nn::Parameter*>& to) {
+  for (size_t i = 0; i < from.size(); ++i) {
+    const std::vector<float> v = copy_of(from[i]->value);
+    std::copy(v.begin(), v.end(), to[i]->value.f32());
+    ++to[i]->version;
+  }
+}
+
+}  // namespace
+
+InspectResult inspect(const InspectOptions& o) {
+  if (o.sync_every < 0) throw std::invalid_argument("--sync-every must be >= 0 (0: free-running)");
+  if (o.sample_every < 1) throw std::invalid_argument("--sample-every must be >= 1");
+  if (o.config.steps < 1) throw std::invalid_argument("--steps must be >= 1");
+  if (!o.config.resume.empty()) throw std::invalid_argument("inspect starts from initialisation: --resume is not supported");
+  if (!o.out.empty()) prepare_out_dir(o.out);
+
+  auto run = build_session(o.config);
+  auto shadow = build_session(shadow_config(run->config, run->recipe));
+  const std::vector<nn::Parameter*> rp = run->trainer->amp().parameters(), sp = shadow->trainer->amp().parameters();
+  if (rp.size() != sp.size()) throw std::logic_error("inspect: the shadow model has other parameters");
+  for (size_t i = 0; i < rp.size(); ++i)
+    if (rp[i]->name != sp[i]->name || rp[i]->value.shape() != sp[i]->value.shape() || sp[i]->value.dtype() != DType::f32)
+      throw std::logic_error("inspect: shadow parameter " + sp[i]->name + " does not match " + rp[i]->name);
+
+  amp::Amp& ra = run->trainer->amp();
+  amp::Amp& sa = shadow->trainer->amp();
+  const amp::Recipe& recipe = run->recipe;
+  const bool low_grads = recipe.gradient_format != "fp32";
+  const formats::Format grad_format = formats::parse_format(recipe.gradient_format);
+  const optim::LrSchedule schedule = run->trainer->options().schedule;
+  const int64_t accum = run->trainer->options().grad_accum;
+  std::shared_ptr<Probe> probe = attach_probe(*run->model, o.max_values);
+  Verdicts verdicts(o.verdicts);
+
+  InspectResult res;
+  res.recipe = recipe.name;
+  res.shadow_recipe = shadow->recipe.name;
+  double run_time = 0, shadow_time = 0;
+  constexpr int kPrinted = 12;  // warnings on the terminal; all of them go to warnings.txt
+  int printed = 0;
+  sync(rp, sp);
+  for (int64_t step = 1; step <= o.config.steps; ++step) {
+    StepRecord rec;
+    rec.step = step;
+    rec.sampled = (step - 1) % o.sample_every == 0;
+    if (o.sync_every > 0 && step > 1 && (step - 1) % o.sync_every == 0) sync(rp, sp);
+    std::vector<nn::Batch> micro;
+    int64_t total = 0;
+    for (int64_t k = 0; k < accum; ++k) {
+      micro.push_back(run->train->next());
+      total += amp::count_targets(micro.back());
+    }
+    const double lr = schedule.at(ra.updates());
+
+    // The run, probed on sampled steps.
+    auto t0 = Clock::now();
+    probe->set_active(rec.sampled);
+    double loss = 0;
+    for (const nn::Batch& b : micro) loss += ra.backward(b, total).sum;
+    std::vector<std::vector<float>> rg, rv;
+    const double scale = ra.scaler().scale();
+    if (rec.sampled) {
+      if (low_grads) probe->tally_gradients(rp, recipe.gradient_format, scale);
+      for (nn::Parameter* p : rp) {
+        std::vector<float> g = copy_of(p->grad);
+        if (low_grads) formats::fake_quantize(grad_format, g.data(), g.data(), g.size());  // as Amp::step rounds
+        for (float& x : g) x = static_cast<float>(x / scale);
+        rg.push_back(std::move(g));
+        rv.push_back(copy_of(p->value));
+      }
+    }
+    const amp::AmpStepResult r = ra.step(lr);
+    const amp::MasterWeights& mw = ra.master_weights();
+    if (rec.sampled && mw.active() && mw.has_master()) probe->tally_weights(rp, mw.masters(), mw.working_format());
+    probe->set_active(false);
+    rec.seconds = since(t0);
+    rec.skipped = r.skipped;
+    rec.loss = loss / static_cast<double>(total);
+    if (rec.sampled) rec.sites = probe->take();
+
+    // The shadow on the same batches.
+    t0 = Clock::now();
+    double sloss = 0;
+    for (const nn::Batch& b : micro) sloss += sa.backward(b, total).sum;
+    std::vector<std::vector<float>> sg, sv;
+    if (rec.sampled)
+      for (nn::Parameter* p : sp) {
+        sg.push_back(copy_of(p->grad));
+        sv.push_back(copy_of(p->value));
+      }
+    sa.step(lr);
+    rec.shadow_seconds = since(t0);
+    rec.shadow_loss = sloss / static_cast<double>(total);
+    run_time += rec.seconds;
+    shadow_time += rec.shadow_seconds;
+
+    if (rec.sampled) {
+      for (size_t i = 0; i < rp.size(); ++i) {
+        ParamCompare c;
+        c.name = rp[i]->name;
+        std::tie(c.grad_cos, c.grad_rel_err) = compare(rg[i], sg[i]);
+        const std::vector<float> ra1 = copy_of(rp[i]->value), sa1 = copy_of(sp[i]->value);
+        for (size_t j = 0; j < ra1.size(); ++j) {
+          rv[i][j] = ra1[j] - rv[i][j];
+          sv[i][j] = sa1[j] - sv[i][j];
+        }
+        if (r.skipped) c.update_cos = c.update_rel_err = std::nan("");  // no update to compare
+        else std::tie(c.update_cos, c.update_rel_err) = compare(rv[i], sv[i]);
+        rec.params.push_back(std::move(c));
+      }
+      const std::optional<double> gap =
+          std::isfinite(rec.loss) && rec.shadow_loss > 0 ? std::optional<double>((rec.loss - rec.shadow_loss) / rec.shadow_loss)
+                                                         : std::nullopt;
+      for (const Warning& w : verdicts.feed(step, rec.sites, gap, rec.params)) {
+        if (o.print && ++printed <= kPrinted)
+          std::printf("step %ld: warning: %s: %s\n", static_cast<long>(w.step), w.site.c_str(), w.message.c_str());
+        if (o.print && printed == kPrinted) std::printf("(further warnings only in warnings.txt)\n");
+      }
+      if (o.print) std::fflush(stdout);
+    }
+    res.steps.push_back(std::move(rec));
+  }
+  res.ranking = verdicts.ranking();
+  res.warnings = verdicts.warnings();
+  res.step_seconds = run_time / static_cast<double>(o.config.steps);
+  res.shadow_step_seconds = shadow_time / static_cast<double>(o.config.steps);
+  if (!o.out.empty()) write_inspection(o.out, res);
+  return res;
+}
+
+}  // namespace mantissa::train

@@ -1,0 +1,250 @@
+// The inspector's probe: a wrapper around any autograd::OperandQuantiser and
+// an autograd::SaveObserver that tally each cast against its own input while
+// active (CastTally, inspect.hpp). Both only read what the cast produced; the
+// wrapped quantiser decides everything, so the run is unchanged.
+#include <array>
+#include <bit>
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+
+#include "mantissa/autograd/tape.hpp"
+#include "mantissa/formats/convert.hpp"
+#include "mantissa/formats/format.hpp"
+#include "mantissa/train/inspect.hpp"
+
+namespace mantissa::train {
+namespace {
+
+constexpr int kSavedRole = 3, kGradRole = 4, kWeightRole = 5;
+
+const char* role_name(int role) {
+  switch (role) {
+    case 0: return "forward X";
+    case 1: return "forward W";
+    case 2: return "backward dY";
+    case kSavedRole: return "saved";
+    case kWeightRole: return "weight";
+    default: return "grad";
+  }
+}
+
+// The format of a tensor's dtype, or null (no preset for it).
+const formats::Format* format_of(DType t) {
+  try {
+    return &formats::preset(dtype_format_name(t));
+  } catch (const std::invalid_argument&) {
+    return nullptr;
+  }
+}
+
+// Elements 0, stride, 2 stride, ... of t (f32, bf16 or f16) as f32, times
+// `scale`: the probe reads only the values it looks at.
+std::vector<float> values_f32(const Tensor& t, float scale, int64_t stride) {
+  const int64_t n = t.numel();
+  std::vector<float> v;
+  v.reserve(static_cast<size_t>((n + stride - 1) / stride));
+  if (t.dtype() == DType::bf16) {
+    const uint16_t* b = t.data<uint16_t>();
+    for (int64_t i = 0; i < n; i += stride) v.push_back(std::bit_cast<float>(static_cast<uint32_t>(b[i]) << 16) * scale);
+    return v;
+  }
+  const Tensor f = t.dtype() == DType::f32 ? t : t.to(DType::f32, MemoryKind::workspace);
+  for (int64_t i = 0; i < n; i += stride) v.push_back(f.f32()[i] * scale);
+  return v;
+}
+
+// For elements 0, stride, ...: the largest magnitude its block can hold (max x 2^e).
+std::vector<float> block_limits(const autograd::BlockScales& b, double max, float scale, int64_t stride) {
+  std::vector<float> lim;
+  const int64_t down = b.tiles_down(), across = b.tiles_across(), n = b.batch * b.rows * b.cols;
+  for (int64_t i = 0; i < n; i += stride) {
+    const int64_t c = i % b.cols, r = (i / b.cols) % b.rows, m = i / (b.cols * b.rows);
+    const int e = b.exponents[static_cast<size_t>((m * down + r / b.tile_rows) * across + c / b.tile_cols)];
+    lim.push_back(static_cast<float>(std::ldexp(max, e) * scale));
+  }
+  return lim;
+}
+
+class ProbeQuantiser final : public autograd::OperandQuantiser {
+ public:
+  ProbeQuantiser(std::shared_ptr<autograd::OperandQuantiser> inner, Probe& probe)
+      : inner_(std::move(inner)), probe_(probe) {}
+  bool casts_forward() const override { return inner_->casts_forward(); }
+  bool casts_backward() const override { return inner_->casts_backward(); }
+  Tensor decode(const autograd::QuantisedOperand& q) const override { return inner_->decode(q); }
+  void end_step() override { inner_->end_step(); }
+
+  autograd::QuantisedOperand quantise(const Tensor& x, int64_t batch, int64_t rows, int64_t cols, int axis,
+                                      const autograd::QuantSite& site, Tensor* decoded) override {
+    if (!probe_.active()) return inner_->quantise(x, batch, rows, cols, axis, site, decoded);
+    Tensor local;
+    autograd::QuantisedOperand q = inner_->quantise(x, batch, rows, cols, axis, site, decoded ? decoded : &local);
+    const Tensor& dec = decoded ? *decoded : local;
+    look(x, q, dec.defined() ? dec : inner_->decode(q), site, "product" + std::to_string(site.ordinal));
+    return q;
+  }
+
+  Weight quantise_weight(const nn::Parameter& p, int axis, const autograd::QuantSite& site) override {
+    Weight w = inner_->quantise_weight(p, axis, site);
+    if (probe_.active()) look(p.value, w.operand, w.decoded.defined() ? w.decoded : inner_->decode(w.operand), site, p.name);
+    return w;
+  }
+
+ private:
+  void look(const Tensor& x, const autograd::QuantisedOperand& q, const Tensor& decoded, const autograd::QuantSite& site,
+            const std::string& fallback) {
+    const int64_t stride = sample_stride(x.numel(), probe_.max_values());
+    const std::vector<float> ref = values_f32(x, 1.0f, stride);
+    const float s = q.codes.scale();
+    const std::vector<float> got = values_f32(decoded, s, stride);
+    const formats::Format* f = format_of(q.codes.dtype());
+    const double max = f ? f->max() : std::numeric_limits<double>::infinity();
+    std::vector<float> lim;
+    if (q.blocks && x.numel() == q.blocks->batch * q.blocks->rows * q.blocks->cols)
+      lim = block_limits(*q.blocks, max, s, stride);
+    probe_.add(site.key, site.ordinal, static_cast<int>(site.role), fallback, f ? f->name : dtype_name(q.codes.dtype()),
+               ref.data(), got.data(), static_cast<int64_t>(ref.size()), max * s, lim.empty() ? nullptr : lim.data(),
+               q.blocks ? 1.0f : s);
+  }
+
+  std::shared_ptr<autograd::OperandQuantiser> inner_;
+  Probe& probe_;
+};
+
+class ProbeSaves final : public autograd::SaveObserver {
+ public:
+  explicit ProbeSaves(Probe& probe) : probe_(probe) {}
+  void saved(uint64_t site, const Tensor& x, const float* row_mean, int64_t cols, const Tensor& codes) override {
+    if (!probe_.active()) return;
+    const int64_t stride = sample_stride(x.numel(), probe_.max_values());
+    std::vector<float> ref = values_f32(x, 1.0f, stride), back;
+    const std::array<uint16_t, 256>& table = autograd::Tape::decode_table(codes.dtype());
+    for (int64_t i = 0, k = 0; i < x.numel(); i += stride, ++k) {
+      if (row_mean) ref[static_cast<size_t>(k)] -= row_mean[i / cols];
+      back.push_back(std::bit_cast<float>(static_cast<uint32_t>(table[codes.data<uint8_t>()[i]]) << 16) * codes.scale());
+    }
+    const formats::Format* f = format_of(codes.dtype());
+    const double max = f ? f->max() : std::numeric_limits<double>::infinity();
+    probe_.add(nullptr, site, kSavedRole, "save" + std::to_string(site), f ? f->name : dtype_name(codes.dtype()),
+               ref.data(), back.data(), static_cast<int64_t>(ref.size()), max * codes.scale(), nullptr, codes.scale());
+  }
+
+ private:
+  Probe& probe_;
+};
+
+}  // namespace
+
+Probe::Probe(nn::Model& model, int64_t max_values) : model_(model), max_values_(max_values) {
+  for (nn::Parameter* p : model.parameters()) param_names_[p] = p->name;
+}
+
+std::shared_ptr<Probe> attach_probe(nn::Model& model, int64_t max_values) {
+  auto probe = std::make_shared<Probe>(model, max_values);
+  autograd::PrecisionPolicy p = model.precision();
+  // The policy keeps the probe alive as long as the wrappers that use it.
+  if (p.quantiser)
+    p.quantiser = std::shared_ptr<autograd::OperandQuantiser>(
+        new ProbeQuantiser(p.quantiser, *probe), [probe](autograd::OperandQuantiser* q) { delete q; });
+  if (dtype_size(p.saved) == 1)
+    p.save_observer = std::shared_ptr<autograd::SaveObserver>(new ProbeSaves(*probe),
+                                                              [probe](autograd::SaveObserver* o) { delete o; });
+  model.set_precision(p);
+  return probe;
+}
+
+void Probe::set_active(bool on) {
+  active_ = on;
+  model_.set_observer(on ? observer() : nn::Model::Observer{});
+}
+
+nn::Model::Observer Probe::observer() {
+  return [this](const std::string& name, bool backward, const Tensor&) {
+    if (backward) return;
+    for (const Key& k : pending_) names_.emplace(k, name);
+    pending_.clear();
+  };
+}
+
+void Probe::add(const void* key, uint64_t ordinal, int role, const std::string& fallback, const std::string& format,
+                const float* ref, const float* q, int64_t n, double limit, const float* limit_per_elem, float scale) {
+  const Key k{key, key ? 0 : ordinal, role};
+  const bool per_param = role == kGradRole || role == kWeightRole;
+  if (role != static_cast<int>(autograd::OperandRole::grad_output) && !per_param) {
+    const Key op{k.key, k.ordinal, role == kSavedRole ? kSavedRole : 0};
+    if (!names_.count(op)) pending_.push_back(op);
+  }
+  auto [it, fresh] = index_.emplace(k, entries_.size());
+  if (fresh) {
+    Entry e{k, fallback, {}, {}};
+    e.info.kind = role == kSavedRole ? "saved" : per_param ? role_name(role) : "matmul";
+    e.info.format = format;
+    try {
+      const formats::Format& f = formats::preset(format);
+      e.info.min_subnormal = f.min_subnormal();
+      e.info.max = f.max();
+    } catch (const std::invalid_argument&) {
+    }
+    entries_.push_back(std::move(e));
+  }
+  CastTally& t = entries_[it->second].tally;
+  tally(t, ref, q, n, sample_stride(n, max_values_), limit, limit_per_elem);
+  t.scale_log2 = static_cast<int>(std::lround(std::log2(static_cast<double>(scale))));
+}
+
+void Probe::tally_gradients(const std::vector<nn::Parameter*>& params, const std::string& format, double loss_scale) {
+  const formats::Format& f = formats::parse_format(format);
+  const double limit = f.max() / loss_scale;
+  for (nn::Parameter* p : params) {
+    const int64_t n = p->grad.numel(), stride = sample_stride(n, max_values_);
+    std::vector<float> g, r;
+    for (int64_t i = 0; i < n; i += stride) g.push_back(p->grad.f32()[i]);
+    std::vector<float> q(g.size());
+    formats::fake_quantize(f, g.data(), q.data(), g.size());
+    r.resize(g.size());
+    const float inv = static_cast<float>(1.0 / loss_scale);
+    for (size_t i = 0; i < g.size(); ++i) {
+      r[i] = g[i] * inv;
+      q[i] *= inv;
+    }
+    // Already subsampled to at most max_values: add() looks at every value.
+    add(p, 0, kGradRole, p->name, f.name, r.data(), q.data(), static_cast<int64_t>(g.size()), limit, nullptr,
+        static_cast<float>(loss_scale));
+  }
+}
+
+void Probe::tally_weights(const std::vector<nn::Parameter*>& params, const std::map<std::string, const float*>& masters,
+                          const formats::Format& working) {
+  for (nn::Parameter* p : params) {
+    const auto m = masters.find(p->name);
+    if (m == masters.end()) continue;  // kept in fp32 (norms, or no master at all)
+    const std::vector<float> q = values_f32(p->value, 1.0f, 1);
+    add(p, 0, kWeightRole, p->name, working.name, m->second, q.data(), static_cast<int64_t>(q.size()), working.max(),
+        nullptr, 1.0f);
+  }
+}
+
+std::vector<std::pair<SiteInfo, CastTally>> Probe::take() {
+  std::vector<std::pair<SiteInfo, CastTally>> out;
+  out.reserve(entries_.size());
+  for (Entry& e : entries_) {
+    const Key op{e.key.key, e.key.ordinal, e.key.role == kSavedRole ? kSavedRole : 0};
+    const bool per_param = e.key.role == kGradRole || e.key.role == kWeightRole;
+    auto it = per_param ? names_.end() : names_.find(op);
+    std::string base = it != names_.end() ? it->second : e.fallback;
+    if (it == names_.end() && e.key.key) {
+      auto pn = param_names_.find(e.key.key);
+      if (pn != param_names_.end()) base = pn->second;
+      if (!per_param && base.size() > 7 && base.ends_with(".weight")) base.resize(base.size() - 7);
+    }
+    e.info.name = base + " " + role_name(e.key.role);
+    out.emplace_back(e.info, e.tally);
+  }
+  entries_.clear();
+  index_.clear();
+  pending_.clear();
+  return out;
+}
+
+}  // namespace mantissa::train

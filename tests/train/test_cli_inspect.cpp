@@ -1,0 +1,177 @@
+// `mantissa inspect` end to end on a tiny GPT (1 block, width 32, 16 x 64
+// tokens per step, so its output gradients at init sit near E5M2's smallest
+// subnormal 2^-16): fp8-noscale ranks output-gradient sites that flush most
+// of their values at the top, with the logit gradient among them once the
+// readout is cast; fp8-delayed keeps every site above the 10 dB floor; the
+// inspected run's losses equal `mantissa train`'s bit for bit; bad input
+// exits with code 2 and leaves a user's directory alone.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <sstream>
+
+#include "cli_run.hpp"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+using cli_test::Result;
+using cli_test::run;
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+class CliInspect : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("mantissa_cli_inspect_" + std::to_string(::getpid()));
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    std::mt19937_64 rng(5);
+    const char* words[] = {"the ", "quick ", "brown ", "fox ", "jumps ", "over ", "lazy ", "dog", ".\n", ", "};
+    std::string text;
+    while (text.size() < 20000) text += words[rng() % std::size(words)];
+    std::ofstream(dir_ / "corpus.txt") << text;
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string flags() const {
+    return "--model gpt --data " + (dir_ / "corpus.txt").string() +
+           " --layers 1 --d-model 32 --heads 2 --seq-len 64 --batch-size 16 --threads 1 --steps 4 --warmup 2";
+  }
+  nlohmann::json ranking(const std::string& out) const { return nlohmann::json::parse(slurp(dir_ / out / "ranking.json")); }
+  fs::path dir_;
+};
+
+TEST_F(CliInspect, NoscaleRanksFlushedGradientsFirst) {
+  const Result r = run("inspect --recipe fp8-noscale " + flags() + " --out " + (dir_ / "a").string());
+  ASSERT_EQ(r.code, 0) << r.out;
+  const nlohmann::json sites = ranking("a")["sites"];
+  ASSERT_GE(sites.size(), 10u);
+  // The worst: qkv's output gradient, most of its values flushed; then the
+  // MLP's first product's, a quarter flushed; every other site loses < 10%.
+  EXPECT_EQ(sites[0]["site"], "h0.attn.qkv backward dY");
+  EXPECT_GT(sites[0]["underflow"].get<double>(), 0.5);
+  EXPECT_EQ(sites[1]["site"], "h0.mlp.fc backward dY");
+  EXPECT_GT(sites[1]["underflow"].get<double>(), 0.2);
+  for (size_t i = 2; i < sites.size(); ++i) EXPECT_LT(sites[i]["lost"].get<double>(), 0.1) << sites[i].dump();
+  EXPECT_NE(r.out.find("flushed to zero, below e5m2's smallest subnormal 2^-16"), std::string::npos) << r.out;
+  for (const char* f : {"sites.csv", "sites.jsonl", "params.csv", "steps.csv", "warnings.txt", "sqnr_heatmap.svg",
+                        "fractions.svg", "grad_cosine.svg"})
+    EXPECT_TRUE(fs::exists(dir_ / "a" / f)) << f;
+  EXPECT_EQ(slurp(dir_ / "a" / "sites.csv").rfind("step,site,kind,format,values,sqnr_db,", 0), 0u);
+
+  // The readout cast too: the logit gradient is among the worst three.
+  const Result c = run("inspect --recipe fp8-noscale --set cast_readout=true " + flags() + " --out " + (dir_ / "c").string());
+  ASSERT_EQ(c.code, 0) << c.out;
+  const nlohmann::json cs = ranking("c")["sites"];
+  bool logits = false;
+  for (size_t i = 0; i < 3; ++i) logits |= cs[i]["site"] == "logits backward dY";
+  EXPECT_TRUE(logits) << cs.dump(1);
+}
+
+TEST_F(CliInspect, DelayedStaysAboveTheFloorAndLossesMatchTrain) {
+  const Result r = run("inspect --recipe fp8-delayed " + flags() + " --out " + (dir_ / "d").string());
+  ASSERT_EQ(r.code, 0) << r.out;
+  const nlohmann::json ranked = ranking("d");
+  for (const auto& s : ranked["sites"]) {
+    ASSERT_FALSE(s["min_sqnr_db"].is_null()) << s.dump();
+    EXPECT_GE(s["min_sqnr_db"].get<double>(), 10.0) << s.dump();
+  }
+  EXPECT_EQ(slurp(dir_ / "d" / "warnings.txt").find("SQNR"), std::string::npos);
+
+  // The probe only reads: the inspected run's losses are `train`'s, bit for bit.
+  const Result t = run("train --recipe fp8-delayed " + flags() + " --eval-every 0 --metrics " + (dir_ / "m.jsonl").string());
+  ASSERT_EQ(t.code, 0) << t.out;
+  std::ifstream metrics(dir_ / "m.jsonl"), steps(dir_ / "d" / "steps.csv");
+  std::vector<double> want, got;
+  for (std::string line; std::getline(metrics, line);) {
+    const auto j = nlohmann::json::parse(line);
+    if (j.contains("loss")) want.push_back(j["loss"]);
+  }
+  std::string line;
+  std::getline(steps, line);  // header
+  while (std::getline(steps, line)) {
+    std::stringstream ss(line);
+    std::string field;
+    for (int i = 0; i < 4; ++i) std::getline(ss, field, ',');
+    got.push_back(std::stod(field));
+  }
+  ASSERT_EQ(want.size(), 4u);
+  ASSERT_EQ(got, want);
+}
+
+TEST_F(CliInspect, MasterWeightsAndGradientCasts) {
+  // fp16 working weights rounded from fp32 masters, fp16 gradients. For x =
+  // m 2^e (m in [1, 2)) nearest rounding to 11 significant bits leaves an
+  // error uniform over +-half an ulp, ulp = 2^(e-10): E[err^2] = 2^(2e-20)/12.
+  // With m log-uniform in [1, 2), E[m^2] = 3 / (2 ln 2), so the SQNR is
+  // 10 log10(2^20 x 12 x 3 / (2 ln 2)) = 74.3 dB for values in the normal range.
+  const Result r = run("inspect --recipe fp16-master " + flags() + " --out " + (dir_ / "w").string());
+  ASSERT_EQ(r.code, 0) << r.out;
+  int weights = 0, grads = 0;
+  const nlohmann::json ranked = ranking("w");
+  for (const auto& s : ranked["sites"]) {
+    const std::string kind = s["kind"];
+    if (kind != "weight" && kind != "grad") continue;
+    (kind == "weight" ? weights : grads)++;
+    EXPECT_EQ(s["format"], "fp16");
+    if (s["site"] == "transformer.h.0.attn.c_attn.weight weight") {
+      EXPECT_NEAR(s["sqnr_db"].get<double>(), 74.3, 1.5);
+    }
+    if (kind == "grad") {
+      EXPECT_EQ(s["scale_log2"], 16);  // the loss scale the gradients carry
+    }
+  }
+  EXPECT_EQ(grads, 16);    // every parameter of the 1-block GPT
+  EXPECT_GE(weights, 6);   // its matrices and biases (norm gains may stay fp32)
+}
+
+TEST_F(CliInspect, TrainWatchWarnsWithoutChangingTheRun) {
+  const std::string f = flags() + " --recipe fp8-noscale --eval-every 0 --metrics ";
+  const Result plain = run("train " + f + (dir_ / "plain.jsonl").string());
+  const Result watched = run("train --watch 1 " + f + (dir_ / "watched.jsonl").string());
+  ASSERT_EQ(plain.code, 0) << plain.out;
+  ASSERT_EQ(watched.code, 0) << watched.out;
+  EXPECT_NE(watched.out.find("warning: step 1: h0.attn.qkv backward dY:"), std::string::npos) << watched.out;
+  EXPECT_NE(watched.out.find("watch: "), std::string::npos) << watched.out;
+  EXPECT_EQ(plain.out.find("warning"), std::string::npos) << plain.out;
+  std::vector<double> a, b;
+  for (auto [file, v] : {std::pair{"plain.jsonl", &a}, std::pair{"watched.jsonl", &b}}) {
+    std::ifstream in(dir_ / file);
+    for (std::string line; std::getline(in, line);) {
+      const auto j = nlohmann::json::parse(line);
+      if (j.contains("loss")) v->push_back(j["loss"]);
+    }
+  }
+  ASSERT_EQ(a.size(), 4u);
+  EXPECT_EQ(a, b);
+}
+
+TEST_F(CliInspect, BadInput) {
+  fs::create_directories(dir_ / "mine");
+  std::ofstream(dir_ / "mine" / "notes.txt") << "keep";
+  Result r = run("inspect --recipe fp8-noscale " + flags() + " --out " + (dir_ / "mine").string());
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("did not create"), std::string::npos) << r.out;
+  EXPECT_EQ(slurp(dir_ / "mine" / "notes.txt"), "keep");
+  EXPECT_EQ(fs::directory_iterator(dir_ / "mine")->path().filename(), "notes.txt");
+  r = run("inspect --recipe fp8-noscale " + flags() + " --sync-every -1 --out " + (dir_ / "x").string());
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("--sync-every"), std::string::npos) << r.out;
+  r = run("inspect --recipe fp8-noscale " + flags() + " --free-running --sync-every 3 --out " + (dir_ / "x").string());
+  EXPECT_EQ(r.code, 2) << r.out;
+  r = run("inspect --recipe no-such-recipe " + flags() + " --out " + (dir_ / "y").string());
+  EXPECT_EQ(r.code, 2) << r.out;
+}
+
+}  // namespace

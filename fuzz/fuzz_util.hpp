@@ -45,8 +45,8 @@ inline std::vector<std::string_view> split(std::string_view in) {
 
 // Runs body; std::invalid_argument (FormatError, DataError, ...) is the
 // expected refusal of bad input and ends the iteration.
-#define FUZZ_EXPECT_REFUSAL(body)           \
+#define FUZZ_EXPECT_REFUSAL(...)            \
   try {                                     \
-    body;                                   \
+    __VA_ARGS__;                            \
   } catch (const std::invalid_argument&) {  \
   }

@@ -83,7 +83,9 @@ void apply_config_file(TrainConfig& c, const std::string& path, const std::set<s
   const json j = io::parse_json(text, "config file " + path);
   if (!j.is_object()) throw std::invalid_argument("config file " + path + ": expected a JSON object of settings");
   auto keys = config_keys(c);
-  for (auto& [raw_key, value] : j.items()) {
+  for (const auto& item : j.items()) {
+    const std::string& raw_key = item.key();
+    const json& value = item.value();
     const std::string key = normalise(raw_key);
     ConfigKey* entry = nullptr;
     for (auto& k : keys)

@@ -7,6 +7,7 @@ PACKAGES=(
   libdnnl-dev            # oneDNN: matrix products (AMX bf16)
   ocl-icd-opencl-dev     # oneDNN's CMake config looks for OpenCL (only Recommended by libdnnl-dev)
   libomp-dev             # OpenMP runtime headers (GCC uses libgomp)
+  clang libclang-rt-14-dev  # libFuzzer and its sanitizers (scripts/fuzz.sh)
   libgtest-dev libgmock-dev googletest
   libbenchmark-dev
   libcli11-dev

@@ -38,3 +38,5 @@ if ((rc != 0)); then exit "$rc"; fi
 echo "== AddressSanitizer + UBSan build"
 bash scripts/build.sh build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMANTISSA_SANITIZE=ON -DMANTISSA_BUILD_BENCH=OFF
 (cd build-asan && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j "$JOBS" -LE "exhaustive|oracle|slow")
+echo "== Fuzzing (libFuzzer, clang ASan+UBSan; 10 s a target; longer: bash scripts/fuzz.sh SECONDS)"
+bash scripts/fuzz.sh "${MANTISSA_FUZZ_SECONDS:-10}"

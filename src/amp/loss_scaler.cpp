@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include "mantissa/optim/clip.hpp"
+#include "mantissa/io/untrusted.hpp"
 
 namespace mantissa::amp {
 
@@ -57,7 +58,7 @@ std::string LossScaler::state_json() const {
 
 void LossScaler::load_state_json(const std::string& text) {
   try {
-    const auto j = nlohmann::json::parse(text);
+    const auto j = io::parse_json(text, "loss scaler state");
     const std::string method = j.at("method").get<std::string>();
     if (method != scaling_name(config_.method))
       throw std::invalid_argument("saved loss scaling is '" + method + "' but this run uses '" +

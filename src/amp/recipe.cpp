@@ -10,6 +10,7 @@
 
 #include "mantissa/formats/format.hpp"
 #include "mantissa/optim/state_format.hpp"
+#include "mantissa/io/untrusted.hpp"
 
 namespace mantissa::amp {
 namespace {
@@ -418,12 +419,7 @@ std::string recipe_to_json(const Recipe& r) {
 }
 
 Recipe recipe_from_json(const std::string& text) {
-  json j;
-  try {
-    j = json::parse(text);
-  } catch (const json::exception& e) {
-    throw std::invalid_argument(std::string("recipe JSON does not parse: ") + e.what());
-  }
+  const json j = io::parse_json(text, "recipe JSON");
   if (!j.is_object()) throw std::invalid_argument("recipe JSON is not an object");
   Recipe r;
   auto as_text = [](const json& v) { return v.is_string() ? v.get<std::string>() : v.dump(); };

@@ -24,7 +24,7 @@ void analyse_command(const AnalyseArgs& a) {
   if (a.out.empty()) throw UsageError("--out DIR is required");
   const train::TrainConfig& c = a.options.config;
   if (c.model != "gpt" && c.model != "mlp") throw UsageError("--model must be gpt or mlp, got '" + c.model + "'");
-  if (c.threads > 0) kernels::set_num_threads(static_cast<int>(c.threads));
+  if (c.threads > 0) kernels::set_num_threads(c.threads);
   const train::Analysis main = train::analyse(a.options);
   std::printf("mantissa analyse: %s model, recipe %s (%s parametrisation), loss %.4f\n", c.model.c_str(),
               main.recipe.c_str(), main.parametrisation.c_str(), main.loss);
@@ -53,13 +53,13 @@ Registrar reg(40, [](CLI::App& app) {
   cmd->add_option("--model", c.model, "gpt or mlp")->capture_default_str();
   cmd->add_option("--recipe", c.recipe, "recipe (see `mantissa recipes`)")->capture_default_str();
   cmd->add_option("--data", c.data, "text file (gpt) or Fashion-MNIST directory (mlp); default corpus if empty");
-  cmd->add_option("--layers", c.layers, "gpt: blocks; mlp: hidden layers")->capture_default_str();
-  cmd->add_option("--d-model", c.d_model, "gpt: width; mlp: hidden width")->capture_default_str();
-  cmd->add_option("--heads", c.heads, "attention heads")->capture_default_str();
-  cmd->add_option("--batch-size", c.batch_size, "sequences (or examples) in the batch")->capture_default_str();
-  cmd->add_option("--seq-len", c.seq_len, "tokens per sequence (gpt)")->capture_default_str();
-  cmd->add_option("--seed", c.seed, "initialisation and data seed")->capture_default_str();
-  cmd->add_option("--threads", c.threads, "compute threads (0: default)");
+  cmd->add_option("--layers", c.layers, "gpt: blocks; mlp: hidden layers")->check(exact_integer<int64_t>())->capture_default_str();
+  cmd->add_option("--d-model", c.d_model, "gpt: width; mlp: hidden width")->check(exact_integer<int64_t>())->capture_default_str();
+  cmd->add_option("--heads", c.heads, "attention heads")->check(exact_integer<int64_t>())->capture_default_str();
+  cmd->add_option("--batch-size", c.batch_size, "sequences (or examples) in the batch")->check(exact_integer<int64_t>())->capture_default_str();
+  cmd->add_option("--seq-len", c.seq_len, "tokens per sequence (gpt)")->check(exact_integer<int64_t>())->capture_default_str();
+  cmd->add_option("--seed", c.seed, "initialisation and data seed")->check(exact_integer<int64_t>())->capture_default_str();
+  cmd->add_option("--threads", c.threads, "compute threads (0: default)")->check(exact_integer<int64_t>());
   cmd->add_option("--set", c.set, "recipe override key=value, or unit.KEY=VALUE for the unit model (repeatable)");
   cmd->add_option("--checkpoint", a->options.checkpoint, "analyse the weights of this model/checkpoint directory");
   cmd->add_option("--out", a->out, "directory for scales.csv and scales.svg")->required();

@@ -12,6 +12,8 @@
 #include "mantissa/kernels/kernels.hpp"
 #include "mantissa/nn/gpt.hpp"
 #include "mantissa/nn/mlp.hpp"
+#include "mantissa/io/untrusted.hpp"
+#include "mantissa/train/finite.hpp"
 #include "mantissa/train/session.hpp"
 
 namespace mantissa::cli {
@@ -28,12 +30,7 @@ struct EvalArgs {
 
 // GPT configs carry Hugging Face's keys; MLP configs their layer list.
 std::string model_kind(const std::string& config_json, const std::string& dir) {
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(config_json);
-  } catch (const nlohmann::json::exception&) {
-    throw UsageError(dir + "/config.json is not valid JSON");
-  }
+  const nlohmann::json j = io::parse_json(config_json, dir + "/config.json");
   if (j.contains("n_embd") || j.value("model_type", "") == "gpt2") return "gpt";
   if (j.contains("hidden") || j.contains("classes")) return "mlp";
   throw UsageError(dir + "/config.json describes neither a GPT nor an MLP");
@@ -41,13 +38,18 @@ std::string model_kind(const std::string& config_json, const std::string& dir) {
 
 void eval_command(const EvalArgs& a) {
   if (a.batch_size <= 0) throw UsageError("--batch-size must be positive");
+  if (a.batch_size > (1 << 20)) throw UsageError("--batch-size " + std::to_string(a.batch_size) + " is too large (at most 2^20)");
   if (a.seq_len < 0 || a.max_batches < 0 || a.threads < 0)
     throw UsageError("--seq-len, --max-batches and --threads must not be negative");
-  if (a.threads > 0) kernels::set_num_threads(static_cast<int>(a.threads));
+  if (a.threads > 0) kernels::set_num_threads(a.threads);
   const std::string cfg = io::read_model_config(a.checkpoint);
   const std::string kind = model_kind(cfg, a.checkpoint);
   auto model = train::model_from_config(kind, cfg);
   io::load_model_weights(a.checkpoint, *model);
+  std::vector<std::pair<std::string, Tensor>> weights;
+  for (const nn::Parameter* p : model->parameters()) weights.emplace_back(p->name, p->value);
+  if (const std::string bad = train::first_non_finite(weights); !bad.empty())
+    throw UsageError(a.checkpoint + ": weight " + bad + " holds non-finite values (NaN or infinity); refused");
   const std::string path = a.data.empty() ? train::default_data_path(kind) : a.data;
   double sum = 0;
   int64_t count = 0;
@@ -64,6 +66,7 @@ void eval_command(const EvalArgs& a) {
       sum += r.sum;
       count += r.count;
     }
+    if (count == 0) throw UsageError(path + ": the validation split has no targets");
     const double loss = sum / static_cast<double>(count);
     std::printf("checkpoint %s\ndata %s (validation: last %ld bytes, %ld targets)\nval_loss %.4f nats  val_bpc %.4f bits/char\n",
                 a.checkpoint.c_str(), path.c_str(), static_cast<long>(corpus.val_size()), static_cast<long>(count), loss,
@@ -88,6 +91,7 @@ void eval_command(const EvalArgs& a) {
         correct += best == b.targets.data<int32_t>()[row];
       }
     }
+    if (count == 0) throw UsageError(path + ": the test split has no examples");
     std::printf("checkpoint %s\ndata %s (test split, %ld examples)\nval_loss %.4f nats  accuracy %.2f%%\n",
                 a.checkpoint.c_str(), path.c_str(), static_cast<long>(count), sum / static_cast<double>(count),
                 100.0 * static_cast<double>(correct) / static_cast<double>(count));
@@ -99,10 +103,10 @@ Registrar reg(31, [](CLI::App& app) {
   auto a = std::make_shared<EvalArgs>();
   cmd->add_option("--checkpoint", a->checkpoint, "model or checkpoint directory (written by train --save)")->required();
   cmd->add_option("--data", a->data, "text file (gpt) or Fashion-MNIST directory (mlp); default corpus if empty");
-  cmd->add_option("--batch-size", a->batch_size, "windows per batch");
-  cmd->add_option("--seq-len", a->seq_len, "tokens per window (default: the model's context)");
-  cmd->add_option("--max-batches", a->max_batches, "evaluate only the first N batches (0: the whole split)");
-  cmd->add_option("--threads", a->threads, "compute threads (0: default)");
+  cmd->add_option("--batch-size", a->batch_size, "windows per batch")->check(exact_integer<int64_t>());
+  cmd->add_option("--seq-len", a->seq_len, "tokens per window (default: the model's context)")->check(exact_integer<int64_t>());
+  cmd->add_option("--max-batches", a->max_batches, "evaluate only the first N batches (0: the whole split)")->check(exact_integer<int64_t>());
+  cmd->add_option("--threads", a->threads, "compute threads (0: default)")->check(exact_integer<int64_t>());
   cmd->callback([a] { eval_command(*a); });
 });
 

@@ -41,10 +41,11 @@ struct Args {
   std::string recipes, mlp_recipes;
 };
 
-void experiment_command(Args& a) {
-  if (!a.recipes.empty()) a.o.recipes = split_list(a.recipes, "--recipes");
-  if (!a.mlp_recipes.empty()) a.o.mlp_recipes = split_list(a.mlp_recipes, "--mlp-recipes");
-  if (a.o.threads > 0) kernels::set_num_threads(static_cast<int>(a.o.threads));
+void experiment_command(CLI::App* cmd, Args& a) {
+  // Given but empty is an error, not "the preset's recipes".
+  if (cmd->count("--recipes") > 0) a.o.recipes = split_list(a.recipes, "--recipes");
+  if (cmd->count("--mlp-recipes") > 0) a.o.mlp_recipes = split_list(a.mlp_recipes, "--mlp-recipes");
+  if (a.o.threads > 0) kernels::set_num_threads(a.o.threads);
   const bool terminal = ::isatty(::fileno(stdout)) != 0;
   const auto outcome = train::run_experiment(a.o, stdout, terminal);
   std::printf("%s: %d runs trained, %d kept from earlier (--resume), %.1f s\n",
@@ -52,6 +53,8 @@ void experiment_command(Args& a) {
   std::printf("report: %s\n        %s\n", outcome.report.markdown.c_str(), outcome.report.html.c_str());
   std::fflush(stdout);
   if (outcome.interrupted) std::exit(130);  // the shell convention for SIGINT
+  if (outcome.failed > 0)
+    throw std::runtime_error(std::to_string(outcome.failed) + " run(s) failed (their errors are above and in the report)");
 }
 
 // CLI11 gives no access to argv in callbacks: main's arguments are read back
@@ -86,25 +89,25 @@ Registrar reg(40, [](CLI::App& app) {
   cmd->add_option("--recipes", a->recipes, "comma-separated GPT recipes (default: the preset's)");
   cmd->add_option("--mlp-recipes", a->mlp_recipes,
                   "comma-separated Fashion-MNIST MLP recipes, or none (default: fp32,bf16-amp,fp16-amp-noscale,unit-fp8,scalify-fp8)");
-  cmd->add_option("--seeds", o.seeds, "seeds per recipe (default: the preset's)")->check(CLI::PositiveNumber);
-  cmd->add_option("--tokens", o.tokens, "GPT training tokens per run (default: the preset's)")->check(CLI::PositiveNumber);
+  cmd->add_option("--seeds", o.seeds, "seeds per recipe (default: the preset's)")->check(CLI::PositiveNumber)->check(exact_integer<int64_t>());
+  cmd->add_option("--tokens", o.tokens, "GPT training tokens per run (default: the preset's)")->check(CLI::PositiveNumber)->check(exact_integer<int64_t>());
   cmd->add_option("--out", o.out, "report directory (default: report)");
   cmd->add_option("--data", o.data, "text corpus for the GPT (default: Jane Austen, .cache/data/austen.txt)");
   cmd->add_option("--mlp-data", o.mlp_data, "Fashion-MNIST directory (default: .cache/data/fashion-mnist)");
   cmd->add_flag("--resume", o.resume, "keep runs that finished in an earlier invocation with the same settings");
-  cmd->add_option("--threads", o.threads, "compute threads (default: the library's)")->check(CLI::PositiveNumber);
-  cmd->add_option("--layers", o.layers, "GPT blocks (default: the preset's)")->check(CLI::PositiveNumber);
-  cmd->add_option("--d-model", o.d_model, "GPT width (default: the preset's)")->check(CLI::PositiveNumber);
-  cmd->add_option("--heads", o.heads, "GPT attention heads (default: the preset's)")->check(CLI::PositiveNumber);
-  cmd->add_option("--seq-len", o.seq_len, "GPT context length (default: the preset's)")->check(CLI::PositiveNumber);
-  cmd->add_option("--batch-size", o.batch_size, "GPT windows per step (default: the preset's)")->check(CLI::PositiveNumber);
-  cmd->add_option("--mlp-steps", o.mlp_steps, "MLP optimizer steps (default: the preset's)")->check(CLI::PositiveNumber);
+  cmd->add_option("--threads", o.threads, "compute threads (default: the library's)")->check(CLI::PositiveNumber)->check(exact_integer<int64_t>());
+  cmd->add_option("--layers", o.layers, "GPT blocks (default: the preset's)")->check(CLI::PositiveNumber)->check(exact_integer<int64_t>());
+  cmd->add_option("--d-model", o.d_model, "GPT width (default: the preset's)")->check(CLI::PositiveNumber)->check(exact_integer<int64_t>());
+  cmd->add_option("--heads", o.heads, "GPT attention heads (default: the preset's)")->check(CLI::PositiveNumber)->check(exact_integer<int64_t>());
+  cmd->add_option("--seq-len", o.seq_len, "GPT context length (default: the preset's)")->check(CLI::PositiveNumber)->check(exact_integer<int64_t>());
+  cmd->add_option("--batch-size", o.batch_size, "GPT windows per step (default: the preset's)")->check(CLI::PositiveNumber)->check(exact_integer<int64_t>());
+  cmd->add_option("--mlp-steps", o.mlp_steps, "MLP optimizer steps (default: the preset's)")->check(CLI::PositiveNumber)->check(exact_integer<int64_t>());
   cmd->add_option("--lr-standard", o.lr_standard, "GPT learning rate of standard recipes (default 2^-10)")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--lr-unit", o.lr_unit, "GPT learning rate of unit-scaled recipes (default 2^-1)")->check(CLI::PositiveNumber);
-  cmd->callback([a] {
+  cmd->callback([cmd, a] {
     a->o.command = command_line();
-    experiment_command(*a);
+    experiment_command(cmd, *a);
   });
 });
 

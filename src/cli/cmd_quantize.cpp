@@ -13,7 +13,9 @@
 #include <string>
 
 #include "cli/command.hpp"
+#include "mantissa/formats/parse_number.hpp"
 #include "mantissa/formats/round.hpp"
+#include "mantissa/io/untrusted.hpp"
 
 namespace mantissa::cli {
 namespace {
@@ -28,23 +30,6 @@ struct QuantizeArgs {
   bool saturate = false;
   bool flush = false;
 };
-
-std::string trim(const std::string& s) {
-  const size_t b = s.find_first_not_of(" \t\r\n");
-  if (b == std::string::npos) return "";
-  return s.substr(b, s.find_last_not_of(" \t\r\n") - b + 1);
-}
-
-// Full-string parse; false for empty text, trailing junk or out-of-range
-// decimals (strtod's ERANGE overflow; underflow to a subnormal is fine).
-bool parse_number(const std::string& text, double& out) {
-  if (text.empty()) return false;
-  errno = 0;
-  char* end = nullptr;
-  out = std::strtod(text.c_str(), &end);
-  if (end != text.c_str() + text.size()) return false;
-  return !(errno == ERANGE && std::isinf(out));
-}
 
 std::string format_value(double v) {
   if (std::isnan(v)) return "nan";
@@ -78,10 +63,10 @@ void quantize_command(const QuantizeArgs& a) {
   uint64_t line_no = 0;
   while (std::getline(std::cin, line)) {
     ++line_no;
-    const std::string text = trim(line);
+    const std::string_view text = mf::trim_blanks(line);
     double x = 0;
-    if (!parse_number(text, x))
-      throw UsageError("stdin line " + std::to_string(line_no) + ": cannot read '" + text +
+    if (!mf::parse_number(text, x))
+      throw UsageError("stdin line " + std::to_string(line_no) + ": cannot read '" + io::excerpt(text) +
                        "' as a number (decimal, hex float like 0x1.8p+3, nan, inf, -inf)");
     const uint32_t code = mf::encode(f, x, opt, line_no - 1);
     char buf[32];
@@ -100,8 +85,9 @@ Registrar reg(11, [](CLI::App& app) {
   cmd->add_option("--format,-f", args->format, "preset name or eXmY[:option=value...]")->required();
   cmd->add_option("--round,-r", args->round,
                   "nearest-even (default), nearest-away, toward-zero, up, down, stochastic");
-  cmd->add_option("--seed", args->seed, "stochastic rounding seed (line i uses draw i)");
-  cmd->add_option("--random-bits", args->random_bits, "stochastic rounding: random bits compared (1..32)");
+  cmd->add_option("--seed", args->seed, "stochastic rounding seed (line i uses draw i)")->check(exact_integer<uint64_t>());
+  cmd->add_option("--random-bits", args->random_bits, "stochastic rounding: random bits compared (1..32)")
+      ->check(exact_integer<int>());
   cmd->add_flag("--saturate", args->saturate, "clamp overflow to +-max instead of inf/NaN");
   cmd->add_flag("--flush-subnormals", args->flush, "results below the min normal become +-0");
   cmd->callback([args] { quantize_command(*args); });

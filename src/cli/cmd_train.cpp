@@ -22,6 +22,7 @@ namespace {
 
 void train_command(CLI::App* cmd, train::TrainConfig& cfg, int64_t watch) {
   apply_train_config_file(cmd, cfg);
+  if (!cfg.save.empty()) check_writable_target(cfg.save, "--save");
 
   auto session = train::build_session(cfg);
   const train::TrainConfig& c = session->config;
@@ -57,10 +58,27 @@ void train_command(CLI::App* cmd, train::TrainConfig& cfg, int64_t watch) {
   std::printf("done: %ld steps in %.1f s, %.0f tokens/s (%.1f ms/step), %ld skipped, final loss scale %g\n",
               static_cast<long>(s.steps_done), s.seconds, s.tokens_per_s, s.mean_step_seconds * 1e3,
               static_cast<long>(s.skipped_steps), s.final_loss_scale);
-  if (s.diverged) std::printf("DIVERGED at step %ld\n", static_cast<long>(s.diverged_at));
-  if (s.evaluated)
+  if (s.diverged) {
+    std::printf("DIVERGED at step %ld\n", static_cast<long>(s.diverged_at));
+    std::fflush(stdout);
+    throw std::runtime_error("training diverged at step " + std::to_string(s.diverged_at) + " (" + s.diverged_reason +
+                             ")" + (c.save.empty() ? "" : "; " + c.save + " was not overwritten"));
+  }
+  if (s.evaluated && s.steps_run > 0)
     std::printf("final: train loss %.4f  val_loss %.4f  val_bpc %.4f\n", s.final_loss, s.final_eval.val_loss,
                 s.final_eval.val_bpc);
+  else if (s.evaluated)
+    std::printf("final: val_loss %.4f  val_bpc %.4f (no steps to run)\n", s.final_eval.val_loss, s.final_eval.val_bpc);
+  std::fflush(stdout);
+  // Loss scaling that skips every step trains nothing: say so and fail, so a
+  // script does not take the unchanged model for a trained one.
+  if (s.steps_run > 0 && s.skipped_this_run == s.steps_run)
+    throw std::runtime_error("all " + std::to_string(s.steps_run) +
+                             " steps were skipped (gradients not finite at every loss scale tried): the model did "
+                             "not change; lower --init-scale or use another recipe");
+  if (s.skipped_this_run * 2 > s.steps_run)
+    std::fprintf(stderr, "mantissa: warning: %ld of %ld steps were skipped by loss scaling\n",
+                 static_cast<long>(s.skipped_this_run), static_cast<long>(s.steps_run));
 }
 
 Registrar reg(30, [](CLI::App& app) {

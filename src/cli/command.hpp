@@ -3,7 +3,9 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <charconv>
 #include <functional>
+#include <limits>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -18,6 +20,32 @@ inline constexpr int kUsageError = 2;
 struct UsageError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
+
+// A CLI11 check that the text is a whole integer within T's range (CLI11
+// would otherwise clamp 2^63 or wrap -1 into an unsigned option).
+template <typename T>
+CLI::Validator exact_integer() {
+  return CLI::Validator(
+      [](std::string& s) -> std::string {
+        T v{};
+        const char* b = s.data();
+        const char* e = b + s.size();
+        if (b != e && *b == '+') ++b;
+        if (std::numeric_limits<T>::min() == 0 && b != e && *b == '-' && s.find_first_not_of("-0") != std::string::npos)
+          return "'" + s.substr(0, 40) + "' is out of range (0 to " + std::to_string(std::numeric_limits<T>::max()) + ")";
+        const auto [ptr, ec] = std::from_chars(b, e, v);
+        if (ec == std::errc::result_out_of_range)
+          return "'" + s.substr(0, 40) + "' is out of range (" + std::to_string(std::numeric_limits<T>::min()) +
+                 " to " + std::to_string(std::numeric_limits<T>::max()) + ")";
+        if (ec != std::errc() || ptr != e) return "'" + s.substr(0, 40) + "' is not an integer";
+        return {};
+      },
+      "INT");
+}
+
+// Throws UsageError unless `path` (a directory to be written, or its nearest
+// existing ancestor) is a writable directory: found before any work is done.
+void check_writable_target(const std::string& path, const std::string& flag);
 
 using Setup = std::function<void(CLI::App& app)>;
 struct Registrar {

@@ -7,6 +7,7 @@
 #include <string>
 #include <type_traits>
 
+#include "cli/command.hpp"
 #include "mantissa/train/config.hpp"
 
 namespace mantissa::cli {
@@ -22,6 +23,9 @@ inline void add_train_flags(CLI::App* cmd, train::TrainConfig& cfg) {
           else if (k.key == "checkpoint-activations")  // a bare flag means every block
             cmd->add_option(flag, *target, k.help)->expected(0, 1)->default_str("1")
                 ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+          else if constexpr (std::is_same_v<T, int64_t>)
+            cmd->add_option(flag, *target, k.help)->multi_option_policy(CLI::MultiOptionPolicy::TakeLast)
+                ->check(exact_integer<int64_t>());
           else cmd->add_option(flag, *target, k.help)->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
         },
         k.target);
@@ -34,6 +38,7 @@ inline void apply_train_config_file(CLI::App* cmd, train::TrainConfig& cfg) {
   std::set<std::string> given;
   for (auto& k : train::config_keys(cfg))
     if (cmd->count("--" + k.key) > 0) given.insert(k.key);
+  for (const std::string& key : given) train::check_override(cfg, key);
   if (!cfg.config.empty()) train::apply_config_file(cfg, cfg.config, given);
 }
 

@@ -9,6 +9,7 @@
 
 #include "data/rng_util.hpp"
 #include "mantissa/io/files.hpp"
+#include "mantissa/io/untrusted.hpp"
 
 namespace mantissa::data {
 
@@ -130,6 +131,9 @@ ClassificationSet load_fashion_mnist(const std::string& dir, const std::string& 
   else if (split == "test" || split == "t10k") prefix = "t10k";
   else throw DataError("Fashion-MNIST split '" + split + "' is neither 'train' nor 'test'");
   std::error_code ec;
+  if (std::filesystem::exists(dir, ec) && !std::filesystem::is_directory(dir, ec))
+    throw DataError("'" + dir + "' is a file; the mlp model reads a Fashion-MNIST directory (with " + prefix +
+                    "-images-idx3-ubyte[.gz] and " + prefix + "-labels-idx1-ubyte[.gz])");
   if (!std::filesystem::is_directory(dir, ec)) throw DataError("Fashion-MNIST directory '" + dir + "' does not exist");
   const std::string images = find_file(dir, prefix + "-images-idx3-ubyte");
   const std::string labels = find_file(dir, prefix + "-labels-idx1-ubyte");
@@ -191,9 +195,9 @@ std::string ShuffledBatches::state_json() const {
 void ShuffledBatches::load_state(const std::string& json) {
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(json);
-  } catch (const nlohmann::json::exception& e) {
-    throw DataError(std::string("data state: invalid JSON: ") + e.what());
+    j = io::parse_json(json, "data state");
+  } catch (const std::invalid_argument& e) {
+    throw DataError(e.what());
   }
   if (!j.is_object() || j.value("kind", "") != "shuffled_batches" || !j.contains("rng") || !j["rng"].is_string() ||
       !j.contains("epoch") || !j.contains("cursor"))
@@ -211,7 +215,7 @@ SequentialBatches::SequentialBatches(const ClassificationSet& set, int64_t batch
   if (batch <= 0) throw DataError("batch size must be positive, got " + std::to_string(batch));
 }
 
-int64_t SequentialBatches::num_batches() const { return (set_->size() + batch_ - 1) / batch_; }
+int64_t SequentialBatches::num_batches() const { return set_->size() / batch_ + (set_->size() % batch_ != 0); }
 
 nn::Batch SequentialBatches::batch(int64_t index) const {
   if (index < 0 || index >= num_batches())

@@ -7,6 +7,7 @@
 
 #include "data/rng_util.hpp"
 #include "mantissa/io/files.hpp"
+#include "mantissa/io/untrusted.hpp"
 
 namespace mantissa::data {
 
@@ -19,9 +20,9 @@ void check_positive(int64_t v, const char* what) {
 nlohmann::json parse_state(const std::string& json, const char* kind) {
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(json);
-  } catch (const nlohmann::json::exception& e) {
-    throw DataError(std::string("data state: invalid JSON: ") + e.what());
+    j = io::parse_json(json, "data state");
+  } catch (const std::invalid_argument& e) {
+    throw DataError(e.what());
   }
   if (!j.is_object() || j.value("kind", "") != kind)
     throw DataError(std::string("data state is not a '") + kind + "' state");
@@ -47,7 +48,7 @@ TextCorpus TextCorpus::load(const std::string& path, double val_fraction) {
   if (!std::filesystem::exists(path, ec)) throw DataError("data file '" + path + "' does not exist");
   std::string bytes;
   try {
-    bytes = io::read_file(path);
+    bytes = io::read_bounded(path, kMaxCorpusBytes);
   } catch (const std::invalid_argument& e) {
     throw DataError(std::string("data file: ") + e.what());
   }
@@ -122,13 +123,14 @@ TextValidation::TextValidation(const TextCorpus& corpus, int64_t batch, int64_t 
     starts_.push_back(V - seq_len - 1);
     skip_.push_back(seq_len - rest);
   }
-  if (max_batches > 0 && static_cast<int64_t>(starts_.size()) > max_batches * batch) {
+  // max_batches x batch < size, so the product cannot overflow.
+  if (max_batches > 0 && max_batches <= (static_cast<int64_t>(starts_.size()) - 1) / batch) {
     starts_.resize(static_cast<size_t>(max_batches * batch));
     skip_.resize(starts_.size());
   }
 }
 
-int64_t TextValidation::num_batches() const { return (num_windows() + batch_ - 1) / batch_; }
+int64_t TextValidation::num_batches() const { return num_windows() / batch_ + (num_windows() % batch_ != 0); }
 
 int64_t TextValidation::num_targets() const {
   int64_t n = 0;

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "mantissa/io/files.hpp"
+#include "mantissa/io/untrusted.hpp"
 
 namespace mantissa::io {
 
@@ -125,7 +126,7 @@ std::map<std::string, std::string> read_verified(const std::string& dir) {
   const std::string marker = join(dir, kComplete);
   nlohmann::json manifest;
   try {
-    manifest = nlohmann::json::parse(read_file(marker));
+    manifest = parse_json(read_file(marker), "manifest");
   } catch (const std::exception& e) {
     throw FormatError(marker + ": unreadable checkpoint manifest: " + e.what());
   }
@@ -166,6 +167,15 @@ void save_model(const std::string& dir, nn::Model& model) {
 }
 
 void load_model_weights(const std::string& dir, nn::Model& model) {
+  // A checkpoint (COMPLETE present) is verified like a resume: sizes and CRC-32.
+  if (const std::string where = resolve(without_trailing_slash(dir)); !where.empty()) {
+    const std::map<std::string, std::string> files = read_verified(where);
+    const std::string path = join(where, kModelFile);
+    const auto it = files.find(kModelFile);
+    if (it == files.end()) throw FormatError(path + ": missing from the checkpoint manifest");
+    apply_model_weights(decode_safetensors(it->second, path), path, model);
+    return;
+  }
   const std::string path = join(dir, kModelFile);
   apply_model_weights(load_safetensors(path), path, model);
 }
@@ -179,7 +189,11 @@ std::string read_model_config(const std::string& dir) {
   } catch (const std::invalid_argument& e) {
     throw FormatError(std::string("model config: ") + e.what());
   }
-  if (!nlohmann::json::accept(text)) throw FormatError(path + ": not valid JSON");
+  try {
+    parse_json(text, path);
+  } catch (const std::invalid_argument& e) {
+    throw FormatError(e.what());
+  }
   return text;
 }
 

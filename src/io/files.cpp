@@ -1,5 +1,7 @@
 #include "mantissa/io/files.hpp"
 
+#include "mantissa/io/fault.hpp"
+
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -35,7 +37,9 @@ void write_file_atomic(const std::string& path, const std::string& bytes) {
   if (fd < 0) throw std::runtime_error(sys_error("cannot create", tmp));
   size_t done = 0;
   while (done < bytes.size()) {
-    ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    const int injected = injected_write_error();
+    if (injected != 0) errno = injected;
+    ssize_t n = injected != 0 ? -1 : ::write(fd, bytes.data() + done, bytes.size() - done);
     if (n < 0) {
       if (errno == EINTR) continue;
       std::string msg = sys_error("cannot write", tmp);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -9,6 +10,7 @@
 #include <set>
 
 #include "mantissa/io/files.hpp"
+#include "mantissa/io/untrusted.hpp"
 
 namespace mantissa::io {
 
@@ -26,7 +28,7 @@ constexpr uint64_t kMaxHeaderBytes = 100'000'000;
   throw FormatError(file + ": " + msg);
 }
 [[noreturn]] void fail_tensor(const std::string& file, const std::string& tensor, const std::string& msg) {
-  throw FormatError(file + ": tensor '" + tensor + "': " + msg);
+  throw FormatError(file + ": tensor '" + excerpt(tensor) + "': " + msg);
 }
 
 std::string float_exact(float v) {
@@ -55,7 +57,7 @@ DType parse_safetensors_dtype(const std::string& name) {
   for (DType t : {DType::f32, DType::f16, DType::bf16, DType::e4m3fn, DType::e5m2, DType::e4m3fnuz,
                   DType::e5m2fnuz, DType::i32})
     if (name == safetensors_dtype_name(t)) return t;
-  throw FormatError("unknown dtype '" + name +
+  throw FormatError("unknown dtype '" + excerpt(name) +
                     "' (mantissa reads F32, F16, BF16, F8_E4M3, F8_E5M2, F8_E4M3FNUZ, F8_E5M2FNUZ, I32)");
 }
 
@@ -114,9 +116,9 @@ SafetensorsFile decode_safetensors(const std::string& bytes, const std::string& 
                    " bytes follow");
   nlohmann::json header;
   try {
-    header = nlohmann::json::parse(bytes.begin() + 8, bytes.begin() + 8 + static_cast<std::ptrdiff_t>(n));
-  } catch (const nlohmann::json::exception& e) {
-    fail(file, std::string("header is not valid JSON: ") + e.what());
+    header = parse_json(std::string_view(bytes).substr(8, n), "header");
+  } catch (const std::invalid_argument& e) {
+    fail(file, e.what());
   }
   if (!header.is_object()) fail(file, "header is not a JSON object");
   const uint64_t data_size = bytes.size() - 8 - n;
@@ -130,12 +132,14 @@ SafetensorsFile decode_safetensors(const std::string& bytes, const std::string& 
     if (name == "__metadata__") {
       if (!e.is_object()) fail(file, "__metadata__ is not an object");
       for (const auto& [k, v] : e.items()) {
-        if (!v.is_string()) fail(file, "__metadata__ value of '" + k + "' is not a string");
+        if (!v.is_string()) fail(file, "__metadata__ value of '" + excerpt(k) + "' is not a string");
         std::string s = v.get<std::string>();
         if (k.rfind(kScalePrefix, 0) == 0) {
           char* end = nullptr;
           float sc = std::strtof(s.c_str(), &end);
-          if (s.empty() || *end != '\0') fail(file, "bad scale '" + s + "' in __metadata__ key '" + k + "'");
+          if (s.empty() || *end != '\0' || !std::isfinite(sc) || !(sc > 0))
+            fail(file, "bad scale '" + excerpt(s) + "' in __metadata__ key '" + excerpt(k) +
+                           "' (must be a finite number > 0)");
           scales[k.substr(std::strlen(kScalePrefix))] = sc;
         } else {
           out.metadata[k] = s;
@@ -195,7 +199,7 @@ SafetensorsFile decode_safetensors(const std::string& bytes, const std::string& 
     fail(file, std::to_string(data_size - pos) + " trailing bytes after the last tensor's data");
   for (const auto& [name, sc] : scales) {
     auto it = out.tensors.find(name);
-    if (it == out.tensors.end()) fail(file, "__metadata__ holds a scale for unknown tensor '" + name + "'");
+    if (it == out.tensors.end()) fail(file, "__metadata__ holds a scale for unknown tensor '" + excerpt(name) + "'");
     it->second.set_scale(sc);
   }
   return out;

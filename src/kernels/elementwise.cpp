@@ -277,11 +277,20 @@ void bf16_to_f32(float* out, const uint16_t* in, int64_t n) {
 // ---- threads ---------------------------------------------------------------------------
 int num_threads() { return omp_get_max_threads(); }
 
-void set_num_threads(int n) {
-  if (n < 1) throw std::invalid_argument("threads must be >= 1, got " + std::to_string(n));
+int max_threads() {
+  const int hw = omp_get_num_procs();
+  return std::clamp(4 * hw, 64, 1024);
+}
+
+void set_num_threads(int64_t n) {
+  // libgomp gives each thread its own stack: tens of thousands of threads
+  // exhaust memory or the stack of the thread that starts them.
+  if (n < 1 || n > max_threads())
+    throw std::invalid_argument("--threads must be between 1 and " + std::to_string(max_threads()) +
+                                " (4 per processor, at least 64), got " + std::to_string(n));
   // oneDNN is built with the OpenMP runtime and sizes its parallel regions
   // from omp_get_max_threads(), so this one call governs both.
-  omp_set_num_threads(n);
+  omp_set_num_threads(static_cast<int>(n));
 }
 
 }  // namespace mantissa::kernels

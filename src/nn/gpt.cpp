@@ -9,6 +9,7 @@
 #include "mantissa/kernels/matmul.hpp"
 #include "mantissa/nn/init.hpp"
 #include "mantissa/tensor/memory_trace.hpp"
+#include "mantissa/io/untrusted.hpp"
 
 namespace mantissa::nn {
 namespace ag = mantissa::autograd;
@@ -23,6 +24,15 @@ void GPTConfig::validate() const {
   positive(layers, "layers");
   positive(d_model, "d_model");
   positive(heads, "heads");
+  auto at_most = [](int64_t v, int64_t cap, const char* name) {
+    if (v > cap)
+      throw std::invalid_argument(std::string("GPT config: ") + name + " " + std::to_string(v) + " is too large (at most " +
+                                  std::to_string(cap) + ")");
+  };
+  at_most(vocab, 1 << 24, "vocab");
+  at_most(context, 1 << 20, "context (n_positions)");
+  at_most(layers, 1024, "layers");
+  at_most(d_model, 65536, "d_model");
   if (d_model % heads != 0)
     throw std::invalid_argument("GPT config: d_model " + std::to_string(d_model) + " is not divisible by heads " +
                                 std::to_string(heads));
@@ -56,12 +66,7 @@ std::string GPTConfig::to_json() const {
 }
 
 GPTConfig GPTConfig::from_json(const std::string& text) {
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(text);
-  } catch (const std::exception& e) {
-    throw std::invalid_argument(std::string("GPT config: not valid JSON: ") + e.what());
-  }
+  const nlohmann::json j = io::parse_json(text, "GPT config");
   GPTConfig c;
   auto get = [&](const char* key, int64_t& out) {
     if (!j.contains(key)) throw std::invalid_argument(std::string("GPT config: missing key '") + key + "'");

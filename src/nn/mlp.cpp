@@ -8,6 +8,7 @@
 #include "mantissa/autograd/ops_unit.hpp"
 #include "mantissa/kernels/matmul.hpp"
 #include "mantissa/nn/init.hpp"
+#include "mantissa/io/untrusted.hpp"
 
 namespace mantissa::nn {
 namespace ag = mantissa::autograd;
@@ -15,9 +16,11 @@ namespace ag = mantissa::autograd;
 void MLPConfig::validate() const {
   if (inputs <= 0) throw std::invalid_argument("MLP config: inputs must be positive, got " + std::to_string(inputs));
   if (classes <= 0) throw std::invalid_argument("MLP config: classes must be positive, got " + std::to_string(classes));
+  if (inputs > (1 << 24) || classes > (1 << 24) || hidden.size() > 1024)
+    throw std::invalid_argument("MLP config: inputs, classes (at most 2^24) or layer count (at most 1024) too large");
   for (size_t i = 0; i < hidden.size(); ++i)
-    if (hidden[i] <= 0)
-      throw std::invalid_argument("MLP config: hidden[" + std::to_string(i) + "] must be positive, got " +
+    if (hidden[i] <= 0 || hidden[i] > 65536)
+      throw std::invalid_argument("MLP config: hidden[" + std::to_string(i) + "] must be in [1, 65536], got " +
                                   std::to_string(hidden[i]));
   if (activation != "relu" && activation != "gelu")
     throw std::invalid_argument("MLP config: activation must be relu or gelu, got '" + activation + "'");
@@ -38,12 +41,7 @@ std::string MLPConfig::to_json() const {
 }
 
 MLPConfig MLPConfig::from_json(const std::string& text) {
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(text);
-  } catch (const std::exception& e) {
-    throw std::invalid_argument(std::string("MLP config: not valid JSON: ") + e.what());
-  }
+  const nlohmann::json j = io::parse_json(text, "MLP config");
   MLPConfig c;
   try {
     c.inputs = j.at("inputs").get<int64_t>();

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
+#include "mantissa/io/untrusted.hpp"
 
 namespace mantissa::nn {
 
@@ -59,7 +60,7 @@ std::string UnitConfig::to_json() const {
 UnitConfig UnitConfig::from_json(const std::string& text) {
   UnitConfig u;
   try {
-    const nlohmann::json j = nlohmann::json::parse(text);
+    const nlohmann::json j = io::parse_json(text, "unit config");
     for (const auto& [key, value] : j.items()) {
       if (key == "enabled") u.enabled = value.get<bool>();
       else if (key == "rule_set") u.rule_set = value.get<std::string>();

@@ -6,6 +6,7 @@
 #include "mantissa/optim/optimizer.hpp"
 #include "optim/adam_kernel.hpp"
 #include "optim/fused_loop.hpp"
+#include "mantissa/io/untrusted.hpp"
 
 namespace mantissa::optim {
 
@@ -92,7 +93,7 @@ void Adam::load_state(const std::map<std::string, Tensor>& tensors, const std::s
   }
   // Older checkpoints have no "state_format": their moments are fp32, which
   // restore_tensor's dtype check already enforces.
-  const auto j = nlohmann::json::parse(json, nullptr, false);
+  const auto j = io::parse_json(json, "optimizer state");
   if (j.is_object() && j.contains("state_format") && j["state_format"].is_string() &&
       j["state_format"].get<std::string>() != state_format_name(format_))
     throw std::invalid_argument("optimizer state has moments in '" + j["state_format"].get<std::string>() +

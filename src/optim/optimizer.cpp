@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 #include <stdexcept>
+#include "mantissa/io/untrusted.hpp"
 
 namespace mantissa::optim {
 
@@ -57,12 +58,7 @@ std::string Optimizer::state_json() const {
 }
 
 void Optimizer::restore_common(const std::string& json) {
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(json);
-  } catch (const nlohmann::json::exception& e) {
-    throw std::invalid_argument(std::string("optimizer state: invalid JSON: ") + e.what());
-  }
+  const nlohmann::json j = io::parse_json(json, "optimizer state");
   if (!j.is_object() || !j.contains("type") || !j["type"].is_string() || !j.contains("step") ||
       !j["step"].is_number_integer())
     throw std::invalid_argument("optimizer state: JSON needs string 'type' and integer 'step'");

@@ -1,9 +1,13 @@
 #include "mantissa/train/config.hpp"
 
+#include <unistd.h>
+
+#include "mantissa/io/files.hpp"
+#include "mantissa/kernels/kernels.hpp"
+#include "mantissa/io/untrusted.hpp"
+
 #include <cmath>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <stdexcept>
 
 namespace mantissa::train {
@@ -70,34 +74,35 @@ std::string normalise(std::string key) {
 }  // namespace
 
 void apply_config_file(TrainConfig& c, const std::string& path, const std::set<std::string>& given) {
-  std::ifstream in(path);
-  if (!in) throw std::invalid_argument("config file " + path + ": cannot be opened");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  json j;
+  std::string text;
   try {
-    j = json::parse(ss.str());
-  } catch (const json::parse_error& e) {
-    throw std::invalid_argument("config file " + path + ": not valid JSON (" + e.what() + ")");
+    text = io::read_bounded(path, 1 << 20);
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument("config file " + path + ": cannot be read (" + e.what() + ")");
   }
+  const json j = io::parse_json(text, "config file " + path);
   if (!j.is_object()) throw std::invalid_argument("config file " + path + ": expected a JSON object of settings");
   auto keys = config_keys(c);
-  for (auto& [raw_key, value] : j.items()) {
+  for (const auto& item : j.items()) {
+    const std::string& raw_key = item.key();
+    const json& value = item.value();
     const std::string key = normalise(raw_key);
     ConfigKey* entry = nullptr;
     for (auto& k : keys)
       if (k.key == key) entry = &k;
-    if (!entry) throw std::invalid_argument("config file " + path + ": unknown key \"" + raw_key + "\"");
+    if (!entry) throw std::invalid_argument("config file " + path + ": unknown key \"" + io::excerpt(raw_key) + "\"");
     if (given.count(key)) continue;  // the command line wins
     auto wrong = [&](const char* want) {
       return std::invalid_argument("config file " + path + ": key \"" + raw_key + "\" must be " + want +
-                                   " (got " + value.dump() + ")");
+                                   " (got " + io::excerpt_json(value) + ")");
     };
     std::visit(
         [&](auto* target) {
           using T = std::remove_pointer_t<decltype(target)>;
           if constexpr (std::is_same_v<T, int64_t>) {
             if (!value.is_number_integer()) throw wrong("an integer");
+            if (value.is_number_unsigned() && value.get<uint64_t>() > uint64_t{INT64_MAX})
+              throw wrong("an integer below 2^63");
             *target = value.get<int64_t>();
           } else if constexpr (std::is_same_v<T, double>) {
             if (!value.is_number()) throw wrong("a number");
@@ -119,6 +124,26 @@ void apply_config_file(TrainConfig& c, const std::string& path, const std::set<s
           }
         },
         entry->target);
+    check_override(c, key);
+  }
+}
+
+void check_override(TrainConfig& c, const std::string& key) {
+  // Loss-scaling overrides: unset is their default (0 or -1); a value given
+  // must be usable, not silently ignored.
+  auto bad = [&](const std::string& want, const std::string& got) {
+    throw std::invalid_argument("--" + key + " must be " + want + " (got " + got + ")");
+  };
+  if (key == "init-scale" && !(c.init_scale > 0 && std::isfinite(c.init_scale)))
+    bad("a finite number > 0", std::to_string(c.init_scale));
+  if (key == "growth-factor" && !(c.growth_factor > 0 && std::isfinite(c.growth_factor)))
+    bad("a finite number > 0", std::to_string(c.growth_factor));
+  if (key == "backoff-factor" && !(c.backoff_factor > 0 && std::isfinite(c.backoff_factor)))
+    bad("a finite number > 0", std::to_string(c.backoff_factor));
+  if (key == "growth-interval" && c.growth_interval <= 0) bad("a positive integer", std::to_string(c.growth_interval));
+  if ((key == "min-scale" || key == "max-scale")) {
+    const double v = key == "min-scale" ? c.min_scale : c.max_scale;
+    if (!(v >= 0 && std::isfinite(v))) bad("a finite number >= 0", std::to_string(v));
   }
 }
 
@@ -133,6 +158,25 @@ void validate(const TrainConfig& c) {
     if (!(v > 0) || !std::isfinite(v))
       throw std::invalid_argument(std::string("--") + flag + " must be a positive number (got " + std::to_string(v) + ")");
   };
+  // Upper bounds keep sizes far from overflow and give a message instead of
+  // std::bad_alloc; each is far beyond what trains on a CPU.
+  auto at_most = [](const char* flag, int64_t v, int64_t cap) {
+    if (v > cap)
+      throw std::invalid_argument(std::string("--") + flag + " " + std::to_string(v) + " is too large (at most " +
+                                  std::to_string(cap) + ")");
+  };
+  at_most("layers", c.layers, 1024);
+  at_most("d-model", c.d_model, 65536);
+  at_most("heads", c.heads, 65536);
+  at_most("batch-size", c.batch_size, 1 << 20);
+  at_most("seq-len", c.seq_len, 1 << 20);
+  at_most("grad-accum", c.grad_accum, 1 << 20);
+  at_most("steps", c.steps, int64_t{1} << 40);
+  at_most("eval-batches", c.eval_batches, 1 << 20);
+  at_most("threads", c.threads, kernels::max_threads());
+  if (c.batch_size * c.seq_len > (int64_t{1} << 30))
+    throw std::invalid_argument("--batch-size x --seq-len (" + std::to_string(c.batch_size * c.seq_len) +
+                                " tokens per micro-batch) is too large (at most 2^30)");
   if (c.model != "gpt" && c.model != "mlp")
     throw std::invalid_argument("--model must be gpt or mlp (got '" + c.model + "')");
   positive("layers", c.layers);
@@ -162,6 +206,18 @@ void validate(const TrainConfig& c) {
   non_negative("save-every", c.save_every);
   non_negative("stop-after", c.stop_after);
   non_negative("checkpoint-activations", c.checkpoint_activations);
+  if (c.model == "gpt") {
+    // Weights, gradients and two Adam moments in fp32: 16 bytes a parameter.
+    const double d = static_cast<double>(c.d_model);
+    const double params = static_cast<double>(c.layers) * 12 * d * d + (256.0 + static_cast<double>(c.seq_len)) * d;
+    const double ram = static_cast<double>(::sysconf(_SC_PHYS_PAGES)) * static_cast<double>(::sysconf(_SC_PAGE_SIZE));
+    if (ram > 0 && params * 16 > ram)
+      throw std::invalid_argument("the model (--layers " + std::to_string(c.layers) + " --d-model " +
+                                  std::to_string(c.d_model) + " --seq-len " + std::to_string(c.seq_len) + ": " +
+                                  std::to_string(static_cast<int64_t>(params / 1e6)) + " M parameters) needs more " +
+                                  "than this machine's " + std::to_string(static_cast<int64_t>(ram / (1 << 30))) +
+                                  " GiB of memory");
+  }
   if (c.checkpoint_activations > 0 && c.model != "gpt")
     throw std::invalid_argument("--checkpoint-activations applies to the gpt model's blocks (got --model " + c.model + ")");
   if (!c.opt_level.empty() && c.opt_level != "O0" && c.opt_level != "O1" && c.opt_level != "O2" && c.opt_level != "O3")

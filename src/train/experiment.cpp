@@ -223,6 +223,7 @@ ExperimentOutcome run_experiment(const ExperimentOptions& options, FILE* log, bo
     } else {
       fs::remove_all(tmp, ec);
       clock.dropped(i);
+      ++outcome.failed;
     }
     if (log) {
       if (r.status == "ok" || r.status == "diverged") {

@@ -7,6 +7,7 @@
 
 #include "mantissa/amp/recipe.hpp"
 #include "mantissa/train/experiment.hpp"
+#include "mantissa/io/untrusted.hpp"
 #include "mantissa/train/session.hpp"
 
 namespace mantissa::train {
@@ -85,9 +86,16 @@ ExperimentPlan make_plan(const ExperimentOptions& o) {
   if (o.lr_standard < 0 || o.lr_unit < 0 || !std::isfinite(o.lr_standard) || !std::isfinite(o.lr_unit))
     throw std::invalid_argument("--lr-standard and --lr-unit must be positive numbers");
   if (o.out.empty()) throw std::invalid_argument("--out must name a directory");
+  const std::vector<std::string> known = registered_names();
   for (const auto* list : {&o.recipes, &o.mlp_recipes})
-    for (const auto& r : *list)
+    for (const auto& r : *list) {
       if (r.empty()) throw std::invalid_argument("--recipes: empty recipe name in the list");
+      // A name the user asked for must exist ("none" turns the MLP off);
+      // only the presets' lists may name recipes absent from this build.
+      if (std::find(known.begin(), known.end(), r) == known.end() && !(list == &o.mlp_recipes && r == "none"))
+        throw std::invalid_argument(std::string(list == &o.recipes ? "--recipes" : "--mlp-recipes") +
+                                    ": unknown recipe '" + io::excerpt(r) + "' (`mantissa recipes` lists them)");
+    }
 
   ExperimentPlan plan;
   plan.preset = o.preset;
@@ -105,6 +113,10 @@ ExperimentPlan make_plan(const ExperimentOptions& o) {
   g.batch_size = o.batch_size ? o.batch_size : p.batch;
   const int64_t tokens = o.tokens ? o.tokens : p.gpt_tokens;
   const int64_t per_step = g.batch_size * g.seq_len;
+  if (o.tokens > 0 && o.tokens < per_step)
+    throw std::invalid_argument("--tokens " + std::to_string(o.tokens) + " is less than one step (batch " +
+                                std::to_string(g.batch_size) + " x seq-len " + std::to_string(g.seq_len) + " = " +
+                                std::to_string(per_step) + " tokens)");
   g.steps = std::max<int64_t>(1, (tokens + per_step - 1) / per_step);
   g.warmup = std::min<int64_t>(50, g.steps / 10);
   g.eval_every = std::max<int64_t>(1, g.steps / 10);
@@ -117,6 +129,9 @@ ExperimentPlan make_plan(const ExperimentOptions& o) {
   if (o.recipes.empty() && p.all_registered)
     for (const auto& n : registered_names())
       if (std::find(gpt.recipes.begin(), gpt.recipes.end(), n) == gpt.recipes.end()) gpt.recipes.push_back(n);
+  // Shapes that no run could train (d_model not a multiple of heads, sizes
+  // out of range) are refused before the study starts.
+  validate(g);
   plan.tasks.push_back(gpt);
 
   const bool no_mlp = o.mlp_recipes.size() == 1 && o.mlp_recipes.front() == "none";

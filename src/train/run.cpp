@@ -77,6 +77,19 @@ RunSummary run(Trainer& trainer, const RunOptions& o) {
   if (!o.run_info_json.empty()) metrics.write(json{{"run", json::parse(o.run_info_json)}}.dump());
   const auto t0 = std::chrono::steady_clock::now();
   const int64_t first = trainer.step();
+  const int64_t skipped_before = trainer.amp().scaler().skipped_steps();
+  // Saves only a model whose every tensor is finite; otherwise the run has
+  // diverged and the checkpoint already on disk stays as it is.
+  auto save = [&](int64_t step) {
+    if (const std::string bad = trainer.non_finite_state(); !bad.empty()) {
+      s.diverged = true;
+      s.diverged_at = step;
+      s.diverged_reason = bad + " holds non-finite values";
+      return false;
+    }
+    trainer.save(o.save_dir);
+    return true;
+  };
   double timed_seconds = 0;
   int64_t timed_steps = 0, timed_tokens = 0, bad_losses = 0;
   auto log_line = [&](const std::string& line) {
@@ -126,21 +139,23 @@ RunSummary run(Trainer& trainer, const RunOptions& o) {
     if (bad_losses >= o.diverge_after) {
       s.diverged = true;
       s.diverged_at = m.step;
-      log_line("diverged: the loss has not been finite for " + std::to_string(bad_losses) + " steps (step " +
-               std::to_string(m.step) + ")");
-      break;
+      s.diverged_reason = "the loss has not been finite for " + std::to_string(bad_losses) + " steps";
     }
-    if (o.eval_every > 0 && m.step % o.eval_every == 0 && !last) do_eval();
-    if (!o.save_dir.empty() && o.save_every > 0 && m.step % o.save_every == 0 && !last) trainer.save(o.save_dir);
+    if (!s.diverged && o.eval_every > 0 && m.step % o.eval_every == 0 && !last) do_eval();
+    if (!s.diverged && !o.save_dir.empty() && o.save_every > 0 && m.step % o.save_every == 0 && !last) save(m.step);
+    if (s.diverged) break;
   }
   if (!s.diverged) do_eval();
-  else if (o.log && o.terminal) std::fprintf(o.log, "\n");
-  if (!o.save_dir.empty()) {
-    trainer.save(o.save_dir);
-    log_line("saved checkpoint to " + o.save_dir);
+  if (!s.diverged && !o.save_dir.empty() && save(trainer.step())) log_line("saved checkpoint to " + o.save_dir);
+  if (s.diverged) {
+    if (o.log && o.terminal) std::fprintf(o.log, "\n");
+    log_line("diverged at step " + std::to_string(s.diverged_at) + ": " + s.diverged_reason +
+             (o.save_dir.empty() ? "" : "; nothing saved (" + o.save_dir + " keeps its previous checkpoint, if any)"));
   }
   s.steps_done = trainer.step();
+  s.steps_run = trainer.step() - first;
   s.skipped_steps = trainer.amp().scaler().skipped_steps();
+  s.skipped_this_run = s.skipped_steps - skipped_before;
   s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   s.mean_step_seconds = timed_steps ? timed_seconds / static_cast<double>(timed_steps) : 0;
   s.tokens_per_s = timed_steps ? static_cast<double>(timed_tokens) / timed_seconds : 0;

@@ -321,7 +321,15 @@ std::unique_ptr<Session> build_session(const TrainConfig& config) {
     if (config.min_lr < 0) c.min_lr = c.lr / 10;
   }
   if (c.grad_clip < 0) c.grad_clip = unit.enabled ? kUnitGradClip : kStandardGradClip;
-  if (c.threads > 0) kernels::set_num_threads(static_cast<int>(c.threads));
+  if (c.threads > 0) kernels::set_num_threads(c.threads);
+
+  // The data first: a sequence length the corpus cannot fill is reported
+  // before memory is spent on the model.
+  s->data_path = c.data.empty() ? default_data_path(c.model) : c.data;
+  if (c.model == "gpt") {
+    s->corpus = std::make_unique<data::TextCorpus>(data::TextCorpus::load(s->data_path));
+    s->corpus->check_seq_len(c.seq_len);
+  }
 
   // A resumed run takes its model configuration from the checkpoint, so the
   // size flags cannot silently disagree with the saved weights.
@@ -340,15 +348,12 @@ std::unique_ptr<Session> build_session(const TrainConfig& config) {
   }
   apply_precision(*s->model, s->recipe);
 
-  s->data_path = c.data.empty() ? default_data_path(c.model) : c.data;
   if (c.model == "gpt") {
-    s->corpus = std::make_unique<data::TextCorpus>(data::TextCorpus::load(s->data_path));
     int64_t context = c.seq_len;
     if (auto* g = dynamic_cast<nn::GPT*>(s->model.get())) context = g->config().context;
     if (c.seq_len > context)
       throw std::invalid_argument("--seq-len " + std::to_string(c.seq_len) + " exceeds the model's context " +
                                   std::to_string(context));
-    s->corpus->check_seq_len(c.seq_len);
     s->train = std::make_unique<data::TextWindows>(*s->corpus, c.batch_size, c.seq_len, static_cast<uint64_t>(c.seed));
     s->val = std::make_unique<data::TextValidation>(*s->corpus, c.batch_size, c.seq_len, c.eval_batches);
   } else {
@@ -374,7 +379,12 @@ std::unique_ptr<Session> build_session(const TrainConfig& config) {
   to.amp.grad_stats = c.grad_stats;
   // The model already honours the parametrisation; amp::Amp only handles precision.
   s->trainer = std::make_unique<Trainer>(*s->model, *s->optimizer, *s->train, s->val.get(), s->recipe, to);
-  if (!c.resume.empty()) s->trainer->resume(c.resume);
+  if (!c.resume.empty()) {
+    s->trainer->resume(c.resume);
+    if (c.steps < s->trainer->step())
+      throw std::invalid_argument("--steps " + std::to_string(c.steps) + " is below the checkpoint's step " +
+                                  std::to_string(s->trainer->step()) + " (--steps counts all steps, also when resuming)");
+  }
   return s;
 }
 

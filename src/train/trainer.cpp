@@ -11,6 +11,8 @@
 #include <vector>
 
 #include "mantissa/io/checkpoint.hpp"
+#include "mantissa/io/untrusted.hpp"
+#include "mantissa/train/finite.hpp"
 
 namespace mantissa::train {
 
@@ -47,7 +49,9 @@ StepMetrics Trainer::train_step() {
   StepMetrics m;
   const double lr = options_.schedule.at(amp_.updates());
   double loss_sum = 0;
+  if (options_.fault_hook) options_.fault_hook(step_ + 1, false);
   for (const nn::Batch& b : micro) loss_sum += amp_.backward(b, total).sum;
+  if (options_.fault_hook) options_.fault_hook(step_ + 1, true);
   const amp::AmpStepResult r = amp_.step(lr);
   ++step_;
   tokens_seen_ += tokens;
@@ -100,31 +104,33 @@ std::string Trainer::state_json() const {
 }
 
 void Trainer::load_state_json(const std::string& text) {
-  json j;
-  try {
-    j = json::parse(text);
-  } catch (const json::exception& e) {
-    throw std::invalid_argument(std::string("trainer_state.json does not parse: ") + e.what());
-  }
+  const json j = io::parse_json(text, "trainer_state.json");
   try {
     if (j.at("format") != kStateFormat || j.at("version") != kStateVersion)
       throw std::invalid_argument("trainer_state.json is not a mantissa trainer state of version 1");
     if (j.at("model_kind").get<std::string>() != model_.kind() ||
-        json::parse(j.at("model_config").get<std::string>()) != json::parse(model_.config_json()))
-      throw std::invalid_argument("the checkpoint's model (" + j.at("model_config").get<std::string>() +
+        io::parse_json(j.at("model_config").get<std::string>(), "trainer_state.json model_config") !=
+            json::parse(model_.config_json()))
+      throw std::invalid_argument("the checkpoint's model (" + io::excerpt(j.at("model_config").get<std::string>()) +
                                   ") differs from this run's model (" + model_.config_json() + ")");
-    const std::string saved_recipe = j.at("recipe").dump();
-    if (json::parse(saved_recipe) != json::parse(amp::recipe_to_json(amp_.recipe())))
+    const std::string saved_recipe = io::excerpt_json(j.at("recipe"));
+    if (j.at("recipe") != json::parse(amp::recipe_to_json(amp_.recipe())))
       throw std::invalid_argument("the checkpoint was trained with recipe " + saved_recipe +
                                   ", this run uses " + amp::recipe_to_json(amp_.recipe()));
     if (j.at("seed").get<uint64_t>() != options_.amp.seed)
-      throw std::invalid_argument("the checkpoint was trained with --seed " + j.at("seed").dump() +
+      throw std::invalid_argument("the checkpoint was trained with --seed " + io::excerpt_json(j.at("seed")) +
                                   "; resume with the same seed");
     if (j.at("grad_accum").get<int64_t>() != options_.grad_accum)
-      throw std::invalid_argument("the checkpoint was trained with --grad-accum " + j.at("grad_accum").dump());
-    step_ = j.at("step").get<int64_t>();
-    tokens_seen_ = j.at("tokens_seen").get<int64_t>();
-    amp_.set_updates(j.at("updates").get<int64_t>());
+      throw std::invalid_argument("the checkpoint was trained with --grad-accum " + io::excerpt_json(j.at("grad_accum")));
+    const auto step = j.at("step").get<int64_t>(), tokens_seen = j.at("tokens_seen").get<int64_t>();
+    const auto updates = j.at("updates").get<int64_t>();
+    if (step < 0 || tokens_seen < 0 || updates < 0 || updates > step)
+      throw std::invalid_argument("trainer_state.json: step " + std::to_string(step) + ", updates " +
+                                  std::to_string(updates) + " or tokens_seen " + std::to_string(tokens_seen) +
+                                  " out of range");
+    step_ = step;
+    tokens_seen_ = tokens_seen;
+    amp_.set_updates(updates);
     amp_.scaler().load_state_json(j.at("loss_scaler").dump());
     train_.load_state(j.at("data").dump());
   } catch (const json::exception& e) {
@@ -132,7 +138,15 @@ void Trainer::load_state_json(const std::string& text) {
   }
 }
 
-void Trainer::save(const std::string& dir) {
+std::string Trainer::non_finite_state() {
+  std::vector<std::pair<std::string, Tensor>> all;
+  for (const nn::Parameter* p : model_.parameters()) all.emplace_back(p->name, p->value);
+  for (const auto& [name, t] : optimizer_.state_tensors()) all.emplace_back("optimizer state " + name, t);
+  for (const auto& [name, t] : master_tensors()) all.emplace_back(name, t);
+  return first_non_finite(all);
+}
+
+std::map<std::string, Tensor> Trainer::master_tensors() {
   std::map<std::string, Tensor> extra;
   // Master copies (when the recipe keeps them) are saved beside the working
   // weights: the model file holds what the model computes with.
@@ -144,7 +158,14 @@ void Trainer::save(const std::string& dir) {
     std::copy(ptr, ptr + t.numel(), t.f32());
     extra[kMasterPrefix + name] = t;
   }
-  io::save_checkpoint(dir, model_, &optimizer_, state_json(), extra);
+  return extra;
+}
+
+void Trainer::save(const std::string& dir) {
+  // A diverged model must never replace a good checkpoint.
+  if (const std::string bad = non_finite_state(); !bad.empty())
+    throw std::runtime_error("not saving to " + dir + ": " + bad + " holds non-finite values");
+  io::save_checkpoint(dir, model_, &optimizer_, state_json(), master_tensors());
 }
 
 void Trainer::resume(const std::string& dir) {
@@ -159,6 +180,8 @@ void Trainer::resume(const std::string& dir) {
   }
   for (nn::Parameter* p : amp_.parameters()) ++p->version;  // cached casts must refresh
   model_.zero_grad();
+  if (const std::string bad = non_finite_state(); !bad.empty())
+    throw std::invalid_argument("checkpoint " + dir + ": " + bad + " holds non-finite values (refused)");
 }
 
 }  // namespace mantissa::train

@@ -289,7 +289,7 @@ TEST(Optimizers, BadStateIsRefusedWithTheTensorName) {
   wrong_shape["ln.gain.exp_avg"] = Tensor::zeros({34});
   expect_error(wrong_shape, json, "ln.gain.exp_avg");
   expect_error(state, R"({"type":"sgd","step":3})", "sgd");
-  expect_error(state, "{not json", "invalid JSON");
+  expect_error(state, "{not json", "not valid JSON");
   EXPECT_EQ(opt->step_count(), 0);
 }
 

@@ -12,6 +12,8 @@
 namespace mantissa::data {
 
 inline constexpr int kByteVocab = 256;
+// Largest corpus file read (the whole file is held in memory).
+inline constexpr uint64_t kMaxCorpusBytes = uint64_t{1} << 32;
 
 class TextCorpus {
  public:

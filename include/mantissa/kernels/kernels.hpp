@@ -138,6 +138,9 @@ void f32_to_bf16(uint16_t* out, const float* in, int64_t n);
 void bf16_to_f32(float* out, const uint16_t* in, int64_t n);
 
 int num_threads();
-void set_num_threads(int n);  // OpenMP and oneDNN both follow it
+// Largest thread count set_num_threads accepts: 4 per processor, in [64, 1024].
+int max_threads();
+// OpenMP and oneDNN both follow it; throws std::invalid_argument outside [1, max_threads()].
+void set_num_threads(int64_t n);
 
 }  // namespace mantissa::kernels

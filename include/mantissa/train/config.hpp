@@ -80,6 +80,11 @@ std::vector<ConfigKey> config_keys(TrainConfig& c);
 // and the key for an unknown key, a wrong type, or unparsable JSON.
 void apply_config_file(TrainConfig& c, const std::string& path, const std::set<std::string>& given);
 
+// Checks the value of a loss-scaling override key ("init-scale", ...) that
+// was given (on the command line or in a file): it must be usable, since the
+// unset value means "the recipe's". Other keys: no check.
+void check_override(TrainConfig& c, const std::string& key);
+
 // Checks sizes and names; throws std::invalid_argument naming the flag.
 void validate(const TrainConfig& c);
 

@@ -83,6 +83,8 @@ struct ExperimentOutcome {
   report::ReportFiles report;
   bool interrupted = false;
   int ran = 0, resumed = 0;
+  int failed = 0;  // runs that stopped with an error (not kept); the CLI exits non-zero
+
   double seconds = 0;
 };
 ExperimentOutcome run_experiment(const ExperimentOptions& options, FILE* log, bool terminal);

@@ -39,8 +39,11 @@ struct RunSummary {
   double final_loss_scale = 1;
   bool evaluated = false;
   EvalMetrics final_eval;
-  bool diverged = false;
+  int64_t steps_run = 0;         // steps of this call (steps_done less the resumed step)
+  int64_t skipped_this_run = 0;  // of steps_run, skipped by loss scaling
+  bool diverged = false;         // non-finite loss for diverge_after steps, or a non-finite tensor at a save
   int64_t diverged_at = 0;
+  std::string diverged_reason;
   double seconds = 0;
   double mean_step_seconds = 0;  // excluding the first (warm-up) step
   double tokens_per_s = 0;

@@ -5,6 +5,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <memory>
 #include <string>
 
@@ -20,6 +22,9 @@ struct TrainerOptions {
   int64_t grad_accum = 1;
   optim::LrSchedule schedule;
   amp::AmpOptions amp;  // grad_clip, seed (stochastic rounding), grad_stats
+  // Fault injection for tests: called in every step (1-based) before the
+  // forward passes (after_backward false) and before the update (true).
+  std::function<void(int64_t step, bool after_backward)> fault_hook;
 };
 
 struct StepMetrics {
@@ -59,6 +64,7 @@ class Trainer {
   const amp::Amp& amp() const { return amp_; }
   nn::Model& model() { return model_; }
   const TrainerOptions& options() const { return options_; }
+  void set_fault_hook(std::function<void(int64_t, bool)> hook) { options_.fault_hook = std::move(hook); }
 
   // Resumable state besides the tensors: step, update count, loss scaler,
   // data position; the recipe and model configuration for a compatibility check.
@@ -70,6 +76,9 @@ class Trainer {
   // Loads a checkpoint written by save(); throws std::invalid_argument
   // naming what does not match (model configuration, recipe, tensors).
   void resume(const std::string& dir);
+  // The first tensor (parameter, optimizer state, master copy) holding a NaN
+  // or an infinity, or a non-positive scale, by name; empty if all are finite.
+  std::string non_finite_state();
 
  private:
   nn::Model& model_;
@@ -80,6 +89,8 @@ class Trainer {
   amp::Amp amp_;
   int64_t step_ = 0;
   int64_t tokens_seen_ = 0;
+
+  std::map<std::string, Tensor> master_tensors();
 };
 
 }  // namespace mantissa::train

@@ -1,0 +1,16 @@
+// The text numbers `mantissa quantize` reads, one per line.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+namespace mantissa::formats {
+
+// The line without leading and trailing blanks (space, tab, CR, LF).
+std::string_view trim_blanks(std::string_view s);
+// Full-string parse of a decimal or hex float, nan, inf or -inf; false for
+// empty text, trailing junk or out-of-range decimals (overflow to infinity;
+// underflow to a subnormal is fine).
+bool parse_number(std::string_view text, double& out);
+
+}  // namespace mantissa::formats

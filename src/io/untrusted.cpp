@@ -1,0 +1,100 @@
+#include "mantissa/io/untrusted.hpp"
+
+#include "mantissa/io/files.hpp"
+
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+
+namespace mantissa::io {
+
+using nlohmann::json;
+
+std::string read_bounded(const std::string& path, uint64_t max_bytes) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) throw std::invalid_argument("cannot open '" + path + "': " + std::strerror(errno));
+  if (!S_ISREG(st.st_mode))
+    throw std::invalid_argument("'" + path + "' is not a regular file" + (S_ISDIR(st.st_mode) ? " (a directory)" : ""));
+  if (static_cast<uint64_t>(st.st_size) > max_bytes)
+    throw std::invalid_argument("'" + path + "' has " + std::to_string(st.st_size) + " bytes, more than the " +
+                                std::to_string(max_bytes) + " accepted");
+  std::string bytes = read_file(path);
+  if (bytes.size() > max_bytes)  // grew while being read
+    throw std::invalid_argument("'" + path + "' grew beyond " + std::to_string(max_bytes) + " bytes while being read");
+  return bytes;
+}
+
+json parse_json(std::string_view text, const std::string& what) {
+  // The parser itself is iterative; the callback sees each container's depth
+  // as it opens, before anything deeper is built.
+  bool too_deep = false;
+  const json::parser_callback_t limit = [&too_deep](int depth, json::parse_event_t event, json&) {
+    if ((event == json::parse_event_t::object_start || event == json::parse_event_t::array_start) &&
+        depth >= kMaxJsonDepth) {
+      too_deep = true;
+      throw std::invalid_argument("too deep");
+    }
+    return true;
+  };
+  try {
+    return json::parse(text.begin(), text.end(), limit);
+  } catch (const json::exception& e) {
+    throw std::invalid_argument(what + ": not valid JSON (" + excerpt(std::string_view(e.what())) + ")");
+  } catch (const std::invalid_argument&) {
+    if (!too_deep) throw;
+    throw std::invalid_argument(what + ": JSON nested deeper than " + std::to_string(kMaxJsonDepth) + " levels");
+  }
+}
+
+std::string excerpt(std::string_view s) {
+  std::string out;
+  size_t i = 0;
+  for (; i < s.size() && out.size() < kMaxQuoted; ++i) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    if (c >= 0x20 && c < 0x7f) {
+      out += static_cast<char>(c);
+    } else {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02x", c);
+      out += buf;
+    }
+  }
+  if (i < s.size()) out += "... (" + std::to_string(s.size()) + " bytes)";
+  return out;
+}
+
+namespace {
+// Compact JSON text of v, stopping once out holds more than kMaxQuoted chars.
+void bounded_dump(const json& v, int depth, std::string& out) {
+  if (out.size() > kMaxQuoted) return;
+  if (depth >= kMaxJsonDepth) {
+    out += "...";
+    return;
+  }
+  if (v.is_array() || v.is_object()) {
+    out += v.is_array() ? '[' : '{';
+    bool first = true;
+    for (auto it = v.begin(); it != v.end() && out.size() <= kMaxQuoted; ++it) {
+      if (!first) out += ',';
+      first = false;
+      if (v.is_object()) out += json(it.key()).dump() + ':';
+      bounded_dump(it.value(), depth + 1, out);
+    }
+    out += v.is_array() ? ']' : '}';
+  } else {
+    out += v.dump();
+  }
+}
+}  // namespace
+
+std::string excerpt_json(const json& value) {
+  std::string text;
+  bounded_dump(value, 0, text);
+  return excerpt(std::string_view(text));
+}
+
+}  // namespace mantissa::io

@@ -1,0 +1,123 @@
+// Checkpoints are never lost or poisoned: a diverged run, NaN weights or
+// optimizer state, a corrupt file, a wrong step or deeply nested JSON in a
+// checkpoint, each through `mantissa train --resume` and `mantissa eval`.
+#include <cmath>
+#include <cstring>
+#include <string>
+
+#include "reliability/cli_util.hpp"
+
+namespace {
+
+using reliability::read;
+using reliability::run;
+namespace fs = std::filesystem;
+
+// The bytes of a safetensors file with its first data value (an f32)
+// replaced by `value`.
+std::string with_first_value(std::string bytes, float value) {
+  uint64_t n = 0;
+  std::memcpy(&n, bytes.data(), 8);
+  std::memcpy(bytes.data() + 8 + n, &value, 4);
+  return bytes;
+}
+
+class Checkpoints : public reliability::Scratch {
+ protected:
+  void SetUp() override {
+    Scratch::SetUp();
+    const auto r = run(tiny() + " --steps 3 --save " + path("ck"));
+    ASSERT_EQ(r.code, 0) << r.out;
+  }
+  std::string eval_line(const std::string& dir) {
+    const auto r = run("eval --checkpoint " + dir + " --data " + path("corpus.txt") + " --seq-len 16 --batch-size 2");
+    EXPECT_EQ(r.code, 0) << r.out;
+    return r.out.substr(r.out.find("val_loss"));
+  }
+};
+
+TEST_F(Checkpoints, DivergedRunExitsNonZeroAndKeepsTheGoodCheckpoint) {
+  const std::string before = read(dir_ / "ck" / "model.safetensors");
+  const std::string val = eval_line(path("ck"));
+  // AdamW at learning rate 1e30 sends every weight to infinity at once.
+  const auto r = run(tiny() + " --steps 30 --lr 1e30 --grad-clip 0 --resume " + path("ck") + " --save " + path("ck"));
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("training diverged at step"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("was not overwritten"), std::string::npos) << r.out;
+  EXPECT_EQ(read(dir_ / "ck" / "model.safetensors"), before);
+  EXPECT_EQ(eval_line(path("ck")), val);
+}
+
+TEST_F(Checkpoints, NonFiniteWeightsOrStateAreRefusedOnLoad) {
+  const fs::path ck = dir_ / "ck";
+  for (const char* file : {"optimizer.safetensors", "model.safetensors"})
+    for (float bad : {std::nanf(""), INFINITY}) {
+      fs::remove_all(dir_ / "bad");
+      fs::copy(ck, dir_ / "bad");
+      reliability::replace_in_checkpoint(dir_ / "bad", file, with_first_value(read(ck / file), bad));
+      const auto r = run(tiny() + " --steps 5 --resume " + path("bad") + " --save " + path("bad"));
+      EXPECT_EQ(r.code, 2) << file << "\n" << r.out;
+      EXPECT_NE(r.out.find("holds non-finite values"), std::string::npos) << r.out;
+      if (std::string(file) == "model.safetensors") {
+        const auto e = run("eval --checkpoint " + path("bad") + " --data " + path("corpus.txt"));
+        EXPECT_EQ(e.code, 2) << e.out;
+        EXPECT_NE(e.out.find("holds non-finite values"), std::string::npos) << e.out;
+      }
+    }
+}
+
+TEST_F(Checkpoints, EvalVerifiesTheManifestLikeResume) {
+  fs::copy(dir_ / "ck", dir_ / "flipped");
+  std::string bytes = read(dir_ / "flipped" / "model.safetensors");
+  bytes[bytes.size() - 3] ^= 0x10;  // one weight bit
+  reliability::write(dir_ / "flipped" / "model.safetensors", bytes);
+  const auto r = run("eval --checkpoint " + path("flipped") + " --data " + path("corpus.txt"));
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("CRC-32 does not match"), std::string::npos) << r.out;
+}
+
+TEST_F(Checkpoints, EvalBatchArithmeticCannotOverflow) {
+  const std::string e = "eval --checkpoint " + path("ck") + " --data " + path("corpus.txt") + " --seq-len 16";
+  auto r = run(e + " --batch-size 9223372036854775807");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("--batch-size 9223372036854775807 is too large"), std::string::npos) << r.out;
+  r = run(e + " --batch-size 4611686018427387904 --max-batches 4");
+  EXPECT_EQ(r.code, 2) << r.out;
+  // An overflowing --max-batches means the whole split: the same numbers.
+  const auto all = run(e + " --batch-size 2");
+  const auto huge = run(e + " --batch-size 2 --max-batches 9223372036854775807");
+  ASSERT_EQ(all.code, 0) << all.out;
+  ASSERT_EQ(huge.code, 0) << huge.out;
+  EXPECT_EQ(huge.out, all.out);
+  r = run(e + " --batch-size 2 --max-batches 18446744073709551616");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("out of range"), std::string::npos) << r.out;
+}
+
+TEST_F(Checkpoints, ResumeBelowTheCheckpointStepIsAnError) {
+  const auto r = run(tiny() + " --steps 2 --resume " + path("ck"));
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("--steps 2 is below the checkpoint's step 3"), std::string::npos) << r.out;
+  const auto same = run(tiny() + " --steps 3 --resume " + path("ck"));
+  EXPECT_EQ(same.code, 0) << same.out;
+  EXPECT_EQ(same.out.find("train loss"), std::string::npos) << same.out;  // no loss was measured
+}
+
+TEST_F(Checkpoints, DeeplyNestedTrainerStateIsRefusedNotACrash) {
+  auto state = nlohmann::json::parse(read(dir_ / "ck" / "trainer_state.json"));
+  state["seed"] = "PLACEHOLDER";
+  std::string text = state.dump();
+  text.replace(text.find("\"PLACEHOLDER\""), 13, std::string(100000, '[') + std::string(100000, ']'));
+  reliability::replace_in_checkpoint(dir_ / "ck", "trainer_state.json", text);
+  const auto r = run(tiny() + " --steps 5 --resume " + path("ck"));
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("trainer_state.json: JSON nested deeper than 64 levels"), std::string::npos) << r.out;
+}
+
+TEST_F(Checkpoints, LossScalingThatSkipsEveryStepFails) {
+  const auto r = run(tiny("fp16-amp") + " --steps 5 --init-scale 1e30 --max-scale 1e30 --save " + path("fp16"));
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("all 5 steps were skipped"), std::string::npos) << r.out;
+}
+
+}  // namespace

@@ -12,11 +12,15 @@ using nlohmann::json;
 
 std::vector<ConfigKey> config_keys(TrainConfig& c) {
   return {
-      {"model", "model kind: gpt or mlp", &c.model},
+      {"model", "model kind: gpt, llama or mlp", &c.model},
       {"layers", "gpt: transformer blocks; mlp: hidden layers", &c.layers},
       {"d-model", "gpt: width; mlp: hidden width", &c.d_model},
       {"heads", "attention heads", &c.heads},
       {"dropout", "dropout probability", &c.dropout},
+      {"kv-heads", "llama: key/value heads for grouped-query attention (0: = heads)", &c.kv_heads},
+      {"ffn-hidden", "llama: SwiGLU width (0: the multiple of 64 nearest 8/3 d-model)", &c.ffn_hidden},
+      {"tie-embeddings", "llama: tie the output head to the token embedding", &c.tie_embeddings},
+      {"smooth-swiglu", "llama: Smooth-SwiGLU (per-channel scale on the SwiGLU product)", &c.smooth_swiglu},
       {"data", "training data: a UTF-8 text file (gpt) or a Fashion-MNIST directory (mlp); default corpus if empty",
        &c.data},
       {"batch-size", "sequences (or examples) per micro-batch", &c.batch_size},
@@ -133,12 +137,12 @@ void validate(const TrainConfig& c) {
     if (!(v > 0) || !std::isfinite(v))
       throw std::invalid_argument(std::string("--") + flag + " must be a positive number (got " + std::to_string(v) + ")");
   };
-  if (c.model != "gpt" && c.model != "mlp")
-    throw std::invalid_argument("--model must be gpt or mlp (got '" + c.model + "')");
+  if (c.model != "gpt" && c.model != "llama" && c.model != "mlp")
+    throw std::invalid_argument("--model must be gpt, llama or mlp (got '" + c.model + "')");
   positive("layers", c.layers);
   positive("d-model", c.d_model);
   positive("heads", c.heads);
-  if (c.model == "gpt" && c.d_model % c.heads != 0)
+  if (text_model(c.model) && c.d_model % c.heads != 0)
     throw std::invalid_argument("--d-model (" + std::to_string(c.d_model) + ") must be a multiple of --heads (" +
                                 std::to_string(c.heads) + ")");
   if (!(c.dropout >= 0 && c.dropout < 1)) throw std::invalid_argument("--dropout must be in [0, 1)");

@@ -203,8 +203,10 @@ ag::Var Llama::block(ag::Tape& t, const Block& b, ag::Var x_in, size_t layer) {
   n += std::to_string(layer);
   n += '.';
   auto obs = [&](ag::Var v, const char* name) { return ag::observe(t, v, n + name); };
-  auto lin = [&](const ag::Var& x, Parameter* w, int64_t in, int64_t out) {  // x [N, in] @ w [out, in]^T
-    const ag::OpScales s = u ? ag::op_scales(us::linear(in, out, N, uc.rules("linear"))) : ag::OpScales{};
+  // x [N, in] @ w [out, in]^T. Products reading one input (q, k, v; gate, up) are scaled as the
+  // one product of width `fused` they form (the GPT's c_attn): their input gradients sum.
+  auto lin = [&](const ag::Var& x, Parameter* w, int64_t in, int64_t fused) {
+    const ag::OpScales s = u ? ag::op_scales(us::linear(in, fused, N, uc.rules("linear"))) : ag::OpScales{};
     return ag::matmul(t, x, t.param(*w), false, true, s);
   };
   const us::Scales rms_s = u ? us::rms_norm(C, N * C) : one(2);
@@ -212,9 +214,9 @@ ag::Var Llama::block(ag::Tape& t, const Block& b, ag::Var x_in, size_t layer) {
   // Attention.
   ag::ResidualSplit r = u ? ag::residual_split(t, x_in, uc.tau_attn) : ag::ResidualSplit{x_in, x_in};
   ag::Var h = obs(ag::reshape(t, ag::unit_rms_norm(t, r.branch, t.param(*b.ln1), rms_s, eps), {N, C}), "attn.ln");
-  ag::Var q = ag::reshape(t, lin(h, b.q, C, C), {B, T, C});
-  ag::Var k = ag::reshape(t, lin(h, b.k, C, KC), {B, T, KC});
-  ag::Var v = ag::reshape(t, lin(h, b.v, C, KC), {B, T, KC});
+  ag::Var q = ag::reshape(t, lin(h, b.q, C, C + 2 * KC), {B, T, C});
+  ag::Var k = ag::reshape(t, lin(h, b.k, C, C + 2 * KC), {B, T, KC});
+  ag::Var v = ag::reshape(t, lin(h, b.v, C, C + 2 * KC), {B, T, KC});
   if (u && H != KV) {  // the backward sums H/KV head gradients into each kv head
     const float g = static_cast<float>(1.0 / std::sqrt(static_cast<double>(H / KV)));
     k = ag::scale_split(t, k, 1.0f, g);
@@ -231,9 +233,13 @@ ag::Var Llama::block(ag::Tape& t, const Block& b, ag::Var x_in, size_t layer) {
   // SwiGLU MLP.
   r = u ? ag::residual_split(t, x, uc.tau_mlp) : ag::ResidualSplit{x, x};
   h = obs(ag::reshape(t, ag::unit_rms_norm(t, r.branch, t.param(*b.ln2), rms_s, eps), {N, C}), "mlp.ln");
-  ag::Var gate = obs(lin(h, b.gate, C, F), "mlp.gate");
-  ag::Var up = obs(lin(h, b.up, C, F), "mlp.up");
-  const us::Scales silu = u ? us::silu(1.0, uc.rules("silu")) : one(1);
+  ag::Var gate = obs(lin(h, b.gate, C, 2 * F), "mlp.gate");
+  ag::Var up = obs(lin(h, b.up, C, 2 * F), "mlp.up");
+  // The gate projection's output feeds only the SiLU (a cut edge): its forward and backward
+  // scales are left independent unless the user constrains "silu".
+  us::Rules silu_rules = uc.rules("silu");
+  if (!uc.op_constraints.count("silu")) silu_rules.constraint = us::Constraint::none;
+  const us::Scales silu = u ? us::silu(1.0, silu_rules) : one(1);
   ag::Var f = obs(ag::swiglu(t, gate, up, static_cast<float>(silu.fwd), static_cast<float>(silu.bwd[0])), "mlp.swiglu");
   ag::Var down;
   if (config_.smooth_swiglu) {

@@ -235,11 +235,9 @@ ag::Var Llama::block(ag::Tape& t, const Block& b, ag::Var x_in, size_t layer) {
   h = obs(ag::reshape(t, ag::unit_rms_norm(t, r.branch, t.param(*b.ln2), rms_s, eps), {N, C}), "mlp.ln");
   ag::Var gate = obs(lin(h, b.gate, C, 2 * F), "mlp.gate");
   ag::Var up = obs(lin(h, b.up, C, 2 * F), "mlp.up");
-  // The gate projection's output feeds only the SiLU (a cut edge): its forward and backward
-  // scales are left independent unless the user constrains "silu".
-  us::Rules silu_rules = uc.rules("silu");
-  if (!uc.op_constraints.count("silu")) silu_rules.constraint = us::Constraint::none;
-  const us::Scales silu = u ? us::silu(1.0, silu_rules) : one(1);
+  // The SiLU's input is not a cut edge (h reaches the product through up as well), so its
+  // scales keep the rule set's constraint: the gradients stay scaled loss gradients.
+  const us::Scales silu = u ? us::silu(1.0, uc.rules("silu")) : one(1);
   ag::Var f = obs(ag::swiglu(t, gate, up, static_cast<float>(silu.fwd), static_cast<float>(silu.bwd[0])), "mlp.swiglu");
   ag::Var down;
   if (config_.smooth_swiglu) {

@@ -40,6 +40,7 @@
 #include "mantissa/kernels/matmul.hpp"
 #include "mantissa/kernels/profile.hpp"
 #include "mantissa/nn/gpt.hpp"
+#include "mantissa/nn/llama.hpp"
 #include "mantissa/scaling/fp8.hpp"
 #include "mantissa/optim/optimizer.hpp"
 #include "mantissa/tensor/memory.hpp"
@@ -54,6 +55,7 @@ using Clock = std::chrono::steady_clock;
 struct Options {
   int threads = 2;
   std::vector<std::string> recipes = {"fp32"};
+  std::string model = "gpt";  // gpt or llama (default hidden width, no grouping)
   int64_t layers = 4, d_model = 256, heads = 4, seq_len = 128, batch = 16, vocab = 256;
   int steps = 10, warmup = 3;
   int profile_steps = 3;  // extra steps per recipe run with the kernel profiler on (0: none)
@@ -69,7 +71,7 @@ Options parse(int argc, char** argv) {
     std::string flag = argv[i];
     if (flag == "--help" || flag == "-h") {
       std::printf(
-          "bench_train [--threads N] [--recipe a,b] [--layers L] [--d-model C] [--heads H]\n"
+          "bench_train [--model gpt|llama] [--threads N] [--recipe a,b] [--layers L] [--d-model C] [--heads H]\n"
           "            [--seq-len T] [--batch B] [--vocab V] [--steps N] [--warmup N]\n"
           "            [--profile-steps N] [--memory-trace]\n");
       std::exit(0);
@@ -80,7 +82,10 @@ Options parse(int argc, char** argv) {
     }
     if (i + 1 >= argc) usage_error("missing value after " + flag);
     std::string value = argv[++i];
-    if (flag == "--threads")
+    if (flag == "--model") {
+      if (value != "gpt" && value != "llama") usage_error("--model must be gpt or llama, got '" + value + "'");
+      o.model = value;
+    } else if (flag == "--threads")
       o.threads = static_cast<int>(positive(flag, value));
     else if (flag == "--layers")
       o.layers = positive(flag, value);
@@ -290,7 +295,21 @@ amp::Recipe recipe_of(const std::string& spec) {
 // The whole training step as `mantissa train` runs it, under one recipe.
 nlohmann::ordered_json time_recipe(const Options& o, const std::string& recipe_name, const Peaks& peaks) {
   amp::Recipe recipe = recipe_of(recipe_name);
-  nn::GPT model(gpt_config(o, recipe));
+  std::unique_ptr<nn::Model> owned;
+  if (o.model == "llama") {
+    const nn::GPTConfig g = gpt_config(o, recipe);
+    nn::LlamaConfig l;
+    l.vocab = g.vocab;
+    l.context = g.context;
+    l.layers = g.layers;
+    l.d_model = g.d_model;
+    l.heads = g.heads;
+    l.unit = g.unit;
+    owned = std::make_unique<nn::Llama>(l);
+  } else {
+    owned = std::make_unique<nn::GPT>(gpt_config(o, recipe));
+  }
+  nn::Model& model = *owned;
   model.set_precision(amp::precision_policy(recipe, &model));  // as train::apply_precision does
   auto optimizer = train::make_optimizer(adamw_config(), model, recipe);  // u-muP rules for unit models
   RandomTokens source(o.batch, o.seq_len, o.vocab);
@@ -354,6 +373,7 @@ int main(int argc, char** argv) {
     kernels::set_num_threads(o.threads);
     nlohmann::ordered_json out = {{"threads", kernels::num_threads()},
                                   {"layers", o.layers},
+                                  {"model", o.model},
                                   {"d_model", o.d_model},
                                   {"heads", o.heads},
                                   {"seq_len", o.seq_len},

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""PyTorch reference for bench/run_train_vs_torch.sh: one GPT-2-layout training step
+"""PyTorch reference for bench/run_train_vs_torch.sh: one GPT-2-layout (or, --model llama, Llama) training step
 (forward + backward + AdamW) on random byte tokens, timed in fp32 and in autocast bf16.
 
 The model is the one mantissa trains (pre-LN blocks, tanh GELU, causal attention, tied head,
@@ -67,9 +67,73 @@ class GPT(nn.Module):
                                ignore_index=-1)
 
 
+class RMSNorm(nn.Module):
+    def __init__(self, C, eps=1e-5):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(C))
+        self.eps = eps
+
+    def forward(self, x):
+        x32 = x.float()  # in fp32, as transformers' LlamaRMSNorm
+        return (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)).to(x.dtype) * self.weight
+
+
+class LlamaBlock(nn.Module):
+    """transformers' LlamaDecoderLayer: RMSNorm, q/k/v/o without bias, rotary (rotate_half), SwiGLU."""
+    def __init__(self, C, H, F_):
+        super().__init__()
+        self.H = H
+        self.input_layernorm, self.post_attention_layernorm = RMSNorm(C), RMSNorm(C)
+        self.q_proj, self.k_proj, self.v_proj, self.o_proj = (nn.Linear(C, C, bias=False) for _ in range(4))
+        self.gate_proj, self.up_proj = nn.Linear(C, F_, bias=False), nn.Linear(C, F_, bias=False)
+        self.down_proj = nn.Linear(F_, C, bias=False)
+
+    def forward(self, x, mask, cos, sin):
+        B, T, C = x.shape
+        h = self.input_layernorm(x)
+        q, k, v = (p(h).view(B, T, self.H, C // self.H).transpose(1, 2) for p in (self.q_proj, self.k_proj, self.v_proj))
+
+        def rot(t):
+            half = t.shape[-1] // 2
+            return t * cos + torch.cat((-t[..., half:], t[..., :half]), dim=-1) * sin
+        q, k = rot(q), rot(k)
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(C // self.H))
+        att = att.masked_fill(mask[:T, :T], float("-inf")).softmax(dim=-1)
+        x = x + self.o_proj((att @ v).transpose(1, 2).reshape(B, T, C))
+        h = self.post_attention_layernorm(x)
+        return x + self.down_proj(F.silu(self.gate_proj(h)) * self.up_proj(h))
+
+
+class Llama(nn.Module):
+    def __init__(self, V, T, C, L, H):
+        super().__init__()
+        F_ = 64 * max(1, round(8 * C / 3 / 64))  # mantissa's default SwiGLU width
+        self.embed_tokens = nn.Embedding(V, C)
+        self.layers = nn.ModuleList(LlamaBlock(C, H, F_) for _ in range(L))
+        self.norm = RMSNorm(C)
+        self.lm_head = nn.Linear(C, V, bias=False)
+        self.register_buffer("mask", torch.ones(T, T, dtype=torch.bool).triu(1))
+        D = C // H
+        ang = torch.arange(T, dtype=torch.float32)[:, None] * (10000.0 ** (-torch.arange(0, D, 2).float() / D))[None]
+        ang = torch.cat((ang, ang), dim=-1)
+        self.register_buffer("cos", ang.cos())
+        self.register_buffer("sin", ang.sin())
+        for p in self.parameters():
+            if p.dim() == 2:
+                nn.init.normal_(p, 0.0, 0.02)
+
+    def forward(self, idx, targets):
+        T = idx.shape[1]
+        x = self.embed_tokens(idx)
+        for block in self.layers:
+            x = block(x, self.mask, self.cos[:T], self.sin[:T])
+        logits = self.lm_head(self.norm(x))
+        return F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.view(-1), ignore_index=-1)
+
+
 def time_steps(args, bf16):
     torch.manual_seed(0)
-    model = GPT(args.vocab, args.seq_len, args.d_model, args.layers, args.heads)
+    model = (Llama if args.model == "llama" else GPT)(args.vocab, args.seq_len, args.d_model, args.layers, args.heads)
     decay = [p for p in model.parameters() if p.dim() == 2]
     rest = [p for p in model.parameters() if p.dim() != 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01},
@@ -98,6 +162,7 @@ def time_steps(args, bf16):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", choices=["gpt", "llama"], default="gpt")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--layers", type=int, default=4)
     ap.add_argument("--d-model", type=int, default=256)
@@ -118,7 +183,7 @@ def main():
         ap.error(f"--d-model {args.d_model} is not divisible by --heads {args.heads}")
     torch.set_num_threads(args.threads)
 
-    out = {"torch_version": torch.__version__, "threads": torch.get_num_threads(),
+    out = {"model": args.model, "torch_version": torch.__version__, "threads": torch.get_num_threads(),
            "layers": args.layers, "d_model": args.d_model, "heads": args.heads,
            "seq_len": args.seq_len, "batch": args.batch, "vocab": args.vocab,
            "steps": args.steps, "warmup": args.warmup, "adamw_foreach": args.foreach}

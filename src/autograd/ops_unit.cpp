@@ -3,6 +3,8 @@
 // applied in the pass that computes them (see ops_unit.hpp).
 #include "mantissa/autograd/ops_unit.hpp"
 
+#include <omp.h>
+
 #include <cmath>
 #include <numbers>
 #include <stdexcept>
@@ -193,24 +195,36 @@ Var unit_rms_norm(Tape& t, const Var& x, const Var& weight, const scaling::Scale
       const float* r2 = rinv.f32();
       const float* dy = on->grad.f32();
       float* dx = xn ? xn->buffer().f32() : nullptr;
-      std::vector<double> dw(static_cast<size_t>(C), 0.0);
-      for (int64_t i = 0; i < N; ++i) {
-        double dot = 0;
-        for (int64_t c = 0; c < C; ++c) {
-          const double xh = static_cast<double>(xv2[i * C + c]) * r2[i];
-          dot += xh * w2[c] * dy[i * C + c];
-          dw[static_cast<size_t>(c)] += xh * dy[i * C + c];
-        }
-        dot /= static_cast<double>(C);
-        if (dx)
+      // Rows in parallel; each thread sums its rows' weight gradient in fp64, the
+      // partial sums are added in thread order (the same result for the same thread count).
+      const int threads = omp_get_max_threads();
+      std::vector<double> dw(static_cast<size_t>(threads * C), 0.0);
+#pragma omp parallel num_threads(threads)
+      {
+        double* part = dw.data() + static_cast<size_t>(omp_get_thread_num()) * static_cast<size_t>(C);
+#pragma omp for schedule(static)
+        for (int64_t i = 0; i < N; ++i) {
+          double dot = 0;
           for (int64_t c = 0; c < C; ++c) {
             const double xh = static_cast<double>(xv2[i * C + c]) * r2[i];
-            dx[i * C + c] += static_cast<float>(bx * r2[i] * (w2[c] * dy[i * C + c] - xh * dot));
+            dot += xh * w2[c] * dy[i * C + c];
+            part[c] += xh * dy[i * C + c];
           }
+          dot /= static_cast<double>(C);
+          if (dx)
+            for (int64_t c = 0; c < C; ++c) {
+              const double xh = static_cast<double>(xv2[i * C + c]) * r2[i];
+              dx[i * C + c] += static_cast<float>(bx * r2[i] * (w2[c] * dy[i * C + c] - xh * dot));
+            }
+        }
       }
       if (wn) {
         float* g = wn->buffer().f32();
-        for (int64_t c = 0; c < C; ++c) g[c] += static_cast<float>(bw * dw[static_cast<size_t>(c)]);
+        for (int64_t c = 0; c < C; ++c) {
+          double sum = 0;
+          for (int th = 0; th < threads; ++th) sum += dw[static_cast<size_t>(th * C + c)];
+          g[c] += static_cast<float>(bw * sum);
+        }
       }
     });
   return out;

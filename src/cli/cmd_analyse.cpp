@@ -23,7 +23,8 @@ struct AnalyseArgs {
 void analyse_command(const AnalyseArgs& a) {
   if (a.out.empty()) throw UsageError("--out DIR is required");
   const train::TrainConfig& c = a.options.config;
-  if (c.model != "gpt" && c.model != "mlp") throw UsageError("--model must be gpt or mlp, got '" + c.model + "'");
+  if (c.model != "gpt" && c.model != "llama" && c.model != "mlp")
+    throw UsageError("--model must be gpt, llama or mlp, got '" + c.model + "'");
   if (c.threads > 0) kernels::set_num_threads(c.threads);
   const train::Analysis main = train::analyse(a.options);
   std::printf("mantissa analyse: %s model, recipe %s (%s parametrisation), loss %.4f\n", c.model.c_str(),
@@ -50,7 +51,7 @@ Registrar reg(40, [](CLI::App& app) {
   auto* cmd = app.add_subcommand("analyse", "per-op forward/backward scale statistics of one batch, table + CSV + SVG plot");
   auto a = std::make_shared<AnalyseArgs>();
   train::TrainConfig& c = a->options.config;
-  cmd->add_option("--model", c.model, "gpt or mlp")->capture_default_str();
+  cmd->add_option("--model", c.model, "gpt, llama or mlp")->capture_default_str();
   cmd->add_option("--recipe", c.recipe, "recipe (see `mantissa recipes`)")->capture_default_str();
   cmd->add_option("--data", c.data, "text file (gpt) or Fashion-MNIST directory (mlp); default corpus if empty");
   cmd->add_option("--layers", c.layers, "gpt: blocks; mlp: hidden layers")->check(exact_integer<int64_t>())->capture_default_str();

@@ -11,6 +11,7 @@
 #include "mantissa/io/checkpoint.hpp"
 #include "mantissa/kernels/kernels.hpp"
 #include "mantissa/nn/gpt.hpp"
+#include "mantissa/nn/llama.hpp"
 #include "mantissa/nn/mlp.hpp"
 #include "mantissa/io/untrusted.hpp"
 #include "mantissa/train/finite.hpp"
@@ -32,8 +33,9 @@ struct EvalArgs {
 std::string model_kind(const std::string& config_json, const std::string& dir) {
   const nlohmann::json j = io::parse_json(config_json, dir + "/config.json");
   if (j.contains("n_embd") || j.value("model_type", "") == "gpt2") return "gpt";
+  if (j.value("model_type", "") == "llama") return "llama";
   if (j.contains("hidden") || j.contains("classes")) return "mlp";
-  throw UsageError(dir + "/config.json describes neither a GPT nor an MLP");
+  throw UsageError(dir + "/config.json describes neither a GPT, a Llama nor an MLP");
 }
 
 void eval_command(const EvalArgs& a) {
@@ -53,8 +55,9 @@ void eval_command(const EvalArgs& a) {
   const std::string path = a.data.empty() ? train::default_data_path(kind) : a.data;
   double sum = 0;
   int64_t count = 0;
-  if (kind == "gpt") {
-    const int64_t context = static_cast<nn::GPT&>(*model).config().context;
+  if (kind != "mlp") {
+    const int64_t context = kind == "gpt" ? static_cast<nn::GPT&>(*model).config().context
+                                          : static_cast<nn::Llama&>(*model).config().context;
     const int64_t T = a.seq_len > 0 ? a.seq_len : context;
     if (T > context)
       throw UsageError("--seq-len " + std::to_string(T) + " exceeds the model's context " + std::to_string(context));

@@ -36,7 +36,7 @@ void train_command(CLI::App* cmd, train::TrainConfig& cfg, int64_t watch) {
                 static_cast<long>(session->corpus->train_size()), static_cast<long>(session->corpus->val_size()));
   std::printf("\n  %ld steps x %ld micro-batch(es) of %ld x %ld, lr %g (warm-up %ld, cosine to %g)\n",
               static_cast<long>(c.steps), static_cast<long>(c.grad_accum), static_cast<long>(c.batch_size),
-              static_cast<long>(c.model == "gpt" ? c.seq_len : 1), c.lr, static_cast<long>(c.warmup), c.min_lr);
+              static_cast<long>(train::text_model(c.model) ? c.seq_len : 1), c.lr, static_cast<long>(c.warmup), c.min_lr);
   if (!c.resume.empty())
     std::printf("  resumed from %s at step %ld\n", c.resume.c_str(), static_cast<long>(session->trainer->step()));
   std::fflush(stdout);

@@ -10,6 +10,7 @@
 #include "mantissa/nn/init.hpp"
 #include "mantissa/tensor/memory_trace.hpp"
 #include "mantissa/io/untrusted.hpp"
+#include "nn/causal_lm.hpp"
 
 namespace mantissa::nn {
 namespace ag = mantissa::autograd;
@@ -243,47 +244,20 @@ ag::Var GPT::forward(ag::Tape& t, const Tensor& ids) {
   return ag::reshape(t, logits, {B, T, V});
 }
 
-ag::Var GPT::loss(ag::Tape& t, const ag::Var& logits, const Tensor& targets, ag::LossStats* stats) {
-  MemoryLabel label("loss");
-  if (!config_.unit.enabled) return ag::cross_entropy(t, logits, targets, stats);
-  const int64_t V = config_.vocab, rows = logits.numel() / V;
-  return ag::unit_cross_entropy(t, logits, targets, scaling::cross_entropy(V, rows, config_.unit.loss_mult), stats);
-}
-
-void GPT::check_batch(const Batch& batch) const {
-  const Tensor& in = batch.inputs;
-  if (!in.defined() || in.dtype() != DType::i32 || in.ndim() != 2)
-    throw std::invalid_argument("GPT: inputs must be i32 [B, T]");
-  if (in.dim(1) > config_.context)
-    throw std::invalid_argument("GPT: sequence length " + std::to_string(in.dim(1)) + " exceeds the context of " +
-                                std::to_string(config_.context));
-  if (!batch.targets.defined() || batch.targets.dtype() != DType::i32 || batch.targets.shape() != in.shape())
-    throw std::invalid_argument("GPT: targets must be i32 with the inputs' shape " + shape_str(in.shape()));
-}
+void GPT::check_batch(const Batch& batch) const { lm::check_batch(batch, config_.context, "GPT"); }
 
 LossSum GPT::forward_backward(const Batch& batch, float grad_scale) {
   check_batch(batch);
   ag::Tape t(context(true));
-  ag::LossStats stats;
-  ag::Var loss;
-  {
-    ag::Var logits = forward(t, batch.inputs);
-    loss = this->loss(t, logits, batch.targets, &stats);
-  }  // logits (and every other forward value not saved by an op) is gone here
-  // Unit scaling: the logit gradient is unit per row whatever the batch (the
-  // mean is a forward-only 1/rows), so this micro-batch's share of the step,
-  // count/total, is the seed; grad_scale = loss_scale/total carries 1/total.
-  t.backward(loss, config_.unit.enabled ? grad_scale * static_cast<float>(stats.count) : grad_scale);
-  return {stats.sum, stats.count};
+  return lm::forward_backward(t, [&](ag::Tape& tape) { return forward(tape, batch.inputs); }, batch.targets,
+                              config_.unit, grad_scale);
 }
 
 LossSum GPT::evaluate(const Batch& batch) {
   check_batch(batch);
   ag::NoGrad no_grad;
   ag::Tape t(context(false));
-  ag::LossStats stats;
-  loss(t, forward(t, batch.inputs), batch.targets, &stats);
-  return {stats.sum, stats.count};
+  return lm::evaluate(t, [&](ag::Tape& tape) { return forward(tape, batch.inputs); }, batch.targets, config_.unit);
 }
 
 Tensor GPT::logits(const Tensor& ids) {

@@ -8,7 +8,7 @@
 namespace mantissa::nn {
 
 namespace {
-const char* kOps[] = {"linear", "readout", "gelu", "relu", "add"};
+const char* kOps[] = {"linear", "readout", "gelu", "relu", "silu", "add"};
 
 bool known_op(const std::string& op) {
   for (const char* k : kOps)
@@ -28,7 +28,7 @@ void UnitConfig::validate() const {
   if (!constraint.empty()) scaling::parse_constraint(constraint);
   for (const auto& [op, c] : op_constraints) {
     if (!known_op(op))
-      throw std::invalid_argument("unit config: unknown op '" + op + "' in op_constraints (valid: linear, readout, gelu, relu, add)");
+      throw std::invalid_argument("unit config: unknown op '" + op + "' in op_constraints (valid: linear, readout, gelu, relu, silu, add)");
     scaling::parse_constraint(c);
   }
   if (!(tau_attn >= 0) || !(tau_mlp >= 0) || !std::isfinite(tau_attn) || !std::isfinite(tau_mlp))

@@ -21,11 +21,12 @@ namespace mantissa::train {
 namespace {
 
 std::string checkpoint_kind(const std::string& config_json) {
-  return config_json.find("\"n_embd\"") != std::string::npos ? "gpt" : "mlp";
+  if (config_json.find("\"n_embd\"") != std::string::npos) return "gpt";
+  return config_json.find("\"LlamaForCausalLM\"") != std::string::npos ? "llama" : "mlp";
 }
 
 nn::Batch one_batch(const TrainConfig& c, const std::string& path) {
-  if (c.model == "gpt") {
+  if (text_model(c.model)) {
     const data::TextCorpus corpus = data::TextCorpus::load(path);
     corpus.check_seq_len(c.seq_len);
     data::TextWindows windows(corpus, c.batch_size, c.seq_len, static_cast<uint64_t>(c.seed));

@@ -16,11 +16,15 @@ using nlohmann::json;
 
 std::vector<ConfigKey> config_keys(TrainConfig& c) {
   return {
-      {"model", "model kind: gpt or mlp", &c.model},
+      {"model", "model kind: gpt, llama or mlp", &c.model},
       {"layers", "gpt: transformer blocks; mlp: hidden layers", &c.layers},
       {"d-model", "gpt: width; mlp: hidden width", &c.d_model},
       {"heads", "attention heads", &c.heads},
       {"dropout", "dropout probability", &c.dropout},
+      {"kv-heads", "llama: key/value heads for grouped-query attention (0: = heads)", &c.kv_heads},
+      {"ffn-hidden", "llama: SwiGLU width (0: the multiple of 64 nearest 8/3 d-model)", &c.ffn_hidden},
+      {"tie-embeddings", "llama: tie the output head to the token embedding", &c.tie_embeddings},
+      {"smooth-swiglu", "llama: Smooth-SwiGLU (per-channel scale on the SwiGLU product)", &c.smooth_swiglu},
       {"data", "training data: a UTF-8 text file (gpt) or a Fashion-MNIST directory (mlp); default corpus if empty",
        &c.data},
       {"batch-size", "sequences (or examples) per micro-batch", &c.batch_size},
@@ -177,12 +181,12 @@ void validate(const TrainConfig& c) {
   if (c.batch_size * c.seq_len > (int64_t{1} << 30))
     throw std::invalid_argument("--batch-size x --seq-len (" + std::to_string(c.batch_size * c.seq_len) +
                                 " tokens per micro-batch) is too large (at most 2^30)");
-  if (c.model != "gpt" && c.model != "mlp")
-    throw std::invalid_argument("--model must be gpt or mlp (got '" + c.model + "')");
+  if (c.model != "gpt" && c.model != "llama" && c.model != "mlp")
+    throw std::invalid_argument("--model must be gpt, llama or mlp (got '" + c.model + "')");
   positive("layers", c.layers);
   positive("d-model", c.d_model);
   positive("heads", c.heads);
-  if (c.model == "gpt" && c.d_model % c.heads != 0)
+  if (text_model(c.model) && c.d_model % c.heads != 0)
     throw std::invalid_argument("--d-model (" + std::to_string(c.d_model) + ") must be a multiple of --heads (" +
                                 std::to_string(c.heads) + ")");
   if (!(c.dropout >= 0 && c.dropout < 1)) throw std::invalid_argument("--dropout must be in [0, 1)");
@@ -206,8 +210,9 @@ void validate(const TrainConfig& c) {
   non_negative("save-every", c.save_every);
   non_negative("stop-after", c.stop_after);
   non_negative("checkpoint-activations", c.checkpoint_activations);
-  if (c.model == "gpt") {
-    // Weights, gradients and two Adam moments in fp32: 16 bytes a parameter.
+  if (text_model(c.model)) {
+    // Weights, gradients and two Adam moments in fp32: 16 bytes a parameter
+    // (a Llama block of the same width has about as many as a GPT block).
     const double d = static_cast<double>(c.d_model);
     const double params = static_cast<double>(c.layers) * 12 * d * d + (256.0 + static_cast<double>(c.seq_len)) * d;
     const double ram = static_cast<double>(::sysconf(_SC_PHYS_PAGES)) * static_cast<double>(::sysconf(_SC_PAGE_SIZE));

@@ -15,6 +15,7 @@
 #include "mantissa/io/checkpoint.hpp"
 #include "mantissa/kernels/kernels.hpp"
 #include "mantissa/nn/gpt.hpp"
+#include "mantissa/nn/llama.hpp"
 #include "mantissa/nn/mlp.hpp"
 
 namespace mantissa::train {
@@ -85,6 +86,22 @@ std::unique_ptr<nn::Model> make_model(const TrainConfig& c, const nn::UnitConfig
     g.validate();
     return std::make_unique<nn::GPT>(g);
   }
+  if (c.model == "llama") {
+    nn::LlamaConfig l;
+    l.vocab = data::kByteVocab;
+    l.context = c.seq_len;
+    l.layers = c.layers;
+    l.d_model = c.d_model;
+    l.heads = c.heads;
+    l.kv_heads = c.kv_heads;
+    l.hidden = c.ffn_hidden;
+    l.tie_embeddings = c.tie_embeddings;
+    l.smooth_swiglu = c.smooth_swiglu;
+    l.seed = static_cast<uint64_t>(c.seed);
+    l.unit = unit;
+    l.validate();
+    return std::make_unique<nn::Llama>(l);
+  }
   nn::MLPConfig m;
   m.hidden.assign(static_cast<size_t>(c.layers), c.d_model);
   m.seed = static_cast<uint64_t>(c.seed);
@@ -95,6 +112,7 @@ std::unique_ptr<nn::Model> make_model(const TrainConfig& c, const nn::UnitConfig
 
 std::unique_ptr<nn::Model> model_from_config(const std::string& kind, const std::string& config_json) {
   if (kind == "gpt") return std::make_unique<nn::GPT>(nn::GPTConfig::from_json(config_json));
+  if (kind == "llama") return std::make_unique<nn::Llama>(nn::LlamaConfig::from_json(config_json));
   if (kind == "mlp") return std::make_unique<nn::MLP>(nn::MLPConfig::from_json(config_json));
   throw std::invalid_argument("unknown model kind '" + kind + "' in the checkpoint");
 }
@@ -143,12 +161,12 @@ scaling::ParamRole unit_param_role(const nn::Parameter& p, const std::string& mo
   (void)model_kind;
   if (p.name == readout_name) return scaling::ParamRole::output;
   if (p.value.ndim() >= 2) return scaling::ParamRole::weight;
-  if (p.name.find("ln_") != std::string::npos) return scaling::ParamRole::norm;
+  if (amp::is_norm_parameter(p.name)) return scaling::ParamRole::norm;
   return scaling::ParamRole::bias;
 }
 
 std::optional<int> unit_param_depth(const nn::Parameter& p, int layers) {
-  if (p.name.rfind("transformer.h.", 0) == 0) return layers;
+  if (p.name.rfind("transformer.h.", 0) == 0 || p.name.rfind("model.layers.", 0) == 0) return layers;
   return std::nullopt;
 }
 
@@ -183,6 +201,7 @@ namespace {
 bool is_unit(const nn::Model& m) {
   if (auto* g = dynamic_cast<const nn::GPT*>(&m)) return g->config().unit.enabled;
   if (auto* p = dynamic_cast<const nn::MLP*>(&m)) return p->config().unit.enabled;
+  if (auto* l = dynamic_cast<const nn::Llama*>(&m)) return l->config().unit.enabled;
   return false;
 }
 
@@ -205,6 +224,7 @@ void set_unit_lr_multipliers(nn::Model& model, optim::Optimizer& opt, const std:
   std::string readout = "lm_head.weight";
   int layers = 0;
   if (auto* g = dynamic_cast<nn::GPT*>(&model)) layers = static_cast<int>(g->config().layers);
+  if (auto* l = dynamic_cast<nn::Llama*>(&model)) layers = static_cast<int>(l->config().layers);
   if (auto* m = dynamic_cast<nn::MLP*>(&model)) readout = "layers." + std::to_string(m->config().hidden.size()) + ".weight";
   std::map<std::string, const nn::Parameter*> by_name;
   for (const nn::Parameter* q : model.parameters()) by_name[q->name] = q;
@@ -212,7 +232,9 @@ void set_unit_lr_multipliers(nn::Model& model, optim::Optimizer& opt, const std:
     // lr_scale reads PyTorch shapes ([out, in] for linear weights); our linear
     // weights are Conv1D [in, out]; embeddings and the readout are [V, C] in both.
     Shape shape = p.value.shape();
-    const bool table = p.name == "transformer.wte.weight" || p.name == "transformer.wpe.weight" || p.name == "lm_head.weight";
+    // (Llama's weights are [out, in] already.)
+    const bool table = p.name == "transformer.wte.weight" || p.name == "transformer.wpe.weight" ||
+                       p.name == "lm_head.weight" || model.kind() == "llama";
     if (shape.size() == 2 && !table) std::swap(shape[0], shape[1]);
     const scaling::ParamRole role = unit_param_role(p, model.kind(), readout);
     double mult = scaling::lr_scale(kind, role, shape, layers > 0 ? unit_param_depth(p, layers) : std::nullopt);
@@ -326,7 +348,7 @@ std::unique_ptr<Session> build_session(const TrainConfig& config) {
   // The data first: a sequence length the corpus cannot fill is reported
   // before memory is spent on the model.
   s->data_path = c.data.empty() ? default_data_path(c.model) : c.data;
-  if (c.model == "gpt") {
+  if (train::text_model(c.model)) {
     s->corpus = std::make_unique<data::TextCorpus>(data::TextCorpus::load(s->data_path));
     s->corpus->check_seq_len(c.seq_len);
   }
@@ -348,9 +370,10 @@ std::unique_ptr<Session> build_session(const TrainConfig& config) {
   }
   apply_precision(*s->model, s->recipe);
 
-  if (c.model == "gpt") {
+  if (train::text_model(c.model)) {
     int64_t context = c.seq_len;
     if (auto* g = dynamic_cast<nn::GPT*>(s->model.get())) context = g->config().context;
+    if (auto* l = dynamic_cast<nn::Llama*>(s->model.get())) context = l->config().context;
     if (c.seq_len > context)
       throw std::invalid_argument("--seq-len " + std::to_string(c.seq_len) + " exceeds the model's context " +
                                   std::to_string(context));

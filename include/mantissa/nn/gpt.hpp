@@ -87,8 +87,6 @@ class GPT : public Model {
   autograd::Var block(autograd::Tape& tape, const Block& b, autograd::Var x, size_t layer);
   autograd::Var unit_block(autograd::Tape& tape, const Block& b, const autograd::Var& x, size_t layer);
   autograd::Var unit_forward(autograd::Tape& tape, const Tensor& ids);
-  // Sum of per-target losses of logits (unit: the unit cross-entropy, scaled backward).
-  autograd::Var loss(autograd::Tape& tape, const autograd::Var& logits, const Tensor& targets, autograd::LossStats* stats);
   void check_batch(const Batch& batch) const;
 
   GPTConfig config_;

@@ -15,7 +15,7 @@ struct UnitConfig {
   bool enabled = false;                // false: the standard parametrisation
   std::string rule_set = "library";    // "library" (unit-scaling 0.3.5) or "paper" (ICML 2023)
   std::string constraint;              // model-wide constraint; "" = the rule set's default
-  // Per-op overrides by op kind: "linear", "readout", "gelu", "relu", "add".
+  // Per-op overrides by op kind: "linear", "readout", "gelu", "relu", "silu", "add".
   std::map<std::string, std::string> op_constraints;
   double tau_attn = 0.01;  // residual tau of attention branches (library auto rule)
   double tau_mlp = 0.5;    // residual tau of every other branch

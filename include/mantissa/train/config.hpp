@@ -14,11 +14,16 @@ namespace mantissa::train {
 
 struct TrainConfig {
   // Model.
-  std::string model = "gpt";  // gpt | mlp
+  std::string model = "gpt";  // gpt | llama | mlp
   int64_t layers = 4;         // gpt: blocks; mlp: hidden layers
   int64_t d_model = 256;      // gpt: width; mlp: hidden width
   int64_t heads = 4;
   double dropout = 0.0;
+  // Llama only (nn/llama.hpp).
+  int64_t kv_heads = 0;         // grouped-query attention: kv heads (0: = heads)
+  int64_t ffn_hidden = 0;       // SwiGLU width (0: the multiple of 64 nearest 8/3 d_model)
+  bool tie_embeddings = false;  // output head = token embedding
+  bool smooth_swiglu = false;   // per-channel scale on the SwiGLU product
   // Data. Empty data: the default corpus (gpt: Jane Austen; mlp: Fashion-MNIST).
   std::string data;
   int64_t batch_size = 16;
@@ -68,6 +73,9 @@ struct TrainConfig {
 };
 
 // One setting: its key, help text and where it lives.
+// Models fed token windows of the text corpus (everything but the mlp).
+inline bool text_model(const std::string& model) { return model != "mlp"; }
+
 struct ConfigKey {
   std::string key;  // flag name without dashes, e.g. "batch-size"
   std::string help;

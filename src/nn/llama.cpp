@@ -1,0 +1,296 @@
+// The Llama-style decoder, standard and unit-scaled from one forward code:
+// the unit scales (scaling/unit.hpp) are 1 in the standard parametrisation.
+//   x = embed[ids]                                     [B, T, C]
+//   per block: x = x + o(attn(rope(q, k), v)(rms(x)))  q [B, T, C], k/v [B, T, KV*D]
+//              x = x + down(silu(gate h) * up h), h = rms(x)     gate/up [B, T, F]
+//   logits = rms(x) @ head^T                           [B, T, V]
+#include "mantissa/nn/llama.hpp"
+
+#include <cmath>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+
+#include "mantissa/autograd/ops.hpp"
+#include "mantissa/autograd/ops_llama.hpp"
+#include "mantissa/autograd/ops_unit.hpp"
+#include "mantissa/kernels/matmul.hpp"
+#include "mantissa/nn/init.hpp"
+#include "nn/causal_lm.hpp"
+
+namespace mantissa::nn {
+namespace ag = mantissa::autograd;
+namespace us = mantissa::scaling;
+
+// ---- config --------------------------------------------------------------------------------
+int64_t LlamaConfig::ffn() const {
+  if (hidden > 0) return hidden;
+  const int64_t m = static_cast<int64_t>(std::llround(8.0 * static_cast<double>(d_model) / 3.0 / 64.0));
+  return 64 * (m < 1 ? 1 : m);
+}
+
+void LlamaConfig::validate() const {
+  auto positive = [](int64_t v, const char* name) {
+    if (v <= 0) throw std::invalid_argument(std::string("Llama config: ") + name + " must be positive, got " + std::to_string(v));
+  };
+  positive(vocab, "vocab");
+  positive(context, "context");
+  positive(layers, "layers");
+  positive(d_model, "d_model");
+  positive(heads, "heads");
+  if (kv_heads < 0) throw std::invalid_argument("Llama config: kv_heads must not be negative, got " + std::to_string(kv_heads));
+  if (hidden < 0) throw std::invalid_argument("Llama config: hidden must not be negative, got " + std::to_string(hidden));
+  if (d_model % heads != 0 || (d_model / heads) % 2 != 0)
+    throw std::invalid_argument("Llama config: d_model " + std::to_string(d_model) + " / heads " + std::to_string(heads) +
+                                " must be an even integer (rotary pairs)");
+  if (heads % kv() != 0)
+    throw std::invalid_argument("Llama config: heads " + std::to_string(heads) + " is not a multiple of kv_heads " +
+                                std::to_string(kv()));
+  if (!(rms_eps > 0) || !std::isfinite(rms_eps)) throw std::invalid_argument("Llama config: rms_norm_eps must be positive");
+  if (!(rope_theta > 1) || !std::isfinite(rope_theta)) throw std::invalid_argument("Llama config: rope_theta must be > 1");
+  if (unit.enabled && tie_embeddings)
+    throw std::invalid_argument("Llama config: the unit-scaled model has an untied readout (drop the embedding tie)");
+  unit.validate();
+}
+
+std::string LlamaConfig::to_json() const {
+  nlohmann::ordered_json j;
+  j["model_type"] = "llama";
+  j["architectures"] = {"LlamaForCausalLM"};
+  j["vocab_size"] = vocab;
+  j["hidden_size"] = d_model;
+  j["intermediate_size"] = ffn();
+  j["num_hidden_layers"] = layers;
+  j["num_attention_heads"] = heads;
+  j["num_key_value_heads"] = kv();
+  j["head_dim"] = d_model / heads;
+  j["max_position_embeddings"] = context;
+  j["rms_norm_eps"] = rms_eps;
+  j["rope_theta"] = rope_theta;
+  j["rope_scaling"] = nullptr;
+  j["hidden_act"] = "silu";
+  j["attention_bias"] = false;
+  j["mlp_bias"] = false;
+  j["attention_dropout"] = 0.0;
+  j["initializer_range"] = 0.02;
+  j["tie_word_embeddings"] = tie_embeddings;
+  j["torch_dtype"] = "float32";
+  j["mantissa"] = {{"kind", "llama"}, {"seed", seed}, {"smooth_swiglu", smooth_swiglu},
+                   {"parametrisation", unit.enabled ? "unit" : "standard"}};
+  if (unit.enabled) j["mantissa"]["unit"] = nlohmann::json::parse(unit.to_json());
+  return j.dump(2);
+}
+
+LlamaConfig LlamaConfig::from_json(const std::string& text) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text);
+  } catch (const std::exception& e) {
+    throw std::invalid_argument(std::string("Llama config: not valid JSON: ") + e.what());
+  }
+  LlamaConfig c;
+  auto get = [&](const char* key, int64_t& out) {
+    if (!j.contains(key)) throw std::invalid_argument(std::string("Llama config: missing key '") + key + "'");
+    if (!j[key].is_number_integer()) throw std::invalid_argument(std::string("Llama config: '") + key + "' must be an integer");
+    out = j[key].get<int64_t>();
+  };
+  auto number = [&](const char* key, double& out) {
+    if (!j.contains(key)) return;
+    if (!j[key].is_number()) throw std::invalid_argument(std::string("Llama config: '") + key + "' must be a number");
+    out = j[key].get<double>();
+  };
+  get("vocab_size", c.vocab);
+  get("max_position_embeddings", c.context);
+  get("hidden_size", c.d_model);
+  get("num_hidden_layers", c.layers);
+  get("num_attention_heads", c.heads);
+  get("intermediate_size", c.hidden);
+  if (j.contains("num_key_value_heads")) get("num_key_value_heads", c.kv_heads);
+  number("rms_norm_eps", c.rms_eps);
+  number("rope_theta", c.rope_theta);
+  if (j.contains("tie_word_embeddings")) c.tie_embeddings = j["tie_word_embeddings"].get<bool>();
+  if (j.contains("mantissa") && j["mantissa"].is_object()) {
+    const auto& m = j["mantissa"];
+    if (m.contains("seed")) c.seed = m["seed"].get<uint64_t>();
+    if (m.contains("smooth_swiglu")) c.smooth_swiglu = m["smooth_swiglu"].get<bool>();
+    if (m.contains("unit")) c.unit = UnitConfig::from_json(m["unit"].dump());
+    if (m.contains("parametrisation")) c.unit.enabled = m["parametrisation"].get<std::string>() == "unit";
+  }
+  c.validate();
+  return c;
+}
+
+// ---- construction ------------------------------------------------------------------------------
+Parameter* Llama::add(std::string name, const Shape& shape, bool decay, int64_t fan_in, double std, Rng& rng) {
+  params_.push_back(make_parameter(std::move(name), shape, decay, fan_in));
+  Parameter* p = params_.back().get();
+  if (std > 0) init_normal(p->value, rng, std);
+  else p->value.fill(1.0f);
+  return p;
+}
+
+Llama::Llama(const LlamaConfig& config) : config_(config) {
+  config_.validate();
+  const int64_t V = config_.vocab, C = config_.d_model, F = config_.ffn(), KC = config_.kv() * (C / config_.heads);
+  Rng rng(config_.seed);
+  const double s = config_.unit.enabled ? 1.0 : 0.02;
+  embed_ = add("model.embed_tokens.weight", {V, C}, true, C, s, rng);
+  for (int64_t l = 0; l < config_.layers; ++l) {
+    const std::string h = "model.layers." + std::to_string(l) + ".";
+    Block b{};
+    b.ln1 = add(h + "input_layernorm.weight", {C}, false, 1, 0, rng);
+    b.q = add(h + "self_attn.q_proj.weight", {C, C}, true, C, s, rng);
+    b.k = add(h + "self_attn.k_proj.weight", {KC, C}, true, C, s, rng);
+    b.v = add(h + "self_attn.v_proj.weight", {KC, C}, true, C, s, rng);
+    b.o = add(h + "self_attn.o_proj.weight", {C, C}, true, C, s, rng);
+    b.ln2 = add(h + "post_attention_layernorm.weight", {C}, false, 1, 0, rng);
+    b.gate = add(h + "mlp.gate_proj.weight", {F, C}, true, C, s, rng);
+    b.up = add(h + "mlp.up_proj.weight", {F, C}, true, C, s, rng);
+    b.down = add(h + "mlp.down_proj.weight", {C, F}, true, F, s, rng);
+    blocks_.push_back(b);
+  }
+  norm_ = add("model.norm.weight", {C}, false, 1, 0, rng);
+  head_ = config_.tie_embeddings ? embed_ : add("lm_head.weight", {V, C}, true, C, s, rng);
+}
+
+Llama::~Llama() {
+  for (auto& p : params_) kernels::forget_packed_operand(p.get());
+}
+
+std::vector<Parameter*> Llama::parameters() {
+  std::vector<Parameter*> out;
+  out.reserve(params_.size());
+  for (auto& p : params_) out.push_back(p.get());
+  return out;
+}
+
+ag::OpContext Llama::context(bool training) {
+  ag::OpContext ctx;
+  ctx.policy = precision_;
+  ctx.casts = &casts_;
+  ctx.training = training;
+  ctx.observer = observer_;
+  return ctx;
+}
+
+// ---- forward ------------------------------------------------------------------------------------
+namespace {
+us::Scales one(size_t inputs) { return {1.0, std::vector<double>(inputs, 1.0)}; }
+
+// Per-channel power-of-two scales [F] bringing each column's amax of h [N, F] to ~1 (1 for zero columns).
+Tensor smooth_scales(const Tensor& h) {
+  const int64_t F = h.dim(-1), N = h.numel() / F;
+  std::vector<float> amax(static_cast<size_t>(F), 0.0f);
+  const float* x = h.f32();
+  for (int64_t i = 0; i < N; ++i)
+    for (int64_t c = 0; c < F; ++c) amax[static_cast<size_t>(c)] = std::fmax(amax[static_cast<size_t>(c)], std::fabs(x[i * F + c]));
+  Tensor s = Tensor::empty({F});
+  for (int64_t c = 0; c < F; ++c) {
+    const float a = amax[static_cast<size_t>(c)];
+    s.f32()[c] = a > 0 && std::isfinite(a) ? std::exp2(-std::round(std::log2(a))) : 1.0f;
+  }
+  return s;
+}
+}  // namespace
+
+// One pre-RMSNorm block on the residual stream x [B, T, C].
+ag::Var Llama::block(ag::Tape& t, const Block& b, ag::Var x_in, size_t layer) {
+  const UnitConfig& uc = config_.unit;
+  const bool u = uc.enabled;
+  const int64_t B = x_in.dim(0), T = x_in.dim(1), C = config_.d_model, N = B * T, H = config_.heads, KV = config_.kv();
+  const int64_t D = C / H, KC = KV * D, F = config_.ffn();
+  const float eps = static_cast<float>(config_.rms_eps);
+  std::string n("h");  // (not "h" + ...: GCC 12 -Wrestrict false positive)
+  n += std::to_string(layer);
+  n += '.';
+  auto obs = [&](ag::Var v, const char* name) { return ag::observe(t, v, n + name); };
+  // x [N, in] @ w [out, in]^T. Products reading one input (q, k, v; gate, up) are scaled as the
+  // one product of width `fused` they form (the GPT's c_attn): their input gradients sum.
+  auto lin = [&](const ag::Var& x, Parameter* w, int64_t in, int64_t fused) {
+    const ag::OpScales s = u ? ag::op_scales(us::linear(in, fused, N, uc.rules("linear"))) : ag::OpScales{};
+    return ag::matmul(t, x, t.param(*w), false, true, s);
+  };
+  const us::Scales rms_s = u ? us::rms_norm(C, N * C) : one(2);
+
+  // Attention.
+  ag::ResidualSplit r = u ? ag::residual_split(t, x_in, uc.tau_attn) : ag::ResidualSplit{x_in, x_in};
+  ag::Var h = obs(ag::reshape(t, ag::unit_rms_norm(t, r.branch, t.param(*b.ln1), rms_s, eps), {N, C}), "attn.ln");
+  ag::Var q = ag::reshape(t, lin(h, b.q, C, C + 2 * KC), {B, T, C});
+  ag::Var k = ag::reshape(t, lin(h, b.k, C, C + 2 * KC), {B, T, KC});
+  ag::Var v = ag::reshape(t, lin(h, b.v, C, C + 2 * KC), {B, T, KC});
+  if (u && H != KV) {  // the backward sums H/KV head gradients into each kv head
+    const float g = static_cast<float>(1.0 / std::sqrt(static_cast<double>(H / KV)));
+    k = ag::scale_split(t, k, 1.0f, g);
+    v = ag::scale_split(t, v, 1.0f, g);
+  }
+  ag::Var qkv = obs(ag::rotary_qkv(t, q, k, v, H, KV, config_.rope_theta), "attn.qkv");
+  ag::Var a = u ? ag::unit_causal_self_attention(t, qkv, H, uc.attn_mult,
+                                                 us::scaled_dot_product_attention(T, D, true, uc.attn_mult))
+                : ag::causal_self_attention(t, qkv, H);
+  a = obs(a, "attn.sdpa");
+  ag::Var y = obs(ag::reshape(t, lin(ag::reshape(t, a, {N, C}), b.o, C, C), {B, T, C}), "attn.proj");
+  ag::Var x = obs(u ? ag::residual_add(t, y, r.skip, uc.tau_attn) : ag::add(t, x_in, y), "attn.residual");
+
+  // SwiGLU MLP.
+  r = u ? ag::residual_split(t, x, uc.tau_mlp) : ag::ResidualSplit{x, x};
+  h = obs(ag::reshape(t, ag::unit_rms_norm(t, r.branch, t.param(*b.ln2), rms_s, eps), {N, C}), "mlp.ln");
+  ag::Var gate = obs(lin(h, b.gate, C, 2 * F), "mlp.gate");
+  ag::Var up = obs(lin(h, b.up, C, 2 * F), "mlp.up");
+  // The SiLU's input is not a cut edge (h reaches the product through up as well), so its
+  // scales keep the rule set's constraint: the gradients stay scaled loss gradients.
+  const us::Scales silu = u ? us::silu(1.0, uc.rules("silu")) : one(1);
+  ag::Var f = obs(ag::swiglu(t, gate, up, static_cast<float>(silu.fwd), static_cast<float>(silu.bwd[0])), "mlp.swiglu");
+  ag::Var down;
+  if (config_.smooth_swiglu) {
+    const Tensor s = smooth_scales(f.value);
+    Tensor inv = Tensor::empty({F});
+    for (int64_t c = 0; c < F; ++c) inv.f32()[c] = 1.0f / s.f32()[c];
+    const ag::OpScales sc = u ? ag::op_scales(us::linear(F, C, N, uc.rules("linear"))) : ag::OpScales{};
+    down = ag::matmul(t, ag::scale_channels(t, f, s), ag::scale_channels(t, t.param(*b.down), inv), false, true, sc);
+  } else {
+    down = lin(f, b.down, F, C);
+  }
+  y = obs(ag::reshape(t, down, {B, T, C}), "mlp.proj");
+  return obs(u ? ag::residual_add(t, y, r.skip, uc.tau_mlp) : ag::add(t, x, y), "mlp.residual");
+}
+
+// ids [B, T] -> logits [B, T, V].
+ag::Var Llama::forward(ag::Tape& t, const Tensor& ids) {
+  const UnitConfig& uc = config_.unit;
+  const bool u = uc.enabled;
+  const int64_t B = ids.dim(0), T = ids.dim(1), C = config_.d_model, V = config_.vocab, N = B * T;
+  ag::Var embed = t.param(*embed_);
+  ag::Var x = ag::embedding(t, ids, embed);
+  if (u) x = ag::scale_split(t, x, 1.0f, static_cast<float>(us::embedding(V, N).bwd[0]));
+  x = ag::observe(t, x, "embedding");
+  for (size_t l = 0; l < blocks_.size(); ++l) x = block(t, blocks_[l], std::move(x), l);
+  x = ag::unit_rms_norm(t, x, t.param(*norm_), u ? us::rms_norm(C, N * C) : one(2), static_cast<float>(config_.rms_eps));
+  x = ag::observe(t, x, "ln_f");
+  const ag::OpScales head = u ? ag::op_scales(us::linear_readout(C, V, N, uc.rules("readout"))) : ag::OpScales{};
+  const ag::ReadoutScope readout(t);
+  ag::Var w = head_ == embed_ ? embed : t.param(*head_);
+  ag::Var logits = ag::observe(t, ag::matmul(t, ag::reshape(t, x, {N, C}), w, false, true, head), "logits");
+  return ag::reshape(t, logits, {B, T, V});
+}
+
+LossSum Llama::forward_backward(const Batch& batch, float grad_scale) {
+  lm::check_batch(batch, config_.context, "Llama");
+  ag::Tape t(context(true));
+  return lm::forward_backward(t, [&](ag::Tape& tape) { return forward(tape, batch.inputs); }, batch.targets,
+                              config_.unit, grad_scale);
+}
+
+LossSum Llama::evaluate(const Batch& batch) {
+  lm::check_batch(batch, config_.context, "Llama");
+  ag::NoGrad no_grad;
+  ag::Tape t(context(false));
+  return lm::evaluate(t, [&](ag::Tape& tape) { return forward(tape, batch.inputs); }, batch.targets, config_.unit);
+}
+
+Tensor Llama::logits(const Tensor& ids) {
+  if (!ids.defined() || ids.dtype() != DType::i32 || ids.ndim() != 2) throw std::invalid_argument("Llama: ids must be i32 [B, T]");
+  ag::NoGrad no_grad;
+  ag::Tape t(context(false));
+  return forward(t, ids).value;
+}
+
+}  // namespace mantissa::nn

@@ -46,6 +46,7 @@ StepMetrics Trainer::train_step() {
   }
   StepMetrics m;
   const double lr = options_.schedule.at(amp_.updates());
+  if (const auto& q = model_.precision().quantiser) q->set_progress(amp_.updates(), options_.schedule.decay_steps);
   double loss_sum = 0;
   for (const nn::Batch& b : micro) loss_sum += amp_.backward(b, total).sum;
   const amp::AmpStepResult r = amp_.step(lr);

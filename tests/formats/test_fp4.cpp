@@ -4,6 +4,9 @@
 #include <gtest/gtest.h>
 
 #include <bit>
+#include <cstdlib>
+#include <fstream>
+#include <string>
 #include <cmath>
 #include <cstdint>
 #include <random>
@@ -180,4 +183,29 @@ TEST(Fp4, BadSpecsThrow) {
   EXPECT_THROW(mf::fp4_cast(mf::Fp4Spec{.tile_cols = 8}, x.data(), 1, 16, nullptr, nullptr, d), std::invalid_argument);
   EXPECT_THROW(mf::fp4_cast(mf::Fp4Spec{.tile_rows = 0}, x.data(), 1, 16, nullptr, nullptr, d), std::invalid_argument);
   EXPECT_THROW(mf::fp4_cast(mf::Fp4Spec{.headroom = true}, x.data(), 1, 16, nullptr, nullptr, d), std::invalid_argument);
+}
+
+// Driven by tests/oracles/test_fp4_blocks.py: casts the raw fp32 file
+// $MANTISSA_FP4_ORACLE.in (spec in .spec: "nvfp4|mxfp4 rows cols tile_rows
+// tile_cols") and writes .dec (bf16 bits), .scales and .t (tensor scale)
+// for the oracle to compare with its own implementation. Skipped otherwise.
+TEST(Fp4, OracleDump) {
+  const char* prefix = std::getenv("MANTISSA_FP4_ORACLE");
+  if (!prefix) GTEST_SKIP() << "run by tests/oracles/test_fp4_blocks.py";
+  const std::string p(prefix);
+  std::ifstream spec(p + ".spec");
+  std::string kind;
+  int64_t rows = 0, cols = 0, tr = 0, tc = 0;
+  ASSERT_TRUE(spec >> kind >> rows >> cols >> tr >> tc);
+  std::vector<float> x(static_cast<size_t>(rows * cols));
+  std::ifstream in(p + ".in", std::ios::binary);
+  ASSERT_TRUE(in.read(reinterpret_cast<char*>(x.data()), static_cast<std::streamsize>(x.size() * 4)));
+  const mf::Fp4Spec s{.scale = kind == "nvfp4" ? mf::Fp4Scale::nvfp4 : mf::Fp4Scale::mxfp4, .tile_rows = tr,
+                      .tile_cols = tc};
+  const Out o = run(true, s, x, rows, cols);
+  std::ofstream(p + ".dec", std::ios::binary).write(reinterpret_cast<const char*>(o.dec.data()),
+                                                    static_cast<std::streamsize>(o.dec.size() * 2));
+  std::ofstream(p + ".scales", std::ios::binary).write(reinterpret_cast<const char*>(o.scales.data()),
+                                                       static_cast<std::streamsize>(o.scales.size()));
+  std::ofstream(p + ".t", std::ios::binary).write(reinterpret_cast<const char*>(&o.r.tensor_scale), 4);
 }

@@ -130,9 +130,10 @@ Tensor Fp4Quantiser::cast_along(const Tensor& x32, int64_t rows, int64_t cols, i
   if (!(rht && config_.rht != RhtMode::none))
     return cast(x32.f32(), rows, cols, axis == 1 ? b : 1, axis == 2 ? b : 1, stochastic, kind);
   if (axis != 1) throw std::logic_error("Fp4Quantiser: the Hadamard transform runs along rows only");
-  std::vector<float> rotated(x32.f32(), x32.f32() + rows * cols);
-  rht_rows(rotated.data(), rows, cols, signs_);
-  return cast(rotated.data(), rows, cols, b, 1, stochastic, kind);
+  Tensor rotated = Tensor::empty({rows, cols}, DType::f32, MemoryKind::workspace);
+  std::memcpy(rotated.f32(), x32.f32(), static_cast<size_t>(rows * cols) * sizeof(float));
+  rht_rows(rotated.f32(), rows, cols, signs_);
+  return cast(rotated.f32(), rows, cols, b, 1, stochastic, kind);
 }
 
 QuantisedOperand Fp4Quantiser::quantise(const Tensor& x, int64_t batch, int64_t rows, int64_t cols,

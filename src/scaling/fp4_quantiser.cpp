@@ -1,6 +1,5 @@
 // The FP4 operand quantiser (scaling/fp4.hpp).
 #include <algorithm>
-#include <cstring>
 #include <stdexcept>
 #include <string>
 
@@ -131,8 +130,7 @@ Tensor Fp4Quantiser::cast_along(const Tensor& x32, int64_t rows, int64_t cols, i
     return cast(x32.f32(), rows, cols, axis == 1 ? b : 1, axis == 2 ? b : 1, stochastic, kind);
   if (axis != 1) throw std::logic_error("Fp4Quantiser: the Hadamard transform runs along rows only");
   Tensor rotated = Tensor::empty({rows, cols}, DType::f32, MemoryKind::workspace);
-  std::memcpy(rotated.f32(), x32.f32(), static_cast<size_t>(rows * cols) * sizeof(float));
-  rht_rows(rotated.f32(), rows, cols, signs_);
+  rht_rows(x32.f32(), rotated.f32(), rows, cols, signs_);
   return cast(rotated.f32(), rows, cols, b, 1, stochastic, kind);
 }
 

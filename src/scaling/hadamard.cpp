@@ -7,6 +7,8 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
+
 namespace mantissa::scaling {
 namespace {
 
@@ -15,11 +17,11 @@ bool has_avx512() {
   return ok;
 }
 
-__attribute__((target("avx512f"))) void group_avx512(float* g, int64_t cols, const RhtSigns& s) {
+__attribute__((target("avx512f"))) void group_avx512(const float* in, float* g, int64_t cols, const RhtSigns& s) {
   for (int64_t j = 0; j < cols; j += 16) {
     const __mmask16 m = cols - j >= 16 ? __mmask16{0xFFFF} : static_cast<__mmask16>((1u << (cols - j)) - 1);
     __m512 v[16];
-    for (int r = 0; r < 16; ++r) v[r] = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, g + r * cols + j), _mm512_set1_ps(s[r]));
+    for (int r = 0; r < 16; ++r) v[r] = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, in + r * cols + j), _mm512_set1_ps(s[r]));
     for (int h = 1; h < 16; h *= 2)
       for (int i = 0; i < 16; i += 2 * h)
         for (int k = i; k < i + h; ++k) {
@@ -31,10 +33,10 @@ __attribute__((target("avx512f"))) void group_avx512(float* g, int64_t cols, con
   }
 }
 
-void group_scalar(float* g, int64_t cols, const RhtSigns& s) {
+void group_scalar(const float* in, float* g, int64_t cols, const RhtSigns& s) {
   for (int64_t j = 0; j < cols; ++j) {
     float v[16];
-    for (int r = 0; r < 16; ++r) v[r] = g[r * cols + j] * s[r];
+    for (int r = 0; r < 16; ++r) v[r] = in[r * cols + j] * s[r];
     for (int h = 1; h < 16; h *= 2)
       for (int i = 0; i < 16; i += 2 * h)
         for (int k = i; k < i + h; ++k) {
@@ -61,14 +63,18 @@ RhtSigns rht_signs(uint64_t seed, bool random) {
   return s;
 }
 
-void rht_rows(float* x, int64_t rows, int64_t cols, const RhtSigns& signs) {
+void rht_rows(const float* in, float* out, int64_t rows, int64_t cols, const RhtSigns& signs) {
   const int64_t groups = rows / 16;
   const bool vec = has_avx512();
 #pragma omp parallel for schedule(static) if (groups * cols >= 4096)
   for (int64_t g = 0; g < groups; ++g) {
-    if (vec) group_avx512(x + g * 16 * cols, cols, signs);
-    else group_scalar(x + g * 16 * cols, cols, signs);
+    if (vec) group_avx512(in + g * 16 * cols, out + g * 16 * cols, cols, signs);
+    else group_scalar(in + g * 16 * cols, out + g * 16 * cols, cols, signs);
   }
+  if (in != out)
+    std::copy(in + groups * 16 * cols, in + rows * cols, out + groups * 16 * cols);
 }
+
+void rht_rows(float* x, int64_t rows, int64_t cols, const RhtSigns& signs) { rht_rows(x, x, rows, cols, signs); }
 
 }  // namespace mantissa::scaling

@@ -5,6 +5,7 @@
 
 #include <bit>
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -45,7 +46,10 @@ TEST(Hadamard, MatchesTheDenseTransform) {
     std::vector<float> x = randn(rows * cols, 1);
     const std::vector<double> want = dense(x, rows, cols, s);
     const std::vector<float> orig = x;
+    std::vector<float> out(x.size(), NAN);
+    ms::rht_rows(x.data(), out.data(), rows, cols, s);  // out of place: the same bits
     ms::rht_rows(x.data(), rows, cols, s);
+    EXPECT_EQ(0, std::memcmp(out.data(), x.data(), x.size() * sizeof(float)));
     for (int64_t i = 0; i < rows * cols; ++i) ASSERT_NEAR(x[i], want[i], 1e-6 * (1 + std::fabs(want[i]))) << i;
     for (int64_t i = 64 * cols; i < rows * cols; ++i) ASSERT_EQ(x[i], orig[i]);
   }

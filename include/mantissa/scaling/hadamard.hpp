@@ -24,5 +24,7 @@ RhtSigns rht_signs(uint64_t seed, bool random = true);
 // vector; the scalar fallback does the same operations in the same order,
 // so both give the same bits.
 void rht_rows(float* x, int64_t rows, int64_t cols, const RhtSigns& signs);
+// The same from `in` into `out` (in == out allowed): one pass instead of a copy and a transform.
+void rht_rows(const float* in, float* out, int64_t rows, int64_t cols, const RhtSigns& signs);
 
 }  // namespace mantissa::scaling

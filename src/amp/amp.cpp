@@ -3,12 +3,14 @@
 // into the working format. See amp.hpp for the protocol.
 #include "mantissa/amp/amp.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <stdexcept>
 
 #include "mantissa/formats/convert.hpp"
 #include "mantissa/optim/clip.hpp"
+#include "mantissa/scaling/fp4.hpp"
 #include "mantissa/scaling/fp8.hpp"
 #include "mantissa/scaling/scalify_quantiser.hpp"
 
@@ -43,6 +45,27 @@ formats::Format diagnostic_format(const Recipe& r) {
   return formats::parse_format("fp16");
 }
 
+// The FP4 quantiser's settings; negative bf16_layers count from the model's last block.
+scaling::Fp4Config fp4_config(const Fp4Settings& f, nn::Model* model) {
+  scaling::Fp4Config c;
+  c.format = f.format == "nvfp4" ? formats::Fp4Scale::nvfp4 : formats::Fp4Scale::mxfp4;
+  c.forward = f.forward;
+  c.backward = f.backward;
+  c.weight_2d = f.weight_2d;
+  c.rht = f.rht == "none" ? scaling::RhtMode::none
+                          : f.rht == "random" ? scaling::RhtMode::random : scaling::RhtMode::deterministic;
+  c.sr_gradients = f.sr != "none";
+  c.sr_operands = f.sr == "backward";
+  c.until = f.until;
+  c.seed = static_cast<uint64_t>(f.seed);
+  scaling::parse_bf16_layers(f.bf16_layers, c);
+  if (model)
+    for (const nn::Parameter* p : model->parameters())
+      if (p->name.rfind("transformer.h.", 0) == 0)
+        c.n_blocks = std::max(c.n_blocks, 1 + std::stoi(p->name.substr(14)));
+  return c;
+}
+
 }  // namespace
 
 autograd::PrecisionPolicy precision_policy(const Recipe& r, nn::Model* model) {
@@ -63,6 +86,10 @@ autograd::PrecisionPolicy precision_policy(const Recipe& r, nn::Model* model) {
     } catch (const std::invalid_argument& e) {
       throw std::invalid_argument("recipe " + r.name + ": " + e.what());
     }
+    return p;
+  }
+  if (r.fp4.format != "none") {
+    p.quantiser = std::make_shared<scaling::Fp4Quantiser>(fp4_config(r.fp4, model));
     return p;
   }
   if (!r.cast_forward.empty() || !r.cast_backward.empty()) {

@@ -173,6 +173,7 @@ std::vector<Recipe> builtin_recipes() {
   add_unit_recipes(v);
   add_fp8_recipes(v);
   add_scalify_recipes(v);
+  add_fp4_recipes(v);
   return v;
 }
 
@@ -318,6 +319,8 @@ void validate_recipe(const Recipe& r) {
       r.cast_backward.empty())
     throw std::invalid_argument("recipe " + r.name + ": cast_scaling '" + cast_scaling_name(r.cast_scaling) +
                                 "' needs cast_forward or cast_backward");
+  if (r.fp4.format != "none" && (!r.cast_forward.empty() || !r.cast_backward.empty()))
+    throw std::invalid_argument("recipe " + r.name + ": fp4_format and cast_forward/cast_backward exclude each other");
   const auto& ls = r.loss_scale;
   if (!(ls.init_scale > 0) || !std::isfinite(ls.init_scale))
     throw std::invalid_argument("recipe " + r.name + ": loss_scale.init_scale must be positive");
@@ -377,6 +380,7 @@ void set_recipe_field(Recipe& r, std::string_view key, std::string_view value) {
     r.mx_scale_rounding = parse_enum<formats::ScaleRounding>(value, kMxScaleNames, key);
   } else if (key == "loss_scale.min_scale") ls.min_scale = parse_number(key, value);
   else if (key == "loss_scale.max_scale") ls.max_scale = parse_number(key, value);
+  else if (set_fp4_field(r.fp4, key, value)) return;
   else
     throw std::invalid_argument(
         "unknown recipe setting '" + std::string(key) +
@@ -384,7 +388,7 @@ void set_recipe_field(Recipe& r, std::string_view key, std::string_view value) {
         "optimizer_state_format, norms_fp32, weight_rounding, cast_forward, cast_backward, cast_scaling, "
         "amax_history, cast_margin, mx_scale_rounding, cast_readout, loss_scale.method, loss_scale.init_scale, "
         "loss_scale.growth_factor, loss_scale.backoff_factor, loss_scale.growth_interval, loss_scale.min_scale, "
-        "loss_scale.max_scale)");
+        "loss_scale.max_scale, " + kFp4Keys + ")");
 }
 
 std::string recipe_to_json(const Recipe& r) {
@@ -415,6 +419,7 @@ std::string recipe_to_json(const Recipe& r) {
               {"growth_interval", ls.growth_interval},
               {"min_scale", ls.min_scale},
               {"max_scale", ls.max_scale}}}};
+  for (const auto& [k, v] : fp4_fields(r.fp4)) j[k] = v;
   return j.dump();
 }
 

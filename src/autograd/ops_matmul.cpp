@@ -74,6 +74,8 @@ struct CastOperand {
   int cache_version = 0;
   Tensor plain;            // not cast: the operand in the policy's matmul dtype
   float scale() const { return q.defined() ? q.codes.scale() : 1.0f; }
+  // The scale of what the backward product multiplies (backward_operand).
+  float backward_scale() const { return q.backward.defined() ? q.backward.scale() : scale(); }
 };
 
 // x stored as [batch, rows, cols] with the contraction along `axis` (1 rows, 2 cols).
@@ -102,6 +104,7 @@ CastOperand forward_operand(Tape& t, OperandQuantiser& q, const Var& x, int64_t 
 // activation, the cached decode of a cast weight, else as keep_operand.
 CastOperand kept_operand(const Tape& t, const Var& x, CastOperand op) {
   if (op.q.defined()) {
+    if (op.q.backward.defined()) op.cache_key = nullptr;  // the backward product multiplies q.backward
     if (!(x.param && op.cache_key)) op.decoded = Tensor();  // decoded again in backward
     return op;
   }
@@ -112,6 +115,7 @@ CastOperand kept_operand(const Tape& t, const Var& x, CastOperand op) {
 // The operand for a backward GEMM (the decode or the kept plain operand).
 Tensor backward_operand(const OperandQuantiser& q, const CastOperand& op) {
   if (!op.q.defined()) return op.plain;
+  if (op.q.backward.defined()) return op.q.backward;
   return op.decoded.defined() ? op.decoded : q.decode(op.q);
 }
 
@@ -193,7 +197,7 @@ Var cast_product(Tape& t, const Var& a, const Var& b, const Var* bias, bool ta, 
       const Tensor bb = backward_operand(*qp, b_kept);
       bool has = false;
       Tensor& da = an->writable(&has);
-      const float alpha = s.backward * sdc * b_kept.scale();
+      const float alpha = s.backward * sdc * b_kept.backward_scale();
       const DType dt = dq.defined() && b_kept.q.defined() ? decoded_compute(dc, bb) : dtype;
       if (!ta)  // dA [M, K] = dC [M, N] @ op(B)^T; a cached weight decode stays packed
         gemm(dt, batch, M, K, N, false, !tb, dc, bb, da.f32(), alpha, has,
@@ -205,12 +209,22 @@ Var cast_product(Tape& t, const Var& a, const Var& b, const Var* bias, bool ta, 
       const Tensor aa = backward_operand(*qp, a_kept);
       bool has = false;
       Tensor& db = bn->writable(&has);
-      const float alpha = s.weight * sdc * a_kept.scale();
-      const DType dt = dq.defined() && a_kept.q.defined() ? decoded_compute(dc, aa) : dtype;
+      Tensor dcw = dc;  // dC as this product multiplies it
+      float sdcw = sdc;
+      if (dq.defined() && qp->separate_wgrad()) {  // cast again, blocked along this product's contraction (M)
+        QuantSite ws = site;
+        ws.role = OperandRole::grad_output;
+        ws.record = true;
+        ws.keep_codes = false;
+        ws.wgrad = true;
+        sdcw = qp->quantise(on->grad, batch, M, N, 1, ws, &dcw).codes.scale();
+      }
+      const float alpha = s.weight * sdcw * a_kept.backward_scale();
+      const DType dt = dq.defined() && a_kept.q.defined() ? decoded_compute(dcw, aa) : dtype;
       if (!tb)  // dB [K, N] = op(A)^T @ dC
-        gemm(dt, batch, K, N, M, !ta, false, aa, dc, db.f32(), alpha, has);
+        gemm(dt, batch, K, N, M, !ta, false, aa, dcw, db.f32(), alpha, has);
       else      // dB [N, K] = dC^T @ op(A)
-        gemm(dt, batch, N, K, M, true, ta, dc, aa, db.f32(), alpha, has);
+        gemm(dt, batch, N, K, M, true, ta, dcw, aa, db.f32(), alpha, has);
     }
     if (biasn) {  // db [N] += weight * column sums of the uncast dC (as Transformer Engine)
       Tensor g = Tensor::zeros({N});

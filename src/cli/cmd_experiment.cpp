@@ -85,8 +85,8 @@ Registrar reg(40, [](CLI::App& app) {
   auto& o = a->o;
   cmd->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // a later flag wins
   cmd->add_option("--model", o.model, "model of the text task: gpt or llama (same sizes and recipes)")->capture_default_str();
-  cmd->add_option("--preset", o.preset, "quick (smaller GPT, 1 seed: about 2 minutes on 2 idle cores) or paper (reference GPT, 3 seeds, every recipe: about 1.5 hours)")
-      ->check(CLI::IsMember({"quick", "paper"}));
+  cmd->add_option("--preset", o.preset, "quick (smaller GPT, 1 seed: about 2 minutes on 2 idle cores) or paper (reference GPT, 3 seeds, every recipe: about 1.5 hours) or fp4 (the FP4 ablation on the reference GPT)")
+      ->check(CLI::IsMember(train::preset_names()));
   cmd->add_option("--recipes", a->recipes, "comma-separated GPT recipes (default: the preset's)");
   cmd->add_option("--mlp-recipes", a->mlp_recipes,
                   "comma-separated Fashion-MNIST MLP recipes, or none (default: fp32,bf16-amp,fp16-amp-noscale,unit-fp8,scalify-fp8)");

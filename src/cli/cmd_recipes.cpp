@@ -22,6 +22,7 @@ void print_table() {
     if (r.cast_scaling == amp::CastScaling::mx)
       cast_scaling += r.mx_scale_rounding == formats::ScaleRounding::ceil ? "(ceil)" : "(floor)";
     std::string state = r.optimizer_state_format == "fp32" ? "" : " [optimizer state " + r.optimizer_state_format + "]";
+    if (r.fp4.format != "none") state += " [" + amp::fp4_summary(r.fp4) + "]";
     std::printf("%-22s %-8s %-8s %-8s %-8s %-8s %-6s %-9s %-5s %-10s %-8s %-8s %-14s %s%s\n", r.name.c_str(),
                 amp::parametrisation_name(r.parametrisation), r.matmul_format.c_str(), r.saved_format.c_str(),
                 r.gradient_format.c_str(), r.weight_format.c_str(), r.master_format.c_str(), scaling.c_str(),

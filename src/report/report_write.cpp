@@ -7,6 +7,7 @@
 #include "mantissa/io/files.hpp"
 #include "mantissa/report/report.hpp"
 #include "report_figures.hpp"
+#include "report_fp4.hpp"
 
 namespace mantissa::report {
 
@@ -96,6 +97,7 @@ ReportFiles write_report(const std::string& dir, const ReportInput& in) {
 
   if (any_gpt) {
     md << "## Character-level GPT: recipe by recipe\n\n" << main_table_md(rows) << "\n" << reading_notes(rows) << "\n";
+    md << fp4_section_md(in.runs);
     md << "### Laid out like the unit-scaling paper (Blake et al. 2023, character LM)\n\n"
        << unit_paper_table_md(rows)
        << "\nPublished numbers are WikiText-103 test bits per character of much larger, longer-trained models "
@@ -151,3 +153,4 @@ ReportFiles write_report(const std::string& dir, const ReportInput& in) {
 }
 
 }  // namespace mantissa::report
+

@@ -25,6 +25,12 @@ const std::vector<std::string> kPaperRecipes = {
     "fp16-master", "bf16-master-sr", "unit-fp32", "unit-bf16", "unit-fp16", "unit-fp8",
     "fp8-noscale", "fp8-current", "fp8-delayed", "mxfp8",   "fp8-blockwise", "scalify-fp16",
     "scalify-fp16-master", "scalify-fp8", "scalify-fp8-fp16state"};
+// The FP4 ablation: the references, the 4-bit recipes, and nvfp4 with one
+// ingredient removed each ("recipe/key=value" runs the recipe with that --set).
+const std::vector<std::string> kFp4Recipes = {
+    "bf16-amp", "fp8-delayed", "mxfp8", "nvfp4", "mxfp4", "mxfp4-fwd", "nvfp4-naive", "mxfp4-naive",
+    "nvfp4/rht=none", "nvfp4/fp4_sr=none", "nvfp4/fp4_weight_2d=false", "nvfp4/bf16_layers=none",
+    "nvfp4/rht=deterministic", "nvfp4/fp4_until=0.9"};
 const std::vector<std::string> kMlpRecipes = {"fp32", "bf16-amp", "fp16-amp-noscale", "unit-fp8", "scalify-fp8"};
 
 // Learning rates: regular 2^-10 (BRIEF section 4); unit 2^-1, the library's unit default,
@@ -55,7 +61,12 @@ Preset preset(const std::string& name) {
             "The paper preset trains the reference GPT (4 layers, d_model 256, 4 heads, T 128, batch 16) with 3 "
             "seeds and every registered recipe: about 1.5 hours on 2 idle cores (estimated 2026-11-24 from a "
             "15-recipe, 1-seed run of the same GPT: 2,498 CPU seconds, so about 10,500 for 21 recipes x 3 seeds)."};
-  throw std::invalid_argument("--preset must be quick or paper (got '" + name + "')");
+  if (name == "fp4")
+    return {4, 256, 4, 128, 16, 350 * 16 * 128, 1, 16, 2, 256, 128, 0, &kFp4Recipes, false,
+            "The fp4 preset trains the reference GPT (the paper preset's model and 350-step budget) with one seed "
+            "under the FP4 recipes and nvfp4 with one ingredient removed each (recipe/key=value: the recipe with "
+            "that setting)."};
+  throw std::invalid_argument("--preset must be quick, paper or fp4 (got '" + name + "')");
 }
 
 void check_positive(int64_t v, const char* flag) {
@@ -70,7 +81,7 @@ std::vector<std::string> registered_names() {
 
 }  // namespace
 
-std::vector<std::string> preset_names() { return {"quick", "paper"}; }
+std::vector<std::string> preset_names() { return {"quick", "paper", "fp4"}; }
 
 ExperimentPlan make_plan(const ExperimentOptions& o) {
   const Preset p = preset(o.preset);
@@ -137,7 +148,8 @@ ExperimentPlan make_plan(const ExperimentOptions& o) {
   validate(g);
   plan.tasks.push_back(gpt);
 
-  const bool no_mlp = o.mlp_recipes.size() == 1 && o.mlp_recipes.front() == "none";
+  const bool no_mlp = (o.mlp_recipes.size() == 1 && o.mlp_recipes.front() == "none") ||
+                      (o.mlp_recipes.empty() && p.mlp_steps == 0);
   if (!no_mlp) {
     TaskPlan mlp;
     mlp.task = "mlp";
@@ -188,13 +200,19 @@ ExperimentPlan make_plan(const ExperimentOptions& o) {
         r.id = t.task + "-" + recipe + "-s" + std::to_string(seed);
         r.config = t.base;
         r.config.recipe = recipe;
+        const size_t slash = recipe.find('/');  // "recipe/key=value": a variant of a registered recipe
+        if (slash != std::string::npos) {
+          r.config.recipe = recipe.substr(0, slash);
+          r.config.set.push_back(recipe.substr(slash + 1));
+          r.id = t.task + "-" + r.config.recipe + "-" + recipe.substr(slash + 1) + "-s" + std::to_string(seed);
+        }
         r.config.seed = seed;
         r.config.lr = t.lr_standard;
-        if (std::find(registered.begin(), registered.end(), recipe) == registered.end()) {
+        if (std::find(registered.begin(), registered.end(), r.config.recipe) == registered.end()) {
           r.available = false;
-          r.unavailable_reason = "recipe '" + recipe + "' is not registered in this build";
+          r.unavailable_reason = "recipe '" + r.config.recipe + "' is not registered in this build";
         } else {
-          const amp::Recipe rec = amp::find_recipe(recipe);
+          const amp::Recipe rec = amp::find_recipe(r.config.recipe);
           r.parametrisation = amp::parametrisation_name(rec.parametrisation);
           if (rec.parametrisation == amp::Parametrisation::unit) r.config.lr = t.lr_unit;
         }

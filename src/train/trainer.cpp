@@ -48,6 +48,7 @@ StepMetrics Trainer::train_step() {
   }
   StepMetrics m;
   const double lr = options_.schedule.at(amp_.updates());
+  if (const auto& q = model_.precision().quantiser) q->set_progress(amp_.updates(), options_.schedule.decay_steps);
   double loss_sum = 0;
   if (options_.fault_hook) options_.fault_hook(step_ + 1, false);
   for (const nn::Batch& b : micro) loss_sum += amp_.backward(b, total).sum;

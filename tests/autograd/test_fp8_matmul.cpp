@@ -9,6 +9,7 @@
 #include <random>
 #include <vector>
 
+#include "autograd/fp64_product.hpp"
 #include "mantissa/autograd/ops.hpp"
 #include "mantissa/formats/format.hpp"
 #include "mantissa/kernels/matmul.hpp"
@@ -45,34 +46,6 @@ std::vector<float> dequantised(const Tensor& x, const formats::Format& f, Fp8Sca
   int64_t tr = axis == 1 ? along : 1, tc = axis == 2 ? along : 1;
   if (rule == Fp8Scaling::blockwise && weight) tr = tc = 128;
   return scaling::dequantised_values(scaling::cast_blocks(f, x, 1, rows, cols, tr, tc, rule));
-}
-
-// C [M, N] = op(A) op(B) in FP64; also the sum of |terms| for the tolerance.
-void ref_product(const std::vector<float>& A, const std::vector<float>& B, int64_t M, int64_t N, int64_t K, bool ta,
-                 bool tb, std::vector<double>& C, std::vector<double>& mag) {
-  C.assign(size_t(M * N), 0);
-  mag.assign(size_t(M * N), 0);
-  for (int64_t i = 0; i < M; ++i)
-    for (int64_t j = 0; j < N; ++j)
-      for (int64_t k = 0; k < K; ++k) {
-        const double a = ta ? A[size_t(k * M + i)] : A[size_t(i * K + k)];
-        const double b = tb ? B[size_t(j * K + k)] : B[size_t(k * N + j)];
-        C[size_t(i * N + j)] += a * b;
-        mag[size_t(i * N + j)] += std::fabs(a * b);
-      }
-}
-
-// fp32 accumulation of K exact products: error <= K * 2^-24 * sum|terms| (loose bound, tight in practice).
-void expect_close(const float* got, const std::vector<double>& want, const std::vector<double>& mag, int64_t K,
-                  const char* what) {
-  int bad = 0;
-  for (size_t i = 0; i < want.size() && bad < 5; ++i) {
-    const double tol = (double(K) * 0x1p-24 + 0x1p-20) * mag[i] + 1e-30;
-    if (!(std::fabs(got[i] - want[i]) <= tol)) {
-      ADD_FAILURE() << what << "[" << i << "]: " << got[i] << " vs " << want[i] << " (tol " << tol << ")";
-      ++bad;
-    }
-  }
 }
 
 struct LinearCase {

@@ -10,6 +10,7 @@
 #include <string_view>
 #include <vector>
 
+#include "mantissa/amp/recipe_fp4.hpp"
 #include "mantissa/formats/mx.hpp"
 
 namespace mantissa::amp {
@@ -84,6 +85,8 @@ struct Recipe {
   // unlikely tokens (below 2^-16: 14% of them in the unit GPT after 350
   // steps), which the model needs to learn to rule them out.
   bool cast_readout = true;
+  // 4-bit block formats in the linear layers' products (FP4 recipes).
+  Fp4Settings fp4;
 };
 
 // ---- registry ---------------------------------------------------------------

@@ -37,6 +37,9 @@ struct QuantSite {
   // (output gradients): a quantiser may then skip writing the codes and
   // return codes of shape [0] that carry only the scale (and block scales).
   bool keep_codes = true;
+  // True for the cast of an output gradient for the weight-gradient product
+  // (asked only of quantisers whose separate_wgrad() is true).
+  bool wgrad = false;
 };
 
 // Power-of-two scales of the tiles of an operand viewed as [batch, rows,
@@ -57,8 +60,16 @@ struct BlockScales {
 struct QuantisedOperand {
   Tensor codes;
   std::shared_ptr<const BlockScales> blocks;
+  // Set by quantisers that cast an operand apart for the backward product
+  // that reuses it (FP4 recipes: blocks along that product's contraction,
+  // Hadamard-rotated for the weight gradient): that operand's exact decode,
+  // its per-tensor scale in backward.scale(). The backward product then
+  // multiplies it instead of the forward decode.
+  Tensor backward;
   bool defined() const { return codes.defined(); }
-  size_t bytes() const { return codes.bytes() + (blocks ? blocks->exponents.size() : 0); }
+  size_t bytes() const {
+    return codes.bytes() + backward.bytes() + (blocks ? blocks->exponents.size() : 0);
+  }
 };
 
 // Casts matrix-product operands. Implemented above autograd (scaling/fp8.hpp:
@@ -96,6 +107,12 @@ class OperandQuantiser {
   // Once per optimizer step, after the update (or the skip): delayed scaling
   // rolls its amax history and computes the next step's scales.
   virtual void end_step() {}
+  // True: the weight-gradient product casts the output gradient again, with
+  // QuantSite::wgrad set and the contraction along its rows.
+  virtual bool separate_wgrad() const { return false; }
+  // Before each optimizer step: updates done so far and the run's total
+  // (0 if unknown), for recipes that change precision late in training.
+  virtual void set_progress(int64_t /*updates*/, int64_t /*total*/) {}
 };
 
 // Op classes as in the mixed-precision literature: matrix products in

@@ -1,0 +1,87 @@
+// FP4 block casts: E2M1 elements (+-{0, 0.5, 1, 1.5, 2, 3, 4, 6}) sharing
+// one scale per block, as the 4-bit training recipes use them (BRIEF
+// section 10):
+//
+//   NVFP4 (NVIDIA, arXiv 2509.25149; torchao's nvfp4 reference quantiser):
+//     tensor scale  t = max(amax / (6 * 448), 2^-117)       (fp32, per tensor)
+//     block scale   s = e4m3_rne(clamp((amax_b / 6) / t, 2^-9, 448))
+//     element       q = e2m1(clamp(x / (t * s), -6, 6))
+//     value         q x s x t
+//   The floor 2^-117 on t keeps t x s a normal fp32 number (tensors with
+//   amax below 1.6e-32 only; torchao divides by zero there).
+//
+//   MXFP4 (OCP MX v1.0): block exponent e = clamp(floor(log2 amax_b) - 2,
+//     -127, 127) (E8M0 code e + 127; amax_b 0 gives -127);
+//     q = e2m1(clamp(x x 2^-e, -6, 6)), value q x 2^e. With `headroom`
+//     (Tseng et al., arXiv 2502.20586, for stochastic rounding) the block is
+//     first multiplied by 3/4 so that it never clips; the tensor scale is then
+//     4/3.
+//
+// e2m1() rounds to nearest, ties to even, or stochastically: up with
+// probability (|y| - lo) / (hi - lo) between the neighbouring E2M1 values,
+// decided by comparing that fraction with a 24-bit draw that depends only on
+// (seed, element index in the [rows, cols] view): results do not depend on
+// threads or vector width. The sign of a code is the sign of x (-0 included).
+//
+// Blocks are tiles of tile_rows x tile_cols of x viewed [rows, cols] (edge
+// tiles shorter): 1 x 16 along a row, 16 x 1 down a column, 16 x 16 for
+// weights (a 2-D block quantises a matrix and its transpose to the same
+// values). decoded = q x s (or q x 2^e) is exact in bf16 (at most 2 + 4
+// significant bits); the tensor scale is left to the GEMM's alpha.
+//
+// A tensor holding inf or NaN is not quantised: decoded is x rounded to bf16
+// (so the non-finite values survive and the step is skipped downstream),
+// codes and scales are 0, tensor scale 1, and `nonfinite` is set.
+#pragma once
+
+#include <cstdint>
+
+namespace mantissa::formats {
+
+enum class Fp4Scale : uint8_t { nvfp4, mxfp4 };
+enum class Fp4Rounding : uint8_t { nearest_even, stochastic };
+
+struct Fp4Spec {
+  Fp4Scale scale = Fp4Scale::nvfp4;
+  int64_t tile_rows = 1, tile_cols = 16;  // tile_cols must be 1, 16 or 32
+  Fp4Rounding rounding = Fp4Rounding::nearest_even;
+  uint64_t seed = 0;       // stochastic draws
+  bool headroom = false;   // mxfp4: blocks scaled by 3/4 first
+};
+
+struct Fp4Result {
+  float tensor_scale = 1.0f;
+  bool nonfinite = false;
+};
+
+// Tiles of a [rows, cols] view.
+inline int64_t fp4_tile_count(const Fp4Spec& s, int64_t rows, int64_t cols) {
+  return ((rows + s.tile_rows - 1) / s.tile_rows) * ((cols + s.tile_cols - 1) / s.tile_cols);
+}
+
+// x [rows, cols] row-major. Any output may be null: codes [rows*cols] (one
+// E2M1 code per byte, sign in bit 3), scales [fp4_tile_count] (E4M3 or E8M0
+// codes, tiles row-major), decoded [rows*cols] bf16 bits of q x block scale.
+// The AVX-512 path where the CPU has it, else fp4_cast_reference; both give
+// the same bits. Throws std::invalid_argument for a bad spec or shape.
+Fp4Result fp4_cast(const Fp4Spec& spec, const float* x, int64_t rows, int64_t cols, uint8_t* codes,
+                   uint8_t* scales, uint16_t* decoded);
+// Scalar reference, written from the definitions above tile by tile.
+Fp4Result fp4_cast_reference(const Fp4Spec& spec, const float* x, int64_t rows, int64_t cols, uint8_t* codes,
+                             uint8_t* scales, uint16_t* decoded);
+bool fp4_vector_available();
+
+// The E2M1 value of a code (sign in bit 3) and the 24-bit stochastic draw of
+// element `index` (the fraction compared is draw x 2^-24).
+float e2m1_value(uint8_t code);
+uint32_t fp4_draw(uint64_t seed, uint64_t index);
+
+// For tests: one element of the cast, given the factor of its block
+// (nvfp4: the divisor t x s; mxfp4: the multiplier 2^-e, after any 3/4), by
+// the reference and by the vector path (16 lanes at a time, n any).
+void fp4_round_elements_reference(Fp4Scale scale, const float* x, const float* factor, int64_t n,
+                                  Fp4Rounding rounding, uint64_t seed, uint64_t first_index, uint8_t* codes);
+void fp4_round_elements(Fp4Scale scale, const float* x, const float* factor, int64_t n, Fp4Rounding rounding,
+                        uint64_t seed, uint64_t first_index, uint8_t* codes);
+
+}  // namespace mantissa::formats

@@ -2,6 +2,9 @@
 // scaled forward/backward of each with grad_scale = loss_scale / total, then
 // hand over to Amp::step (unscale once, skip if non-finite, clip, update,
 // round). The schedule position is the number of applied updates.
+// Micro-batch gradients are summed one after another (s = g_0; s += g_1 ...),
+// each computed from zero, which is exactly the order data-parallel ranks'
+// gradients are summed in (dist::GradReducer): N ranks equal --grad-accum N.
 #include "mantissa/train/trainer.hpp"
 
 #include <chrono>
@@ -32,6 +35,26 @@ Trainer::Trainer(nn::Model& model, optim::Optimizer& optimizer, data::TrainSourc
       amp_(model, optimizer, recipe, options.amp) {
   if (options_.grad_accum < 1) throw std::invalid_argument("grad_accum must be >= 1");
   options_.schedule.validate();
+  if (options_.group && options_.group->distributed())
+    reducer_ = std::make_unique<dist::GradReducer>(*options_.group, amp_.parameters(), options_.comm);
+}
+
+void Trainer::accumulate(size_t k, size_t count) {
+  const std::vector<nn::Parameter*>& params = amp_.parameters();
+  if (accum_.size() != params.size())
+    for (const nn::Parameter* p : params) accum_.push_back(Tensor::empty(p->grad.shape(), DType::f32, MemoryKind::gradient));
+  for (size_t i = 0; i < params.size(); ++i) {
+    float* g = params[i]->grad.f32();
+    float* s = accum_[i].f32();
+    const int64_t n = params[i]->grad.numel();
+    if (k == 0) std::copy(g, g + n, s);
+    else {
+#pragma omp parallel for schedule(static) if (n > 65536)
+      for (int64_t j = 0; j < n; ++j) s[j] += g[j];
+    }
+    if (k + 1 == count) std::copy(s, s + n, g);
+    else std::fill(g, g + n, 0.0f);
+  }
 }
 
 StepMetrics Trainer::train_step() {
@@ -39,16 +62,34 @@ StepMetrics Trainer::train_step() {
   std::vector<nn::Batch> micro;
   micro.reserve(static_cast<size_t>(options_.grad_accum));
   int64_t total = 0, tokens = 0;
+  const int ranks = reducer_ ? options_.group->size() : 1;
   for (int64_t k = 0; k < options_.grad_accum; ++k) {
-    micro.push_back(train_.next());
-    total += amp::count_targets(micro.back());
-    tokens += micro.back().targets.numel();
+    // Every rank draws the whole global batch (same data order everywhere)
+    // and counts all its targets: the gradient is normalised as in one process.
+    nn::Batch global = train_.next();
+    total += amp::count_targets(global);
+    tokens += global.targets.numel();
+    micro.push_back(ranks > 1 ? dist::rank_rows(global, options_.group->rank(), ranks) : std::move(global));
   }
   StepMetrics m;
   const double lr = options_.schedule.at(amp_.updates());
   double loss_sum = 0;
-  for (const nn::Batch& b : micro) loss_sum += amp_.backward(b, total).sum;
+  for (size_t k = 0; k < micro.size(); ++k) {
+    loss_sum += amp_.backward(micro[k], total).sum;
+    if (micro.size() > 1) accumulate(k, micro.size());
+  }
+  if (reducer_) {
+    const dist::CommStats c = reducer_->reduce(amp_.scaler().scale());
+    m.comm_seconds = c.seconds;
+    m.comm_bytes = c.bytes_sent;
+    std::vector<double> sums(static_cast<size_t>(ranks));
+    options_.group->allgather(&loss_sum, sums.data(), sizeof(double), "the loss all-gather");
+    loss_sum = 0;
+    for (double v : sums) loss_sum += v;  // rank order, as micro-batches add up
+  }
+  m.ranks = ranks;
   const amp::AmpStepResult r = amp_.step(lr);
+  if (reducer_ && r.skipped) reducer_->reset_feedback();
   ++step_;
   tokens_seen_ += tokens;
   m.step = step_;
@@ -133,6 +174,12 @@ void Trainer::load_state_json(const std::string& text) {
 }
 
 void Trainer::save(const std::string& dir) {
+  // Every rank holds the same state: rank 0 writes it, the others wait so a
+  // relaunch never sees a half-written checkpoint as the latest.
+  if (options_.group && options_.group->rank() != 0) {
+    options_.group->barrier("the checkpoint barrier");
+    return;
+  }
   std::map<std::string, Tensor> extra;
   // Master copies (when the recipe keeps them) are saved beside the working
   // weights: the model file holds what the model computes with.
@@ -145,6 +192,7 @@ void Trainer::save(const std::string& dir) {
     extra[kMasterPrefix + name] = t;
   }
   io::save_checkpoint(dir, model_, &optimizer_, state_json(), extra);
+  if (options_.group) options_.group->barrier("the checkpoint barrier");
 }
 
 void Trainer::resume(const std::string& dir) {

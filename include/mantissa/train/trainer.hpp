@@ -7,9 +7,11 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "mantissa/amp/amp.hpp"
 #include "mantissa/data/source.hpp"
+#include "mantissa/dist/reduce.hpp"
 #include "mantissa/nn/module.hpp"
 #include "mantissa/optim/optimizer.hpp"
 #include "mantissa/optim/schedule.hpp"
@@ -20,6 +22,11 @@ struct TrainerOptions {
   int64_t grad_accum = 1;
   optim::LrSchedule schedule;
   amp::AmpOptions amp;  // grad_clip, seed (stochastic rounding), grad_stats
+  // Data parallel (null or one process: none). Each rank draws every global
+  // batch and trains on its rows (dist::rank_rows); gradients are summed in
+  // rank order (dist::GradReducer); only rank 0 writes checkpoints.
+  dist::Group* group = nullptr;
+  dist::CommOptions comm;
 };
 
 struct StepMetrics {
@@ -34,6 +41,9 @@ struct StepMetrics {
   bool skipped = false;
   double grad_norm = 0;
   std::string grad_stats_json;
+  int ranks = 1;
+  double comm_seconds = 0;  // gradient reduction (encode, collectives, decode)
+  int64_t comm_bytes = 0;   // sent by this rank
 };
 
 struct EvalMetrics {
@@ -71,6 +81,10 @@ class Trainer {
   void resume(const std::string& dir);
 
  private:
+  // Moves micro-batch k's gradient (of `count`) into the step's running sum
+  // and leaves the gradients zero, or the sum after the last one.
+  void accumulate(size_t k, size_t count);
+
   nn::Model& model_;
   optim::Optimizer& optimizer_;
   data::TrainSource& train_;
@@ -79,6 +93,8 @@ class Trainer {
   amp::Amp amp_;
   int64_t step_ = 0;
   int64_t tokens_seen_ = 0;
+  std::unique_ptr<dist::GradReducer> reducer_;  // data parallel only
+  std::vector<Tensor> accum_;                   // grad_accum > 1: the step's running sum
 };
 
 }  // namespace mantissa::train

@@ -236,7 +236,7 @@ TEST(DistWorker, LowPrecisionWireKeepsRanksIdenticalAndSkipsTogether) {
 std::string self_exe() { return std::filesystem::read_symlink("/proc/self/exe").string(); }
 
 int launch(const std::string& args) {
-  const std::string cmd = "MANTISSA_DIST_WORKER=1 OMP_NUM_THREADS=1 bash '" MANTISSA_SOURCE_DIR
+  const std::string cmd = "MANTISSA_DIST_WORKER=1 OMP_NUM_THREADS=1 ASAN_OPTIONS=detect_leaks=0 bash '" MANTISSA_SOURCE_DIR
                           "/scripts/mpirun-local.sh' " + args + " 2>&1";
   return std::system(cmd.c_str());
 }

@@ -110,10 +110,20 @@ EvalMetrics Trainer::evaluate() const {
   EvalMetrics e;
   e.step = step_;
   if (!val_) throw std::logic_error("no validation data");
+  // Data parallel: rank r evaluates batches r, r + N, ...; the per-batch sums
+  // are gathered and added in batch order, as one process adds them.
+  const int ranks = reducer_ ? options_.group->size() : 1, rank = reducer_ ? options_.group->rank() : 0;
+  const auto n = static_cast<size_t>(val_->num_batches());
+  std::vector<nn::LossSum> mine(n);
+  for (size_t i = static_cast<size_t>(rank); i < n; i += static_cast<size_t>(ranks))
+    mine[i] = model_.evaluate(val_->batch(static_cast<int64_t>(i)));
+  std::vector<nn::LossSum> all(n * static_cast<size_t>(ranks));
+  if (ranks > 1) options_.group->allgather(mine.data(), all.data(), n * sizeof(nn::LossSum), "the evaluation all-gather");
+  else all = mine;
   double sum = 0;
   int64_t count = 0;
-  for (int64_t i = 0; i < val_->num_batches(); ++i) {
-    const nn::LossSum r = model_.evaluate(val_->batch(i));
+  for (size_t i = 0; i < n; ++i) {
+    const nn::LossSum& r = all[(i % static_cast<size_t>(ranks)) * n + i];
     sum += r.sum;
     count += r.count;
   }

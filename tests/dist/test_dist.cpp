@@ -113,6 +113,7 @@ struct TrainRun {
   std::unique_ptr<nn::Model> model;
   std::unique_ptr<optim::Optimizer> opt;
   std::unique_ptr<data::TextWindows> train;
+  std::unique_ptr<data::TextValidation> val;
   std::unique_ptr<train::Trainer> trainer;
 };
 
@@ -124,6 +125,7 @@ TrainRun make_run(const data::TextCorpus& corpus, const train::TrainConfig& c, c
   r.model = train::make_model(c);
   r.opt = train::make_optimizer(c, *r.model, recipe);
   r.train = std::make_unique<data::TextWindows>(corpus, batch, c.seq_len, 7);
+  r.val = std::make_unique<data::TextValidation>(corpus, 4, c.seq_len, 3);  // 3 batches: uneven over 2 ranks
   train::TrainerOptions to;
   to.grad_accum = accum;
   to.schedule.max_lr = 3e-3;
@@ -133,7 +135,7 @@ TrainRun make_run(const data::TextCorpus& corpus, const train::TrainConfig& c, c
   to.amp.grad_clip = 1.0;
   to.group = group;
   to.comm = comm;
-  r.trainer = std::make_unique<train::Trainer>(*r.model, *r.opt, *r.train, nullptr, recipe, to);
+  r.trainer = std::make_unique<train::Trainer>(*r.model, *r.opt, *r.train, r.val.get(), recipe, to);
   return r;
 }
 
@@ -184,6 +186,10 @@ TEST(DistWorker, TwoRanksEqualOneProcessAccumulatingEveryStep) {
       for (uint64_t other : all_hashes(g, h)) ASSERT_EQ(other, h) << "ranks differ at step " << s;
       EXPECT_GT(a.comm_bytes, 0);
     }
+    // Evaluation split across ranks adds the batches' sums in the same order.
+    const train::EvalMetrics ea = dp.trainer->evaluate(), eb = ref.trainer->evaluate();
+    EXPECT_EQ(std::memcmp(&ea.val_loss, &eb.val_loss, sizeof(double)), 0) << ea.val_loss << " vs " << eb.val_loss;
+    EXPECT_EQ(ea.targets, eb.targets);
   }
 }
 

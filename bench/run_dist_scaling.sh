@@ -10,7 +10,9 @@
 # step: wall time, time in the gradient reduction (encode + collectives +
 # decode), bytes each rank sent, and the speed-up over 1 rank x 1 thread
 # measured in the same run. The first 2 steps (set-up) are left out.
-# Writes DIR/dist_scaling.md and DIR/dist_scaling.json (default bench/results/).
+# Also times the wire codecs alone (bench_dist_codec). Writes DIR/dist_scaling.md,
+# DIR/dist_scaling.json and DIR/dist_codec.json (default bench/results/);
+# bench/project_dist_scaling.py DIR projects them to more ranks.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BUILD_DIR=$ROOT/build
@@ -46,6 +48,10 @@ run r1t2 "" 2 ""
 run r2t1_fp32 "$MPI" 1 "--comm-format fp32"
 run r2t1_bf16 "$MPI" 1 "--comm-format bf16"
 run r2t1_fp8 "$MPI" 1 "--comm-format fp8 --comm-error-feedback"
+
+# The wire codecs alone, per value, one thread (bench_dist_codec).
+"$BUILD_DIR/bench/bench_dist_codec" --benchmark_min_time=0.1 --benchmark_out="$OUT/dist_codec.json" \
+  --benchmark_out_format=json >/dev/null
 
 python3 - "$TMP" "$OUT" "$RECIPE" "$MODEL_ARGS" <<'PY'
 import json, statistics, sys, subprocess

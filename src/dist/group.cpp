@@ -67,7 +67,7 @@ int byte_count(size_t bytes, const char* what) {
 // Polls until the request completes; past the deadline, aborts the job.
 void wait(Group& g, MPI_Request& req, const char* what) {
   const auto start = std::chrono::steady_clock::now();
-  int done = 0, polls = 0;
+  int done = 0;
   for (;;) {
     if (MPI_Test(&req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS)
       g.abort(std::string(what) + ": MPI reported an error (another rank has probably died)");
@@ -81,8 +81,11 @@ void wait(Group& g, MPI_Request& req, const char* what) {
                     what, g.timeout());
       g.abort(buf);
     }
-    // Spin briefly (latency), then sleep so a waiting rank leaves its core.
-    if (++polls > 1000) std::this_thread::sleep_for(std::chrono::microseconds(100));
+    // Open MPI advances a collective only inside MPI calls: poll without
+    // sleeping (yielding the core to any runnable process) for 2 s, then
+    // sleep between polls so a long wait does not burn the core.
+    if (waited < 2.0) std::this_thread::yield();
+    else std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
 }
 

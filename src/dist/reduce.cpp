@@ -10,6 +10,7 @@
 #include <stdexcept>
 
 #include "mantissa/formats/convert.hpp"
+#include "mantissa/formats/scaled_copy.hpp"
 #include "mantissa/kernels/profile.hpp"
 
 namespace mantissa::dist {
@@ -65,26 +66,25 @@ void WireCodec::encode(const float* in, uint8_t* out, int64_t n) const {
   uint8_t* codes = out + blocks;
   const double maxv = fp8_.max();
   const int top = std::ilogb(maxv);
-  std::vector<float> scaled(static_cast<size_t>(n));
+  std::vector<float>& scaled = scratch_;
+  if (scaled.size() < static_cast<size_t>(n)) scaled.resize(static_cast<size_t>(n));
+  const float inf = std::numeric_limits<float>::infinity();
 #pragma omp parallel for schedule(static) if (n > 65536)
   for (int64_t b = 0; b < blocks; ++b) {
     const float* x = in + b * block_;
-    float amax = 0;
-    bool finite = true;
-    for (int64_t i = 0; i < block_; ++i) {
-      finite &= std::isfinite(x[i]);
-      amax = std::max(amax, std::fabs(x[i]));
-    }
+    float* y = scaled.data() + b * block_;
+    const auto len = static_cast<size_t>(block_);
+    const formats::ScanTotals t = formats::scaled_copy(x, nullptr, len, 1.0f, inf);
     int e = 0;
-    if (!finite) e = kNonFiniteBlock;
-    else if (amax > 0) {
-      e = top - std::ilogb(amax);
-      if (std::ldexp(static_cast<double>(amax), e) > maxv) --e;
+    if (t.nonfinite) e = kNonFiniteBlock;
+    else if (t.amax > 0) {
+      e = top - std::ilogb(t.amax);
+      if (std::ldexp(static_cast<double>(t.amax), e) > maxv) --e;
       e = std::clamp(e, -126, 127);
     }
     exps[b] = static_cast<int8_t>(e);
-    const float s = e == kNonFiniteBlock ? 0.0f : std::ldexp(1.0f, e);
-    for (int64_t i = 0; i < block_; ++i) scaled[static_cast<size_t>(b * block_ + i)] = x[i] * s;
+    if (e == kNonFiniteBlock) std::fill(y, y + block_, 0.0f);
+    else formats::scaled_copy(x, y, len, std::ldexp(1.0f, e), inf);
   }
   formats::RoundOptions ro;
   ro.saturate = true;

@@ -59,6 +59,7 @@ class WireCodec {
   int64_t block_;
   formats::Format fp8_;
   formats::Format bf16_;
+  mutable std::vector<float> scratch_;  // fp8: the block-scaled copy that is rounded
 };
 
 struct CommStats {

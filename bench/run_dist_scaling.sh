@@ -50,7 +50,7 @@ run r2t1_bf16 "$MPI" 1 "--comm-format bf16"
 run r2t1_fp8 "$MPI" 1 "--comm-format fp8 --comm-error-feedback"
 
 # The wire codecs alone, per value, one thread (bench_dist_codec).
-"$BUILD_DIR/bench/bench_dist_codec" --benchmark_min_time=0.1 --benchmark_out="$OUT/dist_codec.json" \
+[[ -x "$BUILD_DIR/bench/bench_dist_codec" ]] && "$BUILD_DIR/bench/bench_dist_codec" --benchmark_min_time=0.1 --benchmark_out="$OUT/dist_codec.json" \
   --benchmark_out_format=json >/dev/null
 
 python3 - "$TMP" "$OUT" "$RECIPE" "$MODEL_ARGS" <<'PY'

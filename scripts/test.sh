@@ -27,6 +27,10 @@ MANTISSA_BENCH_REPS=1 ./build/bench/bench_matmul --benchmark_filter=attnproj >/d
 ./build/bench/bench_convert --benchmark_filter='/32768|fp8_cast' --benchmark_min_time=0.01 >/dev/null
 bash bench/run_all.sh --quick --build-dir build --out build/bench-results >/dev/null
 head -n 5 build/bench-results/summary.md
+if command -v mpirun >/dev/null; then  # data parallel over 2 local ranks (the dist tests above run them too)
+  bash bench/run_dist_scaling.sh --steps 3 --out build/bench-results \
+    --model-args "--layers 1 --d-model 32 --heads 2 --seq-len 16 --batch-size 4" | tail -1
+fi
 echo "== Python package: pip install . into the venv, then pytest"
 PIP_ARGS=(-q --disable-pip-version-check --no-build-isolation -C cmake.define.MANTISSA_WERROR=ON)
 command -v ccache >/dev/null && PIP_ARGS+=(-C cmake.define.CMAKE_CXX_COMPILER_LAUNCHER=ccache)

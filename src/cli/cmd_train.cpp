@@ -11,6 +11,7 @@
 #include "cli/command.hpp"
 #include "cli/train_flags.hpp"
 #include "mantissa/amp/recipe.hpp"
+#include "mantissa/dist/group.hpp"
 #include "mantissa/kernels/kernels.hpp"
 #include "mantissa/nn/gpt.hpp"
 #include "mantissa/train/inspect.hpp"
@@ -28,8 +29,15 @@ void train_command(CLI::App* cmd, train::TrainConfig& cfg, int64_t watch) {
   const train::TrainConfig& c = session->config;
   auto& model = *session->model;
   if (auto* gpt = dynamic_cast<nn::GPT*>(&model)) gpt->set_activation_checkpointing(static_cast<int>(c.checkpoint_activations));
+  // Data parallel: rank 0 speaks and writes for the job.
+  const dist::Group& group = dist::Group::world();
+  if (group.rank() != 0 && !std::freopen("/dev/null", "w", stdout)) throw std::runtime_error("cannot silence stdout");
   std::printf("mantissa train: %s model, %ld parameters, recipe %s, %d threads\n", model.kind().c_str(),
               static_cast<long>(model.parameter_count()), session->recipe.name.c_str(), kernels::num_threads());
+  if (group.distributed())
+    std::printf("  data parallel: %d ranks, %ld sequences each per micro-batch, gradients in %s%s\n", group.size(),
+                static_cast<long>(c.batch_size / group.size()), c.comm_format.c_str(),
+                c.comm_error_feedback ? " with error feedback" : "");
   std::printf("  model %s\n  data %s", nlohmann::json::parse(model.config_json()).dump().c_str(), session->data_path.c_str());
   if (session->corpus)
     std::printf(" (%ld bytes: %ld train, %ld validation)", static_cast<long>(session->corpus->size()),
@@ -42,6 +50,7 @@ void train_command(CLI::App* cmd, train::TrainConfig& cfg, int64_t watch) {
   std::fflush(stdout);
 
   train::RunOptions ro = train::run_options(*session);
+  if (group.rank() != 0) ro.metrics_path.clear();
   ro.terminal = ::isatty(::fileno(stdout)) != 0;
   std::unique_ptr<train::Watch> watcher;
   if (watch > 0) {

@@ -27,6 +27,7 @@ const char* category_name(Category c) {
     case Category::elementwise: return "elementwise";
     case Category::embedding: return "embedding";
     case Category::conversion: return "conversion";
+    case Category::communication: return "communication";
     default: return "?";
   }
 }

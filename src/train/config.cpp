@@ -27,7 +27,7 @@ std::vector<ConfigKey> config_keys(TrainConfig& c) {
       {"smooth-swiglu", "llama: Smooth-SwiGLU (per-channel scale on the SwiGLU product)", &c.smooth_swiglu},
       {"data", "training data: a UTF-8 text file (gpt) or a Fashion-MNIST directory (mlp); default corpus if empty",
        &c.data},
-      {"batch-size", "sequences (or examples) per micro-batch", &c.batch_size},
+      {"batch-size", "sequences (or examples) per micro-batch, split across data-parallel ranks", &c.batch_size},
       {"seq-len", "tokens per sequence (gpt context)", &c.seq_len},
       {"grad-accum", "micro-batches per optimizer step", &c.grad_accum},
       {"steps", "optimizer steps to reach (total, also when resuming)", &c.steps},
@@ -53,6 +53,12 @@ std::vector<ConfigKey> config_keys(TrainConfig& c) {
       {"weight-rounding", "master -> working weight rounding: nearest or stochastic", &c.weight_rounding},
       {"set", "override any recipe setting: key=value (repeatable)", &c.set},
       {"grad-stats", "record gradient underflow/overflow fractions per parameter group", &c.grad_stats},
+      {"comm-format", "data parallel: gradient wire format fp32, bf16, fp8 (e4m3), fp8-e4m3 or fp8-e5m2", &c.comm_format},
+      {"comm-block", "data parallel, fp8: values per power-of-two scale", &c.comm_block},
+      {"comm-error-feedback", "data parallel: add what the wire format dropped to the next step's gradient",
+       &c.comm_error_feedback},
+      {"comm-timeout", "data parallel: seconds a collective waits for the other ranks before the job stops",
+       &c.comm_timeout},
       {"checkpoint-activations",
        "gpt: keep only every k-th block's input and recompute the block in backward (bare flag: k = 1; 0: off)",
        &c.checkpoint_activations},
@@ -223,6 +229,7 @@ void validate(const TrainConfig& c) {
                                   "than this machine's " + std::to_string(static_cast<int64_t>(ram / (1 << 30))) +
                                   " GiB of memory");
   }
+  finite_positive("comm-timeout", c.comm_timeout);
   if (c.checkpoint_activations > 0 && c.model != "gpt")
     throw std::invalid_argument("--checkpoint-activations applies to the gpt model's blocks (got --model " + c.model + ")");
   if (!c.opt_level.empty() && c.opt_level != "O0" && c.opt_level != "O1" && c.opt_level != "O2" && c.opt_level != "O3")

@@ -62,6 +62,11 @@ std::string step_metrics_json(const StepMetrics& m) {
             {"loss_scale", m.loss_scale},
             {"skipped", m.skipped},
             {"grad_norm", num(m.grad_norm)}};
+  if (m.ranks > 1) {
+    j["ranks"] = m.ranks;
+    j["comm_ms"] = m.comm_seconds * 1e3;
+    j["comm_bytes"] = m.comm_bytes;
+  }
   if (!m.grad_stats_json.empty()) j["grad_stats"] = json::parse(m.grad_stats_json);
   return j.dump();
 }

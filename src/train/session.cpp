@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "mantissa/amp/amp.hpp"
+#include "mantissa/dist/group.hpp"
 #include "mantissa/io/checkpoint.hpp"
 #include "mantissa/kernels/kernels.hpp"
 #include "mantissa/nn/gpt.hpp"
@@ -400,6 +401,13 @@ std::unique_ptr<Session> build_session(const TrainConfig& config) {
   to.amp.grad_clip = c.grad_clip;
   to.amp.seed = static_cast<uint64_t>(c.seed);
   to.amp.grad_stats = c.grad_stats;
+  to.comm = dist::CommOptions{c.comm_format, c.comm_block, c.comm_error_feedback};
+  dist::validate(to.comm);
+  to.group = &dist::Group::world();
+  to.group->set_timeout(c.comm_timeout);
+  if (c.batch_size % to.group->size() != 0)
+    throw std::invalid_argument("--batch-size " + std::to_string(c.batch_size) + " does not split evenly across " +
+                                std::to_string(to.group->size()) + " data-parallel ranks");
   // The model already honours the parametrisation; amp::Amp only handles precision.
   s->trainer = std::make_unique<Trainer>(*s->model, *s->optimizer, *s->train, s->val.get(), s->recipe, to);
   if (!c.resume.empty()) {

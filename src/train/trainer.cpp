@@ -2,6 +2,9 @@
 // scaled forward/backward of each with grad_scale = loss_scale / total, then
 // hand over to Amp::step (unscale once, skip if non-finite, clip, update,
 // round). The schedule position is the number of applied updates.
+// Micro-batch gradients are summed one after another (s = g_0; s += g_1 ...),
+// each computed from zero, which is exactly the order data-parallel ranks'
+// gradients are summed in (dist::GradReducer): N ranks equal --grad-accum N.
 #include "mantissa/train/trainer.hpp"
 
 #include <chrono>
@@ -34,6 +37,26 @@ Trainer::Trainer(nn::Model& model, optim::Optimizer& optimizer, data::TrainSourc
       amp_(model, optimizer, recipe, options.amp) {
   if (options_.grad_accum < 1) throw std::invalid_argument("grad_accum must be >= 1");
   options_.schedule.validate();
+  if (options_.group && options_.group->distributed())
+    reducer_ = std::make_unique<dist::GradReducer>(*options_.group, amp_.parameters(), options_.comm);
+}
+
+void Trainer::accumulate(size_t k, size_t count) {
+  const std::vector<nn::Parameter*>& params = amp_.parameters();
+  if (accum_.size() != params.size())
+    for (const nn::Parameter* p : params) accum_.push_back(Tensor::empty(p->grad.shape(), DType::f32, MemoryKind::gradient));
+  for (size_t i = 0; i < params.size(); ++i) {
+    float* g = params[i]->grad.f32();
+    float* s = accum_[i].f32();
+    const int64_t n = params[i]->grad.numel();
+    if (k == 0) std::copy(g, g + n, s);
+    else {
+#pragma omp parallel for schedule(static) if (n > 65536)
+      for (int64_t j = 0; j < n; ++j) s[j] += g[j];
+    }
+    if (k + 1 == count) std::copy(s, s + n, g);
+    else std::fill(g, g + n, 0.0f);
+  }
 }
 
 StepMetrics Trainer::train_step() {
@@ -41,19 +64,37 @@ StepMetrics Trainer::train_step() {
   std::vector<nn::Batch> micro;
   micro.reserve(static_cast<size_t>(options_.grad_accum));
   int64_t total = 0, tokens = 0;
+  const int ranks = reducer_ ? options_.group->size() : 1;
   for (int64_t k = 0; k < options_.grad_accum; ++k) {
-    micro.push_back(train_.next());
-    total += amp::count_targets(micro.back());
-    tokens += micro.back().targets.numel();
+    // Every rank draws the whole global batch (same data order everywhere)
+    // and counts all its targets: the gradient is normalised as in one process.
+    nn::Batch global = train_.next();
+    total += amp::count_targets(global);
+    tokens += global.targets.numel();
+    micro.push_back(ranks > 1 ? dist::rank_rows(global, options_.group->rank(), ranks) : std::move(global));
   }
   StepMetrics m;
   const double lr = options_.schedule.at(amp_.updates());
   if (const auto& q = model_.precision().quantiser) q->set_progress(amp_.updates(), options_.schedule.decay_steps);
   double loss_sum = 0;
   if (options_.fault_hook) options_.fault_hook(step_ + 1, false);
-  for (const nn::Batch& b : micro) loss_sum += amp_.backward(b, total).sum;
+  for (size_t k = 0; k < micro.size(); ++k) {
+    loss_sum += amp_.backward(micro[k], total).sum;
+    if (micro.size() > 1) accumulate(k, micro.size());
+  }
+  if (reducer_) {
+    const dist::CommStats c = reducer_->reduce(amp_.scaler().scale());
+    m.comm_seconds = c.seconds;
+    m.comm_bytes = c.bytes_sent;
+    std::vector<double> sums(static_cast<size_t>(ranks));
+    options_.group->allgather(&loss_sum, sums.data(), sizeof(double), "the loss all-gather");
+    loss_sum = 0;
+    for (double v : sums) loss_sum += v;  // rank order, as micro-batches add up
+  }
   if (options_.fault_hook) options_.fault_hook(step_ + 1, true);
+  m.ranks = ranks;
   const amp::AmpStepResult r = amp_.step(lr);
+  if (reducer_ && r.skipped) reducer_->reset_feedback();
   ++step_;
   tokens_seen_ += tokens;
   m.step = step_;
@@ -74,10 +115,20 @@ EvalMetrics Trainer::evaluate() const {
   EvalMetrics e;
   e.step = step_;
   if (!val_) throw std::logic_error("no validation data");
+  // Data parallel: rank r evaluates batches r, r + N, ...; the per-batch sums
+  // are gathered and added in batch order, as one process adds them.
+  const int ranks = reducer_ ? options_.group->size() : 1, rank = reducer_ ? options_.group->rank() : 0;
+  const auto n = static_cast<size_t>(val_->num_batches());
+  std::vector<nn::LossSum> mine(n);
+  for (size_t i = static_cast<size_t>(rank); i < n; i += static_cast<size_t>(ranks))
+    mine[i] = model_.evaluate(val_->batch(static_cast<int64_t>(i)));
+  std::vector<nn::LossSum> all(n * static_cast<size_t>(ranks));
+  if (ranks > 1) options_.group->allgather(mine.data(), all.data(), n * sizeof(nn::LossSum), "the evaluation all-gather");
+  else all = mine;
   double sum = 0;
   int64_t count = 0;
-  for (int64_t i = 0; i < val_->num_batches(); ++i) {
-    const nn::LossSum r = model_.evaluate(val_->batch(i));
+  for (size_t i = 0; i < n; ++i) {
+    const nn::LossSum& r = all[(i % static_cast<size_t>(ranks)) * n + i];
     sum += r.sum;
     count += r.count;
   }
@@ -163,10 +214,18 @@ std::map<std::string, Tensor> Trainer::master_tensors() {
 }
 
 void Trainer::save(const std::string& dir) {
-  // A diverged model must never replace a good checkpoint.
+  // A diverged model must never replace a good checkpoint. Every rank holds
+  // the same state, so every rank checks it (none waits on a rank that threw).
   if (const std::string bad = non_finite_state(); !bad.empty())
     throw std::runtime_error("not saving to " + dir + ": " + bad + " holds non-finite values");
+  // Rank 0 writes; the others wait so a relaunch never sees a half-written
+  // checkpoint as the latest.
+  if (options_.group && options_.group->rank() != 0) {
+    options_.group->barrier("the checkpoint barrier");
+    return;
+  }
   io::save_checkpoint(dir, model_, &optimizer_, state_json(), master_tensors());
+  if (options_.group) options_.group->barrier("the checkpoint barrier");
 }
 
 void Trainer::resume(const std::string& dir) {

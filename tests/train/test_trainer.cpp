@@ -83,7 +83,9 @@ TEST(Trainer, AccumulatedMicroBatchesEqualOneBigBatch) {
     const auto a = ta.train_step(), b = tb.train_step();
     EXPECT_EQ(a.targets, b.targets);
     EXPECT_EQ(a.targets, 48 - 18);
-    EXPECT_NEAR(a.loss, b.loss, 1e-12 * std::fabs(b.loss));  // both sums are fp64
+    // Both loss sums are fp64, but after step 0 the weights differ by fp32
+    // rounding: the micro-batch gradients are summed whole (g0 + g1 + g2).
+    EXPECT_NEAR(a.loss, b.loss, 1e-8 * std::fabs(b.loss));
     EXPECT_LT(max_abs_diff(weights(ma), weights(mb)), 2e-6) << "step " << s;
   }
   toy::Bigram untrained(V, 3);

@@ -9,7 +9,7 @@
 
 namespace mantissa::kernels::profile {
 
-enum class Category : int { matmul, attention, norms, elementwise, embedding, conversion, count };
+enum class Category : int { matmul, attention, norms, elementwise, embedding, conversion, communication, count };
 inline constexpr int kCategories = static_cast<int>(Category::count);
 const char* category_name(Category c);
 

@@ -58,6 +58,11 @@ struct TrainConfig {
   std::string weight_rounding;    // "" (recipe's), nearest, stochastic
   std::vector<std::string> set;   // "key=value" recipe overrides
   bool grad_stats = false;
+  // Data parallel (under mpirun; --batch-size is then the global batch).
+  std::string comm_format = "fp32";  // gradient wire format: fp32, bf16, fp8, fp8-e4m3, fp8-e5m2
+  int64_t comm_block = 128;          // fp8: values per power-of-two scale
+  bool comm_error_feedback = false;  // carry what the wire format dropped into the next step
+  double comm_timeout = 300;         // seconds a collective may wait before the job stops
   // Memory.
   int64_t checkpoint_activations = 0;  // gpt: recompute every k-th block in backward (0: off)
   // Evaluation, logging, checkpoints.

@@ -9,9 +9,11 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "mantissa/amp/amp.hpp"
 #include "mantissa/data/source.hpp"
+#include "mantissa/dist/reduce.hpp"
 #include "mantissa/nn/module.hpp"
 #include "mantissa/optim/optimizer.hpp"
 #include "mantissa/optim/schedule.hpp"
@@ -25,6 +27,11 @@ struct TrainerOptions {
   // Fault injection for tests: called in every step (1-based) before the
   // forward passes (after_backward false) and before the update (true).
   std::function<void(int64_t step, bool after_backward)> fault_hook;
+  // Data parallel (null or one process: none). Each rank draws every global
+  // batch and trains on its rows (dist::rank_rows); gradients are summed in
+  // rank order (dist::GradReducer); only rank 0 writes checkpoints.
+  dist::Group* group = nullptr;
+  dist::CommOptions comm;
 };
 
 struct StepMetrics {
@@ -39,6 +46,9 @@ struct StepMetrics {
   bool skipped = false;
   double grad_norm = 0;
   std::string grad_stats_json;
+  int ranks = 1;
+  double comm_seconds = 0;  // gradient reduction (encode, collectives, decode)
+  int64_t comm_bytes = 0;   // sent by this rank
 };
 
 struct EvalMetrics {
@@ -81,6 +91,10 @@ class Trainer {
   std::string non_finite_state();
 
  private:
+  // Moves micro-batch k's gradient (of `count`) into the step's running sum
+  // and leaves the gradients zero, or the sum after the last one.
+  void accumulate(size_t k, size_t count);
+
   nn::Model& model_;
   optim::Optimizer& optimizer_;
   data::TrainSource& train_;
@@ -91,6 +105,8 @@ class Trainer {
   int64_t tokens_seen_ = 0;
 
   std::map<std::string, Tensor> master_tensors();
+  std::unique_ptr<dist::GradReducer> reducer_;  // data parallel only
+  std::vector<Tensor> accum_;                   // grad_accum > 1: the step's running sum
 };
 
 }  // namespace mantissa::train

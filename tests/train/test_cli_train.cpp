@@ -13,26 +13,15 @@
 #include <random>
 #include <sstream>
 
+#include "train/cli_util.hpp"
+
 namespace fs = std::filesystem;
 
 namespace {
 
-struct Result {
-  int code = -1;
-  std::string out;  // stdout and stderr
-};
+using cli_test::Result;
 
-Result run(const std::string& args) {
-  const std::string cmd = std::string(MANTISSA_CLI) + " " + args + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  Result r;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
-  const int status = pclose(p);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
+Result run(const std::string& args) { return cli_test::run_command(std::string(MANTISSA_CLI) + " " + args); }
 
 class CliTrain : public ::testing::Test {
  protected:
@@ -40,11 +29,7 @@ class CliTrain : public ::testing::Test {
     dir_ = fs::temp_directory_path() / ("mantissa_cli_train_" + std::to_string(::getpid()));
     fs::remove_all(dir_);
     fs::create_directories(dir_);
-    std::mt19937_64 rng(3);
-    const char* words[] = {"the ", "quick ", "brown ", "fox ", "jumps ", "over ", "lazy ", "dog", ".\n", ", "};
-    std::string text;
-    while (text.size() < 6000) text += words[rng() % std::size(words)];
-    write("corpus.txt", text);
+    write("corpus.txt", cli_test::word_corpus(6000, 3));
     write("empty.txt", "");
   }
   void TearDown() override { fs::remove_all(dir_); }

@@ -37,10 +37,30 @@ bool is_hash(const std::string& s) {
   return true;
 }
 
-// The commit checked out in repo, read from .git itself: no git process, so
-// nothing the checkout's config, hooks or attributes name is ever run.
-// "<hash> (<branch>)", "<hash>" when detached, empty if not found.
-std::string git_head(const std::filesystem::path& repo) {
+// The repository the binary was built in: <repo>/<build dir>/mantissa.
+std::string repo_dir() {
+  std::error_code ec;
+  const auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (ec) return {};
+  return exe.parent_path().parent_path().string();
+}
+
+std::string first_field(const std::string& file, const std::string& key) {
+  std::ifstream in(file);
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind(key, 0) == 0) {
+      const auto colon = line.find(':');
+      if (colon != std::string::npos) return trim(line.substr(colon + 1));
+    }
+  return {};
+}
+
+}  // namespace
+
+// No git process: nothing the checkout's config, hooks or attributes name
+// is ever run.
+std::string git_head(const std::string& checkout) {
+  const std::filesystem::path repo(checkout);
   namespace fs = std::filesystem;
   std::error_code ec;
   fs::path git = repo / ".git";
@@ -66,26 +86,6 @@ std::string git_head(const std::filesystem::path& repo) {
       return line.substr(0, 40) + " (" + branch + ")";
   return {};
 }
-
-// The repository the binary was built in: <repo>/<build dir>/mantissa.
-std::string repo_dir() {
-  std::error_code ec;
-  const auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
-  if (ec) return {};
-  return exe.parent_path().parent_path().string();
-}
-
-std::string first_field(const std::string& file, const std::string& key) {
-  std::ifstream in(file);
-  for (std::string line; std::getline(in, line);)
-    if (line.rfind(key, 0) == 0) {
-      const auto colon = line.find(':');
-      if (colon != std::string::npos) return trim(line.substr(colon + 1));
-    }
-  return {};
-}
-
-}  // namespace
 
 std::map<std::string, std::string> version_info() {
   std::map<std::string, std::string> v;

@@ -65,9 +65,11 @@ void LossScaler::load_state_json(const std::string& text) {
                                   scaling_name(config_.method) + "'");
     const double scale = j.at("scale").get<double>();
     if (!(scale > 0) || !std::isfinite(scale)) throw std::invalid_argument("saved loss scale is not positive");
+    const auto tracker = j.at("growth_tracker").get<int64_t>(), skipped = j.at("skipped_steps").get<int64_t>();
+    if (tracker < 0 || skipped < 0) throw std::invalid_argument("saved loss scaler counters are negative");
     scale_ = scale;
-    growth_tracker_ = j.at("growth_tracker").get<int64_t>();
-    skipped_ = j.at("skipped_steps").get<int64_t>();
+    growth_tracker_ = tracker;
+    skipped_ = skipped;
   } catch (const nlohmann::json::exception& e) {
     throw std::invalid_argument(std::string("loss scaler state: ") + e.what());
   }

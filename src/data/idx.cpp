@@ -10,22 +10,30 @@
 #include "data/rng_util.hpp"
 #include "mantissa/io/files.hpp"
 #include "mantissa/io/untrusted.hpp"
+#include "mantissa/tensor/checked.hpp"
 
 namespace mantissa::data {
 
 namespace {
 
-std::string gunzip(const std::string& gz, const std::string& path) {
+std::string gunzip(const std::string& gz, const std::string& path, size_t max_bytes) {
   z_stream zs{};
   // 16 + MAX_WBITS: expect a gzip wrapper (and check its CRC and length).
   if (inflateInit2(&zs, 16 + MAX_WBITS) != Z_OK) throw DataError(path + ": cannot initialise zlib");
   std::string out;
-  out.resize(gz.size() * 4 + (1 << 16));
+  out.resize(std::min(max_bytes, gz.size() * 4 + (1 << 16)));
   zs.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(gz.data()));
   zs.avail_in = static_cast<uInt>(gz.size());
   int rc = Z_OK;
   while (rc != Z_STREAM_END) {
-    if (zs.total_out == out.size()) out.resize(out.size() * 2);
+    if (zs.total_out == out.size()) {
+      if (out.size() >= max_bytes) {
+        inflateEnd(&zs);
+        throw DataError(path + ": gzip data decompresses to more than " + std::to_string(max_bytes) +
+                        " bytes (not an IDX file mantissa reads)");
+      }
+      out.resize(std::min(max_bytes, out.size() * 2));
+    }
     zs.next_out = reinterpret_cast<Bytef*>(out.data() + zs.total_out);
     zs.avail_out = static_cast<uInt>(std::min<size_t>(out.size() - zs.total_out, 1u << 30));
     rc = inflate(&zs, Z_NO_FLUSH);
@@ -62,7 +70,7 @@ std::string find_file(const std::string& dir, const std::string& stem) {
 
 }  // namespace
 
-IdxArray read_idx(const std::string& path) {
+IdxArray read_idx(const std::string& path, size_t max_bytes) {
   std::error_code ec;
   if (!std::filesystem::exists(path, ec)) throw DataError("IDX file '" + path + "' does not exist");
   std::string bytes;
@@ -72,7 +80,7 @@ IdxArray read_idx(const std::string& path) {
     throw DataError(e.what());
   }
   if (bytes.size() >= 2 && static_cast<unsigned char>(bytes[0]) == 0x1f && static_cast<unsigned char>(bytes[1]) == 0x8b)
-    bytes = gunzip(bytes, path);
+    bytes = gunzip(bytes, path, max_bytes);
   if (bytes.size() < 4) throw DataError(path + ": too short for an IDX header (" + std::to_string(bytes.size()) + " bytes)");
   if (bytes[0] != 0 || bytes[1] != 0) throw DataError(path + ": not an IDX file (bad magic number)");
   if (static_cast<unsigned char>(bytes[2]) != 0x08)
@@ -83,17 +91,20 @@ IdxArray read_idx(const std::string& path) {
   const size_t header = 4 + 4 * ndims;
   if (bytes.size() < header) throw DataError(path + ": truncated IDX header");
   IdxArray a;
-  uint64_t count = 1;
+  int64_t count = 1;
   for (size_t d = 0; d < ndims; ++d) {
     const uint32_t n = be32(bytes, 4 + 4 * d);
     a.dims.push_back(n);
-    count *= n;
-    if (count > (uint64_t{1} << 40)) throw DataError(path + ": IDX dimensions are implausibly large");
+    try {
+      count = checked_mul(count, n, "IDX dimensions");
+    } catch (const std::invalid_argument& e) {
+      throw DataError(path + ": " + e.what());
+    }
   }
-  if (bytes.size() - header != count)
+  if (static_cast<int64_t>(bytes.size() - header) != count)
     throw DataError(path + ": IDX dims promise " + std::to_string(count) + " values but " +
                     std::to_string(bytes.size() - header) + " bytes follow the header" +
-                    (bytes.size() - header < count ? " (truncated)" : ""));
+                    (static_cast<int64_t>(bytes.size() - header) < count ? " (truncated)" : ""));
   a.values.assign(bytes.begin() + static_cast<std::ptrdiff_t>(header), bytes.end());
   return a;
 }
@@ -111,7 +122,11 @@ ClassificationSet load_idx_classification(const std::string& images_path, const 
     throw DataError(images_path + " holds " + std::to_string(images.dims[0]) + " images but " + labels_path +
                     " holds " + std::to_string(labels.dims[0]) + " labels");
   ClassificationSet s;
-  s.feature_count = images.dims[1] * images.dims[2];
+  try {
+    s.feature_count = checked_mul(images.dims[1], images.dims[2], "IDX image rows x columns");
+  } catch (const std::invalid_argument& e) {
+    throw DataError(images_path + ": " + e.what());
+  }
   s.num_classes = num_classes;
   s.norm = norm;
   s.pixels = std::move(images.values);
@@ -207,6 +222,7 @@ void ShuffledBatches::load_state(const std::string& json) {
   detail::set_engine_state(rng_, j["rng"].get<std::string>(), "shuffled_batches state");
   reshuffle();
   epoch_ = j["epoch"].get<int64_t>();
+  if (epoch_ < 0) throw DataError("shuffled_batches state: negative epoch " + std::to_string(epoch_));
   cursor_ = cursor;
   seed_ = j.value("seed", seed_);
 }

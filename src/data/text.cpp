@@ -8,6 +8,7 @@
 #include "data/rng_util.hpp"
 #include "mantissa/io/files.hpp"
 #include "mantissa/io/untrusted.hpp"
+#include "mantissa/tensor/checked.hpp"
 
 namespace mantissa::data {
 
@@ -27,6 +28,19 @@ nlohmann::json parse_state(const std::string& json, const char* kind) {
   if (!j.is_object() || j.value("kind", "") != kind)
     throw DataError(std::string("data state is not a '") + kind + "' state");
   return j;
+}
+
+// A batch is two i32 tensors [batch, seq_len]: their element count must fit.
+void check_batch_tokens(int64_t batch, int64_t seq_len) {
+  try {
+    if (checked_mul(batch, seq_len, "text batch: batch size x sequence length") > (int64_t{1} << 31))
+      throw DataError("text batch: batch size " + std::to_string(batch) + " x sequence length " +
+                      std::to_string(seq_len) + " exceeds 2^31 tokens");
+  } catch (const DataError&) {
+    throw;
+  } catch (const std::invalid_argument& e) {
+    throw DataError(e.what());
+  }
 }
 
 }  // namespace
@@ -71,6 +85,7 @@ TextWindows::TextWindows(const TextCorpus& corpus, int64_t batch, int64_t seq_le
     : corpus_(&corpus), batch_(batch), seq_len_(seq_len), seed_(seed), rng_(seed) {
   check_positive(batch, "batch size");
   corpus.check_seq_len(seq_len);
+  check_batch_tokens(batch, seq_len);
 }
 
 nn::Batch TextWindows::next() {
@@ -104,6 +119,7 @@ void TextWindows::load_state(const std::string& json) {
     throw DataError("text_windows state needs 'rng' and 'batches'");
   detail::set_engine_state(rng_, j["rng"].get<std::string>(), "text_windows state");
   batches_ = j["batches"].get<int64_t>();
+  if (batches_ < 0) throw DataError("text_windows state: negative batch count " + std::to_string(batches_));
   seed_ = j.value("seed", seed_);
 }
 
@@ -111,6 +127,7 @@ TextValidation::TextValidation(const TextCorpus& corpus, int64_t batch, int64_t 
     : corpus_(&corpus), batch_(batch), seq_len_(seq_len) {
   check_positive(batch, "batch size");
   corpus.check_seq_len(seq_len);
+  check_batch_tokens(batch, seq_len);
   // Targets are bytes 1..V-1 of the split; full windows cover 1..n_full*T.
   const int64_t V = corpus.val_size();
   const int64_t n_full = (V - 1) / seq_len;

@@ -85,7 +85,8 @@ bool parse_exmy(std::string_view head, int& e, int& m) {
 void validate(std::string_view spec, const Format& f) {
   if (f.kind != Kind::floating) return;
   if (f.exponent_bits < 1 || f.exponent_bits > 11) bad_spec(spec, "exponent bits must be 1..11");
-  if (f.mantissa_bits < 0 || f.exponent_bits + f.mantissa_bits > 31)
+  // Ranges first, so the sums below cannot overflow.
+  if (f.mantissa_bits < 0 || f.mantissa_bits > 31 || f.exponent_bits + f.mantissa_bits > 31)
     bad_spec(spec, "mantissa bits must be >= 0 with exponent + mantissa bits <= 31");
   if (f.has_inf && f.nan != NanEncoding::ieee) bad_spec(spec, "inf=1 needs nan=ieee");
   if (f.nan == NanEncoding::fnuz && f.negative_zero) bad_spec(spec, "nan=fnuz uses the -0 code, so negzero must be 0");
@@ -93,6 +94,9 @@ void validate(std::string_view spec, const Format& f) {
     bad_spec(spec, "with 0 mantissa bits the top exponent is inf, leaving no IEEE NaN code (use inf=0)");
   if (f.nan == NanEncoding::fn && f.mantissa_bits == 0 && f.exponent_bits == 1)
     bad_spec(spec, "nan=fn leaves no finite non-zero value");
+  // Any bias beyond +-4096 puts values outside the double range anyway; the
+  // bound keeps layout_of's exponent arithmetic from overflowing an int.
+  if (f.bias < -4096 || f.bias > 4096) bad_spec(spec, "bias must be in [-4096, 4096]");
   const auto l = detail::layout_of(f);
   if (l.emax < l.emin) bad_spec(spec, "no normal values left after reserving inf/NaN codes");
   if (l.emax > 1023 || l.emin - f.mantissa_bits < -1074) bad_spec(spec, "bias puts values outside the double range");

@@ -1,6 +1,7 @@
 #include "mantissa/io/checkpoint.hpp"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <stdio.h>
 #include <unistd.h>
 
@@ -26,6 +27,18 @@ constexpr const char* kOptimizerJson = "optimizer.json";
 constexpr const char* kTrainerFile = "trainer_state.json";
 constexpr const char* kComplete = "COMPLETE";
 constexpr const char* kExtraPrefix = "extra.";
+// Created first in a save's temporary directory and removed just before it
+// is renamed into place: a leftover carrying it is a save that was killed.
+constexpr const char* kPartial = ".mantissa-partial";
+// Every name a checkpoint directory may hold; a manifest naming anything
+// else is refused, and cleanup deletes nothing else.
+constexpr const char* kKnownFiles[] = {kModelFile, kConfigFile, kOptimizerFile, kOptimizerJson, kTrainerFile};
+
+bool known_file(const std::string& name) {
+  for (const char* k : kKnownFiles)
+    if (name == k) return true;
+  return false;
+}
 // Buffers of Hugging Face GPT-2 files that are not parameters (the causal
 // mask); a file holding them still loads.
 constexpr const char* kHfBufferSuffixes[] = {".attn.bias", ".attn.masked_bias"};
@@ -99,9 +112,49 @@ std::vector<fs::path> siblings(const std::string& dir, const std::string& tag) {
   return out;
 }
 
-std::string without_trailing_slash(std::string dir) {
+// "a/b/", "a/b/." and "a/./b" all name a/b; a path without a final name
+// ("", ".", "..", "/") cannot be saved to (its siblings are not beside it).
+std::string without_trailing_slash(const std::string& dir_in) {
+  std::string dir = fs::path(dir_in).lexically_normal().string();
   while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
   return dir;
+}
+
+bool has_final_name(const std::string& dir) {
+  const std::string name = fs::path(dir).filename().string();
+  return !name.empty() && name != "." && name != ".." && dir != "/";
+}
+
+// dir's COMPLETE is a mantissa checkpoint manifest.
+bool is_checkpoint(const std::string& dir) {
+  try {
+    const auto m = nlohmann::json::parse(read_file(join(dir, kComplete)));
+    return m.is_object() && m.value("format", "") == "mantissa-checkpoint";
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
+// Deletes what a save writes into dir (only those names, and their
+// temporaries left by a killed write), then dir itself if that left it
+// empty: anything else found inside is kept.
+void remove_owned(const std::string& dir) {
+  std::vector<std::string> names(std::begin(kKnownFiles), std::end(kKnownFiles));
+  names.push_back(kComplete);
+  names.push_back(kPartial);
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string n = e.path().filename().string();
+    bool ours = false;
+    for (const std::string& k : names) ours = ours || n == k || n.rfind(k + ".tmp-", 0) == 0;
+    if (ours && !e.is_directory(ec)) ::unlink(e.path().c_str());
+  }
+  ::rmdir(dir.c_str());
+}
+
+bool is_symlink(const std::string& path) {
+  std::error_code ec;
+  return fs::is_symlink(fs::symlink_status(path, ec));
 }
 
 // The directory that holds the checkpoint: dir if complete, else (dir
@@ -122,7 +175,9 @@ std::string resolve(const std::string& dir) {
   return best;
 }
 
-std::map<std::string, std::string> read_verified(const std::string& dir) {
+// The files the manifest lists (only `only`, if given), each checked
+// against its size and CRC-32.
+std::map<std::string, std::string> read_verified(const std::string& dir, const char* only = nullptr) {
   const std::string marker = join(dir, kComplete);
   nlohmann::json manifest;
   try {
@@ -135,7 +190,16 @@ std::map<std::string, std::string> read_verified(const std::string& dir) {
     throw FormatError(marker + ": not a mantissa checkpoint manifest");
   std::map<std::string, std::string> files;
   for (const auto& [name, info] : manifest["files"].items()) {
+    if (!known_file(name))
+      throw FormatError(marker + ": names '" + name + "', which is not a checkpoint file (expected only " +
+                        kModelFile + ", " + kConfigFile + ", " + kOptimizerFile + ", " + kOptimizerJson + ", " +
+                        kTrainerFile + ")");
+    if (!info.is_object() || !info.contains("bytes") || !info["bytes"].is_number_unsigned() ||
+        !info.contains("crc32") || !info["crc32"].is_number_unsigned())
+      throw FormatError(marker + ": entry '" + name + "' lacks unsigned \"bytes\" and \"crc32\"");
+    if (only && name != only) continue;
     const std::string path = join(dir, name);
+    if (is_symlink(path)) throw FormatError(path + ": is a symbolic link (a checkpoint holds only regular files)");
     std::string bytes;
     try {
       bytes = read_file(path);
@@ -151,10 +215,9 @@ std::map<std::string, std::string> read_verified(const std::string& dir) {
       throw FormatError(path + ": CRC-32 does not match the checkpoint manifest (corrupt file)");
     files.emplace(name, std::move(bytes));
   }
+  if (only && !files.count(only)) throw FormatError(marker + ": does not list " + only);
   return files;
 }
-
-std::atomic<int> g_save_counter{0};
 
 }  // namespace
 
@@ -184,10 +247,16 @@ std::string read_model_config(const std::string& dir) {
   const std::string resolved = resolve(without_trailing_slash(dir));
   const std::string path = join(resolved.empty() ? dir : resolved, kConfigFile);
   std::string text;
-  try {
-    text = read_file(path);
-  } catch (const std::invalid_argument& e) {
-    throw FormatError(std::string("model config: ") + e.what());
+  if (!resolved.empty()) {
+    // A checkpoint: the config must match its manifest before a model is
+    // built from it.
+    text = read_verified(resolved, kConfigFile).at(kConfigFile);
+  } else {
+    try {
+      text = read_file(path);
+    } catch (const std::invalid_argument& e) {
+      throw FormatError(std::string("model config: ") + e.what());
+    }
   }
   try {
     parse_json(text, path);
@@ -197,17 +266,42 @@ std::string read_model_config(const std::string& dir) {
   return text;
 }
 
+void check_checkpoint_target(const std::string& dir_in, const std::string& flag) {
+  const std::string dir = without_trailing_slash(dir_in);
+  const std::string refuse = flag + " '" + dir_in + "' ";
+  if (!has_final_name(dir)) throw std::invalid_argument(refuse + "does not name a directory to save into");
+  std::error_code ec;
+  const auto st = fs::symlink_status(dir, ec);
+  if (fs::exists(st)) {
+    const std::string advice = "; mantissa replaces only its own checkpoints: choose another path, or remove it yourself";
+    if (fs::is_symlink(st)) throw std::invalid_argument(refuse + "is a symbolic link" + advice);
+    if (!fs::is_directory(st)) throw std::invalid_argument(refuse + "exists and is not a directory" + advice);
+    if (!fs::is_empty(dir, ec) && !is_checkpoint(dir))
+      throw std::invalid_argument(refuse + "exists and is not a mantissa checkpoint (no " + kComplete + " manifest)" +
+                                  advice);
+  }
+  check_writable_directory(parent_of(dir), flag);
+}
+
 void save_checkpoint(const std::string& dir_in, nn::Model& model, const optim::Optimizer* optimizer,
                      const std::string& trainer_state, const std::map<std::string, Tensor>& extra_tensors) {
   const std::string dir = without_trailing_slash(dir_in);
-  const std::string tag = std::to_string(::getpid()) + "-" + std::to_string(g_save_counter++);
-  const std::string tmp = dir + ".tmp-" + tag;
+  check_checkpoint_target(dir, "checkpoint directory");
   std::error_code ec;
-  // Leftovers of saves that were killed: never the live checkpoint.
-  for (const fs::path& p : siblings(dir, "tmp")) fs::remove_all(p, ec);
+  // Leftovers of saves that were killed (they carry the partial marker):
+  // never the live checkpoint, never a directory mantissa did not make.
+  // (A save killed before it marked its directory left it empty: rmdir
+  // removes only an empty one.)
+  for (const fs::path& p : siblings(dir, "tmp")) {
+    if (is_symlink(p.string())) continue;
+    if (fs::exists(p / kPartial, ec)) remove_owned(p.string());
+    else ::rmdir(p.c_str());
+  }
   fs::create_directories(parent_of(dir), ec);
-  fs::create_directories(tmp, ec);
-  if (ec) throw std::runtime_error("cannot create directory '" + tmp + "': " + ec.message());
+  const std::string tmp = unique_sibling(dir, "tmp");
+  if (::mkdir(tmp.c_str(), 0755) != 0)
+    throw std::runtime_error("cannot create directory '" + tmp + "': " + std::strerror(errno));
+  write_file_atomic(join(tmp, kPartial), "");
 
   std::map<std::string, std::string> files;
   files[kModelFile] = model_bytes(model);
@@ -229,27 +323,36 @@ void save_checkpoint(const std::string& dir_in, nn::Model& model, const optim::O
   }
   // COMPLETE last: a directory without it is never loaded.
   write_file_atomic(join(tmp, kComplete), manifest.dump(2) + "\n");
+  ::unlink(join(tmp, kPartial).c_str());
   fsync_path(tmp, true);
 
-  if (!fs::exists(dir, ec)) {
-    if (std::rename(tmp.c_str(), dir.c_str()) != 0)
-      throw std::runtime_error("cannot rename '" + tmp + "' to '" + dir + "': " + std::strerror(errno));
-  } else if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, dir.c_str(), RENAME_EXCHANGE) == 0) {
-    fs::remove_all(tmp, ec);  // now the previous checkpoint
-  } else {
-    // No atomic exchange on this file system: move the old one aside first;
-    // load_checkpoint falls back to DIR.old-* while DIR is missing.
-    const std::string old = dir + ".old-" + tag;
-    if (std::rename(dir.c_str(), old.c_str()) != 0)
-      throw std::runtime_error("cannot rename '" + dir + "' to '" + old + "': " + std::strerror(errno));
-    fsync_path(parent_of(dir), true);
-    if (std::rename(tmp.c_str(), dir.c_str()) != 0)
-      throw std::runtime_error("cannot rename '" + tmp + "' to '" + dir + "': " + std::strerror(errno));
-    fsync_path(parent_of(dir), true);
-    fs::remove_all(old, ec);
+  // rename() replaces a missing or empty directory in one step; a previous
+  // checkpoint is exchanged with the new one.
+  if (std::rename(tmp.c_str(), dir.c_str()) != 0) {
+    if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, dir.c_str(), RENAME_EXCHANGE) == 0) {
+      // tmp now names what was at dir: checked above to be a checkpoint; if
+      // it was swapped for something else since, put it back untouched.
+      if (is_symlink(tmp) || !is_checkpoint(tmp)) {
+        ::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, dir.c_str(), RENAME_EXCHANGE);
+        throw std::runtime_error("'" + dir + "' changed during the save and is no longer a mantissa checkpoint; left as it was");
+      }
+      remove_owned(tmp);
+    } else {
+      // No atomic exchange on this file system: move the old one aside
+      // first; load_checkpoint falls back to DIR.old-* while DIR is missing.
+      const std::string old = unique_sibling(dir, "old");
+      if (std::rename(dir.c_str(), old.c_str()) != 0)
+        throw std::runtime_error("cannot rename '" + dir + "' to '" + old + "': " + std::strerror(errno));
+      fsync_path(parent_of(dir), true);
+      if (std::rename(tmp.c_str(), dir.c_str()) != 0)
+        throw std::runtime_error("cannot rename '" + tmp + "' to '" + dir + "': " + std::strerror(errno));
+      fsync_path(parent_of(dir), true);
+      remove_owned(old);
+    }
   }
   fsync_path(parent_of(dir), true);
-  for (const fs::path& p : siblings(dir, "old")) fs::remove_all(p, ec);
+  for (const fs::path& p : siblings(dir, "old"))
+    if (!is_symlink(p.string()) && is_checkpoint(p.string())) remove_owned(p.string());
 }
 
 CheckpointData load_checkpoint(const std::string& dir_in, nn::Model& model, optim::Optimizer* optimizer) {

@@ -3,9 +3,11 @@
 #include "mantissa/io/fault.hpp"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <array>
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -29,12 +31,8 @@ void fsync_directory_of(const std::string& path) {
   ::close(fd);
 }
 
-}  // namespace
-
-void write_file_atomic(const std::string& path, const std::string& bytes) {
-  const std::string tmp = path + ".tmp";
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw std::runtime_error(sys_error("cannot create", tmp));
+// Writes all of bytes to fd; false (errno set) on failure.
+bool write_all(int fd, const std::string& bytes) {
   size_t done = 0;
   while (done < bytes.size()) {
     const int injected = injected_write_error();
@@ -42,12 +40,36 @@ void write_file_atomic(const std::string& path, const std::string& bytes) {
     ssize_t n = injected != 0 ? -1 : ::write(fd, bytes.data() + done, bytes.size() - done);
     if (n < 0) {
       if (errno == EINTR) continue;
-      std::string msg = sys_error("cannot write", tmp);
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      throw std::runtime_error(msg);
+      return false;
     }
     done += static_cast<size_t>(n);
+  }
+  return true;
+}
+
+}  // namespace
+
+std::string unique_sibling(const std::string& path, const std::string& tag) {
+  static std::atomic<uint64_t> counter{0};
+  return path + "." + tag + "-" + std::to_string(::getpid()) + "-" + std::to_string(counter++);
+}
+
+void write_file_atomic(const std::string& path, const std::string& bytes) {
+  std::string tmp;
+  int fd = -1;
+  // O_EXCL: a name someone else holds (a file or a planted link) is never
+  // opened; try the next one.
+  for (int attempt = 0; attempt < 100 && fd < 0; ++attempt) {
+    tmp = unique_sibling(path, "tmp");
+    fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (fd < 0 && errno != EEXIST) break;
+  }
+  if (fd < 0) throw std::runtime_error(sys_error("cannot create", tmp));
+  if (!write_all(fd, bytes)) {
+    std::string msg = sys_error("cannot write", tmp);
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    throw std::runtime_error(msg);
   }
   if (::fsync(fd) != 0 || ::close(fd) != 0) {
     std::string msg = sys_error("cannot flush", tmp);
@@ -60,6 +82,77 @@ void write_file_atomic(const std::string& path, const std::string& bytes) {
     throw std::runtime_error(msg);
   }
   fsync_directory_of(path);
+}
+
+void check_replaceable_file(const std::string& path, const std::string& signature, const std::string& flag) {
+  struct stat st{};
+  if (::lstat(path.c_str(), &st) != 0) {
+    if (errno == ENOENT) return;
+    throw std::invalid_argument(flag + " " + sys_error("cannot inspect", path));
+  }
+  const std::string refuse = flag + " '" + path + "' ";
+  const std::string advice = "; mantissa replaces only files it wrote: choose another path, or remove it yourself";
+  if (S_ISLNK(st.st_mode)) throw std::invalid_argument(refuse + "is a symbolic link" + advice);
+  if (!S_ISREG(st.st_mode)) throw std::invalid_argument(refuse + "exists and is not a regular file" + advice);
+  std::string head(signature.size(), '\0');
+  int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  ssize_t n = fd < 0 ? -1 : ::read(fd, head.data(), head.size());
+  if (fd >= 0) ::close(fd);
+  if (n != static_cast<ssize_t>(signature.size()) || head != signature)
+    throw std::invalid_argument(refuse + "exists and was not written by mantissa" + advice);
+}
+
+void refuse_output_over_input(const std::string& output, const std::string& flag,
+                              const std::vector<std::pair<std::string, std::string>>& inputs) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path out = fs::weakly_canonical(output, ec);
+  if (ec) return;
+  for (const auto& [in_flag, in] : inputs) {
+    if (in.empty()) continue;
+    const fs::path p = fs::weakly_canonical(in, ec);
+    if (ec || !fs::exists(p, ec)) continue;
+    bool inside = false;
+    for (fs::path a = p; !a.empty() && a != a.root_path(); a = a.parent_path()) inside = inside || a == out;
+    if (inside)
+      throw std::invalid_argument(flag + " '" + output + "' would overwrite the input " + in_flag + " '" + in +
+                                  "': choose another output path");
+  }
+}
+
+void check_writable_directory(const std::string& dir, const std::string& flag) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::path d = dir.empty() ? fs::path(".") : fs::path(dir);
+  while (!fs::exists(d, ec) && d.has_parent_path() && d.parent_path() != d) d = d.parent_path();
+  if (!fs::exists(d, ec)) d = ".";
+  if (!fs::is_directory(d, ec))
+    throw std::invalid_argument(flag + ": '" + d.string() + "' is not a directory, so '" + dir + "' cannot be created");
+  // A real probe (not access()): read-only mounts and ACLs answer too.
+  const std::string probe = unique_sibling((d / ".mantissa-write-test").string(), "probe");
+  if (::mkdir(probe.c_str(), 0700) != 0)
+    throw std::invalid_argument(flag + ": " + sys_error("cannot create files in", d.string()));
+  ::rmdir(probe.c_str());
+}
+
+AppendFile::AppendFile(const std::string& path) : path_(path) {
+  fd_ = ::open(path.c_str(), O_WRONLY | O_APPEND | O_NOFOLLOW | O_CLOEXEC);
+  if (fd_ < 0) throw std::invalid_argument(sys_error("cannot open for appending", path));
+  struct stat st{};
+  if (::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd_);
+    fd_ = -1;
+    throw std::invalid_argument("'" + path + "' is not a regular file");
+  }
+}
+
+AppendFile::~AppendFile() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void AppendFile::write(const std::string& bytes) {
+  if (fd_ < 0) return;
+  if (!write_all(fd_, bytes)) throw std::runtime_error(sys_error("cannot write", path_) + " (disk full?)");
 }
 
 std::string read_file(const std::string& path) {

@@ -8,6 +8,7 @@
 #include "mantissa/autograd/ops_unit.hpp"
 #include "mantissa/kernels/matmul.hpp"
 #include "mantissa/nn/init.hpp"
+#include "mantissa/tensor/checked.hpp"
 #include "mantissa/tensor/memory_trace.hpp"
 #include "mantissa/io/untrusted.hpp"
 #include "nn/causal_lm.hpp"
@@ -17,29 +18,25 @@ namespace ag = mantissa::autograd;
 
 // ---- config --------------------------------------------------------------------------------
 void GPTConfig::validate() const {
-  auto positive = [](int64_t v, const char* name) {
-    if (v <= 0) throw std::invalid_argument(std::string("GPT config: ") + name + " must be positive, got " + std::to_string(v));
-  };
-  positive(vocab, "vocab");
-  positive(context, "context");
-  positive(layers, "layers");
-  positive(d_model, "d_model");
-  positive(heads, "heads");
-  auto at_most = [](int64_t v, int64_t cap, const char* name) {
-    if (v > cap)
-      throw std::invalid_argument(std::string("GPT config: ") + name + " " + std::to_string(v) + " is too large (at most " +
-                                  std::to_string(cap) + ")");
-  };
-  at_most(vocab, 1 << 24, "vocab");
-  at_most(context, 1 << 20, "context (n_positions)");
-  at_most(layers, 1024, "layers");
-  at_most(d_model, 65536, "d_model");
+  check_dimension("GPT", "vocab", vocab);
+  check_dimension("GPT", "context", context);
+  check_dimension("GPT", "layers", layers, 1 << 16);
+  check_dimension("GPT", "d_model", d_model, 1 << 16);
+  check_dimension("GPT", "heads", heads, d_model);
   if (d_model % heads != 0)
     throw std::invalid_argument("GPT config: d_model " + std::to_string(d_model) + " is not divisible by heads " +
                                 std::to_string(heads));
   if (!(dropout >= 0.0f && dropout < 1.0f))
     throw std::invalid_argument("GPT config: dropout must be in [0, 1), got " + std::to_string(dropout));
   unit.validate();
+  // Embeddings [V, C] and [T, C] (an untied unit head [V, C] more), per
+  // layer 12 C^2 + 13 C, final norm 2 C.
+  const char* what = "GPT config: parameter count";
+  const int64_t C = d_model;
+  const int64_t per_layer = checked_add(checked_mul(12 * C, C, what), 13 * C, what);
+  int64_t n = checked_mul(checked_add(vocab * (unit.enabled ? 2 : 1), context, what), C, what);
+  n = checked_add(n, checked_add(checked_mul(layers, per_layer, what), 2 * C, what), what);
+  check_parameter_total("GPT", n);
 }
 
 std::string GPTConfig::to_json() const {
@@ -79,19 +76,24 @@ GPTConfig GPTConfig::from_json(const std::string& text) {
   get("n_embd", c.d_model);
   get("n_layer", c.layers);
   get("n_head", c.heads);
-  if (j.contains("mantissa") && j["mantissa"].is_object()) {
-    const auto& m = j["mantissa"];
-    if (m.contains("seed")) c.seed = m["seed"].get<uint64_t>();
-    if (m.contains("dropout")) c.dropout = m["dropout"].get<float>();
-    if (m.contains("unit")) c.unit = UnitConfig::from_json(m["unit"].dump());
-    if (m.contains("parametrisation")) {
-      const std::string p = m["parametrisation"].get<std::string>();
-      if (p != "unit" && p != "standard")
-        throw std::invalid_argument("GPT config: parametrisation must be standard or unit, got '" + p + "'");
-      c.unit.enabled = p == "unit";
+  if (!j.is_object()) throw std::invalid_argument("GPT config: not a JSON object");
+  try {
+    if (j.contains("mantissa") && j["mantissa"].is_object()) {
+      const auto& m = j["mantissa"];
+      if (m.contains("seed")) c.seed = m["seed"].get<uint64_t>();
+      if (m.contains("dropout")) c.dropout = m["dropout"].get<float>();
+      if (m.contains("unit")) c.unit = UnitConfig::from_json(m["unit"].dump());
+      if (m.contains("parametrisation")) {
+        const std::string p = m["parametrisation"].get<std::string>();
+        if (p != "unit" && p != "standard")
+          throw std::invalid_argument("GPT config: parametrisation must be standard or unit, got '" + p + "'");
+        c.unit.enabled = p == "unit";
+      }
+    } else if (j.contains("resid_pdrop") && j["resid_pdrop"].is_number()) {
+      c.dropout = j["resid_pdrop"].get<float>();
     }
-  } else if (j.contains("resid_pdrop") && j["resid_pdrop"].is_number()) {
-    c.dropout = j["resid_pdrop"].get<float>();
+  } catch (const nlohmann::json::exception& e) {
+    throw std::invalid_argument(std::string("GPT config: ") + e.what());
   }
   c.validate();
   return c;

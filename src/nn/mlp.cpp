@@ -9,19 +9,26 @@
 #include "mantissa/kernels/matmul.hpp"
 #include "mantissa/nn/init.hpp"
 #include "mantissa/io/untrusted.hpp"
+#include "mantissa/tensor/checked.hpp"
 
 namespace mantissa::nn {
 namespace ag = mantissa::autograd;
 
 void MLPConfig::validate() const {
-  if (inputs <= 0) throw std::invalid_argument("MLP config: inputs must be positive, got " + std::to_string(inputs));
-  if (classes <= 0) throw std::invalid_argument("MLP config: classes must be positive, got " + std::to_string(classes));
-  if (inputs > (1 << 24) || classes > (1 << 24) || hidden.size() > 1024)
-    throw std::invalid_argument("MLP config: inputs, classes (at most 2^24) or layer count (at most 1024) too large");
+  check_dimension("MLP", "inputs", inputs);
+  check_dimension("MLP", "classes", classes);
+  if (hidden.size() > 1024) throw std::invalid_argument("MLP config: more than 1024 hidden layers");
   for (size_t i = 0; i < hidden.size(); ++i)
-    if (hidden[i] <= 0 || hidden[i] > 65536)
-      throw std::invalid_argument("MLP config: hidden[" + std::to_string(i) + "] must be in [1, 65536], got " +
-                                  std::to_string(hidden[i]));
+    check_dimension("MLP", ("hidden[" + std::to_string(i) + "]").c_str(), hidden[i]);
+  // Weights [in, out] and biases [out] of every layer.
+  const char* what = "MLP config: parameter count";
+  int64_t n = 0, in = inputs;
+  for (size_t i = 0; i <= hidden.size(); ++i) {
+    const int64_t out = i < hidden.size() ? hidden[i] : classes;
+    n = checked_add(n, checked_mul(checked_add(in, 1, what), out, what), what);
+    in = out;
+  }
+  check_parameter_total("MLP", n);
   if (activation != "relu" && activation != "gelu")
     throw std::invalid_argument("MLP config: activation must be relu or gelu, got '" + activation + "'");
   unit.validate();

@@ -3,6 +3,8 @@
 #include "mantissa/tensor/memory_trace.hpp"
 
 #include <cstdlib>
+#include <stdexcept>
+#include <string>
 #include <mutex>
 #include <new>
 #include <unordered_map>
@@ -33,6 +35,10 @@ size_t g_cached_bytes = 0;
 size_t padded_size(size_t bytes) {
   // Round up so that aligned_alloc's size rule holds and vector loops may
   // read a whole 64-byte line past the last element without faulting.
+  // The allocator cannot serve more than 2^62 bytes anyway; refusing here
+  // keeps the rounding below from wrapping.
+  if (bytes > (size_t{1} << 62))
+    throw std::invalid_argument("allocation of " + std::to_string(bytes) + " bytes is beyond any machine");
   return (bytes + 63) / 64 * 64 + 64;
 }
 

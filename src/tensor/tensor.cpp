@@ -7,6 +7,7 @@
 #include "mantissa/formats/convert.hpp"
 #include "mantissa/kernels/kernels.hpp"
 #include "mantissa/kernels/profile.hpp"
+#include "mantissa/tensor/checked.hpp"
 #include "mantissa/tensor/memory_trace.hpp"
 
 namespace mantissa {
@@ -52,10 +53,10 @@ DType parse_dtype(const std::string& name) {
                               "' (valid: f32, bf16, f16, e4m3fn, e5m2, e4m3fnuz, e5m2fnuz, i32)");
 }
 
-int64_t shape_numel(const Shape& s) {
-  int64_t n = 1;
-  for (int64_t d : s) n *= d;
-  return n;
+int64_t shape_numel(const Shape& s) { return checked_numel(s, "element count of a tensor shape"); }
+
+size_t Tensor::bytes() const {
+  return static_cast<size_t>(checked_mul(numel(), static_cast<int64_t>(dtype_size(dtype_)), "byte size of a tensor"));
 }
 
 std::string shape_str(const Shape& s) {

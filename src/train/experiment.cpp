@@ -45,16 +45,30 @@ std::optional<report::RunResult> stored_result(const fs::path& dir, const RunSpe
   }
 }
 
-void check_writable(const fs::path& out) {
+// Marks an --out directory as a study's: only a directory that is new,
+// empty or carries this file is written into (runs and report files inside
+// it are then replaced and removed freely).
+constexpr const char* kStudyMarker = ".mantissa-report";
+
+void claim_out_dir(const fs::path& out) {
   std::error_code ec;
-  fs::create_directories(out / "runs", ec);
-  if (ec) throw std::invalid_argument("--out " + out.string() + ": cannot create the directory (" + ec.message() + ")");
-  try {
-    io::write_file_atomic((out / ".write-test").string(), "ok\n");
-  } catch (const std::exception& e) {
-    throw std::invalid_argument("--out " + out.string() + ": not writable (" + e.what() + ")");
+  const auto st = fs::symlink_status(out, ec);
+  const std::string refuse = "--out '" + out.string() + "' ";
+  const std::string advice = "; mantissa writes reports only into a new or empty directory, or one it made";
+  if (fs::is_symlink(st)) throw std::invalid_argument(refuse + "is a symbolic link" + advice);
+  if (fs::exists(st)) {
+    if (!fs::is_directory(st)) throw std::invalid_argument(refuse + "exists and is not a directory" + advice);
+    if (!fs::is_empty(out, ec) && !fs::is_regular_file(fs::symlink_status(out / kStudyMarker, ec)))
+      throw std::invalid_argument(refuse + "exists and is not a mantissa report directory (no " + kStudyMarker +
+                                  " file)" + advice);
   }
-  fs::remove(out / ".write-test", ec);
+  fs::create_directories(out / "runs", ec);
+  if (ec) throw std::invalid_argument(refuse + ": cannot create the directory (" + ec.message() + ")");
+  try {
+    io::write_file_atomic((out / kStudyMarker).string(), "mantissa experiment report directory\n");
+  } catch (const std::exception& e) {
+    throw std::invalid_argument(refuse + ": not writable (" + e.what() + ")");
+  }
 }
 
 std::string resolve_data(const std::string& given, const std::string& kind, const char* flag) {
@@ -121,7 +135,7 @@ ExperimentOutcome run_experiment(const ExperimentOptions& options, FILE* log, bo
   const double cpu_start = cpu_seconds();
   ExperimentPlan plan = make_plan(options);
   const fs::path out(options.out);
-  check_writable(out);
+  claim_out_dir(out);
   for (TaskPlan& t : plan.tasks) {
     const std::string path = resolve_data(t.base.data, t.task, t.task == "gpt" ? "--data" : "--mlp-data");
     t.base.data = path;

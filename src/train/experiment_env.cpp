@@ -4,11 +4,9 @@
 #include <sys/utsname.h>
 #include <unistd.h>
 
-#include <array>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <memory>
 #include <thread>
 
 #include "mantissa/kernels/kernels.hpp"
@@ -24,14 +22,19 @@ std::string trim(std::string s) {
   return a == std::string::npos ? "" : s.substr(a);
 }
 
-// stdout of a read-only command (git describe), empty on failure.
-std::string command_output(const std::string& cmd) {
-  std::unique_ptr<FILE, int (*)(FILE*)> p(::popen(cmd.c_str(), "r"), ::pclose);
-  if (!p) return {};
-  std::string out;
-  std::array<char, 256> buf{};
-  while (std::fgets(buf.data(), static_cast<int>(buf.size()), p.get())) out += buf.data();
-  return trim(out);
+// First line of a small file, trimmed; empty if unreadable.
+std::string first_line(const std::filesystem::path& file) {
+  std::ifstream in(file);
+  std::string line;
+  std::getline(in, line);
+  return trim(line);
+}
+
+bool is_hash(const std::string& s) {
+  if (s.size() != 40 && s.size() != 64) return false;
+  for (char c : s)
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
+  return true;
 }
 
 // The repository the binary was built in: <repo>/<build dir>/mantissa.
@@ -54,12 +57,41 @@ std::string first_field(const std::string& file, const std::string& key) {
 
 }  // namespace
 
+// No git process: nothing the checkout's config, hooks or attributes name
+// is ever run.
+std::string git_head(const std::string& checkout) {
+  const std::filesystem::path repo(checkout);
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::path git = repo / ".git";
+  if (fs::is_regular_file(git, ec)) {  // a worktree: "gitdir: <path>"
+    const std::string line = first_line(git);
+    if (line.rfind("gitdir: ", 0) != 0) return {};
+    const fs::path target = line.substr(8);
+    git = target.is_absolute() ? target : repo / target;
+  }
+  const std::string head = first_line(git / "HEAD");
+  if (is_hash(head)) return head;
+  if (head.rfind("ref: refs/", 0) != 0 || head.find("..") != std::string::npos) return {};
+  const std::string ref = head.substr(5);
+  const std::string branch = ref.rfind("refs/heads/", 0) == 0 ? ref.substr(11) : ref;
+  fs::path common = git;
+  if (const std::string c = first_line(git / "commondir"); !c.empty())
+    common = fs::path(c).is_absolute() ? fs::path(c) : git / c;
+  for (const fs::path& d : {git, common})
+    if (const std::string h = first_line(d / ref); is_hash(h)) return h + " (" + branch + ")";
+  std::ifstream packed(common / "packed-refs");
+  for (std::string line; std::getline(packed, line);)
+    if (line.size() > 41 && line.compare(41, std::string::npos, ref) == 0 && is_hash(line.substr(0, 40)))
+      return line.substr(0, 40) + " (" + branch + ")";
+  return {};
+}
+
 std::map<std::string, std::string> version_info() {
   std::map<std::string, std::string> v;
-  std::string describe;
-  if (const std::string repo = repo_dir(); !repo.empty() && std::filesystem::exists(repo + "/.git"))
-    describe = command_output("git -C '" + repo + "' describe --always --dirty --tags 2>/dev/null");
-  v["mantissa"] = describe.empty() ? "0.1.0 (no git checkout)" : "0.1.0, git " + describe;
+  const std::string repo = repo_dir();
+  const std::string head = repo.empty() ? std::string() : git_head(repo);
+  v["mantissa"] = head.empty() ? "0.1.0 (no git checkout)" : "0.1.0, git " + head;
 #if defined(__clang__)
   v["compiler"] = "clang " __clang_version__;
 #elif defined(__GNUC__)

@@ -2,9 +2,12 @@
 
 #include <chrono>
 #include <cmath>
-#include <fstream>
+#include <filesystem>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
+
+#include "mantissa/io/files.hpp"
 
 namespace mantissa::train {
 
@@ -28,24 +31,24 @@ std::string format_eta(double seconds) {
 
 class MetricsFile {
  public:
+  // A fresh run replaces the file by a new one (never truncating it in
+  // place); a resumed run appends to it.
   MetricsFile(const std::string& path, bool append, std::function<void(const std::string&)> hook)
       : hook_(std::move(hook)) {
     if (path.empty()) return;
-    out_.open(path, append ? std::ios::app : std::ios::trunc);
-    if (!out_) throw std::invalid_argument("--metrics " + path + ": cannot open for writing");
+    io::check_replaceable_file(path, kMetricsSignature, "--metrics");
+    std::error_code ec;
+    if (!append || !std::filesystem::exists(path, ec)) io::write_file_atomic(path, "");
+    out_ = std::make_unique<io::AppendFile>(path);
   }
-  // One line per record, flushed so a reader can follow the run.
+  // One line per record, handed to the kernel at once so a reader can follow the run.
   void write(const std::string& line) {
-    if (out_.is_open()) {
-      out_ << line << '\n';
-      out_.flush();
-      if (!out_) throw std::runtime_error("writing the metrics file failed (disk full?)");
-    }
+    if (out_) out_->write(line + "\n");
     if (hook_) hook_(line);
   }
 
  private:
-  std::ofstream out_;
+  std::unique_ptr<io::AppendFile> out_;
   std::function<void(const std::string&)> hook_;
 };
 

@@ -14,10 +14,12 @@
 #include "mantissa/amp/amp.hpp"
 #include "mantissa/dist/group.hpp"
 #include "mantissa/io/checkpoint.hpp"
+#include "mantissa/io/files.hpp"
 #include "mantissa/kernels/kernels.hpp"
 #include "mantissa/nn/gpt.hpp"
 #include "mantissa/nn/llama.hpp"
 #include "mantissa/nn/mlp.hpp"
+#include "mantissa/train/run.hpp"
 
 namespace mantissa::train {
 
@@ -275,14 +277,6 @@ std::vector<fs::path> data_dirs() {
   return dirs;
 }
 
-std::vector<fs::path> data_scripts() {
-  std::vector<fs::path> s;
-  const fs::path exe = exe_dir();
-  if (!exe.empty()) s.push_back(exe.parent_path() / "scripts" / "data.sh");
-  s.push_back(fs::current_path() / "scripts" / "data.sh");
-  return s;
-}
-
 std::string find_in(const std::vector<fs::path>& dirs, const std::string& name) {
   for (const auto& d : dirs) {
     std::error_code ec;
@@ -296,20 +290,27 @@ std::string find_in(const std::vector<fs::path>& dirs, const std::string& name) 
 std::string default_data_path(const std::string& kind) {
   const std::string name = kind == "mlp" ? "fashion-mnist" : "austen.txt";
   if (std::string p = find_in(data_dirs(), name); !p.empty()) return p;
-  for (const auto& script : data_scripts()) {
-    std::error_code ec;
-    if (!fs::exists(script, ec)) continue;
-    std::fprintf(stderr, "mantissa: default data not found; running %s (first use only)\n", script.c_str());
-    const std::string cmd = "bash '" + script.string() + "' >&2";
-    if (std::system(cmd.c_str()) != 0)
-      throw std::invalid_argument("fetching the default data failed: run `bash " + script.string() +
-                                  "` and check its messages, or pass --data PATH");
-    if (std::string p = find_in(data_dirs(), name); !p.empty()) return p;
-    break;
-  }
+  // Never fetched implicitly: running a script found on disk would run
+  // whatever the current directory holds.
+  const fs::path exe = exe_dir();
+  const std::string script = exe.empty() ? "scripts/data.sh" : (exe.parent_path() / "scripts" / "data.sh").string();
   throw std::invalid_argument("default data " + name +
-                              " not found (looked in $MANTISSA_DATA, <repo>/.cache/data, ./.cache/data): run "
-                              "`bash scripts/data.sh` in the mantissa repository, or pass --data PATH");
+                              " not found (looked in $MANTISSA_DATA, <repo>/.cache/data, ./.cache/data): fetch it "
+                              "with `bash " + script + "` (from the mantissa repository), or pass --data PATH");
+}
+
+void check_outputs(const TrainConfig& c, const std::string& data_path) {
+  const std::vector<std::pair<std::string, std::string>> inputs = {{"--data", data_path}, {"--config", c.config}};
+  if (!c.save.empty()) {
+    io::refuse_output_over_input(c.save, "--save", inputs);
+    io::check_checkpoint_target(c.save, "--save");
+  }
+  if (!c.metrics.empty()) {
+    io::refuse_output_over_input(c.metrics, "--metrics", inputs);
+    if (!c.resume.empty()) io::refuse_output_over_input(c.metrics, "--metrics", {{"--resume", c.resume}});
+    io::check_replaceable_file(c.metrics, kMetricsSignature, "--metrics");
+    io::check_writable_directory(fs::path(c.metrics).parent_path().string(), "--metrics");
+  }
 }
 
 std::unique_ptr<optim::Optimizer> make_optimizer(const TrainConfig& c, nn::Model& model, const amp::Recipe& recipe) {
@@ -335,6 +336,10 @@ std::unique_ptr<Session> build_session(const TrainConfig& config) {
   auto s = std::make_unique<Session>();
   s->config = config;
   TrainConfig& c = s->config;
+  // Outputs are checked before anything is built, so a refused path costs
+  // no training and no file is touched.
+  s->data_path = c.data.empty() ? default_data_path(c.model) : c.data;
+  check_outputs(c, s->data_path);
   if (c.min_lr < 0) c.min_lr = c.lr / 10;
   s->recipe = resolve_recipe(c);
   const nn::UnitConfig unit = unit_config(c, s->recipe);

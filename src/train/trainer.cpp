@@ -174,14 +174,16 @@ void Trainer::load_state_json(const std::string& text) {
                                   "; resume with the same seed");
     if (j.at("grad_accum").get<int64_t>() != options_.grad_accum)
       throw std::invalid_argument("the checkpoint was trained with --grad-accum " + io::excerpt_json(j.at("grad_accum")));
-    const auto step = j.at("step").get<int64_t>(), tokens_seen = j.at("tokens_seen").get<int64_t>();
-    const auto updates = j.at("updates").get<int64_t>();
-    if (step < 0 || tokens_seen < 0 || updates < 0 || updates > step)
-      throw std::invalid_argument("trainer_state.json: step " + std::to_string(step) + ", updates " +
-                                  std::to_string(updates) + " or tokens_seen " + std::to_string(tokens_seen) +
-                                  " out of range");
+    // Counters from a file: negative or inconsistent ones are refused
+    // (updates count applied steps, so never exceed the step).
+    const auto step = j.at("step").get<int64_t>(), tokens = j.at("tokens_seen").get<int64_t>(),
+               updates = j.at("updates").get<int64_t>();
+    if (step < 0 || tokens < 0 || updates < 0 || updates > step)
+      throw std::invalid_argument("trainer_state.json: step " + std::to_string(step) + ", tokens_seen " +
+                                  std::to_string(tokens) + ", updates " + std::to_string(updates) +
+                                  " are out of range (non-negative, updates <= step)");
     step_ = step;
-    tokens_seen_ = tokens_seen;
+    tokens_seen_ = tokens;
     amp_.set_updates(updates);
     amp_.scaler().load_state_json(j.at("loss_scaler").dump());
     train_.load_state(j.at("data").dump());
@@ -236,7 +238,15 @@ void Trainer::resume(const std::string& dir) {
     const auto it = data.extra_tensors.find(kMasterPrefix + name);
     if (it == data.extra_tensors.end())
       throw std::invalid_argument("checkpoint " + dir + " lacks the master copy of " + name);
-    amp_.master_weights().load_master(name, it->second.f32(), it->second.numel());
+    const Tensor& t = it->second;
+    const nn::Parameter* p = nullptr;
+    for (nn::Parameter* q : amp_.parameters())
+      if (q->name == name) p = q;
+    if (t.dtype() != DType::f32 || !p || t.shape() != p->value.shape())
+      throw std::invalid_argument("checkpoint " + dir + ": master copy of " + name + " is " + dtype_name(t.dtype()) +
+                                  " " + shape_str(t.shape()) + " but f32 " +
+                                  (p ? shape_str(p->value.shape()) : std::string("?")) + " is expected");
+    amp_.master_weights().load_master(name, t.f32(), t.numel());
   }
   for (nn::Parameter* p : amp_.parameters()) ++p->version;  // cached casts must refresh
   model_.zero_grad();

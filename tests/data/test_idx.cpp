@@ -249,3 +249,32 @@ TEST(FashionMnist, RealFilesHaveTheKnownShapeAndBalance) {
     for (int64_t c : per_class) EXPECT_EQ(c, n / 10) << split;
   }
 }
+
+// Dimensions whose product wraps a 64-bit counter to the data size (here 0
+// bytes: 2^20 x 2^20 x 2^24 = 2^64) are refused, not read past.
+TEST(Idx, LyingDimensionsAreRefused) {
+  TempDir d;
+  const std::string path = d.write("lying", idx_bytes(8, {1u << 20, 1u << 20, 1u << 24}, {}));
+  const std::string msg = error_of([&] { data::read_idx(path); });
+  EXPECT_NE(msg.find(path), std::string::npos) << msg;
+  EXPECT_NE(msg.find("IDX dimensions: 1099511627776 x 16777216 overflows 64 bits"), std::string::npos) << msg;
+  // Within 64 bits but not matching the data: the size check names both.
+  const std::string big = d.write("big", idx_bytes(8, {1u << 31, 1u << 31}, {1, 2, 3}));
+  EXPECT_NE(error_of([&] { data::read_idx(big); }).find("promise 4611686018427387904 values but 3 bytes"),
+            std::string::npos);
+}
+
+// A gzip stream expanding beyond the limit stops there with an error; one
+// below it reads in full.
+TEST(Idx, DecompressedSizeIsLimited) {
+  TempDir d;
+  const size_t limit = size_t{1} << 20;
+  const std::vector<uint8_t> zeros(4 * limit, 0);
+  const std::string bomb = d.write("bomb.gz", gzip(idx_bytes(8, {4u << 20}, zeros)));
+  EXPECT_LT(fs::file_size(bomb), limit / 64);
+  const std::string msg = error_of([&] { data::read_idx(bomb, limit); });
+  EXPECT_NE(msg.find(bomb + ": gzip data decompresses to more than 1048576 bytes"), std::string::npos) << msg;
+  const std::vector<uint8_t> fits(limit - 64, 7);
+  const auto a = data::read_idx(d.write("fits.gz", gzip(idx_bytes(8, {static_cast<uint32_t>(fits.size())}, fits))), limit);
+  EXPECT_EQ(a.values, fits);
+}

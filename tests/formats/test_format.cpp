@@ -167,7 +167,10 @@ TEST(Format, BadSpecsNameTheProblem) {
                       Bad{"e4m3:bias=x", "bias"}, Bad{"e4m3:colour=1", "colour"}, Bad{"e4m3:nan=weird", "weird"},
                       Bad{"e4m3:inf=1:nan=fn", "inf=1"}, Bad{"e4m3:nan=fnuz:negzero=1", "negzero"},
                       Bad{"e4m3:bias=2000", "double"}, Bad{"fp9", "fp9"}, Bad{"e4m3:inf", "key=value"},
-                      Bad{"e5m0", "inf=0"}}) {
+                      Bad{"e5m0", "inf=0"}, Bad{"e4m3:bias=-2147483648", "bias must be in [-4096, 4096]"},
+                      Bad{"e4m3:bias=2147483647", "bias must be in"}, Bad{"e4m3:bias=99999999999", "bias"},
+                      Bad{"e1m2147483647", "<= 31"}, Bad{"e2147483647m1", "exponent bits"},
+                      Bad{"e4m3:bias=-4097", "bias must be in"}}) {
     SCOPED_TRACE(b.spec);
     try {
       (void)mf::parse_format(b.spec);

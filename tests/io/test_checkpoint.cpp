@@ -268,8 +268,10 @@ TEST(Checkpoint, InterruptedSavesLeaveTheLastCheckpointLoadable) {
     return io::load_checkpoint(d, b, o.get()).trainer_state;
   };
 
-  // Killed while writing the new directory: a half-written sibling.
+  // Killed while writing the new directory: a half-written sibling, marked
+  // as a save in progress.
   fs::create_directories(dir + ".tmp-99999-0");
+  { std::ofstream(dir + ".tmp-99999-0/.mantissa-partial"); }
   { std::ofstream(dir + ".tmp-99999-0/model.safetensors") << "partial"; }
   EXPECT_EQ(load_state(dir), R"({"step":1})");
   io::save_checkpoint(dir, a, opt.get(), R"({"step":2})");  // cleans it up

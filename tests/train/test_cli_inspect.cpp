@@ -15,7 +15,7 @@
 #include <random>
 #include <sstream>
 
-#include "cli_run.hpp"
+#include "train/cli_util.hpp"
 
 namespace fs = std::filesystem;
 

@@ -13,7 +13,7 @@
 #include <random>
 #include <sstream>
 
-#include "cli_run.hpp"
+#include "train/cli_util.hpp"
 
 namespace fs = std::filesystem;
 
@@ -28,11 +28,7 @@ class CliTrain : public ::testing::Test {
     dir_ = fs::temp_directory_path() / ("mantissa_cli_train_" + std::to_string(::getpid()));
     fs::remove_all(dir_);
     fs::create_directories(dir_);
-    std::mt19937_64 rng(3);
-    const char* words[] = {"the ", "quick ", "brown ", "fox ", "jumps ", "over ", "lazy ", "dog", ".\n", ", "};
-    std::string text;
-    while (text.size() < 6000) text += words[rng() % std::size(words)];
-    write("corpus.txt", text);
+    write("corpus.txt", cli_test::word_corpus(6000, 3));
     write("empty.txt", "");
   }
   void TearDown() override { fs::remove_all(dir_); }

@@ -17,7 +17,7 @@
 
 #include "mantissa/amp/recipe.hpp"
 #include "mantissa/train/experiment.hpp"
-#include "cli_run.hpp"
+#include "train/cli_util.hpp"
 
 namespace fs = std::filesystem;
 using mantissa::train::ExperimentOptions;

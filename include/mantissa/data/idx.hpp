@@ -21,8 +21,11 @@ struct IdxArray {
 // Gzip is detected by its magic bytes, not by the name. Throws DataError
 // naming the path for a missing file, a corrupt gzip stream, a bad magic
 // number, an element type other than ubyte, or a size that disagrees with
-// the dims (truncated or trailing bytes).
-IdxArray read_idx(const std::string& path);
+// the dims (truncated or trailing bytes). Dimensions are multiplied with
+// checked arithmetic; a gzip file may decompress to at most max_bytes (a
+// small crafted stream can expand a thousandfold).
+constexpr size_t kMaxIdxBytes = size_t{1} << 30;  // Fashion-MNIST's largest is 47 MB
+IdxArray read_idx(const std::string& path, size_t max_bytes = kMaxIdxBytes);
 
 struct Normalization {
   float mean = 0.0f;  // subtracted after dividing by 255

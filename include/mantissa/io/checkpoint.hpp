@@ -16,10 +16,15 @@
 //                          "files":{name:{"bytes":n,"crc32":c}}}
 //
 // Atomicity: everything is written and fsync'ed into a fresh sibling
-// directory DIR.tmp-<pid>-<n>, COMPLETE last; then the new directory is
-// swapped with DIR in one step (renameat2 RENAME_EXCHANGE; where the file
-// system lacks it, DIR is first renamed to DIR.old-<pid>-<n>, which
-// load_checkpoint falls back to if DIR is missing) and the old one removed.
+// directory DIR.tmp-<pid>-<n> (marked .mantissa-partial until complete),
+// COMPLETE last; then the new directory is swapped with DIR in one step
+// (renameat2 RENAME_EXCHANGE; where the file system lacks it, DIR is first
+// renamed to DIR.old-<pid>-<n>, which load_checkpoint falls back to if DIR
+// is missing) and the old one's checkpoint files removed.
+// Safety: DIR must be missing, empty, or a mantissa checkpoint (COMPLETE
+// manifest), else the save is refused before anything is written; removal
+// only ever unlinks the checkpoint file names above, in directories that
+// are checkpoints or carry the partial marker.
 // A process killed at any point leaves a loadable previous (or new)
 // checkpoint. Loading verifies COMPLETE, every file's size and CRC-32, then
 // parses; any mismatch is refused with a message naming the file.
@@ -49,6 +54,10 @@ struct CheckpointData {
   std::map<std::string, Tensor> extra_tensors;  // as given to save_checkpoint
 };
 
+// Throws std::invalid_argument naming flag and dir unless a checkpoint can
+// be saved there: dir missing, empty or a mantissa checkpoint (not a link),
+// and its parent writable. Run before training so nothing is lost later.
+void check_checkpoint_target(const std::string& dir, const std::string& flag);
 // optimizer may be null (no optimizer state saved). extra_tensors: anything
 // else the trainer needs bit-exactly (e.g. working-format weights).
 void save_checkpoint(const std::string& dir, nn::Model& model, const optim::Optimizer* optimizer,

@@ -12,6 +12,16 @@
 
 namespace mantissa::nn {
 
+// Bounds a model config must keep before any tensor is allocated for it (a
+// config.json may come from a stranger): every dimension and the total
+// parameter count (2^33 ~ 8.6e9, far above what trains on a CPU).
+constexpr int64_t kMaxDimension = int64_t{1} << 24;
+constexpr int64_t kMaxParameters = int64_t{1} << 33;
+// Throws std::invalid_argument "<model> config: <name> must be in [1, max]".
+void check_dimension(const char* model, const char* name, int64_t v, int64_t max = kMaxDimension);
+// Throws if n (computed with checked arithmetic) exceeds kMaxParameters.
+void check_parameter_total(const char* model, int64_t n);
+
 struct Parameter {
   std::string name;     // GPT: Hugging Face GPT-2 names, e.g. "transformer.h.0.attn.c_attn.weight"
   Tensor value;         // fp32 master copy (MemoryKind::parameter), shape as saved to safetensors

@@ -58,7 +58,8 @@ class Tensor {
   int64_t dim(int i) const;  // negative i counts from the end
   int64_t numel() const { return shape_numel(shape_); }
   DType dtype() const { return dtype_; }
-  size_t bytes() const { return static_cast<size_t>(numel()) * dtype_size(dtype_); }
+  // Throws std::invalid_argument if the size overflows (checked.hpp).
+  size_t bytes() const;
   MemoryKind memory_kind() const;
 
   void* raw() { return static_cast<char*>(storage_->data()) + offset_; }

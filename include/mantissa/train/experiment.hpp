@@ -120,6 +120,10 @@ void clear_interrupt();
 
 // Versions (mantissa, compiler, oneDNN) and machine (CPU, threads, memory) for the report.
 std::map<std::string, std::string> version_info();
+// The commit checked out in repo, read from its .git (a directory, or a
+// worktree's "gitdir:" file) without running git: "<hash> (<branch>)",
+// "<hash>" when detached, empty if none is found.
+std::string git_head(const std::string& repo);
 std::map<std::string, std::string> machine_info();
 
 }  // namespace mantissa::train

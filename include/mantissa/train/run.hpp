@@ -12,6 +12,10 @@
 
 namespace mantissa::train {
 
+// The first bytes of every metrics file mantissa writes (the run line):
+// only such a file is ever replaced or appended to.
+inline constexpr const char* kMetricsSignature = "{\"run\":";
+
 struct RunOptions {
   int64_t steps = 0;       // total to reach (a resumed trainer starts at its step)
   int64_t eval_every = 0;  // 0: evaluate only at the end

@@ -102,9 +102,13 @@ std::unique_ptr<optim::Optimizer> make_optimizer(const TrainConfig& c, nn::Model
 
 // The default data of a model kind (gpt: austen.txt; mlp: the Fashion-MNIST
 // directory), looked up in $MANTISSA_DATA, <repo>/.cache/data next to the
-// binary, and ./.cache/data; runs scripts/data.sh when it can find it, else
-// throws std::invalid_argument with the command to run.
+// binary, and ./.cache/data; never fetched implicitly: if missing, throws
+// std::invalid_argument with the command to run.
 std::string default_data_path(const std::string& model_kind);
+// Refuses (std::invalid_argument naming the flag and path) an output that is
+// not mantissa's own (--save: a checkpoint; --metrics: a metrics file), that
+// would overwrite an input (--data, --config), or that cannot be written.
+void check_outputs(const TrainConfig& c, const std::string& data_path);
 
 struct Session {
   TrainConfig config;

@@ -1,0 +1,43 @@
+// Shared by the CLI tests: run a shell command (or the mantissa program)
+// capturing its output and exit code; a reproducible word-salad corpus.
+#pragma once
+
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <iterator>
+#include <random>
+#include <string>
+
+namespace cli_test {
+
+struct Result {
+  int code = -1;
+  std::string out;  // stdout and stderr
+};
+
+// `cmd` through /bin/sh with stderr joined to stdout.
+inline Result run_command(const std::string& cmd) {
+  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
+  Result r;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
+  const int status = pclose(p);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+// The mantissa program with `args`.
+inline Result run(const std::string& args) { return run_command(std::string(MANTISSA_CLI) + " " + args); }
+
+// At least `bytes` of English-looking words drawn with a fixed seed.
+inline std::string word_corpus(size_t bytes, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  const char* words[] = {"the ", "quick ", "brown ", "fox ", "jumps ", "over ", "lazy ", "dog", ".\n", ", "};
+  std::string text;
+  while (text.size() < bytes) text += words[rng() % std::size(words)];
+  return text;
+}
+
+}  // namespace cli_test

@@ -245,13 +245,15 @@ TEST(MatmulRoute, StridedOperandsOnEveryRoute) {
   }
 }
 
-// Without an override the route follows oneDNN's ISA: bf16 on AMX, else widened.
+// Without an override the route follows oneDNN's ISA and the measured rates: bf16 on AMX or
+// where vdpbf16ps outruns FMA 1.5x, else widened.
 TEST(MatmulRoute, DefaultRouteFollowsTheIsa) {
   RouteGuard guard;
   set_bf16_route(std::nullopt);
   const char* env = std::getenv("MANTISSA_BF16_MATMUL");
   if (env != nullptr && *env != '\0' && std::strcmp(env, "auto") != 0) GTEST_SKIP() << "route forced by the environment";
-  EXPECT_EQ(bf16_route(), matmul_isa_has_amx() ? Bf16Route::onednn_bf16 : Bf16Route::f32_widened);
+  const bool bf16_wins = matmul_isa_has_amx() || bf16_dot_to_fma_ratio() >= 1.5;
+  EXPECT_EQ(bf16_route(), bf16_wins ? Bf16Route::onednn_bf16 : Bf16Route::f32_widened);
   const std::string s = matmul_route_summary();
   EXPECT_NE(s.find(route_name(bf16_route())), std::string::npos) << s;
   EXPECT_NE(s.find(matmul_isa_name()), std::string::npos) << s;

@@ -44,7 +44,7 @@ while [ $# -gt 0 ]; do
     --layers|--d-model|--heads|--seq-len|--batch) SIZE_ARGS+=("$1" "$2"); shift 2 ;;
     --profile-steps) PROFILE_ARGS=(--profile-steps "$2"); shift 2 ;;
     --peers) PEERS=$2; shift 2 ;;
-    -h|--help) sed -n 2,21p "$0"; exit 0 ;;
+    -h|--help) sed -n 2,22p "$0"; exit 0 ;;
     *) echo "run_train_vs_torch.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done

@@ -116,13 +116,14 @@ $PY - "$OUT" "$TORCH_JSON" "$MANTISSA_JSON" "$BLAS" "$ROOT" "$PEERS_JSON" <<'EOF
 import json, os, platform, statistics, subprocess, sys, time
 out, blas = sys.argv[1], sys.argv[4]
 peers = {}  # peer -> medians over rounds of its figures, per-round runs under "runs"
-for line in sys.argv[6].splitlines():
+for line in filter(None, sys.argv[6].split("\n")):  # not splitlines: it splits at \x1e too
     name, runs = line.split("\t", 1)
     runs = [json.loads(r) for r in runs.split("\x1e") if r.strip()]
     med = dict(runs[0])
     for k in med:
         if k.startswith(("tokens_per_s", "step_ms")):
             med[k] = round(statistics.median(r[k] for r in runs), 3)
+    med["runs"] = runs
     peers[name] = med
 torch_runs = [json.loads(l) for l in sys.argv[2].splitlines() if l.strip()]
 mantissa_runs = [json.loads(l) for l in sys.argv[3].splitlines() if l.strip()]

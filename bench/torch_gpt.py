@@ -97,7 +97,7 @@ def time_steps(args, bf16):
         loss.backward()
         opt.step()
         elapsed = time.perf_counter() - t0
-        losses.append(float(loss))
+        losses.append(float(loss.detach()))
         if step >= args.warmup:
             times.append(elapsed)
     if not all(math.isfinite(x) for x in losses):

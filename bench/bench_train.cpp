@@ -8,7 +8,9 @@
 //               [--heads 4] [--seq-len 128] [--batch 16] [--steps 10] [--warmup 3]
 //               [--memory-trace]
 //
-// Prints one JSON object: the measured matmul peak (1024^3, f32 and bf16), per recipe
+// Prints one JSON object: the measured matmul peak (1024^3, f32 and bf16) and the register-level
+// fp32 FMA and vdpbf16ps peaks (the step's fraction of the FMA peak is the physical limit), the
+// route bf16 products take on this CPU (kernels/matmul_route.hpp), per recipe
 // tokens_per_s, step_ms, "memory" (peaks of the timed steps: activations and workspace the step
 // adds, the process total, parameters + gradients + optimizer state; also on the stderr line) and
 // a breakdown of --profile-steps further steps by kernel category
@@ -32,12 +34,14 @@
 #include <vector>
 
 #include "bench_args.hpp"
+#include "peak_probe.hpp"
 #include "memory_trace_table.hpp"
 #include "mantissa/amp/amp.hpp"
 #include "mantissa/amp/recipe.hpp"
 #include "mantissa/data/source.hpp"
 #include "mantissa/kernels/kernels.hpp"
 #include "mantissa/kernels/matmul.hpp"
+#include "mantissa/kernels/matmul_route.hpp"
 #include "mantissa/kernels/profile.hpp"
 #include "mantissa/nn/gpt.hpp"
 #include "mantissa/nn/llama.hpp"
@@ -188,6 +192,7 @@ train::TrainConfig adamw_config() {  // the settings bench/torch_gpt.py uses
 // 1024^3 product with a pre-packed B, median of 5 (GFLOP/s), f32 and bf16.
 struct Peaks {
   double f32 = 0, bf16 = 0;
+  double fma = 0, dpbf16 = 0;  // register-level probes (bench/peak_probe.hpp)
 };
 
 double peak_of(DType type) {
@@ -213,7 +218,7 @@ double peak_of(DType type) {
 // Per-category kernel time of `steps` profiled training steps (ms per step),
 // the optimizer's step timed on its own, and the rest as framework overhead.
 nlohmann::ordered_json breakdown(train::Trainer& trainer, optim::Optimizer& optimizer, int steps,
-                                 double peak_gflops) {
+                                 double peak_gflops, double fma_gflops) {
   namespace prof = kernels::profile;
   prof::reset();
   prof::enable(true);
@@ -250,7 +255,8 @@ nlohmann::ordered_json breakdown(train::Trainer& trainer, optim::Optimizer& opti
           {"step_gflops", step_gflops},
           {"peak_gflops", peak_gflops},
           {"matmul_fraction_of_peak", peak_gflops > 0 ? mm_gflops / peak_gflops : 0.0},
-          {"step_fraction_of_peak", peak_gflops > 0 ? step_gflops / peak_gflops : 0.0}};
+          {"step_fraction_of_peak", peak_gflops > 0 ? step_gflops / peak_gflops : 0.0},
+          {"step_fraction_of_fma_peak", fma_gflops > 0 ? step_gflops / fma_gflops : 0.0}};
 }
 
 // Peak memory of the timed steps, from the engine's counting allocator.
@@ -355,7 +361,7 @@ nlohmann::ordered_json time_recipe(const Options& o, const std::string& recipe_n
                                 {"memory", mem.json()}};
   if (!fp8.is_null()) out["fp8"] = fp8;
   if (o.profile_steps > 0)
-    out["breakdown"] = breakdown(trainer, *optimizer, o.profile_steps, low ? peaks.bf16 : peaks.f32);
+    out["breakdown"] = breakdown(trainer, *optimizer, o.profile_steps, low ? peaks.bf16 : peaks.f32, peaks.fma);
   if (o.memory_trace) {
     start_memory_trace();
     trainer.train_step();
@@ -381,8 +387,11 @@ int main(int argc, char** argv) {
                                   {"vocab", o.vocab},
                                   {"steps", o.steps},
                                   {"warmup", o.warmup}};
-    const Peaks peaks{peak_of(DType::f32), peak_of(DType::bf16)};
-    out["peak_gflops"] = {{"f32", peaks.f32}, {"bf16", peaks.bf16}};
+    const Peaks peaks{peak_of(DType::f32), peak_of(DType::bf16), bench_peak::probe(false), bench_peak::probe(true)};
+    out["peak_gflops"] = {{"f32", peaks.f32}, {"bf16", peaks.bf16}, {"fma_probe", peaks.fma},
+                          {"dpbf16_probe", peaks.dpbf16}};
+    out["matmul_route"] = kernels::matmul_route_summary();
+    out["matmul_isa"] = kernels::matmul_isa_name();
     for (const std::string& r : o.recipes) {
       nlohmann::ordered_json m;
       try {  // a recipe this build does not have (or cannot run) yet is skipped with the reason

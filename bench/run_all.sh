@@ -4,12 +4,14 @@
 #   bash bench/run_all.sh [--threads 2] [--build-dir DIR] [--out DIR] [--rounds 3] [--steps 6]
 #                         [--recipes fp32,bf16-amp,unit-fp8,fp8-delayed,scalify-fp8]
 #                         [--large-recipes LIST] [--large-batch 8] [--large-steps 3] [--skip-large] [--quick]
+#                         [--peers debian,pypi-eager,pypi-compile]
 #
 # Measures, each against a reference timed in the same run:
 #   1. training tokens/s of the reference GPT (L4 C256 H4 T128 B16 V256) for every recipe in
 #      --recipes (recipes this build cannot run are reported as skipped, with the reason) vs
 #      PyTorch fp32 and autocast bf16 (Debian's python3-torch, installed if missing; version
-#      printed), --rounds alternating rounds, medians; with a per-step breakdown (matmul,
+#      printed; and PyTorch 2.x from PyPI eager with SDPA and under torch.compile, installed on
+#      demand into .cache/venv-bench; --peers debian skips those), --rounds alternating rounds, medians; with a per-step breakdown (matmul,
 #      attention, norms, elementwise, embedding, conversion, optimizer, overhead) in ms and share,
 #      and the achieved fraction of the measured peak matmul throughput;
 #   2. the same at d_model 512 and 768 (6 layers, T 256, batch --large-batch) for --large-recipes
@@ -18,7 +20,8 @@
 #   4. format conversions vs memcpy bandwidth (bench_convert);
 #   5. blockwise vs whole-scores attention at T 128/512/1024: time and peak memory (bench_attention).
 # Writes DIR/results.json and DIR/summary.md (default bench/results/); prints the summary.
-# --quick: tiny sizes and one round, for CI smoke (checks the harness runs, not a speed).
+# --quick: tiny sizes and one round, for CI smoke (checks the harness runs, not a speed); Debian's
+# PyTorch only.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 THREADS=2
@@ -32,6 +35,7 @@ LARGE_BATCH=8
 LARGE_STEPS=3
 SKIP_LARGE=0
 QUICK=0
+PEERS=debian,pypi-eager,pypi-compile
 while [ $# -gt 0 ]; do
   case $1 in
     --threads) THREADS=$2; shift 2 ;;
@@ -45,7 +49,8 @@ while [ $# -gt 0 ]; do
     --large-steps) LARGE_STEPS=$2; shift 2 ;;
     --skip-large) SKIP_LARGE=1; shift ;;
     --quick) QUICK=1; shift ;;
-    -h|--help) sed -n 2,22p "$0"; exit 0 ;;
+    --peers) PEERS=$2; shift 2 ;;
+    -h|--help) sed -n 2,24p "$0"; exit 0 ;;
     *) echo "run_all.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -67,16 +72,16 @@ cmake --build "$BUILD_DIR" --target bench_train bench_matmul bench_convert bench
 TRAIN=(bash "$ROOT/bench/run_train_vs_torch.sh" --build-dir "$BUILD_DIR" --threads "$THREADS")
 if [ "$QUICK" = 1 ]; then
   echo "== quick: reference GPT shrunk (L1 C64 H2 T32 B2), one round" >&2
-  "${TRAIN[@]}" --recipes "$RECIPES" --rounds 1 --steps 2 --warmup 1 --layers 1 --d-model 64 --heads 2 \
+  "${TRAIN[@]}" --peers debian --recipes "$RECIPES" --rounds 1 --steps 2 --warmup 1 --layers 1 --d-model 64 --heads 2 \
     --seq-len 32 --batch 2 --out "$RAW/train_ref.json" >/dev/null
 else
   echo "== reference GPT (L4 C256 H4 T128 B16), $ROUNDS alternating rounds" >&2
-  "${TRAIN[@]}" --recipes "$RECIPES" --rounds "$ROUNDS" --steps "$STEPS" --warmup 2 --profile-steps 2 \
+  "${TRAIN[@]}" --peers "$PEERS" --recipes "$RECIPES" --rounds "$ROUNDS" --steps "$STEPS" --warmup 2 --profile-steps 2 \
     --out "$RAW/train_ref.json" >/dev/null
   if [ "$SKIP_LARGE" = 0 ]; then
     for C in 512 768; do
       echo "== GPT L6 C$C H$((C / 64)) T256 B$LARGE_BATCH, 1 round" >&2
-      "${TRAIN[@]}" --recipes "$LARGE_RECIPES" --rounds 1 --steps "$LARGE_STEPS" --warmup 1 --profile-steps 1 --layers 6 --d-model "$C" \
+      "${TRAIN[@]}" --peers "$PEERS" --recipes "$LARGE_RECIPES" --rounds 1 --steps "$LARGE_STEPS" --warmup 1 --profile-steps 1 --layers 6 --d-model "$C" \
         --heads $((C / 64)) --seq-len 256 --batch "$LARGE_BATCH" --out "$RAW/train_c$C.json" >/dev/null
     done
   fi

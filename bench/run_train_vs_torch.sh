@@ -6,6 +6,7 @@
 #                                    [--recipes fp32,bf16-amp] [--steps 10] [--warmup 3] [--rounds 1]
 #                                    [any size flag: --layers L --d-model C --heads H --seq-len T --batch B]
 #                                    [--profile-steps N]  (bench_train's profiled steps per recipe)
+#                                    [--peers debian,pypi-eager,pypi-compile]
 #
 # Builds bench_train if needed, installs Debian's python3-torch if /usr/bin/python3 has no torch,
 # runs bench/torch_gpt.py and bench_train with the same sizes and threads, prints both and the
@@ -15,6 +16,10 @@
 # The reference PyTorch fp32 speed depends on the BLAS behind Debian's libblas.so.3: with the
 # netlib reference BLAS it is ~100x slower than with OpenBLAS, so the script installs
 # libopenblas0-openmp and refuses to compare against a reference BLAS.
+# Peers (--peers, all three by default): "debian" is that python3-torch; "pypi-eager" and
+# "pypi-compile" are PyTorch 2.x from PyPI (bench/torch_venv.sh installs it on demand into
+# .cache/venv-bench, several GB) in eager mode and under torch.compile, both with
+# F.scaled_dot_product_attention. Each peer runs fp32 and autocast bf16 in every round.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 THREADS=2
@@ -26,6 +31,7 @@ WARMUP=3
 ROUNDS=1
 SIZE_ARGS=()
 PROFILE_ARGS=()  # bench_train's default (3 profiled steps per recipe) unless given
+PEERS=debian,pypi-eager,pypi-compile
 while [ $# -gt 0 ]; do
   case $1 in
     --threads) THREADS=$2; shift 2 ;;
@@ -37,7 +43,8 @@ while [ $# -gt 0 ]; do
     --rounds) ROUNDS=$2; shift 2 ;;
     --layers|--d-model|--heads|--seq-len|--batch) SIZE_ARGS+=("$1" "$2"); shift 2 ;;
     --profile-steps) PROFILE_ARGS=(--profile-steps "$2"); shift 2 ;;
-    -h|--help) sed -n 2,16p "$0"; exit 0 ;;
+    --peers) PEERS=$2; shift 2 ;;
+    -h|--help) sed -n 2,22p "$0"; exit 0 ;;
     *) echo "run_train_vs_torch.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -47,6 +54,15 @@ for pair in "threads:$THREADS" "steps:$STEPS" "warmup:$WARMUP" "rounds:$ROUNDS";
   esac
 done
 OUT=${OUT:-$BUILD_DIR/train_vs_torch.json}
+IFS=, read -r -a PEER_LIST <<< "$PEERS"
+for p in "${PEER_LIST[@]}"; do
+  case $p in debian|pypi-eager|pypi-compile) ;;
+    *) echo "run_train_vs_torch.sh: --peers: '$p' is not one of debian, pypi-eager, pypi-compile" >&2; exit 2 ;;
+  esac
+done
+[ "${PEER_LIST[0]}" = debian ] || { echo "run_train_vs_torch.sh: --peers must start with debian (the reference the summary's ratios use)" >&2; exit 2; }
+PYPI_PY=
+case ",$PEERS," in *,pypi-*) PYPI_PY=$(bash "$ROOT/bench/torch_venv.sh") ;; esac
 
 PY=/usr/bin/python3
 SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
@@ -73,21 +89,42 @@ fi
 # Both sides get exactly the threads asked for; neither is told about the other.
 export OMP_NUM_THREADS=$THREADS
 TORCH_RUNS=()
+declare -A PEER_RUNS=()
 MANTISSA_RUNS=()
+peer_run() {  # peer name -> one torch_gpt.py JSON line
+  local py=$PY flags=()
+  case $1 in pypi-eager) py=$PYPI_PY; flags=(--sdpa) ;; pypi-compile) py=$PYPI_PY; flags=(--sdpa --compile) ;; esac
+  "$py" "$ROOT/bench/torch_gpt.py" --threads "$THREADS" --steps "$STEPS" --warmup "$WARMUP" "${flags[@]}" \
+    "${SIZE_ARGS[@]}"
+}
 for round in $(seq "$ROUNDS"); do
-  echo "round $round/$ROUNDS: PyTorch ($PY, $THREADS threads) ..." >&2
-  TORCH_RUNS+=("$($PY "$ROOT/bench/torch_gpt.py" --threads "$THREADS" --steps "$STEPS" --warmup "$WARMUP" \
-                  "${SIZE_ARGS[@]}")")
+  for p in "${PEER_LIST[@]}"; do
+    echo "round $round/$ROUNDS: PyTorch $p ($THREADS threads) ..." >&2
+    line=$(peer_run "$p")
+    [ "$p" = debian ] && TORCH_RUNS+=("$line")
+    PEER_RUNS[$p]+="$line"$'\n'
+  done
   echo "round $round/$ROUNDS: mantissa ($RECIPES, $THREADS threads) ..." >&2
   MANTISSA_RUNS+=("$("$BUILD_DIR/bench/bench_train" --threads "$THREADS" --recipe "$RECIPES" --steps "$STEPS" \
                      --warmup "$WARMUP" "${SIZE_ARGS[@]}" "${PROFILE_ARGS[@]}")")
 done
+PEERS_JSON=$(for p in "${PEER_LIST[@]}"; do printf '%s\t%s\n' "$p" "$(printf '%s' "${PEER_RUNS[$p]}" | tr '\n' '\036')"; done)
 TORCH_JSON=$(printf '%s\n' "${TORCH_RUNS[@]}")
 MANTISSA_JSON=$(printf '%s\n' "${MANTISSA_RUNS[@]}")
 
-$PY - "$OUT" "$TORCH_JSON" "$MANTISSA_JSON" "$BLAS" "$ROOT" <<'EOF'
+$PY - "$OUT" "$TORCH_JSON" "$MANTISSA_JSON" "$BLAS" "$ROOT" "$PEERS_JSON" <<'EOF'
 import json, os, platform, statistics, subprocess, sys, time
 out, blas = sys.argv[1], sys.argv[4]
+peers = {}  # peer -> medians over rounds of its figures, per-round runs under "runs"
+for line in filter(None, sys.argv[6].split("\n")):  # not splitlines: it splits at \x1e too
+    name, runs = line.split("\t", 1)
+    runs = [json.loads(r) for r in runs.split("\x1e") if r.strip()]
+    med = dict(runs[0])
+    for k in med:
+        if k.startswith(("tokens_per_s", "step_ms")):
+            med[k] = round(statistics.median(r[k] for r in runs), 3)
+    med["runs"] = runs
+    peers[name] = med
 torch_runs = [json.loads(l) for l in sys.argv[2].splitlines() if l.strip()]
 mantissa_runs = [json.loads(l) for l in sys.argv[3].splitlines() if l.strip()]
 # Medians over rounds of every figure (per-round results are kept in the summary too).
@@ -125,9 +162,14 @@ for name, m in mantissa_json.get("recipes", {}).items():
                  "mantissa_step_ms": round(m["step_ms"], 2), "torch": ref_key[len("tokens_per_s_"):],
                  "torch_tokens_per_s": ref, "ratio": round(m["tokens_per_s"] / ref, 3),
                  "vs_torch_fp32": round(m["tokens_per_s"] / torch_json["tokens_per_s_fp32"], 3)})
+    for p, pj in peers.items():  # against every peer's fp32 and bf16 and its best mode
+        best = max(pj["tokens_per_s_fp32"], pj["tokens_per_s_bf16"])
+        rows[-1][f"vs_{p}"] = {"fp32": round(m["tokens_per_s"] / pj["tokens_per_s_fp32"], 3),
+                               "bf16": round(m["tokens_per_s"] / pj["tokens_per_s_bf16"], 3),
+                               "best": round(m["tokens_per_s"] / best, 3)}
 summary = {"time_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "commit": commit,
            "cpu": platform.processor() or platform.machine(), "blas": blas,
-           "load_average": os.getloadavg()[0], "torch": torch_json, "mantissa": mantissa_json,
+           "load_average": os.getloadavg()[0], "torch": torch_json, "peers": peers, "mantissa": mantissa_json,
            "comparison": rows, "rounds": len(torch_runs),
            "per_round": {"torch": torch_runs, "mantissa": mantissa_runs},
            "targets": {"issue3_fp32_vs_torch_fp32": 1.3, "issue8_fp32_vs_torch_fp32": 1.5,
@@ -139,11 +181,14 @@ os.replace(tmp, out)
 t = torch_json
 print(f"GPT L{t['layers']} C{t['d_model']} H{t['heads']} T{t['seq_len']} B{t['batch']}, "
       f"{t['threads']} threads, torch {t['torch_version']}, load average {summary['load_average']:.1f}")
-print(f"  PyTorch fp32            {t['tokens_per_s_fp32']:10.1f} tokens/s")
-print(f"  PyTorch autocast bf16   {t['tokens_per_s_bf16']:10.1f} tokens/s")
+for p, pj in peers.items():
+    print(f"  PyTorch {pj['torch_version']:<12} {p:<13} fp32 {pj['tokens_per_s_fp32']:10.1f}  "
+          f"autocast bf16 {pj['tokens_per_s_bf16']:10.1f} tokens/s")
 for r in rows:
     print(f"  mantissa {r['mantissa']:<14} {r['mantissa_tokens_per_s']:10.1f} tokens/s   "
-          f"ratio vs PyTorch {r['torch']}: {r['ratio']:.2f}x")
+          f"ratio vs PyTorch {r['torch']}: {r['ratio']:.2f}x   " +
+          "  ".join(f"{p}: fp32 {v['fp32']:.2f}x best {v['best']:.2f}x"
+                    for p, v in ((p, r[f"vs_{p}"]) for p in peers)))
 b = mantissa_json.get("fp32_breakdown")
 if b:
     print("  mantissa fp32 step: " + ", ".join(f"{k[:-3]} {v:.1f} ms" for k, v in b.items()))

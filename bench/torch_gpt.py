@@ -6,9 +6,13 @@ The model is the one mantissa trains (pre-LN blocks, tanh GELU, causal attention
 LN eps 1e-5), written with PyTorch's own fused ops (nn.Linear, F.layer_norm, F.gelu(tanh),
 F.cross_entropy) so PyTorch runs its fastest CPU path, not a hand-rolled one.
 Prints one JSON object: tokens_per_s_fp32, tokens_per_s_bf16, step_ms_*, torch_version, threads.
+With --sdpa attention is F.scaled_dot_product_attention (is_causal, PyTorch 2.x's fused CPU
+kernel); with --compile the model (forward and backward) goes through torch.compile (inductor,
+needs a C++ compiler), warm-up steps include the compilation.
 
   /usr/bin/python3 bench/torch_gpt.py --threads 2 [--layers 4 --d-model 256 --heads 4
                                         --seq-len 128 --batch 16 --vocab 256 --steps 10 --warmup 3]
+                                        [--sdpa] [--compile]
 """
 import argparse
 import json
@@ -23,9 +27,10 @@ import torch.nn.functional as F
 
 
 class Block(nn.Module):
-    def __init__(self, C, H):
+    def __init__(self, C, H, sdpa=False):
         super().__init__()
         self.H = H
+        self.sdpa = sdpa
         self.ln_1 = nn.LayerNorm(C, eps=1e-5)
         self.c_attn = nn.Linear(C, 3 * C)
         self.c_proj = nn.Linear(C, C)
@@ -37,19 +42,23 @@ class Block(nn.Module):
         B, T, C = x.shape
         q, k, v = self.c_attn(self.ln_1(x)).split(C, dim=2)
         q, k, v = (t.view(B, T, self.H, C // self.H).transpose(1, 2) for t in (q, k, v))
-        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(C // self.H))
-        att = att.masked_fill(mask[:T, :T], float("-inf")).softmax(dim=-1)
-        y = (att @ v).transpose(1, 2).reshape(B, T, C)
+        if self.sdpa:
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:
+            att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(C // self.H))
+            att = att.masked_fill(mask[:T, :T], float("-inf")).softmax(dim=-1)
+            y = att @ v
+        y = y.transpose(1, 2).reshape(B, T, C)
         x = x + self.c_proj(y)
         return x + self.mlp_proj(F.gelu(self.c_fc(self.ln_2(x)), approximate="tanh"))
 
 
 class GPT(nn.Module):
-    def __init__(self, V, T, C, L, H):
+    def __init__(self, V, T, C, L, H, sdpa=False):
         super().__init__()
         self.wte = nn.Embedding(V, C)
         self.wpe = nn.Embedding(T, C)
-        self.h = nn.ModuleList(Block(C, H) for _ in range(L))
+        self.h = nn.ModuleList(Block(C, H, sdpa) for _ in range(L))
         self.ln_f = nn.LayerNorm(C, eps=1e-5)
         self.register_buffer("mask", torch.ones(T, T, dtype=torch.bool).triu(1))
         for name, p in self.named_parameters():  # GPT-2 init
@@ -133,7 +142,11 @@ class Llama(nn.Module):
 
 def time_steps(args, bf16):
     torch.manual_seed(0)
-    model = (Llama if args.model == "llama" else GPT)(args.vocab, args.seq_len, args.d_model, args.layers, args.heads)
+    if args.model == "llama":
+        model = Llama(args.vocab, args.seq_len, args.d_model, args.layers, args.heads)
+    else:
+        model = GPT(args.vocab, args.seq_len, args.d_model, args.layers, args.heads, args.sdpa)
+    run = torch.compile(model) if args.compile else model
     decay = [p for p in model.parameters() if p.dim() == 2]
     rest = [p for p in model.parameters() if p.dim() != 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01},
@@ -147,11 +160,11 @@ def time_steps(args, bf16):
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-            loss = model(idx, targets)
+            loss = run(idx, targets)
         loss.backward()
         opt.step()
         elapsed = time.perf_counter() - t0
-        losses.append(float(loss))
+        losses.append(float(loss.detach()))
         if step >= args.warmup:
             times.append(elapsed)
     if not all(math.isfinite(x) for x in losses):
@@ -175,7 +188,11 @@ def main():
     ap.add_argument("--precision", choices=["both", "fp32", "bf16"], default="both")
     ap.add_argument("--foreach", action=argparse.BooleanOptionalAction, default=True,
                     help="multi-tensor AdamW (PyTorch's faster optimizer path)")
+    ap.add_argument("--sdpa", action="store_true", help="F.scaled_dot_product_attention (PyTorch 2.x)")
+    ap.add_argument("--compile", action="store_true", help="torch.compile the model (PyTorch 2.x)")
     args = ap.parse_args()
+    if (args.sdpa or args.compile) and int(torch.__version__.split(".")[0]) < 2:
+        ap.error(f"--sdpa/--compile need PyTorch 2.x, this is {torch.__version__}")
     for name in ("threads", "layers", "d_model", "heads", "seq_len", "batch", "vocab", "steps"):
         if getattr(args, name) <= 0:
             ap.error(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}")
@@ -186,7 +203,9 @@ def main():
     out = {"model": args.model, "torch_version": torch.__version__, "threads": torch.get_num_threads(),
            "layers": args.layers, "d_model": args.d_model, "heads": args.heads,
            "seq_len": args.seq_len, "batch": args.batch, "vocab": args.vocab,
-           "steps": args.steps, "warmup": args.warmup, "adamw_foreach": args.foreach}
+           "steps": args.steps, "warmup": args.warmup, "adamw_foreach": args.foreach,
+           "sdpa": args.sdpa, "compile": args.compile,
+           "cpu_capability": getattr(getattr(torch.backends, "cpu", None), "get_cpu_capability", lambda: "")()}
     for prec in ("fp32", "bf16"):
         if args.precision in (prec, "both"):
             tps, ms, loss0 = time_steps(args, prec == "bf16")

@@ -17,6 +17,11 @@
 // change per call) and executes through the C API with a fixed argument array,
 // so a steady-state call takes no lock (unless B is packed), allocates nothing
 // and builds no argument map.
+//
+// bf16-valued products take the route of matmul_route.hpp: oneDNN's bf16
+// primitive, or (f32_widened) oneDNN's fp32 primitive over operands widened
+// exactly to fp32 in per-thread buffers; a constant B is widened only when its
+// packed copy is made, so a weight costs one widening per version.
 #include "mantissa/kernels/matmul.hpp"
 
 #include <omp.h>
@@ -33,6 +38,8 @@
 #include <vector>
 
 #include "kernels/bf16_convert.hpp"
+#include "kernels/parallel.hpp"
+#include "mantissa/kernels/matmul_route.hpp"
 #include "mantissa/kernels/profile.hpp"
 
 namespace mantissa::kernels {
@@ -45,6 +52,7 @@ struct Key {
   int64_t a_stride, b_stride, c_stride;  // batch strides (elements)
   bool trans_a, trans_b, accumulate, has_bias, packed_b;
   bool bf16;    // both operands bf16 (else both f32)
+  bool widened; // f32 primitive over bf16-valued operands (its packed B copies hold those values)
   bool scaled;  // alpha != 1: scalar multiply post-op, value passed per call
   int threads;  // oneDNN fixes its work split when the primitive is created
   bool operator==(const Key&) const = default;
@@ -61,7 +69,7 @@ struct KeyHash {
     mix(static_cast<uint64_t>(k.a_stride) ^ (static_cast<uint64_t>(k.b_stride) << 21) ^
         (static_cast<uint64_t>(k.c_stride) << 42));
     mix((k.trans_a ? 1u : 0u) | (k.trans_b ? 2u : 0u) | (k.accumulate ? 4u : 0u) | (k.has_bias ? 8u : 0u) |
-        (k.packed_b ? 16u : 0u) | (k.bf16 ? 32u : 0u) | (k.scaled ? 64u : 0u) |
+        (k.packed_b ? 16u : 0u) | (k.bf16 ? 32u : 0u) | (k.scaled ? 64u : 0u) | (k.widened ? 128u : 0u) |
         (static_cast<uint64_t>(k.threads) << 8));
     return static_cast<size_t>(h);
   }
@@ -151,7 +159,8 @@ std::shared_ptr<Entry> make_entry(const Key& k, State& st) {
   e->pd = dnnl::matmul::primitive_desc(desc, attr, st.engine);
   e->prim = dnnl::matmul(e->pd);
   e->b_needs_reorder = k.packed_b && e->pd.weights_desc() != e->b_plain_md;
-  e->impl = st.impl_names.insert(e->pd.impl_info_str()).first->c_str();
+  const std::string impl = (k.widened ? "f32_widened:" : "") + std::string(e->pd.impl_info_str());
+  e->impl = st.impl_names.insert(impl).first->c_str();
   st.created.fetch_add(1, std::memory_order_relaxed);
   return e;
 }
@@ -224,6 +233,27 @@ void check_args(const MatmulArgs& a) {
 
 int64_t stride_or_dense(int64_t stride, int64_t rows, int64_t cols) { return stride != 0 ? stride : rows * cols; }
 
+// Elements a [batch, rows, cols] operand spans from its first element.
+int64_t span_of(int64_t batch, int64_t stride, int64_t rows, int64_t cols) {
+  return (batch - 1) * stride_or_dense(stride, rows, cols) + rows * cols;
+}
+
+// out [n] = the bf16 value of in as fp32: bf16 codes widen exactly; fp32
+// values are rounded to nearest-even bf16 first (as the bf16 route does).
+void widen_operand(float* out, const void* in, DType type, int64_t n) {
+  if (type == DType::bf16) {
+    const uint16_t* src = static_cast<const uint16_t*>(in);
+    for_chunks(n, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) out[i] = bf16_to_f32_one(src[i]);
+    });
+  } else {
+    const float* src = static_cast<const float*>(in);
+    for_chunks(n, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) out[i] = bf16_to_f32_one(f32_to_bf16_one(src[i]));
+    });
+  }
+}
+
 // K == 0: the product is empty, C = (accumulate ? C : 0) + bias.
 void empty_product(const MatmulArgs& a, float* C, const float* bias) {
   const int64_t c_stride = stride_or_dense(a.c_batch_stride, a.M, a.N);
@@ -244,10 +274,19 @@ void matmul(const MatmulArgs& args, const void* A, const void* B, float* C, cons
   if (args.K == 0) return empty_product(args, C, bias);
 
   // Mixed f32/bf16 operands run as bf16 x bf16: the f32 one is rounded to
-  // nearest-even bf16 (oneDNN has no mixed-type matmul).
-  const bool bf16 = args.a_type == DType::bf16 || args.b_type == DType::bf16;
+  // nearest-even bf16 (oneDNN has no mixed-type matmul). Off AMX the bf16
+  // values go to the fp32 primitive instead (matmul_route.hpp).
+  const bool bf16_values = args.a_type == DType::bf16 || args.b_type == DType::bf16;
+  const bool widened = bf16_values && bf16_route() == Bf16Route::f32_widened;
+  const bool bf16 = bf16_values && !widened;
   thread_local std::vector<uint16_t> a_tmp, b_tmp;
-  if (bf16 && args.a_type == DType::f32) {
+  thread_local std::vector<float> a_wide, b_wide;
+  if (widened) {
+    const int64_t n = span_of(args.batch, args.a_batch_stride, args.M, args.K);
+    a_wide.resize(static_cast<size_t>(n));
+    widen_operand(a_wide.data(), A, args.a_type, n);
+    A = a_wide.data();
+  } else if (bf16 && args.a_type == DType::f32) {
     const int64_t n = args.batch * args.M * args.K;
     a_tmp.resize(static_cast<size_t>(n));
     f32_to_bf16(a_tmp.data(), static_cast<const float*>(A), n);
@@ -255,9 +294,14 @@ void matmul(const MatmulArgs& args, const void* A, const void* B, float* C, cons
   }
   // B is converted lazily: a packed constant B whose version is unchanged
   // needs no conversion at all.
-  const bool b_needs_convert = bf16 && args.b_type == DType::f32;
   auto b_operand = [&]() -> void* {
-    if (!b_needs_convert) return const_cast<void*>(B);
+    if (widened) {
+      const int64_t n = span_of(args.batch, args.b_batch_stride, args.K, args.N);
+      b_wide.resize(static_cast<size_t>(n));
+      widen_operand(b_wide.data(), B, args.b_type, n);
+      return b_wide.data();
+    }
+    if (!(bf16 && args.b_type == DType::f32)) return const_cast<void*>(B);
     const int64_t n = args.batch * args.K * args.N;
     b_tmp.resize(static_cast<size_t>(n));
     f32_to_bf16(b_tmp.data(), static_cast<const float*>(B), n);
@@ -271,7 +315,7 @@ void matmul(const MatmulArgs& args, const void* A, const void* B, float* C, cons
                 stride_or_dense(args.c_batch_stride, args.M, args.N),
                 args.trans_a,
                 args.trans_b,   args.accumulate, bias != nullptr, packed,       bf16,
-                args.alpha != 1.0f, omp_get_max_threads()};
+                widened,        args.alpha != 1.0f, omp_get_max_threads()};
 
   State& st = state();
   View& v = view_for(key, st);

@@ -1,8 +1,9 @@
 // Matrix products through oneDNN. Primitives are cached per shape/type (alpha
 // is a runtime argument, so per-tensor FP8 scales that change every step reuse
 // one primitive); a constant operand (a weight) can be pre-packed once and
-// reused until its version changes. bf16 inputs accumulate in fp32 (AMX where
-// present).
+// reused until its version changes. bf16 inputs accumulate in fp32, by the
+// route matmul_route.hpp picks for this CPU (oneDNN bf16 on AMX, else an fp32
+// product over the exactly widened operands).
 #pragma once
 
 #include <cstdint>
@@ -33,7 +34,8 @@ struct MatmulArgs {
 // C is fp32. bias may be null (fp32 [N]).
 void matmul(const MatmulArgs& args, const void* A, const void* B, float* C, const float* bias = nullptr);
 
-// Name of the oneDNN implementation the last matmul ran (e.g. "brg:avx512_core_amx_bf16").
+// Name of the oneDNN implementation the last matmul ran (e.g. "brg:avx512_core_amx_bf16";
+// "f32_widened:brg:avx512_core" for bf16 values on the widened route).
 const char* last_matmul_impl();
 void clear_matmul_cache();
 

@@ -23,7 +23,6 @@ namespace {
 
 void train_command(CLI::App* cmd, train::TrainConfig& cfg, int64_t watch) {
   apply_train_config_file(cmd, cfg);
-  if (!cfg.save.empty()) check_writable_target(cfg.save, "--save");
 
   auto session = train::build_session(cfg);
   const train::TrainConfig& c = session->config;

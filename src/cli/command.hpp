@@ -43,9 +43,6 @@ CLI::Validator exact_integer() {
       "INT");
 }
 
-// Throws UsageError unless `path` (a directory to be written, or its nearest
-// existing ancestor) is a writable directory: found before any work is done.
-void check_writable_target(const std::string& path, const std::string& flag);
 
 using Setup = std::function<void(CLI::App& app)>;
 struct Registrar {

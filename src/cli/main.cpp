@@ -19,19 +19,6 @@ std::vector<std::pair<int, Setup>>& registry() {
 }
 Registrar::Registrar(int order, Setup setup) { registry().emplace_back(order, std::move(setup)); }
 
-void check_writable_target(const std::string& path, const std::string& flag) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  fs::path p = fs::absolute(path, ec).lexically_normal();
-  if (fs::exists(p, ec) && !fs::is_directory(p, ec))
-    throw UsageError(flag + " " + path + ": exists and is not a directory");
-  // Saves write a sibling directory and rename it: the parent must be writable.
-  p = p.parent_path();
-  while (!p.empty() && !fs::exists(p, ec) && p != p.parent_path()) p = p.parent_path();
-  if (!fs::is_directory(p, ec)) throw UsageError(flag + " " + path + ": " + p.string() + " is not a directory");
-  if (::access(p.c_str(), W_OK | X_OK) != 0)
-    throw UsageError(flag + " " + path + ": directory " + p.string() + " is not writable (" + std::strerror(errno) + ")");
-}
 }  // namespace mantissa::cli
 
 int main(int argc, char** argv) {

@@ -272,7 +272,8 @@ TEST(Convert, KernelSelectionFollowsIsaCap) {
     mf::set_max_isa(mf::Isa::avx512);
     mf::quantize(bf16, in.data(), out.data(), in.size());
     EXPECT_EQ(mf::last_kernel(), "avx512:generic:bf16:nearest-even");
-    mf::quantize(mf::preset("fp16"), in.data(), out.data(), in.size());
+    std::vector<uint16_t> half(in.size());
+    mf::quantize(mf::preset("fp16"), in.data(), half.data(), in.size());
     EXPECT_EQ(mf::last_kernel(), "avx512:cvtps2ph:fp16:nearest-even");
   }
   if (mf::detected_isa() >= mf::Isa::avx512_bf16_fp16) {

@@ -83,7 +83,7 @@ TEST(Untrusted, ModelConfigSizesAreBoundedBeforeAllocating) {
   const std::string e = error_of([] {
     nn::GPTConfig::from_json(R"({"vocab_size":256,"n_positions":100000000000,"n_embd":16,"n_layer":1,"n_head":2})");
   });
-  EXPECT_EQ(e, "GPT config: context (n_positions) 100000000000 is too large (at most 1048576)");
+  EXPECT_EQ(e, "GPT config: context must be in [1, 16777216], got 100000000000");
 }
 
 }  // namespace

@@ -52,7 +52,7 @@ TEST_F(BadInput, TrainFlagsOutOfRangeAreRefusedBeforeAnyWork) {
       {t + " --data @", 2, "is not a regular file (a directory)"},
       {"train --model mlp --steps 2 --threads 1 --data @/corpus.txt", 2, "is a file; the mlp model reads a Fashion-MNIST directory"},
       {t + " --save @/corpus.txt/ck", 2, "is not a directory"},
-      {t + " --save @/corpus.txt", 2, "exists and is not a directory"},
+      {t + " --save @/corpus.txt", 2, "--data"},
   };
   for (const Case& c : cases) expect(c);
 }

@@ -113,10 +113,20 @@ void write_analysis(const std::string& dir, const std::vector<std::pair<std::str
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) throw std::invalid_argument("--out " + dir + ": cannot create the directory: " + ec.message());
-  io::write_file_atomic((std::filesystem::path(dir) / "scales.csv").string(), analysis_csv(*models.front().second));
+  // The pair is replaced only where it is mantissa's own: scales.csv starts
+  // with the header this writes, and scales.svg is replaced only beside it.
+  const std::string csv_path = (std::filesystem::path(dir) / "scales.csv").string();
+  const std::string svg_path = (std::filesystem::path(dir) / "scales.svg").string();
+  const std::string csv = analysis_csv(*models.front().second);
+  io::check_replaceable_file(csv_path, csv.substr(0, csv.find('\n') + 1), "--out");
+  if (std::filesystem::exists(svg_path, ec) && !std::filesystem::exists(csv_path, ec))
+    throw std::invalid_argument("--out '" + svg_path + "' exists and was not written by mantissa (no scales.csv of "
+                                "mantissa's beside it); choose another directory, or remove it yourself");
+  io::check_replaceable_file(svg_path, "<svg xmlns=", "--out");
+  io::write_file_atomic(csv_path, csv);
   std::vector<report::RecordedModel> rec;
   for (const auto& [name, an] : models) rec.push_back({name, &an->ops});
-  report::write_svg((std::filesystem::path(dir) / "scales.svg").string(), report::render(report::scale_plot(rec, title)));
+  report::write_svg(svg_path, report::render(report::scale_plot(rec, title)));
 }
 
 }  // namespace mantissa::train

@@ -125,6 +125,20 @@ TEST(Analyse, StandardGptSpreadsAndFilesAreWritten) {
   ss << svg.rdbuf();
   EXPECT_NE(ss.str().find("<svg"), std::string::npos);
   EXPECT_NE(ss.str().find("h1.mlp.gelu"), std::string::npos);
+
+  // Its own files are replaced; a user's files of the same names are not.
+  EXPECT_NO_THROW(train::write_analysis(out.string(), {{"fp32", &std_a}}, "again"));
+  for (const char* name : {"scales.csv", "scales.svg"}) {
+    const fs::path user = d.path / (std::string("user_") + name);
+    fs::create_directories(user);
+    std::ofstream(user / name) << "a user's " << name << "\n";
+    EXPECT_THROW(train::write_analysis(user.string(), {{"fp32", &std_a}}, "x"), std::invalid_argument) << name;
+    std::ifstream kept(user / name);
+    std::string line;
+    std::getline(kept, line);
+    EXPECT_EQ(line, std::string("a user's ") + name);
+    EXPECT_EQ(std::distance(fs::directory_iterator(user), fs::directory_iterator{}), 1) << name;
+  }
 }
 
 TEST(Analyse, FormatsCountUnderflowOfTheRecipe) {

@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -27,6 +28,9 @@ constexpr const char* kOptimizerJson = "optimizer.json";
 constexpr const char* kTrainerFile = "trainer_state.json";
 constexpr const char* kComplete = "COMPLETE";
 constexpr const char* kExtraPrefix = "extra.";
+// DIR.prev: the checkpoint a save replaced, kept as the fallback of a
+// corrupt DIR.
+constexpr const char* kPrevSuffix = ".prev";
 // Created first in a save's temporary directory and removed just before it
 // is renamed into place: a leftover carrying it is a save that was killed.
 constexpr const char* kPartial = ".mantissa-partial";
@@ -219,6 +223,71 @@ std::map<std::string, std::string> read_verified(const std::string& dir, const c
   return files;
 }
 
+std::string not_loadable(const std::string& dir) {
+  std::error_code ec;
+  if (!fs::exists(dir, ec)) return "checkpoint directory '" + dir + "' does not exist";
+  return "'" + dir + "' is not a complete checkpoint (no " + std::string(kComplete) +
+         " marker: the save was interrupted, or it holds only a saved model)";
+}
+
+// Everything a load checks before using a checkpoint: the manifest, each
+// file's size and CRC-32, the weights and optimizer state decoded and finite.
+void verify_checkpoint(const std::string& where) {
+  const std::map<std::string, std::string> files = read_verified(where);
+  if (!files.count(kModelFile)) throw FormatError(join(where, kModelFile) + ": missing from the checkpoint manifest");
+  for (const char* name : {kModelFile, kOptimizerFile}) {
+    const auto it = files.find(name);
+    if (it == files.end()) continue;
+    const std::string path = join(where, name);
+    const SafetensorsFile f = decode_safetensors(it->second, path, MemoryKind::workspace);
+    for (const auto& [tensor, t] : f.tensors)
+      if (!all_finite(t)) throw FormatError(path + ": tensor '" + tensor + "' holds non-finite values (refused)");
+  }
+}
+
+// The step recorded in where's trainer state, or -1.
+int64_t recorded_step(const std::string& where) {
+  try {
+    const auto j = parse_json(read_file(join(where, kTrainerFile)), kTrainerFile);
+    if (j.is_object() && j.contains("step") && j["step"].is_number_integer()) return j["step"].get<int64_t>();
+  } catch (const std::exception&) {
+  }
+  return -1;
+}
+
+// After a save, old holds the checkpoint it replaced. Kept as DIR.prev if it
+// still verifies and DIR.prev is missing or a mantissa checkpoint (never a
+// link, a file or a user's directory: then nothing there is touched);
+// otherwise its checkpoint files are removed.
+void keep_as_previous(const std::string& old, const std::string& dir) {
+  const std::string prev = dir + kPrevSuffix;
+  bool good = true;
+  try {
+    read_verified(old);
+  } catch (const std::exception&) {
+    good = false;
+  }
+  std::error_code ec;
+  const auto st = fs::symlink_status(prev, ec);
+  if (good && !fs::exists(st)) {
+    if (std::rename(old.c_str(), prev.c_str()) == 0) return;
+  } else if (good && fs::is_directory(st) && is_checkpoint(prev)) {
+    if (::renameat2(AT_FDCWD, old.c_str(), AT_FDCWD, prev.c_str(), RENAME_EXCHANGE) == 0) {
+      // old now names the older previous checkpoint; if prev was swapped
+      // for something else since the check, put it back untouched.
+      if (is_symlink(old) || !is_checkpoint(old))
+        ::renameat2(AT_FDCWD, old.c_str(), AT_FDCWD, prev.c_str(), RENAME_EXCHANGE);
+      remove_owned(old);
+      return;
+    }
+    // No atomic exchange on this file system: DIR (just saved) stays the
+    // good checkpoint while the older DIR.prev is removed.
+    remove_owned(prev);
+    if (std::rename(old.c_str(), prev.c_str()) == 0) return;
+  }
+  remove_owned(old);
+}
+
 }  // namespace
 
 void save_model(const std::string& dir, nn::Model& model) {
@@ -336,7 +405,7 @@ void save_checkpoint(const std::string& dir_in, nn::Model& model, const optim::O
         ::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, dir.c_str(), RENAME_EXCHANGE);
         throw std::runtime_error("'" + dir + "' changed during the save and is no longer a mantissa checkpoint; left as it was");
       }
-      remove_owned(tmp);
+      keep_as_previous(tmp, dir);
     } else {
       // No atomic exchange on this file system: move the old one aside
       // first; load_checkpoint falls back to DIR.old-* while DIR is missing.
@@ -347,7 +416,7 @@ void save_checkpoint(const std::string& dir_in, nn::Model& model, const optim::O
       if (std::rename(tmp.c_str(), dir.c_str()) != 0)
         throw std::runtime_error("cannot rename '" + tmp + "' to '" + dir + "': " + std::strerror(errno));
       fsync_path(parent_of(dir), true);
-      remove_owned(old);
+      keep_as_previous(old, dir);
     }
   }
   fsync_path(parent_of(dir), true);
@@ -358,12 +427,7 @@ void save_checkpoint(const std::string& dir_in, nn::Model& model, const optim::O
 CheckpointData load_checkpoint(const std::string& dir_in, nn::Model& model, optim::Optimizer* optimizer) {
   const std::string dir = without_trailing_slash(dir_in);
   const std::string where = resolve(dir);
-  if (where.empty()) {
-    std::error_code ec;
-    if (!fs::exists(dir, ec)) throw FormatError("checkpoint directory '" + dir + "' does not exist");
-    throw FormatError("'" + dir + "' is not a complete checkpoint (no " + kComplete +
-                      " marker: the save was interrupted, or it holds only a saved model)");
-  }
+  if (where.empty()) throw FormatError(not_loadable(dir));
   std::map<std::string, std::string> files = read_verified(where);
   auto need = [&](const char* name) -> const std::string& {
     auto it = files.find(name);
@@ -393,6 +457,49 @@ CheckpointData load_checkpoint(const std::string& dir_in, nn::Model& model, opti
     }
   }
   return out;
+}
+
+bool all_finite(const Tensor& t) {
+  if (!t.defined() || t.dtype() == DType::i32) return true;
+  if (!std::isfinite(t.scale()) || !(t.scale() > 0)) return false;
+  const Tensor f = t.dtype() == DType::f32 ? t : t.to(DType::f32, MemoryKind::workspace);
+  const float* v = f.f32();
+  const int64_t n = f.numel();
+  // Sum of x * 0: 0 if every x is finite, NaN otherwise; one vectorised pass.
+  float acc = 0;
+#pragma omp parallel for reduction(+ : acc) schedule(static) if (n > 65536)
+  for (int64_t i = 0; i < n; ++i) acc += v[i] * 0.0f;
+  return acc == 0.0f;
+}
+
+CheckpointChoice choose_checkpoint(const std::string& dir_in, bool model_dir_ok) {
+  const std::string dir = without_trailing_slash(dir_in);
+  const std::string where = resolve(dir);
+  std::string problem;
+  if (where.empty()) {
+    problem = not_loadable(dir);
+  } else {
+    try {
+      verify_checkpoint(where);
+      return {where, ""};
+    } catch (const FormatError& e) {
+      problem = e.what();
+    }
+  }
+  // The fallback: only a DIR.prev that is a mantissa checkpoint (not a link).
+  const std::string prev = dir + kPrevSuffix;
+  if (is_symlink(prev) || !is_checkpoint(prev)) {
+    if (where.empty() && model_dir_ok) return {dir, ""};  // a saved model, or an error the reader names
+    throw FormatError(problem);
+  }
+  try {
+    verify_checkpoint(prev);
+  } catch (const FormatError& e) {
+    throw FormatError(problem + "; the previous checkpoint '" + prev + "' is not usable either: " + e.what());
+  }
+  const int64_t step = recorded_step(prev);
+  return {prev, "warning: checkpoint '" + dir + "' is not usable (" + problem + "); using the previous checkpoint '" +
+                    prev + "'" + (step >= 0 ? " (step " + std::to_string(step) + ")" : std::string()) + " instead"};
 }
 
 bool checkpoint_exists(const std::string& dir) { return !resolve(without_trailing_slash(dir)).empty(); }

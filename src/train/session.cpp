@@ -362,8 +362,15 @@ std::unique_ptr<Session> build_session(const TrainConfig& config) {
   // A resumed run takes its model configuration from the checkpoint, so the
   // size flags cannot silently disagree with the saved weights.
   if (!c.resume.empty()) {
-    if (!io::checkpoint_exists(c.resume))
-      throw std::invalid_argument("--resume " + c.resume + ": no complete checkpoint there");
+    // A corrupt checkpoint falls back to the one its last save replaced.
+    io::CheckpointChoice chosen;
+    try {
+      chosen = io::choose_checkpoint(c.resume, false);
+    } catch (const io::FormatError& e) {
+      throw std::invalid_argument("--resume " + c.resume + ": " + e.what());
+    }
+    if (!chosen.warning.empty()) std::fprintf(stderr, "%s\n", chosen.warning.c_str());
+    c.resume = chosen.dir;
     const std::string cfg = io::read_model_config(c.resume);
     s->model = model_from_config(c.model, cfg);
     if (is_unit(*s->model) != unit.enabled)

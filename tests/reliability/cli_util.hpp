@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <sstream>
@@ -53,6 +54,17 @@ inline void replace_in_checkpoint(const fs::path& dir, const std::string& name, 
   auto manifest = nlohmann::json::parse(read(dir / "COMPLETE"));
   manifest["files"][name] = {{"bytes", bytes.size()}, {"crc32", mantissa::io::crc32(bytes.data(), bytes.size())}};
   write(dir / "COMPLETE", manifest.dump(2));
+}
+
+// step -> every loss logged for it (a step re-run after a kill is logged twice).
+inline std::multimap<int, double> losses(const std::string& metrics) {
+  std::multimap<int, double> out;
+  std::istringstream in(read(metrics));
+  for (std::string line; std::getline(in, line);) {
+    const auto j = nlohmann::json::parse(line);
+    if (j.contains("loss") && j["loss"].is_number()) out.emplace(j["step"].get<int>(), j["loss"].get<double>());
+  }
+  return out;
 }
 
 class Scratch : public ::testing::Test {

@@ -13,19 +13,9 @@ namespace {
 
 using reliability::read;
 using reliability::run;
+using reliability::losses;
 using reliability::run_shell;
 namespace fs = std::filesystem;
-
-// step -> every loss logged for it (a step re-run after a kill is logged twice).
-std::multimap<int, double> losses(const std::string& metrics) {
-  std::multimap<int, double> out;
-  std::istringstream in(read(metrics));
-  for (std::string line; std::getline(in, line);) {
-    const auto j = nlohmann::json::parse(line);
-    if (j.contains("loss") && j["loss"].is_number()) out.emplace(j["step"].get<int>(), j["loss"].get<double>());
-  }
-  return out;
-}
 
 class Faults : public reliability::Scratch {};
 

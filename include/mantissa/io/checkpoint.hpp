@@ -25,6 +25,10 @@
 // manifest), else the save is refused before anything is written; removal
 // only ever unlinks the checkpoint file names above, in directories that
 // are checkpoints or carry the partial marker.
+// The checkpoint a save replaces is kept as DIR.prev when it still verifies
+// (sizes and CRC-32) and DIR.prev is missing or itself a mantissa checkpoint
+// (a link, a file or a user's directory there is left alone and nothing is
+// kept); choose_checkpoint falls back to it when DIR is corrupt.
 // A process killed at any point leaves a loadable previous (or new)
 // checkpoint. Loading verifies COMPLETE, every file's size and CRC-32, then
 // parses; any mismatch is refused with a message naming the file.
@@ -67,6 +71,19 @@ void save_checkpoint(const std::string& dir, nn::Model& model, const optim::Opti
 // the trainer's state. If the checkpoint holds optimizer state but optimizer
 // is null, it is ignored; if optimizer is non-null the state must be there.
 CheckpointData load_checkpoint(const std::string& dir, nn::Model& model, optim::Optimizer* optimizer);
+struct CheckpointChoice {
+  std::string dir;      // the directory to load: DIR (or DIR.old-*), or DIR.prev
+  std::string warning;  // empty, or what was wrong with DIR and which step DIR.prev holds
+};
+// Verifies DIR before a load (manifest, sizes, CRC-32, finite weights and
+// optimizer state). If it fails and DIR.prev is a mantissa checkpoint that
+// verifies, returns DIR.prev with a warning naming DIR's problem; if both
+// fail, throws FormatError naming both. model_dir_ok: a DIR without a
+// manifest and no DIR.prev is returned as is (a saved model directory).
+CheckpointChoice choose_checkpoint(const std::string& dir, bool model_dir_ok);
+// True if every value of t (decoded, times its scale) is finite and its
+// scale is finite and > 0. Integer tensors are always finite.
+bool all_finite(const Tensor& t);
 // True if dir (or its DIR.old-* fallback) holds a COMPLETE checkpoint.
 bool checkpoint_exists(const std::string& dir);
 

@@ -74,14 +74,31 @@ bool verbose() {
   return v;
 }
 
-thread_local std::string t_last_kernel = "none";
+// What the last call on this thread ran; the name is built only when asked
+// for, so a call on a small array does not pay for string concatenation.
+struct KernelNote {
+  const char* kernel = nullptr;  // a string literal
+  std::string format;            // assigned in place: no allocation once it has grown
+  Round mode = Round::nearest_even;
+  bool with_mode = false;
+};
+thread_local KernelNote t_note;
+
+std::string note_text(const KernelNote& k) {
+  if (k.kernel == nullptr) return "none";
+  std::string s = std::string(k.kernel) + ":" + k.format;
+  if (k.with_mode) s += std::string(":") + round_name(k.mode);
+  return s;
+}
 
 void note_kernel(const char* op, const char* kernel, const QuantPlan& p, size_t n, bool with_mode) {
-  t_last_kernel = std::string(kernel) + ":" + p.format->name;
-  if (with_mode) t_last_kernel += std::string(":") + round_name(p.opt.mode);
+  t_note.kernel = kernel;
+  t_note.format.assign(p.format->name);
+  t_note.mode = p.opt.mode;
+  t_note.with_mode = with_mode;
   if (verbose())
     std::fprintf(stderr, "mantissa: %s %s n=%zu kernel=%s\n", op, p.format->name.c_str(), n,
-                 t_last_kernel.c_str());
+                 note_text(t_note).c_str());
 }
 
 // Ordered choice, best first. The hardware converters only where they give
@@ -159,7 +176,7 @@ const char* isa_name(Isa isa) {
   return "unknown";
 }
 
-std::string last_kernel() { return t_last_kernel; }
+std::string last_kernel() { return note_text(t_note); }
 
 size_t detail::stream_min_bytes() { return stream_threshold().load(); }
 

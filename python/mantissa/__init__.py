@@ -2,8 +2,8 @@
 
 Arrays are numpy arrays or anything with DLPack on the CPU (PyTorch tensors);
 they are read in place, and results come back as the caller's kind of array
-(numpy for numpy, torch for torch). The kernels release the GIL and run on
-the library's threads (``set_num_threads``).
+(numpy for numpy, torch for torch). The kernels release the GIL (from 16 Ki
+values up) and run on the library's threads (``set_num_threads``).
 
     import numpy as np, mantissa
     x = np.random.randn(1 << 20).astype(np.float32)
@@ -44,6 +44,10 @@ _ML_DTYPES = {
 }
 
 
+# Code dtype (uint8/16/32) per format spec, learnt from the first encode.
+_CODE_DTYPE: Dict[str, Any] = {}
+
+
 def _is_numpy(x: Any) -> bool:
     return isinstance(x, _np.ndarray)
 
@@ -67,7 +71,7 @@ def _codes_in(codes: Any) -> Any:
 
 
 def _check_out(out: Any) -> None:
-    if _is_numpy(out) and not out.flags.writeable:
+    if type(out) is _np.ndarray and not out.flags.writeable:
         raise ValueError("out: the array is read-only")
 
 
@@ -79,6 +83,10 @@ def quantize(x: Any, format: str, round: str = "nearest-even", *, saturate: bool
     stochastic (element i draws from hash(seed, i): independent of threads).
     saturate: overflow gives +-max instead of inf/NaN. Writes into `out` if given.
     """
+    if out is None and type(x) is _np.ndarray:  # numpy allocates the result faster than the binding
+        out = _np.empty(x.shape, _np.float32)
+        _core.quantize(x, format, round, saturate, flush_subnormals, seed, random_bits, out)
+        return out
     if out is not None:
         _check_out(out)
         _core.quantize(x, format, round, saturate, flush_subnormals, seed, random_bits, out)
@@ -94,6 +102,15 @@ def encode(x: Any, format: str, round: str = "nearest-even", *, saturate: bool =
     packed: formats of <= 4 bits put two codes in a byte along the last axis,
     element 2j in the low nibble (last axis K -> ceil(K / 2) bytes).
     """
+    if out is None and not packed and type(x) is _np.ndarray:
+        dtype = _CODE_DTYPE.get(format)
+        if dtype is None:  # first call with this format: the binding allocates and names the type
+            r = _core.encode(x, format, round, saturate, flush_subnormals, seed, random_bits, False)
+            _CODE_DTYPE[format] = r.dtype
+            return r
+        out = _np.empty(x.shape, dtype)
+        _core.encode(x, format, round, saturate, flush_subnormals, seed, random_bits, False, out)
+        return out
     if out is not None:  # may be an ml_dtypes array of the format: its codes are written
         _check_out(out)
         _core.encode(x, format, round, saturate, flush_subnormals, seed, random_bits, packed, _codes_in(out))
@@ -107,6 +124,10 @@ def decode(codes: Any, format: str, *, packed: bool = False, count: Optional[int
     packed: two 4-bit codes per byte; `count` is the unpacked last-axis length (default 2 x bytes).
     """
     codes = _codes_in(codes)
+    if out is None and not packed and type(codes) is _np.ndarray:
+        out = _np.empty(codes.shape, _np.float32)
+        _core.decode(codes, format, False, count, out)
+        return out
     if out is not None:
         _check_out(out)
         _core.decode(codes, format, packed, count, out)

@@ -68,6 +68,19 @@ inline std::vector<size_t> shape_of(const In& a) {
   return s;
 }
 
+// Releases the GIL around a kernel on `n` values, but only from 16 Ki values
+// up: below that the kernel takes about as long as the release and
+// re-acquire, and the library runs it on the calling thread anyway.
+class KernelScope {
+ public:
+  explicit KernelScope(size_t n) {
+    if (n >= (size_t{1} << 14)) release_.emplace();
+  }
+
+ private:
+  std::optional<nb::gil_scoped_release> release_;
+};
+
 // A new numpy array of `shape` owning its memory.
 template <class T>
 nb::ndarray<nb::numpy, T> new_array(const std::vector<size_t>& shape) {

@@ -1,5 +1,5 @@
-// mantissa._core: number formats on arrays. Every kernel runs with the GIL
-// released, on the library's threads (formats/convert.hpp, formats/mx.hpp);
+// mantissa._core: number formats on arrays. Every kernel on 16 Ki values or
+// more runs with the GIL released, on the library's threads (formats/convert.hpp, formats/mx.hpp);
 // inputs are read in place (numpy or DLPack), outputs are new numpy arrays or
 // the caller's `out`.
 #include <nanobind/stl/optional.h>
@@ -24,24 +24,30 @@ namespace {
 
 namespace mf = mantissa::formats;
 
-// Formats by spec, parsed once: a small array's call costs a map lookup, not a parse.
+// Formats by spec, parsed once: a small array's call costs a map lookup, not a
+// parse, and a repeat of the thread's previous spec not even the lock.
 const mf::Format& format_of(const std::string& spec) {
+  thread_local std::string last_spec;
+  thread_local const mf::Format* last = nullptr;
+  if (last != nullptr && spec == last_spec) return *last;  // map nodes never move
   static std::mutex mutex;
   static std::map<std::string, mf::Format, std::less<>> cache;
   std::lock_guard lock(mutex);
   auto it = cache.find(spec);
-  if (it != cache.end()) return it->second;
   try {
-    return cache.emplace(spec, mf::parse_format(spec)).first->second;
+    if (it == cache.end()) it = cache.emplace(spec, mf::parse_format(spec)).first;
   } catch (const std::invalid_argument& e) {
     throw nb::value_error((std::string("format: ") + e.what()).c_str());
   }
+  last_spec = spec;
+  last = &it->second;
+  return it->second;
 }
 
 mf::RoundOptions round_options(const std::string& round, bool saturate, bool flush, uint64_t seed, int random_bits) {
   mf::RoundOptions o;
   try {
-    o.mode = round == "nearest" ? mf::Round::nearest_even : mf::parse_round(round);
+    o.mode = round == "nearest-even" || round == "nearest" ? mf::Round::nearest_even : mf::parse_round(round);
   } catch (const std::invalid_argument& e) {
     throw nb::value_error((std::string("round: ") + e.what()).c_str());
   }
@@ -67,7 +73,7 @@ nb::object quantize(const In& x, const std::string& spec, const std::string& rou
   const mf::RoundOptions opt = round_options(round, saturate, flush, seed, random_bits);
   float* dst = nullptr;
   nb::object result = output<float>(out, shape_of(x), &dst);
-  nb::gil_scoped_release release;
+  KernelScope release(x.size());
   mf::fake_quantize(f, in, dst, x.size(), opt);
   return result;
 }
@@ -78,7 +84,7 @@ template <class T>
 nb::object encode_as(const In& x, const mf::Format& f, const mf::RoundOptions& opt, std::optional<Out>& out) {
   T* dst = nullptr;
   nb::object result = output<T>(out, shape_of(x), &dst);
-  nb::gil_scoped_release release;
+  KernelScope release(x.size());
   mf::quantize(f, static_cast<const float*>(x.data()), dst, x.size(), opt);
   return result;
 }
@@ -105,7 +111,7 @@ nb::object encode(const In& x, const std::string& spec, const std::string& round
   shape.back() = kp;
   uint8_t* dst = nullptr;
   nb::object result = output<uint8_t>(out, shape, &dst);
-  nb::gil_scoped_release release;
+  KernelScope release(x.size());
   std::vector<uint8_t> codes(x.size());
   mf::quantize(f, static_cast<const float*>(x.data()), codes.data(), x.size(), opt);
 #pragma omp parallel for schedule(static) if (x.size() >= mf::kParallelThreshold)
@@ -146,7 +152,7 @@ nb::object decode(const In& codes, const std::string& spec, bool packed, std::op
     if (count) throw nb::value_error("count: only for packed codes");
     if (f.storage_bytes() == 1) check_code_range(codes, f, false);
     nb::object result = output<float>(out, shape, &dst);
-    nb::gil_scoped_release release;
+    KernelScope release(codes.size());
     mf::dequantize(f, codes.data(), dst, codes.size());
     return result;
   }
@@ -162,7 +168,7 @@ nb::object decode(const In& codes, const std::string& spec, bool packed, std::op
                               .c_str());
   shape.back() = k;
   nb::object result = output<float>(out, shape, &dst);
-  nb::gil_scoped_release release;
+  KernelScope release(rows * k);
   float table[16];
   for (uint32_t c = 0; c < 16; ++c) table[c] = c < f.code_count() ? mf::decode_f32(f, c) : NAN;
   const auto* src = static_cast<const uint8_t*>(codes.data());
@@ -200,7 +206,7 @@ std::pair<nb::object, nb::object> mx_quantize(const In& x, const std::string& na
   auto scales = new_array<uint8_t>(shape);
   uint8_t *c = codes.data(), *s = scales.data();
   {
-    nb::gil_scoped_release release;
+    KernelScope release(x.size());
     if (k % b == 0) {  // whole rows of blocks: one (threaded) call
       mf::mx_quantize_into(cfg, in, x.size(), {c, x.size()}, {s, rows * nb_});
     } else {
@@ -227,7 +233,7 @@ nb::object mx_dequantize(const In& codes, const In& scales, const std::string& n
   if (shape_of(scales) != want) throw nb::value_error("scales: shape must be codes' with the last axis ceil(K / block)");
   float* dst = nullptr;
   nb::object result = output<float>(out, shape, &dst);
-  nb::gil_scoped_release release;
+  KernelScope release(codes.size());
   // value = decode(code) x 2^(scale - 127) (MXINT8: code / 64), one rounding
   // from the exact double product; scale 0xFF is NaN.
   const bool is_int = cfg.element.kind == mf::Kind::integer;

@@ -27,17 +27,19 @@ Isa detect() {
   const bool base = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                     __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
   if (!base) return Isa::scalar;
-  if (__builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512fp16"))
-    return Isa::avx512_bf16_fp16;
-  return Isa::avx512;
+  if (!__builtin_cpu_supports("avx512bf16")) return Isa::avx512;
+  return __builtin_cpu_supports("avx512fp16") ? Isa::avx512_bf16_fp16 : Isa::avx512_bf16;
 }
 
 Isa parse_isa_env() {
   const char* s = std::getenv("MANTISSA_MAX_ISA");
   if (s == nullptr || *s == '\0') return Isa::avx512_bf16_fp16;
-  for (Isa isa : {Isa::scalar, Isa::avx512, Isa::avx512_bf16_fp16})
+  for (Isa isa : {Isa::scalar, Isa::avx512, Isa::avx512_bf16, Isa::avx512_bf16_fp16})
     if (std::strcmp(s, isa_name(isa)) == 0) return isa;
-  std::fprintf(stderr, "mantissa: MANTISSA_MAX_ISA=%s is not one of scalar, avx512, avx512_bf16_fp16; ignored\n", s);
+  std::fprintf(stderr,
+               "mantissa: MANTISSA_MAX_ISA=%s is not one of scalar, avx512, avx512_bf16, avx512_bf16_fp16; "
+               "ignored\n",
+               s);
   return Isa::avx512_bf16_fp16;
 }
 
@@ -72,14 +74,31 @@ bool verbose() {
   return v;
 }
 
-thread_local std::string t_last_kernel = "none";
+// What the last call on this thread ran; the name is built only when asked
+// for, so a call on a small array does not pay for string concatenation.
+struct KernelNote {
+  const char* kernel = nullptr;  // a string literal
+  std::string format;            // assigned in place: no allocation once it has grown
+  Round mode = Round::nearest_even;
+  bool with_mode = false;
+};
+thread_local KernelNote t_note;
+
+std::string note_text(const KernelNote& k) {
+  if (k.kernel == nullptr) return "none";
+  std::string s = std::string(k.kernel) + ":" + k.format;
+  if (k.with_mode) s += std::string(":") + round_name(k.mode);
+  return s;
+}
 
 void note_kernel(const char* op, const char* kernel, const QuantPlan& p, size_t n, bool with_mode) {
-  t_last_kernel = std::string(kernel) + ":" + p.format->name;
-  if (with_mode) t_last_kernel += std::string(":") + round_name(p.opt.mode);
+  t_note.kernel = kernel;
+  t_note.format.assign(p.format->name);
+  t_note.mode = p.opt.mode;
+  t_note.with_mode = with_mode;
   if (verbose())
     std::fprintf(stderr, "mantissa: %s %s n=%zu kernel=%s\n", op, p.format->name.c_str(), n,
-                 t_last_kernel.c_str());
+                 note_text(t_note).c_str());
 }
 
 // Ordered choice, best first. The hardware converters only where they give
@@ -88,7 +107,7 @@ void note_kernel(const char* op, const char* kernel, const QuantPlan& p, size_t 
 detail::QuantKernel pick_quantize(const QuantPlan& p, const char** name) {
   const Isa isa = active_isa();
   const bool plain_rne = p.opt.mode == Round::nearest_even && !p.opt.saturate && !p.opt.flush_subnormals;
-  if (isa >= Isa::avx512_bf16_fp16 && p.shape == Shape::bf16 && plain_rne) {
+  if (isa >= Isa::avx512_bf16 && p.shape == Shape::bf16 && plain_rne) {
     *name = "avx512_bf16:cvtneps2bf16";
     return detail::quantize_avx512_bf16_hw;
   }
@@ -151,12 +170,13 @@ const char* isa_name(Isa isa) {
   switch (isa) {
     case Isa::scalar: return "scalar";
     case Isa::avx512: return "avx512";
+    case Isa::avx512_bf16: return "avx512_bf16";
     case Isa::avx512_bf16_fp16: return "avx512_bf16_fp16";
   }
   return "unknown";
 }
 
-std::string last_kernel() { return t_last_kernel; }
+std::string last_kernel() { return note_text(t_note); }
 
 size_t detail::stream_min_bytes() { return stream_threshold().load(); }
 

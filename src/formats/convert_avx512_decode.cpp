@@ -87,11 +87,28 @@ MANTISSA_AVX512 void dequantize_fp16(const QuantPlan& p, const uint16_t* codes, 
   }
 }
 
+// bf16: the code is the top half of the fp32 bits, exact for every finite
+// value and inf; NaN lanes take the scalar reference (its payload policy).
+MANTISSA_AVX512 void dequantize_bf16(const QuantPlan& p, const uint16_t* codes, float* out, size_t n) {
+  for (size_t i = 0; i < n; i += 16) {
+    const __mmask16 m = n - i >= 16 ? __mmask16{0xFFFF} : static_cast<__mmask16>((1u << (n - i)) - 1);
+    const __m256i h = _mm256_maskz_loadu_epi16(m, codes + i);
+    _mm512_mask_storeu_epi32(out + i, m, _mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+    const __mmask16 nan = _mm256_mask_cmpgt_epu16_mask(m, _mm256_and_si256(h, _mm256_set1_epi16(0x7FFF)),
+                                                       _mm256_set1_epi16(0x7F80));
+    if (nan)
+      for (unsigned j = 0; j < 16; ++j)
+        if ((nan >> j) & 1u) out[i + j] = decode_f32(*p.format, codes[i + j]);
+  }
+}
+
 }  // namespace
 
 MANTISSA_AVX512 void dequantize_avx512(const QuantPlan& p, const void* codes, float* out, size_t n) {
   if (p.shape == Shape::fp16 && p.format->subnormals && p.format->is_signed)
     return dequantize_fp16(p, static_cast<const uint16_t*>(codes), out, n);
+  if (p.shape == Shape::bf16 && p.format->subnormals)
+    return dequantize_bf16(p, static_cast<const uint16_t*>(codes), out, n);
   const DecodeConsts k = decode_consts(p);
   size_t i = 0;
   for (; i + 16 <= n; i += 16) decode16(p, k, codes, out, i, 0xFFFF);

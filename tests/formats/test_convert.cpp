@@ -29,7 +29,7 @@ struct IsaGuard {
 
 std::vector<mf::Isa> levels() {
   std::vector<mf::Isa> v;
-  for (mf::Isa isa : {mf::Isa::scalar, mf::Isa::avx512, mf::Isa::avx512_bf16_fp16})
+  for (mf::Isa isa : {mf::Isa::scalar, mf::Isa::avx512, mf::Isa::avx512_bf16, mf::Isa::avx512_bf16_fp16})
     if (isa <= mf::detected_isa()) v.push_back(isa);
   return v;
 }
@@ -276,14 +276,29 @@ TEST(Convert, KernelSelectionFollowsIsaCap) {
     mf::quantize(mf::preset("fp16"), in.data(), half.data(), in.size());
     EXPECT_EQ(mf::last_kernel(), "avx512:cvtps2ph:fp16:nearest-even");
   }
-  if (mf::detected_isa() >= mf::Isa::avx512_bf16_fp16) {
-    mf::set_max_isa(mf::Isa::avx512_bf16_fp16);
+  if (mf::detected_isa() >= mf::Isa::avx512_bf16) {
+    mf::set_max_isa(mf::Isa::avx512_bf16);
     mf::quantize(bf16, in.data(), out.data(), in.size());
     EXPECT_EQ(mf::last_kernel(), "avx512_bf16:cvtneps2bf16:bf16:nearest-even");
     mf::quantize(bf16, in.data(), out.data(), in.size(), {.mode = mf::Round::up});
     EXPECT_EQ(mf::last_kernel(), "avx512:generic:bf16:up");
   }
   EXPECT_EQ(out[0], 0x3FC0);  // 1.5 in bf16, whichever kernel ran
+}
+
+// The bf16 converter needs AVX512-BF16 only, whatever AVX512-FP16 says.
+TEST(Convert, DetectionRanksEachExtensionOnItsOwn) {
+  __builtin_cpu_init();
+  const bool base = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                    __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+  const bool bf16 = base && __builtin_cpu_supports("avx512bf16");
+  const bool fp16 = __builtin_cpu_supports("avx512fp16");
+  const mf::Isa want = !base          ? mf::Isa::scalar
+                       : !bf16        ? mf::Isa::avx512
+                       : fp16         ? mf::Isa::avx512_bf16_fp16
+                                      : mf::Isa::avx512_bf16;
+  EXPECT_EQ(mf::detected_isa(), want) << mf::isa_name(mf::detected_isa());
+  EXPECT_STREQ(mf::isa_name(mf::Isa::avx512_bf16), "avx512_bf16");
 }
 
 // The vector MX block quantiser against the scalar mx_quantize: blocks of

@@ -204,6 +204,28 @@ def test_output_arrays_are_written_in_place():
     assert np.array_equal(f8.astype(np.float32), x.astype(ml_dtypes.float8_e5m2).astype(np.float32))
 
 
+@pytest.mark.parametrize("fmt,dt", [("bf16", ml_dtypes.bfloat16), ("fp16", np.float16), ("tf32", None),
+                                    ("e4m3fn", ml_dtypes.float8_e4m3fn)])
+def test_repeated_calls_allocate_the_same_results(fmt, dt):
+    # The first encode of a format has the binding allocate; later ones take numpy's
+    # array of the dtype learnt then. Both must give the same codes, shape and dtype.
+    x = np.random.default_rng(3).standard_normal((3, 5, 7), dtype=np.float32)
+    x.setflags(write=False)  # inputs are only read
+    first, second = mantissa.encode(x, fmt), mantissa.encode(x, fmt)
+    assert first.dtype == second.dtype and first.shape == second.shape == x.shape
+    assert np.array_equal(first, second)
+    want_bytes = mantissa.format_info(fmt)["storage_bytes"]
+    assert first.dtype == {1: np.uint8, 2: np.uint16, 4: np.uint32}[want_bytes]
+    q = mantissa.quantize(x, fmt)
+    assert q.dtype == np.float32 and q.shape == x.shape and q.flags.writeable
+    assert np.array_equal(mantissa.decode(second, fmt), q)
+    if dt is not None:
+        assert np.array_equal(second, x.astype(dt).view(second.dtype))
+        assert same(q, x.astype(dt).astype(np.float32))
+    tiny = np.zeros((0, 4), np.float32)  # empty and 0-d arrays keep their shapes
+    assert mantissa.encode(tiny, fmt).shape == (0, 4) and mantissa.quantize(np.float32(1.5).reshape(()), fmt).shape == ()
+
+
 def test_bad_inputs_raise_python_errors():
     x = np.ones(16, np.float32)
     with pytest.raises(ValueError, match="format: .*e4m3fn"):  # names the valid presets

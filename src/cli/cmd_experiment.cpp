@@ -105,6 +105,10 @@ Registrar reg(40, [](CLI::App& app) {
   cmd->add_option("--mlp-steps", o.mlp_steps, "MLP optimizer steps (default: the preset's)")->check(CLI::PositiveNumber)->check(exact_integer<int64_t>());
   cmd->add_option("--lr-standard", o.lr_standard, "GPT learning rate of standard recipes (default 2^-10)")
       ->check(CLI::PositiveNumber);
+  cmd->add_flag("!--no-inspect", o.inspect, "skip the inspector section (inspect on recipes that fell behind fp32)");
+  cmd->add_option("--inspect-gap", o.inspect_gap_pct, "inspect GPT recipes whose val bpc is more than this % behind fp32, or diverged (default 2)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--inspect-steps", o.inspect_steps, "steps of each inspection (default 25)")->check(CLI::PositiveNumber)->check(exact_integer<int64_t>());
   cmd->add_option("--lr-unit", o.lr_unit, "GPT learning rate of unit-scaled recipes (default 2^-1)")->check(CLI::PositiveNumber);
   cmd->callback([cmd, a] {
     a->o.command = command_line();

@@ -95,6 +95,15 @@ void Adam::update_low_precision(const std::vector<detail::AdamScalars>& scalars)
     scale_v[i] = state_scale_for(format_.v, pv[i], exp_avg_sq_[i].scale());
   }
 
+  // The observer's references: the unrounded moments (disjoint spans, so no race).
+  std::vector<std::vector<float>> ref_m(params_.size()), ref_v(params_.size());
+  if (observer_)
+    for (size_t i = 0; i < params_.size(); ++i) {
+      const auto n = static_cast<size_t>(params_[i]->value.numel());
+      if (exp_avg_[i].dtype() != DType::f32) ref_m[i].resize(n);
+      if (exp_avg_sq_[i].dtype() != DType::f32) ref_v[i].resize(n);
+    }
+
   // Pass 2: the same moments again, the parameter update, re-encoding.
 #pragma omp parallel
   {
@@ -108,6 +117,8 @@ void Adam::update_low_precision(const std::vector<detail::AdamScalars>& scalars)
       load_chunk(exp_avg_sq_[sp.param], sp.begin, n, vb.data());
       detail::adam_chunk(prm.value.f32() + sp.begin, prm.grad.f32() + sp.begin, mb.data(), vb.data(), n,
                          scalars[sp.param]);
+      if (!ref_m[sp.param].empty()) std::copy(mb.begin(), mb.begin() + n, ref_m[sp.param].begin() + sp.begin);
+      if (!ref_v[sp.param].empty()) std::copy(vb.begin(), vb.begin() + n, ref_v[sp.param].begin() + sp.begin);
       store_chunk(exp_avg_[sp.param], sp.begin, n, mb.data(), scale_m[sp.param]);
       store_chunk(exp_avg_sq_[sp.param], sp.begin, n, vb.data(), scale_v[sp.param]);
     }
@@ -116,6 +127,17 @@ void Adam::update_low_precision(const std::vector<detail::AdamScalars>& scalars)
     exp_avg_[i].set_scale(scale_m[i]);
     exp_avg_sq_[i].set_scale(scale_v[i]);
   }
+  if (observer_)
+    for (size_t i = 0; i < params_.size(); ++i)
+      for (int k = 0; k < 2; ++k) {
+        const std::vector<float>& ref = k == 0 ? ref_m[i] : ref_v[i];
+        if (ref.empty()) continue;
+        const Tensor& t = k == 0 ? exp_avg_[i] : exp_avg_sq_[i];
+        std::vector<float> q(ref.size());
+        load_chunk(t, 0, static_cast<int64_t>(q.size()), q.data());
+        observer_({params_[i], k == 0 ? "exp_avg" : "exp_avg_sq", t.dtype(), ref.data(), q.data(),
+                   static_cast<int64_t>(q.size()), t.scale()});
+      }
 }
 
 TrainingStateBytes training_state_bytes() {

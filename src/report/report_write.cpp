@@ -8,6 +8,7 @@
 #include "mantissa/report/report.hpp"
 #include "report_figures.hpp"
 #include "report_fp4.hpp"
+#include "report_inspect.hpp"
 
 namespace mantissa::report {
 
@@ -135,6 +136,7 @@ ReportFiles write_report(const std::string& dir, const ReportInput& in) {
                     add_figure("loss_scale.svg", render(*p)));
   else
     md << "Loss-scale plot: no finished run used dynamic loss scaling.\n\n";
+  md << inspector_section_md(in, add_figure);
 
   md << "## How this was run\n\n```\n" << in.command << "\n```\n\n";
   if (!in.config_json.empty()) md << "Configuration:\n\n```\n" << in.config_json << "\n```\n\n";

@@ -264,6 +264,13 @@ ExperimentOutcome run_experiment(const ExperimentOptions& options, FILE* log, bo
   outcome.interrupted = interrupt_requested();
   input.runs = outcome.results;
   input.interrupted = outcome.interrupted;
+  if (!options.inspect) input.inspection_note = "Inspector: turned off (--no-inspect).";
+  else if (!outcome.interrupted) {
+    input.inspections = inspect_laggards(options, plan, outcome.results, log);
+    if (input.inspections.empty())
+      input.inspection_note = "No GPT recipe diverged or fell behind fp32 by more than " +
+                              report::fmt_fixed(options.inspect_gap_pct, 1) + " % val bpc: nothing to inspect.";
+  }
   {
     const auto report_t = std::chrono::steady_clock::now();
     const double report_c = cpu_seconds();

@@ -97,6 +97,8 @@ ExperimentPlan make_plan(const ExperimentOptions& o) {
   if (o.lr_standard < 0 || o.lr_unit < 0 || !std::isfinite(o.lr_standard) || !std::isfinite(o.lr_unit))
     throw std::invalid_argument("--lr-standard and --lr-unit must be positive numbers");
   if (o.out.empty()) throw std::invalid_argument("--out must name a directory");
+  if (o.inspect_steps < 1) throw std::invalid_argument("--inspect-steps must be >= 1");
+  if (!(o.inspect_gap_pct >= 0)) throw std::invalid_argument("--inspect-gap must be a number >= 0");
   const std::vector<std::string> known = registered_names();
   for (const auto* list : {&o.recipes, &o.mlp_recipes})
     for (const auto& r : *list) {

@@ -94,6 +94,10 @@ InspectResult inspect(const InspectOptions& o) {
   const optim::LrSchedule schedule = run->trainer->options().schedule;
   const int64_t accum = run->trainer->options().grad_accum;
   std::shared_ptr<Probe> probe = attach_probe(*run->model, o.max_values);
+  optim::Optimizer* opt = run->optimizer.get();
+  if (auto* d = dynamic_cast<IndependentDecay*>(opt)) opt = &d->inner();
+  auto* adam = dynamic_cast<optim::Adam*>(opt);
+  if (adam && adam->state_format().is_fp32()) adam = nullptr;  // no moment is rounded
   Verdicts verdicts(o.verdicts);
 
   InspectResult res;
@@ -133,7 +137,9 @@ InspectResult inspect(const InspectOptions& o) {
         rv.push_back(copy_of(p->value));
       }
     }
+    if (adam && rec.sampled) adam->set_state_observer([&probe](const optim::Adam::StateCast& c) { probe->tally_state(c); });
     const amp::AmpStepResult r = ra.step(lr);
+    if (adam) adam->set_state_observer({});
     const amp::MasterWeights& mw = ra.master_weights();
     if (rec.sampled && mw.active() && mw.has_master()) probe->tally_weights(rp, mw.masters(), mw.working_format());
     probe->set_active(false);

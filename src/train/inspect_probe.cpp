@@ -7,6 +7,7 @@
 #include <cmath>
 #include <limits>
 #include <stdexcept>
+#include <string_view>
 
 #include "mantissa/autograd/tape.hpp"
 #include "mantissa/formats/convert.hpp"
@@ -16,7 +17,8 @@
 namespace mantissa::train {
 namespace {
 
-constexpr int kSavedRole = 3, kGradRole = 4, kWeightRole = 5;
+constexpr int kSavedRole = 3, kGradRole = 4, kWeightRole = 5, kExpAvgRole = 6, kExpAvgSqRole = 7;
+bool per_parameter(int role) { return role >= kGradRole; }
 
 const char* role_name(int role) {
   switch (role) {
@@ -25,6 +27,8 @@ const char* role_name(int role) {
     case 2: return "backward dY";
     case kSavedRole: return "saved";
     case kWeightRole: return "weight";
+    case kExpAvgRole: return "exp_avg";
+    case kExpAvgSqRole: return "exp_avg_sq";
     default: return "grad";
   }
 }
@@ -170,7 +174,7 @@ nn::Model::Observer Probe::observer() {
 void Probe::add(const void* key, uint64_t ordinal, int role, const std::string& fallback, const std::string& format,
                 const float* ref, const float* q, int64_t n, double limit, const float* limit_per_elem, float scale) {
   const Key k{key, key ? 0 : ordinal, role};
-  const bool per_param = role == kGradRole || role == kWeightRole;
+  const bool per_param = per_parameter(role);
   if (role != static_cast<int>(autograd::OperandRole::grad_output) && !per_param) {
     const Key op{k.key, k.ordinal, role == kSavedRole ? kSavedRole : 0};
     if (!names_.count(op)) pending_.push_back(op);
@@ -178,7 +182,7 @@ void Probe::add(const void* key, uint64_t ordinal, int role, const std::string& 
   auto [it, fresh] = index_.emplace(k, entries_.size());
   if (fresh) {
     Entry e{k, fallback, {}, {}};
-    e.info.kind = role == kSavedRole ? "saved" : per_param ? role_name(role) : "matmul";
+    e.info.kind = role == kSavedRole ? "saved" : role >= kExpAvgRole ? "optimizer state" : per_param ? role_name(role) : "matmul";
     e.info.format = format;
     try {
       const formats::Format& f = formats::preset(format);
@@ -225,12 +229,19 @@ void Probe::tally_weights(const std::vector<nn::Parameter*>& params, const std::
   }
 }
 
+void Probe::tally_state(const optim::Adam::StateCast& c) {
+  const formats::Format& f = formats::preset(dtype_format_name(c.dtype));
+  const bool m = std::string_view(c.moment) == "exp_avg";
+  add(c.param, 0, m ? kExpAvgRole : kExpAvgSqRole, c.param->name, f.name, c.ref, c.q, c.n,
+      f.max() * static_cast<double>(c.scale), nullptr, c.scale);
+}
+
 std::vector<std::pair<SiteInfo, CastTally>> Probe::take() {
   std::vector<std::pair<SiteInfo, CastTally>> out;
   out.reserve(entries_.size());
   for (Entry& e : entries_) {
     const Key op{e.key.key, e.key.ordinal, e.key.role == kSavedRole ? kSavedRole : 0};
-    const bool per_param = e.key.role == kGradRole || e.key.role == kWeightRole;
+    const bool per_param = per_parameter(e.key.role);
     auto it = per_param ? names_.end() : names_.find(op);
     std::string base = it != names_.end() ? it->second : e.fallback;
     if (it == names_.end() && e.key.key) {

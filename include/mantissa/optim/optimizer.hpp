@@ -146,8 +146,25 @@ class Adam final : public Optimizer {
   void load_state(const std::map<std::string, Tensor>& tensors, const std::string& json) override;
   const StateFormat& state_format() const { return format_; }
 
+  // One moment's rounding into its low-precision storage, seen after a step:
+  // the fp32 values before rounding and the stored values decoded, both in
+  // the moment's units (scale applied), n = the parameter's element count.
+  struct StateCast {
+    const nn::Parameter* param = nullptr;
+    const char* moment = "";  // "exp_avg" or "exp_avg_sq"
+    DType dtype = DType::f32;
+    const float* ref = nullptr;
+    const float* q = nullptr;
+    int64_t n = 0;
+    float scale = 1;
+  };
+  // Called per parameter and low-precision moment after each step while set
+  // (empty: none); costs an fp32 copy of those moments per step.
+  void set_state_observer(std::function<void(const StateCast&)> f) { observer_ = std::move(f); }
+
  private:
   void update_low_precision(const std::vector<detail::AdamScalars>& scalars);
+  std::function<void(const StateCast&)> observer_;
 
   OptimizerConfig cfg_;
   bool decoupled_;

@@ -101,6 +101,23 @@ struct RecipeSummary {
 std::vector<RecipeSummary> summarize(const std::vector<RunResult>& runs, const std::string& reference = "fp32");
 
 // ---- the report ---------------------------------------------------------------
+// `mantissa inspect` on one recipe that diverged or fell behind fp32: its
+// worst cast sites and figures (written by the train layer, shown here).
+struct InspectorSection {
+  std::string recipe;
+  std::string reason;  // why it was inspected, e.g. "val bpc 4.10% behind fp32"
+  int64_t steps = 0;   // inspected steps (each with an fp32 shadow)
+  std::string dir;     // the inspector's files, relative to the report directory
+  std::string note;    // why there are no figures, when the inspection failed
+  struct Site {
+    std::string site, kind, format, cause;
+    double lost = 0, sqnr_db = 0, min_sqnr_db = 0, underflow = 0, saturation = 0;
+    int scale_log2 = 0;
+  };
+  std::vector<Site> top;  // worst first
+  std::vector<std::pair<std::string, std::string>> figures;  // (file name, SVG text)
+};
+
 struct ReportInput {
   std::string title = "mantissa recipe study";
   std::vector<RunResult> runs;
@@ -115,6 +132,8 @@ struct ReportInput {
   std::string scale_plot_svg;
   std::string scale_plot_note;
   bool interrupted = false;  // Ctrl-C: the report shows what finished
+  std::vector<InspectorSection> inspections;
+  std::string inspection_note;  // shown when there are none (e.g. turned off)
 };
 
 // Markdown tables (also used in the HTML page, converted there).

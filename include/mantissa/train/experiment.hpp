@@ -47,6 +47,12 @@ struct ExperimentOptions {
   int64_t mlp_steps = 0;
   double lr_standard = 0, lr_unit = 0;  // GPT learning rates; 0: the preset's
   std::string command;  // the command line, for the report
+  // The inspector section: after the runs, `inspect` for a few steps on each
+  // GPT recipe that diverged or whose val bpc is more than inspect_gap_pct %
+  // behind fp32's.
+  bool inspect = true;
+  double inspect_gap_pct = 2;
+  int64_t inspect_steps = 25;
 };
 
 struct RunSpec {
@@ -89,6 +95,13 @@ struct ExperimentOutcome {
   double seconds = 0;
 };
 ExperimentOutcome run_experiment(const ExperimentOptions& options, FILE* log, bool terminal);
+
+// The inspector section: runs `inspect` (inspect_steps steps, the study's
+// model and data, files in <out>/inspect/<recipe>/) on each GPT recipe of
+// `results` that diverged or fell behind fp32 by more than
+// options.inspect_gap_pct; an inspection that fails is reported as such.
+std::vector<report::InspectorSection> inspect_laggards(const ExperimentOptions& options, const ExperimentPlan& plan,
+                                                       const std::vector<report::RunResult>& results, FILE* log);
 
 // One run as a library call (no report); honours the interrupt flag between
 // steps by throwing ExperimentInterrupted.

@@ -10,13 +10,15 @@
 // "h1.attn.qkv"; else the parameter's name, else "product<k>") and a role:
 // "forward X", "forward W", "backward dY", "saved". Parameter gradients
 // rounded into a low-precision gradient format are the site "<param> grad",
-// working weights rounded from fp32 masters "<param> weight".
+// working weights rounded from fp32 masters "<param> weight", Adam moments
+// kept in a low-precision format "<param> exp_avg" / "<param> exp_avg_sq".
 //
 // What a cast's figures are measured against (CastTally):
 //   * matrix-product operands and saves: the cast's own fp32 input (the value
 //     the run had before rounding), so the figure is this cast's error alone;
 //   * parameter gradients: the pre-rounding fp32 sum of the step;
-//   * working weights: the fp32 master they were rounded from.
+//   * working weights: the fp32 master they were rounded from;
+//   * Adam moments: the step's fp32 moment before it is rounded for storage.
 // The error accumulated through the network is measured against the fp32
 // shadow (the same model in fp32 on the same batches, re-synchronised to the
 // run's weights every K steps): per parameter the cosine and relative norm
@@ -46,6 +48,7 @@
 #include "mantissa/autograd/policy.hpp"
 #include "mantissa/formats/format.hpp"
 #include "mantissa/nn/module.hpp"
+#include "mantissa/optim/optimizer.hpp"
 #include "mantissa/train/config.hpp"
 
 namespace mantissa::train {
@@ -103,6 +106,10 @@ class Probe {
   // by name): "<param> weight" sites, the master as reference.
   void tally_weights(const std::vector<nn::Parameter*>& params, const std::map<std::string, const float*>& masters,
                      const formats::Format& working);
+  // A low-precision Adam moment rounded after the update: the site
+  // "<param> exp_avg" / "<param> exp_avg_sq" (kind "optimizer state"), the
+  // unrounded fp32 moment as reference, limit = format max x the moment's scale.
+  void tally_state(const optim::Adam::StateCast& c);
   // This step's sites, in the order first seen, and a fresh start.
   std::vector<std::pair<SiteInfo, CastTally>> take();
 

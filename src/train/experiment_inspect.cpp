@@ -1,0 +1,88 @@
+// The study's inspector section: the recipes that diverged or fell behind
+// fp32 are retrained for a few steps under `inspect` (the study's model,
+// data and settings, beside an fp32 shadow) and their worst cast sites and
+// figures go into the report.
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+
+#include "mantissa/io/files.hpp"
+#include "mantissa/train/experiment.hpp"
+#include "mantissa/train/inspect.hpp"
+
+namespace mantissa::train {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr size_t kTopSites = 8;  // rows per recipe in the report
+
+std::string reason_of(const report::RecipeSummary& s, double threshold) {
+  if (s.diverged > 0) {
+    std::string r = "diverged in " + std::to_string(s.diverged) + " of " + std::to_string(s.finished) + " seed(s)";
+    if (s.first_diverged_at > 0) r += ", first at step " + std::to_string(s.first_diverged_at);
+    return r;
+  }
+  if (std::isfinite(s.gap_pct) && s.gap_pct > threshold) return "val bpc " + report::fmt_fixed(s.gap_pct, 2) + " % behind fp32";
+  return {};
+}
+
+}  // namespace
+
+std::vector<report::InspectorSection> inspect_laggards(const ExperimentOptions& options, const ExperimentPlan& plan,
+                                                       const std::vector<report::RunResult>& results, FILE* log) {
+  std::vector<report::InspectorSection> sections;
+  for (const report::RecipeSummary& s : report::summarize(results)) {
+    if (s.task != "gpt" || s.recipe == "fp32" || s.finished == 0) continue;
+    const std::string reason = reason_of(s, options.inspect_gap_pct);
+    if (reason.empty()) continue;
+    const RunSpec* spec = nullptr;
+    for (const RunSpec& r : plan.runs)
+      if (!spec && r.task == "gpt" && r.recipe == s.recipe && r.available) spec = &r;
+    if (!spec) continue;
+
+    report::InspectorSection sec;
+    sec.recipe = s.recipe;
+    sec.reason = reason;
+    sec.steps = options.inspect_steps;
+    sec.dir = "inspect/" + s.recipe;
+    InspectOptions io;
+    io.config = spec->config;
+    io.config.steps = options.inspect_steps;
+    io.config.warmup = std::min(io.config.warmup, options.inspect_steps);
+    io.max_values = kWatchValues;  // bounded cost per cast
+    io.out = (fs::path(options.out) / sec.dir).string();
+    io.print = false;
+    if (log) {
+      std::fprintf(log, "inspect %s (%s): %ld steps beside an fp32 shadow\n", s.recipe.c_str(), reason.c_str(),
+                   static_cast<long>(options.inspect_steps));
+      std::fflush(log);
+    }
+    try {
+      const InspectResult r = inspect(io);
+      for (size_t i = 0; i < r.ranking.size() && i < kTopSites; ++i) {
+        const Verdicts::Ranked& x = r.ranking[i];
+        sec.top.push_back({x.site, x.kind, x.format, x.cause, x.lost, x.sqnr_db, x.min_sqnr_db, x.underflow,
+                           x.saturation, x.scale_log2});
+      }
+      for (const char* f : {"sqnr_heatmap.svg", "fractions.svg", "grad_cosine.svg"}) {
+        const fs::path p = fs::path(io.out) / f;
+        std::error_code ec;
+        if (fs::is_regular_file(p, ec)) sec.figures.emplace_back(f, io::read_file(p.string()));
+      }
+      if (log && !sec.top.empty()) {
+        std::fprintf(log, "inspect %s: worst site %s (%s)\n", s.recipe.c_str(), sec.top[0].site.c_str(),
+                     sec.top[0].cause.c_str());
+        std::fflush(log);
+      }
+    } catch (const std::exception& e) {
+      sec.note = e.what();
+      if (log) std::fprintf(log, "inspect %s: failed (%s)\n", s.recipe.c_str(), e.what());
+    }
+    sections.push_back(std::move(sec));
+  }
+  return sections;
+}
+
+}  // namespace mantissa::train

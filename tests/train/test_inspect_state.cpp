@@ -1,0 +1,118 @@
+// Optimizer-state cast sites: Adam moments stored in e4m3fn (m) and fp16 (v)
+// are reported per parameter and moment with SQNR, underflow and saturation
+// recomputed here in float64 from the scalar format codec (encode/decode)
+// and the power-of-two scale rule, on gradients spanning 2^-30 .. 1.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "mantissa/formats/round.hpp"
+#include "mantissa/optim/optimizer.hpp"
+#include "mantissa/train/inspect.hpp"
+#include "train/toy_model.hpp"
+
+using namespace mantissa;
+
+namespace {
+
+// The power of two 2^e, e minimal, with amax / 2^e <= max.
+double ref_scale(double amax, double fmt_max) {
+  int e = 0;
+  std::frexp(amax / fmt_max, &e);
+  if (std::ldexp(fmt_max, e - 1) >= amax) --e;
+  return std::ldexp(1.0, e);
+}
+
+struct Expected {
+  double sqnr_db = 0, underflow = 0, saturation = 0;
+  int scale_log2 = 0;
+};
+
+// Figures of rounding ref into f at the scale its amax calls for, in float64.
+Expected expected(const std::vector<float>& ref, const formats::Format& f) {
+  double amax = 0;
+  for (float r : ref) amax = std::max(amax, std::fabs(static_cast<double>(r)));
+  const double s = ref_scale(amax, f.max());
+  double signal = 0, noise = 0;
+  int64_t nonzero = 0, flushed = 0, saturated = 0;
+  for (float r : ref) {
+    const double q = formats::decode(f, formats::encode(f, r / s)) * s;
+    signal += static_cast<double>(r) * r;
+    noise += (r - q) * (r - q);
+    nonzero += r != 0;
+    flushed += r != 0 && q == 0;
+    saturated += std::fabs(r) > f.max() * s;
+  }
+  return {10 * std::log10(signal / noise), static_cast<double>(flushed) / static_cast<double>(nonzero),
+          static_cast<double>(saturated) / static_cast<double>(ref.size()), static_cast<int>(std::lround(std::log2(s)))};
+}
+
+}  // namespace
+
+TEST(InspectOptimizerState, AdamMomentSitesMatchFloat64) {
+  toy::Bigram model(40);
+  auto probe = train::attach_probe(model, 0);  // every value
+  probe->set_active(true);
+  std::mt19937_64 rng(11);
+  std::uniform_real_distribution<double> e(-30, 0);
+  std::vector<std::vector<double>> grads;
+  for (nn::Parameter* p : model.parameters()) {
+    grads.emplace_back();
+    for (int64_t i = 0; i < p->grad.numel(); ++i) {
+      const double g = (rng() & 1 ? 1 : -1) * std::exp2(e(rng));
+      p->grad.f32()[i] = static_cast<float>(g);
+      grads.back().push_back(static_cast<float>(g));
+    }
+  }
+  optim::OptimizerConfig c;
+  c.type = "adam";
+  c.state_format = "e4m3fn/fp16";
+  auto opt = optim::make_optimizer(c, model.parameters());
+  auto* adam = dynamic_cast<optim::Adam*>(opt.get());
+  ASSERT_NE(adam, nullptr);
+  std::map<std::string, std::vector<float>> refs;
+  adam->set_state_observer([&](const optim::Adam::StateCast& s) {
+    probe->tally_state(s);
+    refs[s.param->name + " " + s.moment].assign(s.ref, s.ref + s.n);
+  });
+  adam->step(1e-3);
+  const auto sites = probe->take();
+  ASSERT_EQ(sites.size(), 4u);  // 2 parameters x 2 moments
+  const auto& fm = formats::preset("e4m3fn");
+  const auto& fv = formats::preset("fp16");
+  size_t k = 0;
+  for (nn::Parameter* p : model.parameters()) {
+    for (const char* moment : {"exp_avg", "exp_avg_sq"}) {
+      const std::string name = p->name + " " + moment;
+      const auto it = std::find_if(sites.begin(), sites.end(), [&](const auto& s) { return s.first.name == name; });
+      ASSERT_NE(it, sites.end()) << name;
+      const auto& [info, t] = *it;
+      const bool m = std::string(moment) == "exp_avg";
+      EXPECT_EQ(info.kind, "optimizer state");
+      EXPECT_EQ(info.format, m ? "e4m3fn" : "fp16");
+      // The reference is the unrounded first-step moment: 0.1 g or 0.001 g^2.
+      const std::vector<float>& ref = refs.at(name);
+      ASSERT_EQ(ref.size(), grads[k].size());
+      for (size_t i = 0; i < ref.size(); ++i) {
+        const double g = grads[k][i], want = m ? 0.1 * g : 0.001 * g * g;
+        ASSERT_NEAR(ref[i], want, 1e-6 * std::fabs(want)) << name << " " << i;
+      }
+      const Expected x = expected(ref, m ? fm : fv);
+      EXPECT_EQ(t.values, static_cast<int64_t>(ref.size()));
+      EXPECT_NEAR(t.sqnr_db(), x.sqnr_db, 1e-9) << name;
+      EXPECT_DOUBLE_EQ(t.underflow(), x.underflow) << name;
+      EXPECT_DOUBLE_EQ(t.saturation(), x.saturation) << name;
+      EXPECT_EQ(t.scale_log2, x.scale_log2) << name;
+      // 0.1 x 2^-30 .. 0.1 spans 2^30, beyond e4m3fn's 2^17 (subnormals included): values flush.
+      if (m) {
+        EXPECT_GT(x.underflow, 0.2) << name;
+      }
+    }
+    ++k;
+  }
+  // No observer: no sites, and fp32 moments are never observed.
+  adam->set_state_observer({});
+  adam->step(1e-3);
+  EXPECT_TRUE(probe->take().empty());
+}

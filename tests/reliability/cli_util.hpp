@@ -17,30 +17,15 @@
 #include <string>
 
 #include "mantissa/io/files.hpp"
+#include "train/cli_util.hpp"
 
 namespace reliability {
 
 namespace fs = std::filesystem;
 
-struct Result {
-  int code = -1;    // exit code; -1 if killed by a signal
-  int signal = 0;   // the signal, if killed
-  std::string out;  // stdout and stderr
-};
-
-inline Result run_shell(const std::string& cmd) {
-  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-  Result r;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
-  const int status = pclose(p);
-  if (WIFEXITED(status)) r.code = WEXITSTATUS(status);
-  if (WIFSIGNALED(status)) r.signal = WTERMSIG(status);
-  return r;
-}
-
-inline Result run(const std::string& args) { return run_shell(std::string(MANTISSA_CLI) + " " + args); }
+using cli_test::Result;
+using cli_test::run;
+inline Result run_shell(const std::string& cmd) { return cli_test::run_command(cmd); }
 
 inline std::string read(const fs::path& p) { return mantissa::io::read_file(p.string()); }
 inline void write(const fs::path& p, const std::string& bytes) {

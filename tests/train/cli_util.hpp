@@ -12,7 +12,8 @@
 namespace cli_test {
 
 struct Result {
-  int code = -1;
+  int code = -1;    // exit code; -1 if killed by a signal
+  int signal = 0;   // the signal, if killed
   std::string out;  // stdout and stderr
 };
 
@@ -24,7 +25,8 @@ inline Result run_command(const std::string& cmd) {
   size_t n;
   while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
   const int status = pclose(p);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  if (WIFEXITED(status)) r.code = WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) r.signal = WTERMSIG(status);
   return r;
 }
 

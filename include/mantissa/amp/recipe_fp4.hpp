@@ -1,4 +1,4 @@
-// The FP4 ingredients of a recipe (BRIEF section 10): which 4-bit block
+// The FP4 ingredients of a recipe (NVFP4 and MXFP4 training recipes): which 4-bit block
 // format the linear layers' products use and the fixes that make it train.
 // Each is a recipe setting (`--set key=value`, the keys below).
 #pragma once

@@ -1,6 +1,6 @@
 // FP4 block casts: E2M1 elements (+-{0, 0.5, 1, 1.5, 2, 3, 4, 6}) sharing
-// one scale per block, as the 4-bit training recipes use them (BRIEF
-// section 10):
+// one scale per block, as the 4-bit training recipes use them (OCP MX v1.0,
+// NVIDIA's NVFP4):
 //
 //   NVFP4 (NVIDIA, arXiv 2509.25149; torchao's nvfp4 reference quantiser):
 //     tensor scale  t = max(amax / (6 * 448), 2^-117)       (fp32, per tensor)

@@ -1,4 +1,4 @@
-// Llama-style decoder (BRIEF section 11): token embedding, pre-RMSNorm blocks
+// Llama-style decoder (Hugging Face LlamaForCausalLM layout): token embedding, pre-RMSNorm blocks
 // of causal multi-head attention with rotary positions (optionally grouped
 // kv heads) and a SwiGLU MLP, final RMSNorm, untied output head (tying as an
 // option); no biases. Parameters carry the Hugging Face LlamaForCausalLM names

@@ -32,8 +32,8 @@ struct EvalArgs {
 // GPT configs carry Hugging Face's keys; MLP configs their layer list.
 std::string model_kind(const std::string& config_json, const std::string& dir) {
   const nlohmann::json j = io::parse_json(config_json, dir + "/config.json");
-  if (j.contains("n_embd") || j.value("model_type", "") == "gpt2") return "gpt";
-  if (j.value("model_type", "") == "llama") return "llama";
+  if (j.contains("n_embd") || io::string_or_empty(j, "model_type") == "gpt2") return "gpt";
+  if (io::string_or_empty(j, "model_type") == "llama") return "llama";
   if (j.contains("hidden") || j.contains("classes")) return "mlp";
   throw UsageError(dir + "/config.json describes neither a GPT, a Llama nor an MLP");
 }

@@ -214,8 +214,9 @@ void ShuffledBatches::load_state(const std::string& json) {
   } catch (const std::invalid_argument& e) {
     throw DataError(e.what());
   }
-  if (!j.is_object() || j.value("kind", "") != "shuffled_batches" || !j.contains("rng") || !j["rng"].is_string() ||
-      !j.contains("epoch") || !j.contains("cursor"))
+  if (io::string_or_empty(j, "kind") != "shuffled_batches" || !j.contains("rng") || !j["rng"].is_string() ||
+      !j.contains("epoch") || !j["epoch"].is_number_integer() || !j.contains("cursor") ||
+      !j["cursor"].is_number_integer())
     throw DataError("data state is not a complete 'shuffled_batches' state");
   const auto cursor = j["cursor"].get<int64_t>();
   if (cursor < 0 || cursor > set_->size()) throw DataError("shuffled_batches state: cursor out of range");
@@ -224,7 +225,10 @@ void ShuffledBatches::load_state(const std::string& json) {
   epoch_ = j["epoch"].get<int64_t>();
   if (epoch_ < 0) throw DataError("shuffled_batches state: negative epoch " + std::to_string(epoch_));
   cursor_ = cursor;
-  seed_ = j.value("seed", seed_);
+  if (j.contains("seed")) {
+    if (!j["seed"].is_number_unsigned()) throw DataError("shuffled_batches state: 'seed' must be an unsigned integer");
+    seed_ = j["seed"].get<uint64_t>();
+  }
 }
 
 SequentialBatches::SequentialBatches(const ClassificationSet& set, int64_t batch) : set_(&set), batch_(batch) {

@@ -25,7 +25,7 @@ nlohmann::json parse_state(const std::string& json, const char* kind) {
   } catch (const std::invalid_argument& e) {
     throw DataError(e.what());
   }
-  if (!j.is_object() || j.value("kind", "") != kind)
+  if (io::string_or_empty(j, "kind") != kind)
     throw DataError(std::string("data state is not a '") + kind + "' state");
   return j;
 }
@@ -120,7 +120,10 @@ void TextWindows::load_state(const std::string& json) {
   detail::set_engine_state(rng_, j["rng"].get<std::string>(), "text_windows state");
   batches_ = j["batches"].get<int64_t>();
   if (batches_ < 0) throw DataError("text_windows state: negative batch count " + std::to_string(batches_));
-  seed_ = j.value("seed", seed_);
+  if (j.contains("seed")) {
+    if (!j["seed"].is_number_unsigned()) throw DataError("text_windows state: 'seed' must be an unsigned integer");
+    seed_ = j["seed"].get<uint64_t>();
+  }
 }
 
 TextValidation::TextValidation(const TextCorpus& corpus, int64_t batch, int64_t seq_len, int64_t max_batches)

@@ -133,7 +133,7 @@ bool has_final_name(const std::string& dir) {
 bool is_checkpoint(const std::string& dir) {
   try {
     const auto m = nlohmann::json::parse(read_file(join(dir, kComplete)));
-    return m.is_object() && m.value("format", "") == "mantissa-checkpoint";
+    return string_or_empty(m, "format") == "mantissa-checkpoint";
   } catch (const std::exception&) {
     return false;
   }
@@ -179,6 +179,13 @@ std::string resolve(const std::string& dir) {
   return best;
 }
 
+// The inode behind path (0 if none): a save replaces a checkpoint directory
+// by exchanging inodes under its name.
+uint64_t directory_identity(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 ? static_cast<uint64_t>(st.st_ino) : 0;
+}
+
 // The files the manifest lists (only `only`, if given), each checked
 // against its size and CRC-32.
 std::map<std::string, std::string> read_verified(const std::string& dir, const char* only = nullptr) {
@@ -189,7 +196,7 @@ std::map<std::string, std::string> read_verified(const std::string& dir, const c
   } catch (const std::exception& e) {
     throw FormatError(marker + ": unreadable checkpoint manifest: " + e.what());
   }
-  if (!manifest.is_object() || manifest.value("format", "") != "mantissa-checkpoint" || !manifest.contains("files") ||
+  if (string_or_empty(manifest, "format") != "mantissa-checkpoint" || !manifest.contains("files") ||
       !manifest["files"].is_object())
     throw FormatError(marker + ": not a mantissa checkpoint manifest");
   std::map<std::string, std::string> files;
@@ -210,8 +217,8 @@ std::map<std::string, std::string> read_verified(const std::string& dir, const c
     } catch (const std::invalid_argument& e) {
       throw FormatError(std::string("checkpoint file missing: ") + e.what());
     }
-    const auto want_bytes = info.value("bytes", uint64_t{0});
-    const auto want_crc = info.value("crc32", uint64_t{0});
+    const auto want_bytes = info["bytes"].get<uint64_t>();
+    const auto want_crc = info["crc32"].get<uint64_t>();
     if (bytes.size() != want_bytes)
       throw FormatError(path + ": " + std::to_string(bytes.size()) + " bytes but the checkpoint manifest says " +
                         std::to_string(want_bytes) + (bytes.size() < want_bytes ? " (truncated)" : ""));
@@ -426,9 +433,23 @@ void save_checkpoint(const std::string& dir_in, nn::Model& model, const optim::O
 
 CheckpointData load_checkpoint(const std::string& dir_in, nn::Model& model, optim::Optimizer* optimizer) {
   const std::string dir = without_trailing_slash(dir_in);
-  const std::string where = resolve(dir);
-  if (where.empty()) throw FormatError(not_loadable(dir));
-  std::map<std::string, std::string> files = read_verified(where);
+  std::string where;
+  std::map<std::string, std::string> files;
+  // A save running in another process exchanges the directory behind DIR
+  // between the reads of its manifest and its files; the files then belong
+  // to two checkpoints. Such a read is retried; a checkpoint that stays put
+  // and still fails is corrupt.
+  for (int attempt = 0;; ++attempt) {
+    where = resolve(dir);
+    if (where.empty()) throw FormatError(not_loadable(dir));
+    const auto before = directory_identity(where);
+    try {
+      files = read_verified(where);
+      break;
+    } catch (const FormatError&) {
+      if (attempt >= 8 || directory_identity(where) == before) throw;
+    }
+  }
   auto need = [&](const char* name) -> const std::string& {
     auto it = files.find(name);
     if (it == files.end()) throw FormatError(join(where, name) + ": missing from the checkpoint");

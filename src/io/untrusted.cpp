@@ -91,6 +91,12 @@ void bounded_dump(const json& v, int depth, std::string& out) {
 }
 }  // namespace
 
+std::string string_or_empty(const json& j, const std::string& key) {
+  if (!j.is_object()) return "";
+  const auto it = j.find(key);
+  return it != j.end() && it->is_string() ? it->get<std::string>() : "";
+}
+
 std::string excerpt_json(const json& value) {
   std::string text;
   bounded_dump(value, 0, text);

@@ -13,6 +13,7 @@
 #include "mantissa/autograd/ops.hpp"
 #include "mantissa/autograd/ops_llama.hpp"
 #include "mantissa/autograd/ops_unit.hpp"
+#include "mantissa/io/untrusted.hpp"
 #include "mantissa/kernels/matmul.hpp"
 #include "mantissa/nn/init.hpp"
 #include "nn/causal_lm.hpp"
@@ -81,12 +82,8 @@ std::string LlamaConfig::to_json() const {
 }
 
 LlamaConfig LlamaConfig::from_json(const std::string& text) {
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(text);
-  } catch (const std::exception& e) {
-    throw std::invalid_argument(std::string("Llama config: not valid JSON: ") + e.what());
-  }
+  const nlohmann::json j = io::parse_json(text, "Llama config");
+  if (!j.is_object()) throw std::invalid_argument("Llama config: not a JSON object");
   LlamaConfig c;
   auto get = [&](const char* key, int64_t& out) {
     if (!j.contains(key)) throw std::invalid_argument(std::string("Llama config: missing key '") + key + "'");
@@ -107,13 +104,22 @@ LlamaConfig LlamaConfig::from_json(const std::string& text) {
   if (j.contains("num_key_value_heads")) get("num_key_value_heads", c.kv_heads);
   number("rms_norm_eps", c.rms_eps);
   number("rope_theta", c.rope_theta);
-  if (j.contains("tie_word_embeddings")) c.tie_embeddings = j["tie_word_embeddings"].get<bool>();
-  if (j.contains("mantissa") && j["mantissa"].is_object()) {
-    const auto& m = j["mantissa"];
-    if (m.contains("seed")) c.seed = m["seed"].get<uint64_t>();
-    if (m.contains("smooth_swiglu")) c.smooth_swiglu = m["smooth_swiglu"].get<bool>();
-    if (m.contains("unit")) c.unit = UnitConfig::from_json(m["unit"].dump());
-    if (m.contains("parametrisation")) c.unit.enabled = m["parametrisation"].get<std::string>() == "unit";
+  try {
+    if (j.contains("tie_word_embeddings")) c.tie_embeddings = j["tie_word_embeddings"].get<bool>();
+    if (j.contains("mantissa") && j["mantissa"].is_object()) {
+      const auto& m = j["mantissa"];
+      if (m.contains("seed")) c.seed = m["seed"].get<uint64_t>();
+      if (m.contains("smooth_swiglu")) c.smooth_swiglu = m["smooth_swiglu"].get<bool>();
+      if (m.contains("unit")) c.unit = UnitConfig::from_json(m["unit"].dump());
+      if (m.contains("parametrisation")) {
+        const std::string p = m["parametrisation"].get<std::string>();
+        if (p != "unit" && p != "standard")
+          throw std::invalid_argument("Llama config: parametrisation must be standard or unit, got '" + p + "'");
+        c.unit.enabled = p == "unit";
+      }
+    }
+  } catch (const nlohmann::json::exception& e) {
+    throw std::invalid_argument(std::string("Llama config: ") + e.what());
   }
   c.validate();
   return c;

@@ -211,6 +211,9 @@ TEST(ShuffledBatches, StateResumesMidEpochAndAcrossEpochs) {
   data::ShuffledBatches c(s, 10, 9);
   EXPECT_THROW(c.load_state(R"({"kind":"text_windows"})"), data::DataError);
   EXPECT_THROW(c.load_state(R"({"kind":"shuffled_batches","epoch":0,"cursor":99,"rng":"1"})"), data::DataError);
+  EXPECT_THROW(c.load_state(R"({"kind":"shuffled_batches","epoch":"0","cursor":1,"rng":"1"})"), data::DataError);
+  EXPECT_THROW(c.load_state(R"({"kind":"shuffled_batches","epoch":0,"cursor":[],"rng":"1"})"), data::DataError);
+  EXPECT_THROW(c.load_state(R"({"kind":1,"epoch":0,"cursor":1,"rng":"1"})"), data::DataError);
   EXPECT_THROW(data::ShuffledBatches(s, 31, 1), data::DataError);
   EXPECT_THROW(data::ShuffledBatches(s, 0, 1), data::DataError);
 }

@@ -2,6 +2,8 @@
 // independent derivation from std::mt19937_64, full validation coverage
 // (every held-out byte a target exactly once), resumable state, bad input.
 #include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
 #include <unistd.h>
 
 #include <array>
@@ -155,6 +157,17 @@ TEST(TextWindows, StateRoundTripContinuesIdentically) {
   EXPECT_THROW(b.load_state("{}"), data::DataError);
   EXPECT_THROW(b.load_state(R"({"kind":"text_windows","batches":1,"rng":"garbage"})"), data::DataError);
   EXPECT_THROW(b.load_state("not json"), data::DataError);
+  // Fields of the wrong JSON type are refused as bad data, not escaped as
+  // nlohmann type errors.
+  auto wrong_type = [&](const std::string& key, nlohmann::json value) {
+    auto j = nlohmann::json::parse(state);
+    j[key] = std::move(value);
+    return j.dump();
+  };
+  EXPECT_THROW(b.load_state(wrong_type("seed", "x")), data::DataError);
+  EXPECT_THROW(b.load_state(wrong_type("seed", -1)), data::DataError);
+  EXPECT_THROW(b.load_state(wrong_type("kind", 7)), data::DataError);
+  EXPECT_THROW(b.load_state("[1,2]"), data::DataError);
 }
 
 // Every validation byte after the first is a target exactly once: the

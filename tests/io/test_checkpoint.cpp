@@ -315,6 +315,16 @@ TEST(Checkpoint, SigkillDuringSavesNeverBreaksTheCheckpoint) {
         io::save_checkpoint(dir, a, nullptr, std::to_string(step));
       }
     }
+    // Killed however this round ends, a failed assertion included: a child
+    // left running would save forever and hold ctest's output pipe open.
+    struct Reaper {
+      pid_t pid;
+      ~Reaper() {
+        kill(pid, SIGKILL);
+        int status = 0;
+        waitpid(pid, &status, 0);
+      }
+    } reaper{pid};
     std::this_thread::sleep_for(std::chrono::microseconds(save_us / 2 + static_cast<int64_t>(rng() % static_cast<uint32_t>(3 * save_us))));
     if (round == 9) {  // on a loaded machine the child may not have finished a save yet: wait for one
       const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
@@ -323,8 +333,7 @@ TEST(Checkpoint, SigkillDuringSavesNeverBreaksTheCheckpoint) {
         std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
     kill(pid, SIGKILL);
-    int status = 0;
-    waitpid(pid, &status, 0);
+    waitpid(pid, nullptr, 0);
     TinyModel b(64, 7.0f);
     io::CheckpointData d;
     ASSERT_NO_THROW(d = io::load_checkpoint(dir, b, nullptr)) << "round " << round;

@@ -26,6 +26,11 @@ std::string read_bounded(const std::string& path, uint64_t max_bytes);
 // (...)" or "<what>: nested deeper than 64 levels".
 nlohmann::json parse_json(std::string_view text, const std::string& what);
 
+// The string at key when j is an object holding a string there, otherwise
+// "" (nlohmann's value(key, "") throws on a non-string, which untrusted
+// input must never reach).
+std::string string_or_empty(const nlohmann::json& j, const std::string& key);
+
 // At most kMaxQuoted characters of s, control and non-ASCII bytes escaped as
 // \xNN, with "... (N bytes)" appended when cut.
 std::string excerpt(std::string_view s);

@@ -14,7 +14,7 @@
 // tokens_per_s, step_ms, "memory" (peaks of the timed steps: activations and workspace the step
 // adds, the process total, parameters + gradients + optimizer state; also on the stderr line) and
 // a breakdown of --profile-steps further steps by kernel category
-// (matmul, attention, norms, elementwise, embedding, conversion; kernels::profile), optimizer and
+// (matmul, attention, norms, elementwise, embedding, conversion; cpu::profile), optimizer and
 // framework overhead, with the achieved fraction of the peak; recipes this build lacks (or cannot
 // run yet) are listed under "skipped" with the reason. --memory-trace runs one more step per
 // recipe with the allocation trace on and itemises the live activations at its peak by op,
@@ -42,7 +42,7 @@
 #include "mantissa/kernels/kernels.hpp"
 #include "mantissa/kernels/matmul.hpp"
 #include "mantissa/kernels/matmul_route.hpp"
-#include "mantissa/kernels/profile.hpp"
+#include "mantissa/cpu/profile.hpp"
 #include "mantissa/nn/gpt.hpp"
 #include "mantissa/nn/llama.hpp"
 #include "mantissa/scaling/fp8.hpp"
@@ -219,7 +219,7 @@ double peak_of(DType type) {
 // the optimizer's step timed on its own, and the rest as framework overhead.
 nlohmann::ordered_json breakdown(train::Trainer& trainer, optim::Optimizer& optimizer, int steps,
                                  double peak_gflops, double fma_gflops) {
-  namespace prof = kernels::profile;
+  namespace prof = cpu::profile;
   prof::reset();
   prof::enable(true);
   std::vector<double> step_s;

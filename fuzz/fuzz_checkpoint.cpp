@@ -13,7 +13,7 @@
 #include <string_view>
 
 #include "fuzz_util.hpp"
-#include "mantissa/io/checkpoint.hpp"
+#include "mantissa/train/checkpoint.hpp"
 #include "mantissa/io/files.hpp"
 #include "mantissa/nn/gpt.hpp"
 #include "mantissa/train/session.hpp"

@@ -14,7 +14,7 @@
 
 #include "arrays.hpp"
 #include "mantissa/amp/recipe.hpp"
-#include "mantissa/io/checkpoint.hpp"
+#include "mantissa/train/checkpoint.hpp"
 #include "mantissa/io/safetensors.hpp"
 #include "mantissa/kernels/kernels.hpp"
 #include "mantissa/nn/gpt.hpp"

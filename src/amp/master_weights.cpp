@@ -6,7 +6,7 @@
 #include <stdexcept>
 
 #include "mantissa/formats/convert.hpp"
-#include "mantissa/kernels/profile.hpp"
+#include "mantissa/cpu/profile.hpp"
 
 namespace mantissa::amp {
 namespace {
@@ -40,7 +40,7 @@ MasterWeights::MasterWeights(std::vector<nn::Parameter*> params, const Recipe& r
 bool MasterWeights::rounds(size_t i) const { return !(norms_fp32_ && is_norm_parameter(params_[i]->name)); }
 
 void MasterWeights::round_into_value(size_t i, uint64_t round_seed) {
-  const kernels::profile::Scope profile_scope(kernels::profile::Category::conversion);
+  const cpu::profile::Scope profile_scope(cpu::profile::Category::conversion);
   nn::Parameter& p = *params_[i];
   formats::RoundOptions opt;
   // Overflow saturates: a weight beyond the format's range is a divergence

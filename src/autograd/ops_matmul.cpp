@@ -9,7 +9,7 @@
 #include "mantissa/autograd/ops.hpp"
 #include "mantissa/kernels/kernels.hpp"
 #include "mantissa/kernels/matmul.hpp"
-#include "mantissa/nn/module.hpp"
+#include "mantissa/autograd/parameter.hpp"
 
 namespace mantissa::autograd {
 namespace {

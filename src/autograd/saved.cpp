@@ -23,7 +23,7 @@
 #include "mantissa/formats/round.hpp"
 #include "mantissa/formats/scaled_cast.hpp"
 #include "mantissa/formats/scaled_copy.hpp"
-#include "mantissa/kernels/profile.hpp"
+#include "mantissa/cpu/profile.hpp"
 #include "mantissa/tensor/memory_trace.hpp"
 
 namespace mantissa::autograd {
@@ -135,7 +135,7 @@ Tensor Tape::save(const Tensor& x) const {
 
 namespace {
 Tensor encode_source(const Source& x, DType codes, int* hint, bool* reencoded) {
-  kernels::profile::Scope profile_scope(kernels::profile::Category::conversion);
+  cpu::profile::Scope profile_scope(cpu::profile::Category::conversion);
   const formats::Format& f = format_of(codes);
   Tensor out = Tensor::empty(x.x.shape(), codes, MemoryKind::activation);
   const formats::ScaledCast cast(f, false, bf16_table(codes));  // nearest-even, inf/NaN stay non-finite
@@ -212,7 +212,7 @@ const std::array<uint16_t, 256>& Tape::decode_table(DType codes) { return bf16_t
 Tensor Tape::restore(const Tensor& saved) {
   if (saved.dtype() == DType::f32) return saved;
   if (dtype_size(saved.dtype()) != 1) return saved.to(DType::f32, MemoryKind::workspace);
-  kernels::profile::Scope profile_scope(kernels::profile::Category::conversion);
+  cpu::profile::Scope profile_scope(cpu::profile::Category::conversion);
   Tensor out = Tensor::empty(saved.shape(), DType::f32, MemoryKind::workspace);
   const formats::Table16& table = bf16_table(saved.dtype());
   const float s = saved.scale();
@@ -226,7 +226,7 @@ Tensor Tape::restore(const Tensor& saved) {
 Tensor Tape::restore_bf16(const Tensor& saved) {
   if (saved.dtype() == DType::bf16) return saved;
   if (dtype_size(saved.dtype()) != 1) throw std::logic_error("Tape::restore_bf16: saved tensor is not bf16 or 1-byte");
-  kernels::profile::Scope profile_scope(kernels::profile::Category::conversion);
+  cpu::profile::Scope profile_scope(cpu::profile::Category::conversion);
   Tensor out = Tensor::empty(saved.shape(), DType::bf16, MemoryKind::workspace);
   const formats::Table16& table = bf16_table(saved.dtype());
   const float s = saved.scale();

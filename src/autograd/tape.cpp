@@ -3,7 +3,7 @@
 #include <stdexcept>
 
 #include "mantissa/kernels/kernels.hpp"
-#include "mantissa/nn/module.hpp"
+#include "mantissa/autograd/parameter.hpp"
 #include "mantissa/tensor/memory_trace.hpp"
 
 namespace mantissa::autograd {

@@ -8,7 +8,7 @@
 #include "cli/command.hpp"
 #include "mantissa/data/idx.hpp"
 #include "mantissa/data/text.hpp"
-#include "mantissa/io/checkpoint.hpp"
+#include "mantissa/train/checkpoint.hpp"
 #include "mantissa/kernels/kernels.hpp"
 #include "mantissa/nn/gpt.hpp"
 #include "mantissa/nn/llama.hpp"

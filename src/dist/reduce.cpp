@@ -11,7 +11,7 @@
 
 #include "mantissa/formats/convert.hpp"
 #include "mantissa/formats/scaled_copy.hpp"
-#include "mantissa/kernels/profile.hpp"
+#include "mantissa/cpu/profile.hpp"
 
 namespace mantissa::dist {
 
@@ -178,7 +178,7 @@ void GradReducer::encode_with_feedback(const float* in, float* residual, uint8_t
 }
 
 CommStats GradReducer::reduce(double loss_scale) {
-  const kernels::profile::Scope profile_scope(kernels::profile::Category::communication);
+  const cpu::profile::Scope profile_scope(cpu::profile::Category::communication);
   const auto t0 = std::chrono::steady_clock::now();
   const int ranks = group_.size();
   const bool ef = options_.error_feedback;

@@ -17,7 +17,7 @@
 #include "kernels/row_math.hpp"
 #include "mantissa/kernels/kernels.hpp"
 #include "mantissa/kernels/matmul.hpp"
-#include "mantissa/kernels/profile.hpp"
+#include "mantissa/cpu/profile.hpp"
 
 namespace mantissa::kernels {
 namespace {
@@ -66,7 +66,7 @@ Scratch& scratch() {
 // att [B, NH, T, T] = causal_softmax(q k^T / sqrt(hs)); out [B, T, C] = att v
 void attention_forward(float* out, float* att, const float* qkv, int64_t B, int64_t T, int64_t C, int64_t NH,
                        bool bf16_products) {
-  kernels::profile::Scope profile_scope(kernels::profile::Category::attention, 4.0 * static_cast<double>(B * NH) * static_cast<double>(T * T) * static_cast<double>(C / (NH > 0 ? NH : 1)));
+  cpu::profile::Scope profile_scope(cpu::profile::Category::attention, 4.0 * static_cast<double>(B * NH) * static_cast<double>(T * T) * static_cast<double>(C / (NH > 0 ? NH : 1)));
   const Dims d = check_dims(B, T, C, NH);
   if (!bf16_products && attention_detail::fused_available()) return attention_detail::fused_forward(out, att, qkv, d);
   const DType type = bf16_products ? DType::bf16 : DType::f32;
@@ -100,7 +100,7 @@ void attention_forward(float* out, float* att, const float* qkv, int64_t B, int6
 //   dQ = dS K;    dK = dS^T Q
 void attention_backward(float* dqkv, float* datt, const float* dout, const float* qkv, const float* att,
                         int64_t B, int64_t T, int64_t C, int64_t NH, bool bf16_products) {
-  kernels::profile::Scope profile_scope(kernels::profile::Category::attention, 8.0 * static_cast<double>(B * NH) * static_cast<double>(T * T) * static_cast<double>(C / (NH > 0 ? NH : 1)));
+  cpu::profile::Scope profile_scope(cpu::profile::Category::attention, 8.0 * static_cast<double>(B * NH) * static_cast<double>(T * T) * static_cast<double>(C / (NH > 0 ? NH : 1)));
   const Dims d = check_dims(B, T, C, NH);
   if (!bf16_products && attention_detail::fused_available())
     return attention_detail::fused_backward(dqkv, datt, dout, qkv, att, d);
@@ -150,7 +150,7 @@ std::vector<float>& score_scratch(int64_t n) {
 void attention_forward_bf16(float* out, uint16_t* att16, const float* qkv, int64_t B, int64_t T, int64_t C,
                             int64_t NH) {
   const Dims d = check_dims(B, T, C, NH);
-  kernels::profile::Scope profile_scope(kernels::profile::Category::attention,
+  cpu::profile::Scope profile_scope(cpu::profile::Category::attention,
                                         4.0 * static_cast<double>(d.heads() * T * T * d.hs));
   Scratch& s = scratch();
   gather_heads(s.q, qkv, 3 * C, 0, d, true);
@@ -180,7 +180,7 @@ void attention_forward_bf16(float* out, uint16_t* att16, const float* qkv, int64
 void attention_backward_bf16(float* dqkv, float* datt, const float* dout, const float* qkv, const uint16_t* att16,
                              int64_t B, int64_t T, int64_t C, int64_t NH) {
   const Dims d = check_dims(B, T, C, NH);
-  kernels::profile::Scope profile_scope(kernels::profile::Category::attention,
+  cpu::profile::Scope profile_scope(cpu::profile::Category::attention,
                                         8.0 * static_cast<double>(d.heads() * T * T * d.hs));
   Scratch& s = scratch();
   gather_heads(s.q, qkv, 3 * C, 0, d, true);

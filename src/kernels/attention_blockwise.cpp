@@ -23,7 +23,7 @@
 #include "kernels/row_math.hpp"
 #include "mantissa/kernels/kernels.hpp"
 #include "mantissa/kernels/matmul.hpp"
-#include "mantissa/kernels/profile.hpp"
+#include "mantissa/cpu/profile.hpp"
 
 namespace mantissa::kernels {
 namespace {
@@ -106,7 +106,7 @@ bool attention_prefers_blockwise(int64_t B, int64_t T, int64_t NH, bool bf16_pro
 void attention_forward_blockwise(float* out, float* lse, const float* qkv, int64_t B, int64_t T, int64_t C,
                                  int64_t NH, bool bf16_products) {
   const Dims d = check_dims(B, T, C, NH);
-  kernels::profile::Scope profile_scope(kernels::profile::Category::attention,
+  cpu::profile::Scope profile_scope(cpu::profile::Category::attention,
                                         2.0 * static_cast<double>(d.heads() * T * T * d.hs));
   const DType type = bf16_products ? DType::bf16 : DType::f32;
   Scratch& sc = scratch();
@@ -152,7 +152,7 @@ void attention_forward_blockwise(float* out, float* lse, const float* qkv, int64
 void attention_backward_blockwise(float* dqkv, const float* dout, const float* qkv, const float* lse, int64_t B,
                                   int64_t T, int64_t C, int64_t NH, bool bf16_products) {
   const Dims d = check_dims(B, T, C, NH);
-  kernels::profile::Scope profile_scope(kernels::profile::Category::attention,
+  cpu::profile::Scope profile_scope(cpu::profile::Category::attention,
                                         5.0 * static_cast<double>(d.heads() * T * T * d.hs));
   const DType type = bf16_products ? DType::bf16 : DType::f32;
   Scratch& sc = scratch();

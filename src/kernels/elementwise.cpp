@@ -15,45 +15,45 @@
 #include "kernels/parallel.hpp"
 #include "kernels/row_math.hpp"
 #include "mantissa/kernels/kernels.hpp"
-#include "mantissa/kernels/profile.hpp"
+#include "mantissa/cpu/profile.hpp"
 
 namespace mantissa::kernels {
 
 #define MANTISSA_PARALLEL_SIMD _Pragma("omp parallel for simd schedule(static) if (n >= kParallelElements)")
 
 void add(float* out, const float* a, const float* b, int64_t n) {
-  kernels::profile::Scope profile_scope(kernels::profile::Category::elementwise);
+  cpu::profile::Scope profile_scope(cpu::profile::Category::elementwise);
   MANTISSA_PARALLEL_SIMD
   for (int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
 }
 
 void add_inplace(float* acc, const float* x, int64_t n) {
-  kernels::profile::Scope profile_scope(kernels::profile::Category::elementwise);
+  cpu::profile::Scope profile_scope(cpu::profile::Category::elementwise);
   MANTISSA_PARALLEL_SIMD
   for (int64_t i = 0; i < n; ++i) acc[i] += x[i];
 }
 
 void scale(float* out, const float* x, float alpha, int64_t n) {
-  kernels::profile::Scope profile_scope(kernels::profile::Category::elementwise);
+  cpu::profile::Scope profile_scope(cpu::profile::Category::elementwise);
   MANTISSA_PARALLEL_SIMD
   for (int64_t i = 0; i < n; ++i) out[i] = alpha * x[i];
 }
 
 void axpy(float* acc, const float* x, float alpha, int64_t n) {
-  kernels::profile::Scope profile_scope(kernels::profile::Category::elementwise);
+  cpu::profile::Scope profile_scope(cpu::profile::Category::elementwise);
   MANTISSA_PARALLEL_SIMD
   for (int64_t i = 0; i < n; ++i) acc[i] += alpha * x[i];
 }
 
 void mul(float* out, const float* a, const float* b, int64_t n) {
-  kernels::profile::Scope profile_scope(kernels::profile::Category::elementwise);
+  cpu::profile::Scope profile_scope(cpu::profile::Category::elementwise);
   MANTISSA_PARALLEL_SIMD
   for (int64_t i = 0; i < n; ++i) out[i] = a[i] * b[i];
 }
 
 // Two loops, not a select on `accumulate` inside one (it keeps GCC from vectorising).
 void axpby(float* out, const float* a, float alpha, const float* b, float beta, int64_t n, bool accumulate) {
-  kernels::profile::Scope profile_scope(kernels::profile::Category::elementwise);
+  cpu::profile::Scope profile_scope(cpu::profile::Category::elementwise);
   if (accumulate) {
     MANTISSA_PARALLEL_SIMD
     for (int64_t i = 0; i < n; ++i) out[i] += alpha * a[i] + beta * b[i];
@@ -65,7 +65,7 @@ void axpby(float* out, const float* a, float alpha, const float* b, float beta, 
 
 void scale_segments(float* out, const float* x, const float* scales, int segs, int64_t rows, int64_t C,
                     bool accumulate) {
-  kernels::profile::Scope profile_scope(kernels::profile::Category::elementwise);
+  cpu::profile::Scope profile_scope(cpu::profile::Category::elementwise);
   const int64_t width = segs * C;
 #pragma omp parallel for schedule(static) if (rows * width >= kParallelElements)
   for (int64_t r = 0; r < rows; ++r)
@@ -85,13 +85,13 @@ void scale_segments(float* out, const float* x, const float* scales, int segs, i
 
 // ---- GELU (GPT-2 tanh approximation), vectorised in row_math.cpp ----------------
 void gelu_forward(float* out, const float* x, int64_t n, float scale) {
-  kernels::profile::Scope profile_scope(kernels::profile::Category::elementwise);
+  cpu::profile::Scope profile_scope(cpu::profile::Category::elementwise);
   for_chunks(n, [&](int64_t b, int64_t e) { span_gelu_forward(out + b, x + b, e - b, scale); });
 }
 
 namespace {
 void gelu_backward_f32x(float* dx, const float* x, const float* dout, int64_t n, bool accumulate, float scale) {
-  kernels::profile::Scope profile_scope(kernels::profile::Category::elementwise);
+  cpu::profile::Scope profile_scope(cpu::profile::Category::elementwise);
   for_chunks(n, [&](int64_t b, int64_t e) { span_gelu_backward(dx + b, x + b, dout + b, e - b, accumulate, scale); });
 }
 
@@ -100,7 +100,7 @@ void gelu_backward_f32x(float* dx, const float* x, const float* dout, int64_t n,
 // the same bits as widening first.
 template <class Widen>
 void gelu_backward_widened(float* dx, Widen widen, const float* dout, int64_t n, bool accumulate, float scale) {
-  kernels::profile::Scope profile_scope(kernels::profile::Category::elementwise);
+  cpu::profile::Scope profile_scope(cpu::profile::Category::elementwise);
   for_chunks(n, [&](int64_t b, int64_t e) {
     constexpr int64_t kBlock = 1024;
     alignas(64) float x[kBlock];
@@ -141,13 +141,13 @@ void gelu_backward_codes(float* dx, const uint8_t* codes, const formats::Table16
 }
 
 void relu_forward(float* out, const float* x, int64_t n) {
-  kernels::profile::Scope profile_scope(kernels::profile::Category::elementwise);
+  cpu::profile::Scope profile_scope(cpu::profile::Category::elementwise);
   MANTISSA_PARALLEL_SIMD
   for (int64_t i = 0; i < n; ++i) out[i] = x[i] > 0.0f ? x[i] : 0.0f;
 }
 
 void relu_backward(float* dx, const float* x, const float* dout, int64_t n) {
-  kernels::profile::Scope profile_scope(kernels::profile::Category::elementwise);
+  cpu::profile::Scope profile_scope(cpu::profile::Category::elementwise);
   MANTISSA_PARALLEL_SIMD
   for (int64_t i = 0; i < n; ++i) dx[i] += x[i] > 0.0f ? dout[i] : 0.0f;
 }
@@ -189,7 +189,7 @@ bool dropout_kept(float p, uint64_t seed, uint64_t offset, int64_t i) {
 }
 
 void dropout_forward(float* out, const float* x, float p, uint64_t seed, uint64_t offset, int64_t n) {
-  kernels::profile::Scope profile_scope(kernels::profile::Category::elementwise);
+  cpu::profile::Scope profile_scope(cpu::profile::Category::elementwise);
   check_dropout_p(p);
   const uint64_t stream = dropout_stream(seed, offset);
   const uint32_t threshold = dropout_threshold(p);
@@ -201,7 +201,7 @@ void dropout_forward(float* out, const float* x, float p, uint64_t seed, uint64_
 }
 
 void dropout_backward(float* dx, const float* dout, float p, uint64_t seed, uint64_t offset, int64_t n) {
-  kernels::profile::Scope profile_scope(kernels::profile::Category::elementwise);
+  cpu::profile::Scope profile_scope(cpu::profile::Category::elementwise);
   check_dropout_p(p);
   const uint64_t stream = dropout_stream(seed, offset);
   const uint32_t threshold = dropout_threshold(p);
@@ -236,12 +236,12 @@ double blocked_sum(int64_t n, F&& term) {
 }  // namespace
 
 double sum(const float* x, int64_t n) {
-  kernels::profile::Scope profile_scope(kernels::profile::Category::elementwise);
+  cpu::profile::Scope profile_scope(cpu::profile::Category::elementwise);
   return blocked_sum(n, [x](int64_t i) { return static_cast<double>(x[i]); });
 }
 
 double sum_squares(const float* x, int64_t n) {
-  kernels::profile::Scope profile_scope(kernels::profile::Category::elementwise);
+  cpu::profile::Scope profile_scope(cpu::profile::Category::elementwise);
   return blocked_sum(n, [x](int64_t i) {
     const double v = x[i];
     return v * v;
@@ -249,7 +249,7 @@ double sum_squares(const float* x, int64_t n) {
 }
 
 bool all_finite(const float* x, int64_t n) {
-  kernels::profile::Scope profile_scope(kernels::profile::Category::elementwise);
+  cpu::profile::Scope profile_scope(cpu::profile::Category::elementwise);
   int bad = 0;
 #pragma omp parallel for simd schedule(static) reduction(| : bad) if (n >= kParallelElements)
   for (int64_t i = 0; i < n; ++i) {
@@ -263,14 +263,14 @@ bool all_finite(const float* x, int64_t n) {
 // The formats module owns rounding: its bf16 path (AVX512-BF16 where present)
 // is checked bit for bit against the scalar reference on all 2^32 inputs.
 void f32_to_bf16(uint16_t* out, const float* in, int64_t n) {
-  kernels::profile::Scope profile_scope(kernels::profile::Category::conversion);
+  cpu::profile::Scope profile_scope(cpu::profile::Category::conversion);
   formats::quantize(formats::preset("bf16"), in, out, static_cast<size_t>(n));
 }
 
 // bf16 -> f32 is exact: the code becomes the top half of the fp32 word (NaN
 // payloads included), a shift GCC vectorises; no format machinery needed.
 void bf16_to_f32(float* out, const uint16_t* in, int64_t n) {
-  kernels::profile::Scope profile_scope(kernels::profile::Category::conversion);
+  cpu::profile::Scope profile_scope(cpu::profile::Category::conversion);
   for_chunks(n, [&](int64_t b, int64_t e) { span_from_bf16(out + b, in + b, e - b); });
 }
 

@@ -5,13 +5,13 @@
 
 #include "kernels/parallel.hpp"
 #include "mantissa/kernels/kernels.hpp"
-#include "mantissa/kernels/profile.hpp"
+#include "mantissa/cpu/profile.hpp"
 
 namespace mantissa::kernels {
 
 void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe,
                        int64_t B, int64_t T, int64_t C, float scale) {
-  kernels::profile::Scope profile_scope(kernels::profile::Category::embedding);
+  cpu::profile::Scope profile_scope(cpu::profile::Category::embedding);
   for (int64_t i = 0; i < B * T; ++i) {
     if (tokens[i] < 0) {
       throw std::invalid_argument("embedding: negative token id " + std::to_string(tokens[i]) +
@@ -32,7 +32,7 @@ void embedding_forward(float* out, const int32_t* tokens, const float* wte, cons
 // walk the rows in order: race-free and independent of the thread count.
 void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens,
                         int64_t B, int64_t T, int64_t C, float wte_scale, float wpe_scale) {
-  kernels::profile::Scope profile_scope(kernels::profile::Category::embedding);
+  cpu::profile::Scope profile_scope(cpu::profile::Category::embedding);
   if (dwte) {
     constexpr int64_t kBlock = 64;
     const int64_t blocks = (C + kBlock - 1) / kBlock;

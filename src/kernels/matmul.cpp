@@ -40,7 +40,7 @@
 #include "kernels/bf16_convert.hpp"
 #include "kernels/parallel.hpp"
 #include "mantissa/kernels/matmul_route.hpp"
-#include "mantissa/kernels/profile.hpp"
+#include "mantissa/cpu/profile.hpp"
 
 namespace mantissa::kernels {
 namespace {
@@ -268,7 +268,7 @@ void empty_product(const MatmulArgs& a, float* C, const float* bias) {
 }  // namespace
 
 void matmul(const MatmulArgs& args, const void* A, const void* B, float* C, const float* bias) {
-  kernels::profile::Scope profile_scope(kernels::profile::Category::matmul, 2.0 * static_cast<double>(args.batch) * static_cast<double>(args.M) * static_cast<double>(args.N) * static_cast<double>(args.K));
+  cpu::profile::Scope profile_scope(cpu::profile::Category::matmul, 2.0 * static_cast<double>(args.batch) * static_cast<double>(args.M) * static_cast<double>(args.N) * static_cast<double>(args.K));
   check_args(args);
   if (args.M == 0 || args.N == 0) return;
   if (args.K == 0) return empty_product(args, C, bias);

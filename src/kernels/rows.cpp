@@ -14,7 +14,7 @@
 #include "kernels/row_math.hpp"
 #include "mantissa/formats/lookup.hpp"
 #include "mantissa/kernels/kernels.hpp"
-#include "mantissa/kernels/profile.hpp"
+#include "mantissa/cpu/profile.hpp"
 
 namespace mantissa::kernels {
 
@@ -23,7 +23,7 @@ namespace mantissa::kernels {
 // out = (x - mean) * rstd * weight + bias; rstd = 1/sqrt(var + eps).
 void layernorm_forward(float* out, float* mean, float* rstd, const float* x, const float* weight,
                        const float* bias, int64_t N, int64_t C, float eps) {
-  kernels::profile::Scope profile_scope(kernels::profile::Category::norms);
+  cpu::profile::Scope profile_scope(cpu::profile::Category::norms);
 #pragma omp parallel for schedule(static) if (parallel_rows(N, C))
   for (int64_t i = 0; i < N; ++i) {
     const float* xi = x + i * C;
@@ -102,7 +102,7 @@ void layernorm_backward_impl(float* dx, float* dweight, float* dbias, const floa
 
 void layernorm_backward(float* dx, float* dweight, float* dbias, const float* dout, const float* x,
                         const float* weight, const float* mean, const float* rstd, int64_t N, int64_t C) {
-  kernels::profile::Scope profile_scope(kernels::profile::Category::norms);
+  cpu::profile::Scope profile_scope(cpu::profile::Category::norms);
   layernorm_backward_impl(dx, dweight, dbias, dout, [x, C](int64_t i, float*) { return x + i * C; }, weight, mean,
                           rstd, N, C);
 }
@@ -111,7 +111,7 @@ void layernorm_backward(float* dx, float* dweight, float* dbias, const float* do
 // so the result has the bits of layernorm_backward on the widened x.
 void layernorm_backward_bf16x(float* dx, float* dweight, float* dbias, const float* dout, const uint16_t* x16,
                               const float* weight, const float* mean, const float* rstd, int64_t N, int64_t C) {
-  kernels::profile::Scope profile_scope(kernels::profile::Category::norms);
+  cpu::profile::Scope profile_scope(cpu::profile::Category::norms);
   layernorm_backward_impl(
       dx, dweight, dbias, dout,
       [x16, C](int64_t i, float* scratch) {
@@ -124,7 +124,7 @@ void layernorm_backward_bf16x(float* dx, float* dweight, float* dbias, const flo
 void layernorm_backward_codes(float* dx, float* dweight, float* dbias, const float* dout, const uint8_t* codes,
                               const formats::Table16& table, float fold, const float* weight, const float* mean,
                               const float* rstd, int64_t N, int64_t C) {
-  kernels::profile::Scope profile_scope(kernels::profile::Category::norms);
+  cpu::profile::Scope profile_scope(cpu::profile::Category::norms);
   layernorm_backward_impl(
       dx, dweight, dbias, dout,
       [&table, codes, fold, C](int64_t i, float* scratch) {
@@ -136,7 +136,7 @@ void layernorm_backward_codes(float* dx, float* dweight, float* dbias, const flo
 
 // ---- bias ------------------------------------------------------------------------------
 void bias_add(float* out, const float* x, const float* bias, int64_t N, int64_t C) {
-  kernels::profile::Scope profile_scope(kernels::profile::Category::elementwise);
+  cpu::profile::Scope profile_scope(cpu::profile::Category::elementwise);
 #pragma omp parallel for schedule(static) if (parallel_rows(N, C))
   for (int64_t i = 0; i < N; ++i) {
 #pragma omp simd
@@ -147,7 +147,7 @@ void bias_add(float* out, const float* x, const float* bias, int64_t N, int64_t 
 // Column sums: threads own disjoint column blocks and walk all rows, so the
 // sum order is fixed (row order) whatever the thread count.
 void bias_backward(float* dbias, const float* dout, int64_t N, int64_t C) {
-  kernels::profile::Scope profile_scope(kernels::profile::Category::elementwise);
+  cpu::profile::Scope profile_scope(cpu::profile::Category::elementwise);
   constexpr int64_t kBlock = 64;
   const int64_t blocks = (C + kBlock - 1) / kBlock;
 #pragma omp parallel for schedule(static) if (parallel_rows(N, C) && blocks > 1)
@@ -161,7 +161,7 @@ void bias_backward(float* dbias, const float* dout, int64_t N, int64_t C) {
 
 // ---- softmax -------------------------------------------------------------------------------
 void softmax_forward(float* y, const float* x, int64_t N, int64_t C) {
-  kernels::profile::Scope profile_scope(kernels::profile::Category::norms);
+  cpu::profile::Scope profile_scope(cpu::profile::Category::norms);
 #pragma omp parallel for schedule(static) if (parallel_rows(N, C))
   for (int64_t i = 0; i < N; ++i) {
     const float* xi = x + i * C;
@@ -173,7 +173,7 @@ void softmax_forward(float* y, const float* x, int64_t N, int64_t C) {
 }
 
 void softmax_backward(float* dx, const float* y, const float* dy, int64_t N, int64_t C) {
-  kernels::profile::Scope profile_scope(kernels::profile::Category::norms);
+  cpu::profile::Scope profile_scope(cpu::profile::Category::norms);
 #pragma omp parallel for schedule(static) if (parallel_rows(N, C))
   for (int64_t i = 0; i < N; ++i) {
     const float* yi = y + i * C;
@@ -193,7 +193,7 @@ void softmax_backward(float* dx, const float* y, const float* dy, int64_t N, int
 // in row order in fp64, so the sum does not depend on the thread count.
 double cross_entropy(const float* logits, const int32_t* targets, int64_t N, int64_t V,
                      float grad_scale, float* losses, float* dlogits, int64_t* count) {
-  kernels::profile::Scope profile_scope(kernels::profile::Category::norms);
+  cpu::profile::Scope profile_scope(cpu::profile::Category::norms);
   for (int64_t i = 0; i < N; ++i) {
     if (targets[i] >= V) {
       throw std::invalid_argument("cross_entropy: target " + std::to_string(targets[i]) + " at row " +

@@ -3,7 +3,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "mantissa/autograd/ops_unit.hpp"
+#include "mantissa/unit/ops.hpp"
 #include "mantissa/tensor/memory_trace.hpp"
 
 namespace mantissa::nn::lm {

@@ -7,7 +7,7 @@
 
 #include "mantissa/autograd/ops.hpp"
 #include "mantissa/nn/module.hpp"
-#include "mantissa/nn/unit_config.hpp"
+#include "mantissa/unit/config.hpp"
 
 namespace mantissa::nn::lm {
 

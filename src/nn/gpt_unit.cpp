@@ -1,6 +1,6 @@
 // The unit-scaled GPT (issue 5): the same parameters and block structure as
 // the standard GPT (gpt.cpp), with weights N(0,1) and every op scaled by the
-// rules of scaling/unit.hpp so activations and gradients start at unit scale.
+// rules of unit/rules.hpp so activations and gradients start at unit scale.
 //
 //   x  = 2^-1/2 (wte[ids] + wpe)                                  unit add
 //   per block, for attention (tau_attn) then MLP (tau_mlp):
@@ -14,7 +14,7 @@
 #include <cmath>
 
 #include "mantissa/autograd/ops.hpp"
-#include "mantissa/autograd/ops_unit.hpp"
+#include "mantissa/unit/ops.hpp"
 #include "mantissa/nn/gpt.hpp"
 
 namespace mantissa::nn {

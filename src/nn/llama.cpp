@@ -1,5 +1,5 @@
 // The Llama-style decoder, standard and unit-scaled from one forward code:
-// the unit scales (scaling/unit.hpp) are 1 in the standard parametrisation.
+// the unit scales (unit/rules.hpp) are 1 in the standard parametrisation.
 //   x = embed[ids]                                     [B, T, C]
 //   per block: x = x + o(attn(rope(q, k), v)(rms(x)))  q [B, T, C], k/v [B, T, KV*D]
 //              x = x + down(silu(gate h) * up h), h = rms(x)     gate/up [B, T, F]
@@ -12,7 +12,7 @@
 
 #include "mantissa/autograd/ops.hpp"
 #include "mantissa/autograd/ops_llama.hpp"
-#include "mantissa/autograd/ops_unit.hpp"
+#include "mantissa/unit/ops.hpp"
 #include "mantissa/io/untrusted.hpp"
 #include "mantissa/kernels/matmul.hpp"
 #include "mantissa/nn/init.hpp"

@@ -5,7 +5,7 @@
 #include <stdexcept>
 
 #include "mantissa/autograd/ops.hpp"
-#include "mantissa/autograd/ops_unit.hpp"
+#include "mantissa/unit/ops.hpp"
 #include "mantissa/kernels/matmul.hpp"
 #include "mantissa/nn/init.hpp"
 #include "mantissa/io/untrusted.hpp"

@@ -12,7 +12,7 @@
 #include "mantissa/formats/round.hpp"
 #include "mantissa/formats/scaled_cast.hpp"
 #include "mantissa/formats/scaled_copy.hpp"
-#include "mantissa/kernels/profile.hpp"
+#include "mantissa/cpu/profile.hpp"
 #include "mantissa/scaling/fp8.hpp"
 
 namespace mantissa::scaling {
@@ -111,7 +111,7 @@ int blockwise_exponent(double format_max, double amax) {
 }
 
 Amax amax_of(const float* x, int64_t n) {
-  const kernels::profile::Scope profile_scope(kernels::profile::Category::conversion);
+  const cpu::profile::Scope profile_scope(cpu::profile::Category::conversion);
   float m = 0;
   int bad = 0;
 #pragma omp parallel for reduction(max : m) reduction(| : bad) schedule(static) if (n > 4 * kChunk)
@@ -134,7 +134,7 @@ DType cast_dtype(const formats::Format& f) {
 // ---- casts --------------------------------------------------------------------------------
 QuantisedOperand cast_per_tensor(const formats::Format& f, const Tensor& x, int exponent, bool saturate,
                                  int64_t* saturated, MemoryKind kind, Tensor* decoded, Amax* amax, bool keep_codes) {
-  const kernels::profile::Scope profile_scope(kernels::profile::Category::conversion);
+  const cpu::profile::Scope profile_scope(cpu::profile::Category::conversion);
   require_f32(x, "cast_per_tensor");
   if (!keep_codes && !decoded) throw std::invalid_argument("cast_per_tensor: neither codes nor decode wanted");
   QuantisedOperand q;
@@ -159,7 +159,7 @@ QuantisedOperand cast_per_tensor(const formats::Format& f, const Tensor& x, int 
 QuantisedOperand cast_blocks(const formats::Format& f, const Tensor& x, int64_t batch, int64_t rows, int64_t cols,
                              int64_t tile_rows, int64_t tile_cols, Fp8Scaling rule, CastReport* report,
                              MemoryKind kind, Tensor* decoded, bool keep_codes) {
-  const kernels::profile::Scope profile_scope(kernels::profile::Category::conversion);
+  const cpu::profile::Scope profile_scope(cpu::profile::Category::conversion);
   require_f32(x, "cast_blocks");
   if (!keep_codes && !decoded) throw std::invalid_argument("cast_blocks: neither codes nor decode wanted");
   if (batch * rows * cols != x.numel() || tile_rows < 1 || tile_cols < 1)
@@ -256,7 +256,7 @@ QuantisedOperand cast_blocks(const formats::Format& f, const Tensor& x, int64_t 
 }
 
 Tensor decode_to_bf16(const QuantisedOperand& q, MemoryKind kind) {
-  const kernels::profile::Scope profile_scope(kernels::profile::Category::conversion);
+  const cpu::profile::Scope profile_scope(cpu::profile::Category::conversion);
   const formats::Table16& table = decode_table(q.codes.dtype());
   Tensor out = Tensor::empty(q.codes.shape(), DType::bf16, kind);
   const uint8_t* c = q.codes.data<uint8_t>();

@@ -9,7 +9,7 @@
 
 #include "mantissa/formats/convert.hpp"
 #include "mantissa/formats/scaled_copy.hpp"
-#include "mantissa/kernels/profile.hpp"
+#include "mantissa/cpu/profile.hpp"
 
 namespace mantissa::scaling {
 namespace {
@@ -33,7 +33,7 @@ bool is_fp16_format(const formats::Format& f) {
 
 autograd::QuantisedOperand cast_fp16(const Tensor& x, int exponent, int64_t* saturated, MemoryKind kind,
                                      Tensor* decoded, MemoryKind decoded_kind, Amax* amax) {
-  const kernels::profile::Scope profile_scope(kernels::profile::Category::conversion);
+  const cpu::profile::Scope profile_scope(cpu::profile::Category::conversion);
   if (x.dtype() != DType::f32)
     throw std::invalid_argument(std::string("cast_fp16: input must be f32, got ") + dtype_name(x.dtype()));
   if (exponent < -126 || exponent > 126)
@@ -77,7 +77,7 @@ autograd::QuantisedOperand cast_fp16(const Tensor& x, int exponent, int64_t* sat
 }
 
 Tensor decode_fp16_to_f32(const autograd::QuantisedOperand& q, MemoryKind kind) {
-  const kernels::profile::Scope profile_scope(kernels::profile::Category::conversion);
+  const cpu::profile::Scope profile_scope(cpu::profile::Category::conversion);
   if (q.codes.dtype() != DType::f16)
     throw std::invalid_argument(std::string("decode_fp16_to_f32: codes must be f16, got ") + dtype_name(q.codes.dtype()));
   if (q.blocks) throw std::invalid_argument("decode_fp16_to_f32: fp16 casts are per tensor, got block scales");

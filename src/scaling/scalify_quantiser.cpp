@@ -5,7 +5,7 @@
 #include <cmath>
 #include <stdexcept>
 
-#include "mantissa/kernels/profile.hpp"
+#include "mantissa/cpu/profile.hpp"
 #include "mantissa/nn/module.hpp"
 #include "mantissa/scaling/fp8.hpp"
 #include "mantissa/scaling/scalify_cast.hpp"
@@ -81,7 +81,7 @@ double ScalifyQuantiser::param_scale(const std::string& name) const {
   }
   // Part of the casts the scale is for (the weight's own, and the
   // activations' propagated ones).
-  const kernels::profile::Scope profile_scope(kernels::profile::Category::conversion);
+  const cpu::profile::Scope profile_scope(cpu::profile::Category::conversion);
   const Tensor v = as_f32(p->value);
   const float* x = v.f32();
   const int64_t n = v.numel();
@@ -148,7 +148,7 @@ int ScalifyQuantiser::amax_exponent(const Amax& a) const {
 
 int ScalifyQuantiser::norm_exponent(const Tensor& x32) const {
   if (options_.rescale_norm == Norm::max) return amax_exponent(amax_of(x32.f32(), x32.numel()));
-  const kernels::profile::Scope profile_scope(kernels::profile::Category::conversion);
+  const cpu::profile::Scope profile_scope(cpu::profile::Category::conversion);
   const float* v = x32.f32();
   const int64_t n = x32.numel();
   double acc = 0;

@@ -5,8 +5,7 @@
 #include <stdexcept>
 
 #include "mantissa/formats/convert.hpp"
-#include "mantissa/kernels/kernels.hpp"
-#include "mantissa/kernels/profile.hpp"
+#include "mantissa/cpu/profile.hpp"
 #include "mantissa/tensor/checked.hpp"
 #include "mantissa/tensor/memory_trace.hpp"
 
@@ -152,7 +151,7 @@ Tensor Tensor::clone(MemoryKind kind) const {
 }
 
 Tensor Tensor::to(DType dtype, MemoryKind kind) const {
-  kernels::profile::Scope profile_scope(kernels::profile::Category::conversion);
+  cpu::profile::Scope profile_scope(cpu::profile::Category::conversion);
   if (dtype == dtype_) return clone(kind);
   if (dtype == DType::i32 || dtype_ == DType::i32)
     throw std::invalid_argument(std::string("cannot convert ") + dtype_name(dtype_) + " to " + dtype_name(dtype));
@@ -163,10 +162,7 @@ Tensor Tensor::to(DType dtype, MemoryKind kind) const {
   if (dtype_ == DType::f32) {
     formats::quantize(dst, f32(), t.raw(), n);
   } else if (dtype == DType::f32) {  // widening: decode straight into the result
-    if (dtype_ == DType::bf16)
-      kernels::bf16_to_f32(t.f32(), data<uint16_t>(), numel());
-    else
-      formats::dequantize(formats::preset(dtype_format_name(dtype_)), raw(), t.f32(), n);
+    formats::dequantize(formats::preset(dtype_format_name(dtype_)), raw(), t.f32(), n);
   } else {
     std::vector<float> tmp(n);
     formats::dequantize(formats::preset(dtype_format_name(dtype_)), raw(), tmp.data(), n);

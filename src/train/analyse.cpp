@@ -10,7 +10,7 @@
 #include "mantissa/data/idx.hpp"
 #include "mantissa/data/text.hpp"
 #include "mantissa/formats/format.hpp"
-#include "mantissa/io/checkpoint.hpp"
+#include "mantissa/train/checkpoint.hpp"
 #include "mantissa/io/files.hpp"
 #include "mantissa/nn/gpt.hpp"
 #include "mantissa/report/scales.hpp"

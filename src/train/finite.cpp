@@ -1,6 +1,6 @@
 #include "mantissa/train/finite.hpp"
 
-#include "mantissa/io/checkpoint.hpp"
+#include "mantissa/train/checkpoint.hpp"
 
 namespace mantissa::train {
 

@@ -13,7 +13,7 @@
 
 #include "mantissa/amp/amp.hpp"
 #include "mantissa/dist/group.hpp"
-#include "mantissa/io/checkpoint.hpp"
+#include "mantissa/train/checkpoint.hpp"
 #include "mantissa/io/files.hpp"
 #include "mantissa/kernels/kernels.hpp"
 #include "mantissa/nn/gpt.hpp"

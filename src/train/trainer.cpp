@@ -13,7 +13,7 @@
 #include <stdexcept>
 #include <vector>
 
-#include "mantissa/io/checkpoint.hpp"
+#include "mantissa/train/checkpoint.hpp"
 #include "mantissa/io/untrusted.hpp"
 #include "mantissa/train/finite.hpp"
 

@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "mantissa/autograd/ops_unit.hpp"
+#include "mantissa/unit/ops.hpp"
 
 namespace ag = mantissa::autograd;
 namespace us = mantissa::scaling;

@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "mantissa/dist/group.hpp"
-#include "mantissa/io/checkpoint.hpp"
+#include "mantissa/train/checkpoint.hpp"
 
 namespace fs = std::filesystem;
 

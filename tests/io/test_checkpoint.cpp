@@ -15,7 +15,7 @@
 #include <random>
 #include <thread>
 
-#include "mantissa/io/checkpoint.hpp"
+#include "mantissa/train/checkpoint.hpp"
 #include "mantissa/io/files.hpp"
 
 using mantissa::DType;

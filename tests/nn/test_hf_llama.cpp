@@ -12,7 +12,7 @@
 #include <string>
 
 #include "golden/golden.hpp"
-#include "mantissa/io/checkpoint.hpp"
+#include "mantissa/train/checkpoint.hpp"
 #include "mantissa/io/safetensors.hpp"
 #include "mantissa/nn/llama.hpp"
 

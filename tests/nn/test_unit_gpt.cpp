@@ -18,7 +18,7 @@
 
 #include "mantissa/nn/gpt.hpp"
 #include "mantissa/nn/mlp.hpp"
-#include "mantissa/scaling/unit.hpp"
+#include "mantissa/unit/rules.hpp"
 #include "mantissa/train/session.hpp"
 
 using namespace mantissa;

@@ -10,7 +10,7 @@
 
 #include "mantissa/kernels/kernels.hpp"
 #include "mantissa/nn/llama.hpp"
-#include "mantissa/scaling/unit.hpp"
+#include "mantissa/unit/rules.hpp"
 
 using namespace mantissa;
 namespace us = mantissa::scaling;

@@ -15,7 +15,7 @@
 #include <random>
 #include <string>
 
-#include "mantissa/io/checkpoint.hpp"
+#include "mantissa/train/checkpoint.hpp"
 #include "mantissa/io/files.hpp"
 #include "mantissa/train/finite.hpp"
 #include "mantissa/train/run.hpp"

@@ -15,7 +15,7 @@
 #include <cmath>
 #include <random>
 
-#include "mantissa/scaling/unit.hpp"
+#include "mantissa/unit/rules.hpp"
 #include "scaling/reference_ops.hpp"
 
 namespace us = mantissa::scaling;

@@ -11,7 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "mantissa/scaling/unit.hpp"
+#include "mantissa/unit/rules.hpp"
 #include "scaling/reference_ops.hpp"
 
 namespace us = mantissa::scaling;

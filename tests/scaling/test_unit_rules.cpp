@@ -8,7 +8,7 @@
 #include <numbers>
 #include <vector>
 
-#include "mantissa/scaling/unit.hpp"
+#include "mantissa/unit/rules.hpp"
 #include "scaling/reference_ops.hpp"
 
 namespace us = mantissa::scaling;

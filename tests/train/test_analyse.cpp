@@ -14,7 +14,7 @@
 #include <sstream>
 #include <string>
 
-#include "mantissa/scaling/unit.hpp"
+#include "mantissa/unit/rules.hpp"
 #include "mantissa/train/analyse.hpp"
 
 using namespace mantissa;

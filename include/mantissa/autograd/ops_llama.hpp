@@ -1,4 +1,4 @@
-// Ops of the Llama-style decoder (nn/llama.hpp) beyond ops.hpp / ops_unit.hpp:
+// Ops of the Llama-style decoder (nn/llama.hpp) beyond ops.hpp / unit/ops.hpp:
 // the SwiGLU product, rotary position embedding with grouped-query heads
 // merged into the attention's qkv layout, and a per-channel scale
 // (Smooth-SwiGLU). Forward and backward side by side in src/autograd/ops_llama.cpp.

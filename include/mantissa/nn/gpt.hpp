@@ -19,7 +19,7 @@
 
 #include "mantissa/autograd/tape.hpp"
 #include "mantissa/nn/module.hpp"
-#include "mantissa/nn/unit_config.hpp"
+#include "mantissa/unit/config.hpp"
 
 namespace mantissa::autograd {
 struct LossStats;
@@ -37,7 +37,7 @@ struct GPTConfig {
   uint64_t seed = 0;
   // Unit-scaled parametrisation (issue 5): weights N(0,1), per-op scales,
   // residual_split/add with tau, u-muP attention, untied unit readout
-  // "lm_head.weight" [V, C] and unit cross-entropy. See nn/unit_config.hpp.
+  // "lm_head.weight" [V, C] and unit cross-entropy. See unit/config.hpp.
   UnitConfig unit;
 
   void validate() const;  // throws std::invalid_argument naming the field

@@ -29,7 +29,7 @@
 
 #include "mantissa/autograd/tape.hpp"
 #include "mantissa/nn/module.hpp"
-#include "mantissa/nn/unit_config.hpp"
+#include "mantissa/unit/config.hpp"
 
 namespace mantissa::autograd {
 struct LossStats;

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "mantissa/autograd/parameter.hpp"
 #include "mantissa/autograd/policy.hpp"
 #include "mantissa/tensor/tensor.hpp"
 
@@ -21,17 +22,6 @@ constexpr int64_t kMaxParameters = int64_t{1} << 33;
 void check_dimension(const char* model, const char* name, int64_t v, int64_t max = kMaxDimension);
 // Throws if n (computed with checked arithmetic) exceeds kMaxParameters.
 void check_parameter_total(const char* model, int64_t n);
-
-struct Parameter {
-  std::string name;     // GPT: Hugging Face GPT-2 names, e.g. "transformer.h.0.attn.c_attn.weight"
-  Tensor value;         // fp32 master copy (MemoryKind::parameter), shape as saved to safetensors
-  Tensor grad;          // fp32, same shape (MemoryKind::gradient); accumulated by backward
-  bool decay = true;    // weight decay applies (false for biases, norm gains, positions)
-  int64_t fan_in = 1;   // for parametrisation-dependent learning-rate rules
-  int version = 0;      // bumped by whoever changes `value`, so cached casts/packings refresh
-                        // (the matmul kernels key packed weights by this Parameter's address:
-                        // its owner calls kernels::forget_packed_operand(this) before destroying it)
-};
 
 class Module {
  public:

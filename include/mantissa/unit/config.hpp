@@ -1,5 +1,5 @@
 // The unit-scaled parametrisation of a model (issue 5): which scaling rules
-// (scaling/unit.hpp) the model applies, with a model-wide constraint and
+// (unit/rules.hpp) the model applies, with a model-wide constraint and
 // per-op overrides, the residual taus and the u-muP multipliers. Saved in the
 // model's config.json under "mantissa" -> "unit".
 #pragma once
@@ -7,7 +7,7 @@
 #include <map>
 #include <string>
 
-#include "mantissa/scaling/unit.hpp"
+#include "mantissa/unit/rules.hpp"
 
 namespace mantissa::nn {
 

@@ -1,4 +1,4 @@
-#include "mantissa/io/checkpoint.hpp"
+#include "mantissa/train/checkpoint.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>

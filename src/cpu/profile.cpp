@@ -1,9 +1,9 @@
-#include "mantissa/kernels/profile.hpp"
+#include "mantissa/cpu/profile.hpp"
 
 #include <atomic>
 #include <chrono>
 
-namespace mantissa::kernels::profile {
+namespace mantissa::cpu::profile {
 namespace {
 std::atomic<bool> g_enabled{false};
 std::array<std::atomic<int64_t>, kCategories> g_ns{};
@@ -69,4 +69,4 @@ Scope::~Scope() {
   if (category_ == Category::attention) g_attention_flops.fetch_add(static_cast<int64_t>(flops_), std::memory_order_relaxed);
 }
 
-}  // namespace mantissa::kernels::profile
+}  // namespace mantissa::cpu::profile

@@ -1,4 +1,4 @@
-#include "mantissa/scaling/unit.hpp"
+#include "mantissa/unit/rules.hpp"
 
 #include <array>
 #include <cmath>

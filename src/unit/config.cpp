@@ -1,4 +1,4 @@
-#include "mantissa/nn/unit_config.hpp"
+#include "mantissa/unit/config.hpp"
 
 #include <cmath>
 #include <nlohmann/json.hpp>

@@ -1,7 +1,7 @@
 // Unit-scaled ops: residual split/add, scaled activations, norms, u-muP
 // attention, embeddings and losses with their forward and backward scales
-// applied in the pass that computes them (see ops_unit.hpp).
-#include "mantissa/autograd/ops_unit.hpp"
+// applied in the pass that computes them (see unit/ops.hpp).
+#include "mantissa/unit/ops.hpp"
 
 #include <omp.h>
 

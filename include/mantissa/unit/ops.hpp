@@ -1,9 +1,9 @@
 // Unit-scaled ops (Blake et al. 2023; u-muP 2024): the pieces a unit-scaled
 // model needs beyond the OpScales multipliers that linear/matmul/bmm already
-// fuse into the GEMM alpha. Each op takes the numbers from scaling/unit.hpp
+// fuse into the GEMM alpha. Each op takes the numbers from unit/rules.hpp
 // (scaling::Scales / LossScales / residual taus) and applies them inside the
 // pass that computes the op, so that with unit-variance inputs the output and
-// every input gradient have unit variance. Convention as in scaling/unit.hpp:
+// every input gradient have unit variance. Convention as in unit/rules.hpp:
 // output *= fwd in the forward pass; the gradient the unscaled op produces
 // for input i is multiplied by bwd[i] in the backward pass.
 #pragma once
@@ -12,7 +12,7 @@
 #include <string>
 
 #include "mantissa/autograd/ops.hpp"
-#include "mantissa/scaling/unit.hpp"
+#include "mantissa/unit/rules.hpp"
 
 namespace mantissa::autograd {
 

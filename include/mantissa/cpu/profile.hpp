@@ -7,7 +7,7 @@
 #include <array>
 #include <cstdint>
 
-namespace mantissa::kernels::profile {
+namespace mantissa::cpu::profile {
 
 enum class Category : int { matmul, attention, norms, elementwise, embedding, conversion, communication, count };
 inline constexpr int kCategories = static_cast<int>(Category::count);
@@ -41,4 +41,4 @@ class Scope {
   double flops_;
 };
 
-}  // namespace mantissa::kernels::profile
+}  // namespace mantissa::cpu::profile

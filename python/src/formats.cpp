@@ -14,6 +14,7 @@
 #include <stdexcept>
 
 #include "arrays.hpp"
+#include "mantissa/cpu/isa.hpp"
 #include "mantissa/formats/convert.hpp"
 #include "mantissa/formats/format.hpp"
 #include "mantissa/formats/mx.hpp"
@@ -309,7 +310,7 @@ void bind_formats(nb::module_& m) {
     for (size_t i = 0; i < n; ++i) a.data()[i] = mf::stochastic_bits(seed, i, bits);
     return a;
   }, "seed"_a, "n"_a, "bits"_a = 16, "The random draws stochastic rounding compares for elements 0..n-1.");
-  m.def("active_isa", [] { return std::string(mf::isa_name(mf::active_isa())); });
+  m.def("active_isa", [] { return std::string(mantissa::cpu::isa_name(mantissa::cpu::active_isa())); });
   m.def("last_kernel", &mf::last_kernel, "The kernel the last conversion on this thread ran.");
 }
 

@@ -1,5 +1,5 @@
 // Bulk conversion front end: picks a kernel from an ordered list by
-// instruction set (best first, capped by set_max_isa / MANTISSA_MAX_ISA),
+// instruction set (best first, capped by cpu::set_max_isa / MANTISSA_MAX_ISA),
 // splits large arrays across OpenMP threads, and records the kernel name.
 #include "mantissa/formats/convert.hpp"
 
@@ -14,6 +14,7 @@
 #include <string>
 
 #include "formats/convert_plan.hpp"
+#include "mantissa/cpu/isa.hpp"
 
 namespace mantissa::formats {
 
@@ -21,32 +22,6 @@ namespace {
 
 using detail::QuantPlan;
 using detail::Shape;
-
-Isa detect() {
-  __builtin_cpu_init();
-  const bool base = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                    __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
-  if (!base) return Isa::scalar;
-  if (!__builtin_cpu_supports("avx512bf16")) return Isa::avx512;
-  return __builtin_cpu_supports("avx512fp16") ? Isa::avx512_bf16_fp16 : Isa::avx512_bf16;
-}
-
-Isa parse_isa_env() {
-  const char* s = std::getenv("MANTISSA_MAX_ISA");
-  if (s == nullptr || *s == '\0') return Isa::avx512_bf16_fp16;
-  for (Isa isa : {Isa::scalar, Isa::avx512, Isa::avx512_bf16, Isa::avx512_bf16_fp16})
-    if (std::strcmp(s, isa_name(isa)) == 0) return isa;
-  std::fprintf(stderr,
-               "mantissa: MANTISSA_MAX_ISA=%s is not one of scalar, avx512, avx512_bf16, avx512_bf16_fp16; "
-               "ignored\n",
-               s);
-  return Isa::avx512_bf16_fp16;
-}
-
-std::atomic<Isa>& isa_cap() {
-  static std::atomic<Isa> cap{parse_isa_env()};
-  return cap;
-}
 
 size_t parse_stream_env() {
   constexpr size_t kDefault = size_t{4} << 20;
@@ -101,39 +76,44 @@ void note_kernel(const char* op, const char* kernel, const QuantPlan& p, size_t 
                  note_text(t_note).c_str());
 }
 
-// Ordered choice, best first. The hardware converters only where they give
-// the reference's bits: nearest-even, no saturation, no flushing (their
-// subnormal inputs and NaN payloads are fixed up inside the kernel).
+// Ordered tables, best first (cpu::select). The hardware converters only
+// where they give the reference's bits: nearest-even, no saturation, no
+// flushing (their subnormal inputs and NaN payloads are fixed up inside the
+// kernel).
+bool plain_rne(const QuantPlan& p) {
+  return p.opt.mode == Round::nearest_even && !p.opt.saturate && !p.opt.flush_subnormals;
+}
+
+using QuantImpl = cpu::Impl<detail::QuantKernel, QuantPlan>;
+const QuantImpl kQuantize[] = {
+    {"avx512_bf16:cvtneps2bf16", cpu::Isa::avx512_bf16, detail::quantize_avx512_bf16_hw,
+     [](const QuantPlan& p) { return p.shape == Shape::bf16 && plain_rne(p); }},
+    {"avx512:cvtps2ph", cpu::Isa::avx512, detail::quantize_avx512_fp16_hw,
+     [](const QuantPlan& p) { return p.shape == Shape::fp16 && plain_rne(p); }},
+    {"avx512:via_fp16", cpu::Isa::avx512, detail::quantize_avx512_small,
+     [](const QuantPlan& p) { return p.shape == Shape::generic && detail::small_route(p); }},
+    {"avx512:generic", cpu::Isa::avx512, detail::quantize_avx512_generic,
+     [](const QuantPlan& p) { return p.shape != Shape::scalar_only; }},
+    {"scalar", cpu::Isa::scalar, detail::quantize_scalar, nullptr},
+};
+
+using DequantImpl = cpu::Impl<detail::DequantKernel, QuantPlan>;
+const DequantImpl kDequantize[] = {
+    {"avx512:decode", cpu::Isa::avx512, detail::dequantize_avx512,
+     [](const QuantPlan& p) { return p.shape != Shape::scalar_only; }},
+    {"scalar", cpu::Isa::scalar, detail::dequantize_scalar, nullptr},
+};
+
 detail::QuantKernel pick_quantize(const QuantPlan& p, const char** name) {
-  const Isa isa = active_isa();
-  const bool plain_rne = p.opt.mode == Round::nearest_even && !p.opt.saturate && !p.opt.flush_subnormals;
-  if (isa >= Isa::avx512_bf16 && p.shape == Shape::bf16 && plain_rne) {
-    *name = "avx512_bf16:cvtneps2bf16";
-    return detail::quantize_avx512_bf16_hw;
-  }
-  if (isa >= Isa::avx512 && p.shape == Shape::fp16 && plain_rne) {
-    *name = "avx512:cvtps2ph";
-    return detail::quantize_avx512_fp16_hw;
-  }
-  if (isa >= Isa::avx512 && p.shape == Shape::generic && detail::small_route(p)) {
-    *name = "avx512:via_fp16";
-    return detail::quantize_avx512_small;
-  }
-  if (isa >= Isa::avx512 && p.shape != Shape::scalar_only) {
-    *name = "avx512:generic";
-    return detail::quantize_avx512_generic;
-  }
-  *name = "scalar";
-  return detail::quantize_scalar;
+  const QuantImpl& impl = cpu::select(kQuantize, p);
+  *name = impl.name;
+  return impl.fn;
 }
 
 detail::DequantKernel pick_dequantize(const QuantPlan& p, const char** name) {
-  if (active_isa() >= Isa::avx512 && p.shape != Shape::scalar_only) {
-    *name = "avx512:decode";
-    return detail::dequantize_avx512;
-  }
-  *name = "scalar";
-  return detail::dequantize_scalar;
+  const DequantImpl& impl = cpu::select(kDequantize, p);
+  *name = impl.name;
+  return impl.fn;
 }
 
 // Chunks are multiples of 64 elements so every thread starts aligned to a
@@ -156,25 +136,6 @@ void parallel_chunks(size_t n, Body body) {
 }
 
 }  // namespace
-
-Isa detected_isa() {
-  static const Isa isa = detect();
-  return isa;
-}
-
-void set_max_isa(Isa cap) { isa_cap().store(cap); }
-
-Isa active_isa() { return std::min(detected_isa(), isa_cap().load()); }
-
-const char* isa_name(Isa isa) {
-  switch (isa) {
-    case Isa::scalar: return "scalar";
-    case Isa::avx512: return "avx512";
-    case Isa::avx512_bf16: return "avx512_bf16";
-    case Isa::avx512_bf16_fp16: return "avx512_bf16_fp16";
-  }
-  return "unknown";
-}
 
 std::string last_kernel() { return note_text(t_note); }
 

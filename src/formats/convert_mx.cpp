@@ -25,6 +25,7 @@
 #include "formats/convert_avx512_util.hpp"
 #include "formats/convert_plan.hpp"
 #include "mantissa/formats/convert.hpp"
+#include "mantissa/cpu/isa.hpp"
 
 namespace mantissa::formats::detail {
 
@@ -287,7 +288,7 @@ MANTISSA_AVX512 void mx_blocks(const MxConfig& cfg, const QuantPlan& p, const fl
 }  // namespace
 
 bool mx_quantize_fast(const MxConfig& cfg, const float* in, size_t n, uint8_t* codes, uint8_t* scales) {
-  if (active_isa() < Isa::avx512 || cfg.block < 1) return false;
+  if (cpu::active_isa() < cpu::Isa::avx512 || cfg.block < 1) return false;
   QuantPlan p = make_plan(cfg.element, cfg.round);
   if (p.shape == Shape::scalar_only || p.bytes > 2) return false;
   p.stream = n * static_cast<size_t>(p.bytes) >= stream_min_bytes();

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "formats/fp4_internal.hpp"
+#include "mantissa/cpu/isa.hpp"
 #include "mantissa/formats/fp4.hpp"
 
 #define MANTISSA_FP4_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq")))
@@ -53,9 +54,7 @@ void fp4_passthrough(const float* x, int64_t n, uint8_t* codes, uint8_t* scales,
 uint32_t fp4_draw(uint64_t seed, uint64_t index) { return detail::draw_at(detail::draw_key(seed), index); }
 
 bool fp4_vector_available() {
-  static const bool ok = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
-  return ok;
+  return cpu::active_isa() >= cpu::Isa::avx512;
 }
 
 namespace {

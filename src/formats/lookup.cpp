@@ -3,6 +3,7 @@
 // Sign-magnitude tables (every FP8, FP6 and FP4 format decoded to bf16) take
 // a shorter route than an arbitrary table: see SignMagnitude.
 #include "mantissa/formats/lookup.hpp"
+#include "mantissa/cpu/isa.hpp"
 
 #include <algorithm>
 #include <bit>
@@ -217,12 +218,23 @@ MANTISSA_AVX512 void lookup_avx512(const Table16& table, const uint8_t* codes, O
 }
 
 template <class Out>
+using LookupFn = void (*)(const Table16&, const uint8_t*, Out*, size_t, const float*, size_t);
+
+// Ordered, best first (cpu::select).
+template <class Out>
+const cpu::Impl<LookupFn<Out>> kLookup[] = {
+    {"avx512:lookup", cpu::Isa::avx512, lookup_avx512<Out>},
+    {"scalar:lookup", cpu::Isa::scalar, lookup_scalar<Out>},
+};
+
+template <class Out>
 void lookup_any(const Table16& table, const uint8_t* codes, Out* out, size_t n, const float* fold, size_t group) {
-  if (active_isa() < Isa::avx512) return lookup_scalar(table, codes, out, n, fold, group);
-  lookup_avx512(table, codes, out, n, fold, group);
+  cpu::select(kLookup<Out>).fn(table, codes, out, n, fold, group);
 }
 
 }  // namespace
+
+const char* lookup_implementation() { return cpu::select(kLookup<uint16_t>).name; }
 
 void lookup16(const Table16& table, const uint8_t* codes, uint16_t* out, size_t n, const float* fold, size_t group) {
   lookup_any(table, codes, out, n, fold, group);

@@ -1,5 +1,6 @@
 // The fused FP8 cast pass of formats/scaled_cast.hpp.
 #include "mantissa/formats/scaled_cast.hpp"
+#include "mantissa/cpu/isa.hpp"
 
 #include <algorithm>
 #include <bit>
@@ -328,7 +329,7 @@ RunFn pick(CastRoute route, bool decode, bool fold) {
   }
 }
 
-bool vector_path(const CastState& s) { return s.route != CastRoute::scalar && active_isa() >= Isa::avx512; }
+bool vector_path(const CastState& s) { return s.route != CastRoute::scalar && cpu::active_isa() >= cpu::Isa::avx512; }
 
 MANTISSA_AVX512 void column_amax_avx512(const float* x, size_t n, uint32_t* acc) {
   const __m512i abs_mask = _mm512_set1_epi32(0x7FFFFFFF);
@@ -352,7 +353,7 @@ ScaledCast::ScaledCast(const Format& f, bool saturate, const Table16& decode) : 
   s.fast = detail::make_fp8_rounder(s.plan);
   s.table = &decode;
   s.limit = static_cast<float>(f.max());
-  if (active_isa() >= Isa::avx512 && s.plan.shape != detail::Shape::scalar_only)
+  if (cpu::active_isa() >= cpu::Isa::avx512 && s.plan.shape != detail::Shape::scalar_only)
     s.route = s.fast.usable ? CastRoute::fast : detail::small_route(s.plan) ? CastRoute::small : CastRoute::generic;
 }
 
@@ -391,7 +392,7 @@ ScanTotals ScaledCast::run_blocks(const float* x, size_t n, size_t block, const 
 }
 
 void column_amax_bits(const float* x, size_t n, uint32_t* acc) {
-  if (active_isa() >= Isa::avx512) return column_amax_avx512(x, n, acc);
+  if (cpu::active_isa() >= cpu::Isa::avx512) return column_amax_avx512(x, n, acc);
   for (size_t i = 0; i < n; ++i) acc[i] = std::max(acc[i], abs_bits(x[i]));
 }
 

@@ -1,5 +1,6 @@
 // The scaled copy and scan of formats/scaled_copy.hpp.
 #include "mantissa/formats/scaled_copy.hpp"
+#include "mantissa/cpu/isa.hpp"
 
 #include <bit>
 #include <cmath>
@@ -43,9 +44,17 @@ MANTISSA_AVX512 ScanTotals scaled_copy_avx512(const float* x, float* out, size_t
 
 }  // namespace
 
+// Ordered, best first (cpu::select).
+using ScaledCopyFn = ScanTotals (*)(const float*, float*, size_t, float, float);
+const cpu::Impl<ScaledCopyFn> kScaledCopy[] = {
+    {"avx512:scaled_copy", cpu::Isa::avx512, scaled_copy_avx512},
+    {"scalar:scaled_copy", cpu::Isa::scalar, scaled_copy_scalar},
+};
+
 ScanTotals scaled_copy(const float* x, float* out, size_t n, float mult, float limit) {
-  if (active_isa() >= Isa::avx512) return scaled_copy_avx512(x, out, n, mult, limit);
-  return scaled_copy_scalar(x, out, n, mult, limit);
+  return cpu::select(kScaledCopy).fn(x, out, n, mult, limit);
 }
+
+const char* scaled_copy_implementation() { return cpu::select(kScaledCopy).name; }
 
 }  // namespace mantissa::formats

@@ -15,6 +15,7 @@
 //   backward, per row block: dP = dO v^T; dS = P (dP - rowsum(P dP)) / sqrt(hs); dQ += dS k
 //   then per row block of keys: dV += P^T dO; dK += dS^T q
 #include "kernels/attention_fused.hpp"
+#include "mantissa/cpu/isa.hpp"
 
 // GCC 12's AVX-512 intrinsics initialise their undefined-vector placeholder
 // from itself, which -W(maybe-)uninitialized reports after inlining.
@@ -163,10 +164,7 @@ void head_backward(float* dq, float* dk, float* dv, int64_t ldg, float* ds, cons
 
 }  // namespace
 
-bool fused_available() {
-  static const bool ok = __builtin_cpu_supports("avx512f");
-  return ok;
-}
+bool fused_available() { return cpu::active_isa() >= cpu::Isa::avx512; }
 
 void fused_forward(float* out, float* att, const float* qkv, const Dims& d) {
   const float scale = 1.0f / std::sqrt(static_cast<float>(d.hs));

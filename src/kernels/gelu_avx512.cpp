@@ -15,7 +15,6 @@
 
 #include "kernels/row_math.hpp"
 #include "kernels/vec_math.hpp"
-#include "mantissa/formats/convert.hpp"
 
 #define MANTISSA_GELU_AVX512 __attribute__((target("avx512f")))
 
@@ -49,8 +48,6 @@ MANTISSA_GELU_AVX512 inline Sigmoid16 sigmoid2u(__m512 v) {
 }
 
 }  // namespace
-
-bool gelu_avx512_available() { return formats::active_isa() >= formats::Isa::avx512; }
 
 MANTISSA_GELU_AVX512 void gelu_forward_avx512(float* out, const float* x, int64_t n, float scale) {
   const __m512 sc = _mm512_set1_ps(scale);

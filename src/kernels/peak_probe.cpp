@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "mantissa/kernels/matmul_route.hpp"
+#include "mantissa/cpu/isa.hpp"
 
 namespace mantissa::kernels {
 namespace {
@@ -47,9 +48,9 @@ __attribute__((target("avx512f,avx512bf16"))) float dpbf16_chain(int64_t iters) 
 }  // namespace
 
 double register_peak_gflops(RegisterOp op, int64_t iters) {
-  __builtin_cpu_init();
-  if (!__builtin_cpu_supports("avx512f")) return 0;
-  if (op == RegisterOp::dpbf16 && !__builtin_cpu_supports("avx512bf16")) return 0;
+  // The hardware's peak: the detected instruction set, not the capped one.
+  if (cpu::detected_isa() < cpu::Isa::avx512) return 0;
+  if (op == RegisterOp::dpbf16 && cpu::detected_isa() < cpu::Isa::avx512_bf16) return 0;
   static volatile float sink = 0;
   const auto t0 = std::chrono::steady_clock::now();
   sink = sink + (op == RegisterOp::dpbf16 ? dpbf16_chain(iters) : fma_chain(iters));

@@ -5,6 +5,7 @@
 
 #include "kernels/bf16_convert.hpp"
 #include "kernels/vec_math.hpp"
+#include "mantissa/cpu/isa.hpp"
 
 namespace mantissa::kernels {
 
@@ -49,9 +50,15 @@ MANTISSA_CLONES void gelu_forward_generic(float* out, const float* x, int64_t n,
 }
 }  // namespace
 
+// Ordered, best first (cpu::select); "generic" is compiler-vectorised C++.
+using GeluForwardFn = void (*)(float*, const float*, int64_t, float);
+const cpu::Impl<GeluForwardFn> kGeluForward[] = {
+    {"avx512:gelu", cpu::Isa::avx512, gelu_forward_avx512},
+    {"generic:gelu", cpu::Isa::scalar, gelu_forward_generic},
+};
+
 void span_gelu_forward(float* out, const float* x, int64_t n, float scale) {
-  if (gelu_avx512_available()) return gelu_forward_avx512(out, x, n, scale);
-  gelu_forward_generic(out, x, n, scale);
+  cpu::select(kGeluForward).fn(out, x, n, scale);
 }
 
 namespace {
@@ -82,10 +89,17 @@ MANTISSA_CLONES void gelu_backward_generic(float* dx, const float* x, const floa
 }
 }  // namespace
 
+using GeluBackwardFn = void (*)(float*, const float*, const float*, int64_t, bool, float);
+const cpu::Impl<GeluBackwardFn> kGeluBackward[] = {
+    {"avx512:gelu", cpu::Isa::avx512, gelu_backward_avx512},
+    {"generic:gelu", cpu::Isa::scalar, gelu_backward_generic},
+};
+
 void span_gelu_backward(float* dx, const float* x, const float* dout, int64_t n, bool accumulate, float scale) {
-  if (gelu_avx512_available()) return gelu_backward_avx512(dx, x, dout, n, accumulate, scale);
-  gelu_backward_generic(dx, x, dout, n, accumulate, scale);
+  cpu::select(kGeluBackward).fn(dx, x, dout, n, accumulate, scale);
 }
+
+const char* gelu_implementation() { return cpu::select(kGeluForward).name; }
 
 MANTISSA_CLONES void span_to_bf16(uint16_t* y, const float* x, int64_t n) {
 #pragma omp simd

@@ -21,8 +21,7 @@ void span_gelu_forward(float* out, const float* x, int64_t n, float scale = 1.0f
 void span_gelu_backward(float* dx, const float* x, const float* dout, int64_t n, bool accumulate = true,
                         float scale = 1.0f);
 // The AVX-512 GELU kernels behind the two spans above (gelu_avx512.cpp),
-// used when formats::active_isa() allows AVX-512 (its cap applies).
-bool gelu_avx512_available();
+// used when cpu::active_isa() allows AVX-512 (its cap applies).
 void gelu_forward_avx512(float* out, const float* x, int64_t n, float scale);
 void gelu_backward_avx512(float* dx, const float* x, const float* dout, int64_t n, bool accumulate, float scale);
 // Memory-bound spans that the baseline ISA would run 4 lanes wide.

@@ -7,6 +7,8 @@
 #include <cmath>
 #include <cstdint>
 
+#include "mantissa/cpu/isa.hpp"
+
 namespace mantissa::optim::detail {
 
 struct AdamScalars {
@@ -71,8 +73,7 @@ __attribute__((target("avx512f"))) inline void adam_chunk_avx512(float* p, const
 }
 
 inline void adam_chunk(float* p, const float* g, float* m, float* v, int64_t n, const AdamScalars& s) {
-  static const bool avx512 = __builtin_cpu_supports("avx512f");
-  if (avx512) adam_chunk_avx512(p, g, m, v, n, s);
+  if (cpu::active_isa() >= cpu::Isa::avx512) adam_chunk_avx512(p, g, m, v, n, s);
   else adam_chunk_scalar(p, g, m, v, n, s);
 }
 

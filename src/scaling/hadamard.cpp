@@ -4,6 +4,7 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #include "mantissa/scaling/hadamard.hpp"
+#include "mantissa/cpu/isa.hpp"
 
 #include <immintrin.h>
 
@@ -12,10 +13,7 @@
 namespace mantissa::scaling {
 namespace {
 
-bool has_avx512() {
-  static const bool ok = __builtin_cpu_supports("avx512f");
-  return ok;
-}
+bool has_avx512() { return cpu::active_isa() >= cpu::Isa::avx512; }
 
 __attribute__((target("avx512f"))) void group_avx512(const float* in, float* g, int64_t cols, const RhtSigns& s) {
   for (int64_t j = 0; j < cols; j += 16) {

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "formats/convert_mx.hpp"
+#include "mantissa/cpu/isa.hpp"
 #include "mantissa/formats/convert.hpp"
 #include "mantissa/formats/mx.hpp"
 
@@ -24,13 +25,13 @@ namespace {
 
 // Restores the ISA cap a test changed.
 struct IsaGuard {
-  ~IsaGuard() { mf::set_max_isa(mf::Isa::avx512_bf16_fp16); }
+  ~IsaGuard() { mantissa::cpu::set_max_isa(mantissa::cpu::Isa::avx512_bf16_fp16); }
 };
 
-std::vector<mf::Isa> levels() {
-  std::vector<mf::Isa> v;
-  for (mf::Isa isa : {mf::Isa::scalar, mf::Isa::avx512, mf::Isa::avx512_bf16, mf::Isa::avx512_bf16_fp16})
-    if (isa <= mf::detected_isa()) v.push_back(isa);
+std::vector<mantissa::cpu::Isa> levels() {
+  std::vector<mantissa::cpu::Isa> v;
+  for (mantissa::cpu::Isa isa : {mantissa::cpu::Isa::scalar, mantissa::cpu::Isa::avx512, mantissa::cpu::Isa::avx512_bf16, mantissa::cpu::Isa::avx512_bf16_fp16})
+    if (isa <= mantissa::cpu::detected_isa()) v.push_back(isa);
   return v;
 }
 
@@ -98,10 +99,10 @@ std::vector<uint32_t> read_codes(const std::vector<uint8_t>& buf, int bytes, siz
   return out;
 }
 
-std::string describe(const mf::Format& f, const mf::RoundOptions& o, mf::Isa isa) {
+std::string describe(const mf::Format& f, const mf::RoundOptions& o, mantissa::cpu::Isa isa) {
   return f.name + " " + mf::round_name(o.mode) + (o.saturate ? " sat" : "") + (o.flush_subnormals ? " flush" : "") +
          (o.mode == mf::Round::stochastic ? " bits=" + std::to_string(o.random_bits) : "") + " isa=" +
-         mf::isa_name(isa) + " kernel=" + mf::last_kernel();
+         mantissa::cpu::isa_name(isa) + " kernel=" + mf::last_kernel();
 }
 
 // Quantises `in` at every ISA level and compares codes and fake-quantised
@@ -121,9 +122,9 @@ void check_against_reference(const mf::Format& f, const std::vector<float>& in, 
   }
   std::vector<uint8_t> buf(n * static_cast<size_t>(bytes));
   std::vector<float> fake(n);
-  for (mf::Isa isa : levels()) {
-    if (isa == mf::Isa::scalar && !include_scalar_level) continue;
-    mf::set_max_isa(isa);
+  for (mantissa::cpu::Isa isa : levels()) {
+    if (isa == mantissa::cpu::Isa::scalar && !include_scalar_level) continue;
+    mantissa::cpu::set_max_isa(isa);
     mf::quantize(f, in.data(), buf.data(), n, o);
     const std::string what = describe(f, o, isa);
     const std::vector<uint32_t> got = read_codes(buf, bytes, n);
@@ -214,15 +215,15 @@ TEST(Convert, TailsAndOffsets) {
   IsaGuard guard;
   const mf::Format& f = mf::preset("e4m3fn");
   const std::vector<float> in = random_inputs(f, 80, 11);
-  for (mf::Isa isa : levels()) {
-    mf::set_max_isa(isa);
+  for (mantissa::cpu::Isa isa : levels()) {
+    mantissa::cpu::set_max_isa(isa);
     for (size_t n = 0; n <= 70; ++n) {
       std::vector<uint8_t> buf(n + 8, 0xAB);
       mf::quantize(f, in.data() + 3, buf.data() + 1, n, {.mode = mf::Round::stochastic, .seed = 9});
       EXPECT_EQ(buf[0], 0xAB);
       for (size_t i = 0; i < n; ++i)
         ASSERT_EQ(buf[1 + i], mf::encode(f, in[3 + i], {.mode = mf::Round::stochastic, .seed = 9}, i))
-            << "n=" << n << " i=" << i << " isa=" << mf::isa_name(isa);
+            << "n=" << n << " i=" << i << " isa=" << mantissa::cpu::isa_name(isa);
       for (size_t i = n + 1; i < buf.size(); ++i) ASSERT_EQ(buf[i], 0xAB) << "n=" << n << " wrote past the end";
     }
   }
@@ -238,12 +239,12 @@ TEST(Convert, DequantizeEveryCode) {
     std::vector<uint8_t> codes(n * static_cast<size_t>(f.storage_bytes()));
     for (size_t c = 0; c < n; ++c) std::memcpy(codes.data() + c * f.storage_bytes(), &c, f.storage_bytes());
     std::vector<float> out(n);
-    for (mf::Isa isa : levels()) {
-      mf::set_max_isa(isa);
+    for (mantissa::cpu::Isa isa : levels()) {
+      mantissa::cpu::set_max_isa(isa);
       mf::dequantize(f, codes.data(), out.data(), n);
       for (size_t c = 0; c < n; ++c)
         ASSERT_EQ(std::bit_cast<uint32_t>(out[c]), std::bit_cast<uint32_t>(mf::decode_f32(f, static_cast<uint32_t>(c))))
-            << f.name << " code 0x" << std::hex << c << " isa=" << mf::isa_name(isa) << " " << mf::last_kernel();
+            << f.name << " code 0x" << std::hex << c << " isa=" << mantissa::cpu::isa_name(isa) << " " << mf::last_kernel();
     }
   }
 }
@@ -265,19 +266,19 @@ TEST(Convert, KernelSelectionFollowsIsaCap) {
   std::vector<float> in(64, 1.5f);
   std::vector<uint16_t> out(64);
   const mf::Format& bf16 = mf::preset("bf16");
-  mf::set_max_isa(mf::Isa::scalar);
+  mantissa::cpu::set_max_isa(mantissa::cpu::Isa::scalar);
   mf::quantize(bf16, in.data(), out.data(), in.size());
   EXPECT_EQ(mf::last_kernel(), "scalar:bf16:nearest-even");
-  if (mf::detected_isa() >= mf::Isa::avx512) {
-    mf::set_max_isa(mf::Isa::avx512);
+  if (mantissa::cpu::detected_isa() >= mantissa::cpu::Isa::avx512) {
+    mantissa::cpu::set_max_isa(mantissa::cpu::Isa::avx512);
     mf::quantize(bf16, in.data(), out.data(), in.size());
     EXPECT_EQ(mf::last_kernel(), "avx512:generic:bf16:nearest-even");
     std::vector<uint16_t> half(in.size());
     mf::quantize(mf::preset("fp16"), in.data(), half.data(), in.size());
     EXPECT_EQ(mf::last_kernel(), "avx512:cvtps2ph:fp16:nearest-even");
   }
-  if (mf::detected_isa() >= mf::Isa::avx512_bf16) {
-    mf::set_max_isa(mf::Isa::avx512_bf16);
+  if (mantissa::cpu::detected_isa() >= mantissa::cpu::Isa::avx512_bf16) {
+    mantissa::cpu::set_max_isa(mantissa::cpu::Isa::avx512_bf16);
     mf::quantize(bf16, in.data(), out.data(), in.size());
     EXPECT_EQ(mf::last_kernel(), "avx512_bf16:cvtneps2bf16:bf16:nearest-even");
     mf::quantize(bf16, in.data(), out.data(), in.size(), {.mode = mf::Round::up});
@@ -293,12 +294,12 @@ TEST(Convert, DetectionRanksEachExtensionOnItsOwn) {
                     __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
   const bool bf16 = base && __builtin_cpu_supports("avx512bf16");
   const bool fp16 = __builtin_cpu_supports("avx512fp16");
-  const mf::Isa want = !base          ? mf::Isa::scalar
-                       : !bf16        ? mf::Isa::avx512
-                       : fp16         ? mf::Isa::avx512_bf16_fp16
-                                      : mf::Isa::avx512_bf16;
-  EXPECT_EQ(mf::detected_isa(), want) << mf::isa_name(mf::detected_isa());
-  EXPECT_STREQ(mf::isa_name(mf::Isa::avx512_bf16), "avx512_bf16");
+  const mantissa::cpu::Isa want = !base          ? mantissa::cpu::Isa::scalar
+                       : !bf16        ? mantissa::cpu::Isa::avx512
+                       : fp16         ? mantissa::cpu::Isa::avx512_bf16_fp16
+                                      : mantissa::cpu::Isa::avx512_bf16;
+  EXPECT_EQ(mantissa::cpu::detected_isa(), want) << mantissa::cpu::isa_name(mantissa::cpu::detected_isa());
+  EXPECT_STREQ(mantissa::cpu::isa_name(mantissa::cpu::Isa::avx512_bf16), "avx512_bf16");
 }
 
 // The vector MX block quantiser against the scalar mx_quantize: blocks of
@@ -306,7 +307,7 @@ TEST(Convert, DetectionRanksEachExtensionOnItsOwn) {
 // with NaN or inf, a short last block, both scale rules, and rounding modes.
 TEST(Convert, MxFastMatchesScalarMx) {
   IsaGuard guard;
-  if (mf::detected_isa() < mf::Isa::avx512) GTEST_SKIP() << "no AVX-512 on this CPU";
+  if (mantissa::cpu::detected_isa() < mantissa::cpu::Isa::avx512) GTEST_SKIP() << "no AVX-512 on this CPU";
   const size_t n = mf::kParallelThreshold + 21;
   std::mt19937 rng(17);
   std::vector<float> in(n);
@@ -341,7 +342,7 @@ TEST(Convert, MxFastMatchesScalarMx) {
       }
     }
   }
-  mf::set_max_isa(mf::Isa::scalar);
+  mantissa::cpu::set_max_isa(mantissa::cpu::Isa::scalar);
   std::vector<uint8_t> codes(n), scales(n / 32 + 1);
   EXPECT_FALSE(mf::detail::mx_quantize_fast(mf::mx_preset("mxfp8_e4m3"), in.data(), n, codes.data(), scales.data()));
 }

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "formats/convert_plan.hpp"
+#include "mantissa/cpu/isa.hpp"
 #include "mantissa/formats/convert.hpp"
 #include "mantissa/formats/mx.hpp"
 
@@ -51,10 +52,10 @@ std::vector<float> data(size_t n, uint32_t seed) {
 // buffers prefilled with garbage, against the scalar mx_quantize.
 void expect_same(const mf::MxConfig& cfg, const std::vector<float>& x, size_t n, size_t offset,
                  const std::string& what) {
-  const mf::Isa before = mf::active_isa();
-  mf::set_max_isa(mf::Isa::scalar);
+  const mantissa::cpu::Isa before = mantissa::cpu::active_isa();
+  mantissa::cpu::set_max_isa(mantissa::cpu::Isa::scalar);
   const mf::MxArray want = mf::mx_quantize(cfg, x.data(), n);
-  mf::set_max_isa(before);
+  mantissa::cpu::set_max_isa(before);
   std::vector<uint8_t> storage(want.codes.size() + 128, 0xA5);
   uint8_t* line = storage.data() + (64 - reinterpret_cast<uintptr_t>(storage.data()) % 64) % 64;
   const std::span<uint8_t> codes(line + offset, want.codes.size());

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "mantissa/cpu/isa.hpp"
 #include "mantissa/formats/convert.hpp"
 #include "mantissa/formats/mx.hpp"
 
@@ -113,11 +114,11 @@ std::vector<float> edge_case_data(double element_max, uint32_t seed) {
 
 // mx_quantize with the vector kernel, then with the ISA capped to scalar.
 void expect_same_bits(const mf::MxConfig& cfg, const float* x, size_t n, const std::string& what) {
-  const mf::Isa before = mf::active_isa();
+  const mantissa::cpu::Isa before = mantissa::cpu::active_isa();
   const mf::MxArray fast = mf::mx_quantize(cfg, x, n);
-  mf::set_max_isa(mf::Isa::scalar);
+  mantissa::cpu::set_max_isa(mantissa::cpu::Isa::scalar);
   const mf::MxArray slow = mf::mx_quantize(cfg, x, n);
-  mf::set_max_isa(before);
+  mantissa::cpu::set_max_isa(before);
   ASSERT_EQ(fast.scales.size(), slow.scales.size()) << what;
   for (size_t b = 0; b < fast.scales.size(); ++b)
     ASSERT_EQ(int{fast.scales[b]}, int{slow.scales[b]}) << what << " block " << b;
@@ -156,7 +157,7 @@ std::vector<float> mixed_magnitude_data(size_t n, uint32_t seed) {
   return v;
 }
 
-bool have_vector_kernel() { return mf::detected_isa() >= mf::Isa::avx512; }
+bool have_vector_kernel() { return mantissa::cpu::detected_isa() >= mantissa::cpu::Isa::avx512; }
 
 }  // namespace
 
@@ -250,11 +251,11 @@ TEST(MxVector, MixedMagnitudesAndBlocksAtTheRangeEnds) {
       mf::MxConfig cfg = mf::mx_preset(name);
       cfg.round.mode = mode;
       cfg.round.seed = 9;
-      const mf::Isa before = mf::active_isa();
+      const mantissa::cpu::Isa before = mantissa::cpu::active_isa();
       const mf::MxArray fast = mf::mx_quantize(cfg, x.data(), x.size());
-      mf::set_max_isa(mf::Isa::scalar);
+      mantissa::cpu::set_max_isa(mantissa::cpu::Isa::scalar);
       const mf::MxArray slow = mf::mx_quantize(cfg, x.data(), x.size());
-      mf::set_max_isa(before);
+      mantissa::cpu::set_max_isa(before);
       EXPECT_EQ(fast.scales, slow.scales);
       EXPECT_EQ(fast.codes, slow.codes);
     }

@@ -16,6 +16,7 @@
 #include <random>
 #include <vector>
 
+#include "mantissa/cpu/isa.hpp"
 #include "mantissa/formats/convert.hpp"
 #include "mantissa/formats/format.hpp"
 #include "mantissa/formats/round.hpp"
@@ -25,8 +26,8 @@ namespace mf = mantissa::formats;
 
 namespace {
 struct IsaCap {
-  explicit IsaCap(mf::Isa cap) { mf::set_max_isa(cap); }
-  ~IsaCap() { mf::set_max_isa(mf::Isa::avx512_bf16_fp16); }
+  explicit IsaCap(mantissa::cpu::Isa cap) { mantissa::cpu::set_max_isa(cap); }
+  ~IsaCap() { mantissa::cpu::set_max_isa(mantissa::cpu::Isa::avx512_bf16_fp16); }
 };
 
 // code -> bf16 bits of the code's value (exact for 1-byte float formats).
@@ -73,13 +74,13 @@ TEST(ScaledCast, MatchesTheReferenceEncoderOnEveryRouteAndPath) {
       for (bool saturate : {true, false}) {
         mf::RoundOptions opt;
         opt.saturate = saturate;
-        for (mf::Isa isa : {mf::Isa::avx512_bf16_fp16, mf::Isa::scalar}) {
+        for (mantissa::cpu::Isa isa : {mantissa::cpu::Isa::avx512_bf16_fp16, mantissa::cpu::Isa::scalar}) {
           IsaCap cap(isa);
           const mf::ScaledCast cast(f, saturate, table);
           for (size_t group : {size_t{1}, size_t{7}, size_t{32}, size_t{128}, size_t{100000}})
             for (size_t n : {size_t{0}, size_t{17}, size_t{32}, size_t{45}, size_t{1100}})
               for (bool fold : {false, true}) {
-                const std::string where = std::string(name) + " " + mf::isa_name(isa) + " group " +
+                const std::string where = std::string(name) + " " + mantissa::cpu::isa_name(isa) + " group " +
                                           std::to_string(group) + " n " + std::to_string(n) +
                                           (saturate ? " saturating" : "") + (fold ? " fold" : "");
                 std::vector<uint8_t> codes(n + 1, 0xEE);
@@ -163,13 +164,13 @@ TEST(ScaledCast, BlocksTakeTheirScaleFromTheirOwnAmax) {
       x[1000] = std::numeric_limits<float>::infinity();
       x[2100] = std::numeric_limits<float>::quiet_NaN();
     }
-    for (mf::Isa isa : {mf::Isa::avx512_bf16_fp16, mf::Isa::scalar}) {
+    for (mantissa::cpu::Isa isa : {mantissa::cpu::Isa::avx512_bf16_fp16, mantissa::cpu::Isa::scalar}) {
       IsaCap cap(isa);
       const mf::ScaledCast cast(f, !special, table);
       for (const mf::BlockRule* rule : {&mx, &fit})
         for (size_t block : {size_t{32}, size_t{128}, size_t{48}, size_t{7}})
           for (size_t n : {size_t{32}, size_t{200}, size_t{513}, size_t{3000}}) {
-            const std::string where = std::string(mf::isa_name(isa)) + (rule == &mx ? " mx" : " fit") + " block " +
+            const std::string where = std::string(mantissa::cpu::isa_name(isa)) + (rule == &mx ? " mx" : " fit") + " block " +
                                       std::to_string(block) + " n " + std::to_string(n);
             const size_t blocks = (n + block - 1) / block;
             std::vector<int8_t> e(blocks + 1, 99);
@@ -204,7 +205,7 @@ TEST(ScaledCast, ColumnAmaxBits) {
   x[40] = std::numeric_limits<float>::quiet_NaN();
   x[300] = -std::numeric_limits<float>::infinity();
   const auto bits = [](float v) { return std::bit_cast<uint32_t>(v) & 0x7FFFFFFFu; };
-  for (mf::Isa isa : {mf::Isa::avx512_bf16_fp16, mf::Isa::scalar}) {
+  for (mantissa::cpu::Isa isa : {mantissa::cpu::Isa::avx512_bf16_fp16, mantissa::cpu::Isa::scalar}) {
     IsaCap cap(isa);
     std::vector<uint32_t> acc(x.size() + 1, 0x3F800000u);  // running max starts at 1.0
     mf::column_amax_bits(x.data(), x.size(), acc.data());

@@ -23,6 +23,19 @@ inline std::vector<float> random_floats(size_t n, uint32_t seed, float lo = -1.0
 
 inline std::vector<double> to_double(const std::vector<float>& v) { return {v.begin(), v.end()}; }
 
+// GELU, tanh approximation (GPT-2), and its derivative, in float64.
+inline double gelu_ref(double x) {
+  const double u = std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x);
+  return 0.5 * x * (1.0 + std::tanh(u));
+}
+
+inline double gelu_grad_ref(double x) {
+  const double s = std::sqrt(2.0 / M_PI);
+  const double u = s * (x + 0.044715 * x * x * x);
+  const double th = std::tanh(u);
+  return 0.5 * (1.0 + th) + 0.5 * x * (1.0 - th * th) * s * (1.0 + 3.0 * 0.044715 * x * x);
+}
+
 constexpr double kEps32 = 1.0 / (1 << 24);  // unit roundoff of fp32
 
 // Every element within atol + rtol |ref|; reports the first few failures by index.

@@ -13,16 +13,6 @@
 
 namespace mantissa::formats {
 
-// Levels in order; each includes the ones below. avx512_bf16 adds
-// vcvtneps2bf16 and needs no AVX512-FP16 (e.g. AMD Zen 4); avx512_bf16_fp16 is
-// a CPU with both extensions (e.g. Sapphire Rapids) and adds no kernel of its own.
-enum class Isa : uint8_t { scalar, avx512, avx512_bf16, avx512_bf16_fp16 };
-Isa detected_isa();
-// Cap the instruction set (for comparison runs); also read once from the
-// environment variable MANTISSA_MAX_ISA = scalar|avx512|avx512_bf16|avx512_bf16_fp16.
-void set_max_isa(Isa cap);
-Isa active_isa();
-const char* isa_name(Isa isa);
 // Name of the kernel the last quantize/dequantize/fake_quantize call on this
 // thread ran, "<isa>:<kernel>:<format>[:<rounding>]", e.g.
 // "avx512_bf16:cvtneps2bf16:bf16:nearest-even", "avx512:generic:e4m3fn:up",

@@ -28,4 +28,8 @@ void lookup16(const Table16& table, const uint8_t* codes, uint16_t* out, size_t 
 void lookup16_widen(const Table16& table, const uint8_t* codes, float* out, size_t n, const float* fold = nullptr,
                     size_t group = 1);
 
+// The implementation lookup16 / lookup16_widen run under the active
+// instruction set: "avx512:lookup" or "scalar:lookup".
+const char* lookup_implementation();
+
 }  // namespace mantissa::formats

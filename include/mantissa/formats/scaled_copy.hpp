@@ -19,5 +19,8 @@ struct ScanTotals {
 
 // out[i] = x[i] * mult (out may be null: scan only). Not threaded.
 ScanTotals scaled_copy(const float* x, float* out, size_t n, float mult, float limit);
+// The implementation scaled_copy runs under the active instruction set:
+// "avx512:scaled_copy" or "scalar:scaled_copy".
+const char* scaled_copy_implementation();
 
 }  // namespace mantissa::formats

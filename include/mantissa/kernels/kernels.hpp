@@ -27,6 +27,9 @@ void scale_segments(float* out, const float* x, const float* scales, int segs, i
 // GELU, tanh approximation (GPT-2). `scale` multiplies the output (forward)
 // or dout (backward) in the same pass (unit scaling); 1 keeps the bits.
 void gelu_forward(float* out, const float* x, int64_t n, float scale = 1.0f);
+// The GELU implementation the active instruction set selects: "avx512:gelu" or
+// "generic:gelu" (compiler-vectorised).
+const char* gelu_implementation();
 // dx += gelu'(x) scale dout
 void gelu_backward(float* dx, const float* x, const float* dout, int64_t n, float scale = 1.0f);
 // The same with x stored as bf16 codes (exactly widened).

@@ -1,4 +1,4 @@
-// Format descriptors: the presets of BRIEF section 1, derived properties, and
+// Format descriptors: the presets (IEEE, OCP OFP8 and MX, fnuz), derived properties, and
 // the parser for user-defined "eXmY[:option=value...]" formats.
 #include "mantissa/formats/format.hpp"
 

@@ -35,11 +35,10 @@ using attention_detail::gather_heads;
 using attention_detail::scatter_heads;
 
 constexpr int64_t kBlockRows = 64;
-// Cross-overs measured with bench/bench_attention.cpp (2 threads, 2048 tokens,
-// heads of 64): with fp32 products the blockwise path is faster from T = 512
-// (it skips the masked half of the products and the T x T traffic); with bf16
-// products (AMX) it is about even at T = 1024 and slower below, so it is taken
-// there only from T = 1024 or when the whole scores would pass 256 MiB.
+// Where the blockwise path wins (the cross-overs bench/bench_attention.cpp
+// finds; figures in docs/ARCHITECTURE.md): with fp32 products from T = 512,
+// since it skips the masked half of the products and the T x T traffic; with
+// bf16 products (AMX) from T = 1024, or when the whole scores would pass 256 MiB.
 constexpr int64_t kBlockwiseMinT_f32 = 512;
 constexpr int64_t kBlockwiseMinT_bf16 = 1024;
 constexpr double kBlockwiseScoresBytes = 256.0 * (1 << 20);

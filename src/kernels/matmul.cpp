@@ -8,8 +8,8 @@
 // new primitives during training. It is a binary-multiply post-op by a scalar
 // memory passed per call, not a DNNL_RUNTIME_F32_VAL output scale: oneDNN 2.6's
 // brgemm (AMX) matmul rejects runtime output scales and falls back to
-// gemm:jit, 2-4x slower in bf16 (measured: fp8-current step 2.1x slower),
-// while it takes scalar binary post-ops. alpha == 1 keeps a primitive without
+// gemm:jit, several times slower in bf16, while it takes scalar binary
+// post-ops. alpha == 1 keeps a primitive without
 // scaling (the bias then goes in as oneDNN's bias).
 //
 // The per-call cost is kept near raw oneDNN's: each thread keeps its own view of

@@ -76,7 +76,7 @@ inline float gelu_slope(float v) {
 }
 
 // Two loops, not a select on `accumulate` inside one: the select keeps GCC
-// from vectorising (6x slower).
+// from vectorising.
 MANTISSA_CLONES void gelu_backward_generic(float* dx, const float* x, const float* dout, int64_t n, bool accumulate,
                                            float scale) {
   if (accumulate) {

@@ -1,4 +1,4 @@
-// The unit-scaled GPT (issue 5): the same parameters and block structure as
+// The unit-scaled GPT: the same parameters and block structure as
 // the standard GPT (gpt.cpp), with weights N(0,1) and every op scaled by the
 // rules of unit/rules.hpp so activations and gradients start at unit scale.
 //

@@ -1,7 +1,7 @@
 // The report's markdown tables: the main recipe table, the Fashion-MNIST
 // table, and our numbers laid out like the unit-scaling paper's character-LM
-// table and the Scalify table, with the published numbers beside them
-// (BRIEF sections 4 and 5).
+// table (Blake et al. 2023) and the Scalify table (Balança et al. 2024), with
+// the published numbers beside them.
 #include <cmath>
 #include <cstdio>
 #include <sstream>

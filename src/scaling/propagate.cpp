@@ -1,4 +1,4 @@
-// Scale-propagation rules of BRIEF section 5 (linear ops, selection, layout,
+// Scale-propagation rules of Scalify (Balança et al. 2024: linear ops, selection, layout,
 // elementwise math) and the dispatcher by op name.
 #include "mantissa/scaling/propagate.hpp"
 

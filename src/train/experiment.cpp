@@ -128,21 +128,21 @@ struct Account {
   }
 };
 
-}  // namespace
-
-ExperimentOutcome run_experiment(const ExperimentOptions& options, FILE* log, bool terminal) {
-  const auto t0 = std::chrono::steady_clock::now();
-  const double cpu_start = cpu_seconds();
+// The plan with its --out directory claimed and every run's data path
+// resolved (the defaults fetched by scripts/data.sh, or the given files).
+ExperimentPlan checked_plan(const ExperimentOptions& options) {
   ExperimentPlan plan = make_plan(options);
-  const fs::path out(options.out);
-  claim_out_dir(out);
+  claim_out_dir(fs::path(options.out));
   for (TaskPlan& t : plan.tasks) {
     const std::string path = resolve_data(t.base.data, t.task, t.task == "gpt" ? "--data" : "--mlp-data");
     t.base.data = path;
     for (RunSpec& r : plan.runs)
       if (r.task == t.task) r.config.data = path;
   }
+  return plan;
+}
 
+report::ReportInput report_input(const ExperimentOptions& options, const ExperimentPlan& plan) {
   report::ReportInput input;
   input.command = options.command;
   input.preset = plan.preset;
@@ -150,48 +150,66 @@ ExperimentOutcome run_experiment(const ExperimentOptions& options, FILE* log, bo
   input.versions = version_info();
   input.machine = machine_info();
   input.notes = plan.notes;
+  return input;
+}
 
-  ExperimentOutcome outcome;
-  const size_t total = plan.runs.size();
-  if (log) {
-    std::fprintf(log, "mantissa experiment: preset %s, %zu runs (%zu GPT recipes x %zu seeds", plan.preset.c_str(), total,
-                 plan.tasks[0].recipes.size(), plan.seeds.size());
-    if (plan.tasks.size() > 1) std::fprintf(log, ", %zu MLP recipes", plan.tasks[1].recipes.size());
-    std::fprintf(log, "), output in %s\n", out.string().c_str());
-    std::fflush(log);
-  }
+void log_start(FILE* log, const ExperimentPlan& plan, const fs::path& out) {
+  if (!log) return;
+  std::fprintf(log, "mantissa experiment: preset %s, %zu runs (%zu GPT recipes x %zu seeds", plan.preset.c_str(),
+               plan.runs.size(), plan.tasks[0].recipes.size(), plan.seeds.size());
+  if (plan.tasks.size() > 1) std::fprintf(log, ", %zu MLP recipes", plan.tasks[1].recipes.size());
+  std::fprintf(log, "), output in %s\n", out.string().c_str());
+  std::fflush(log);
+}
 
-  // Ctrl-C from here on ends the study with a report of what finished.
-  install_interrupt_handler();
-  Account setup, runs, reports;
-  if (!plan.tasks.empty() && plan.tasks[0].task == "gpt") {
-    if (log) {
-      std::fprintf(log, "per-op scale analysis at initialisation (standard vs unit-scaled GPT, one batch each)\n");
-      std::fflush(log);
-    }
-    input.scale_plot_svg = init_scale_plot(plan.tasks[0], plan.seeds.front(), input.scale_plot_note);
+void log_run(FILE* log, const std::string& label, const RunSpec& spec, const report::RunResult& r,
+             const RunTimes& times) {
+  if (!log) return;
+  if (r.status == "ok" || r.status == "diverged") {
+    char metric[64];
+    if (spec.task == "gpt") std::snprintf(metric, sizeof metric, "val bpc %.4f", r.val_bpc);
+    else std::snprintf(metric, sizeof metric, "test accuracy %.2f %%", 100.0 * r.accuracy);
+    std::string status = r.status == "diverged" ? "DIVERGED at step " + std::to_string(r.diverged_at) + ", " : "";
+    std::fprintf(log, "%s: %s%s, %s ms/step, %.1f s (setup %.1f, train %.1f, eval %.1f), CPU %.1f s\n", label.c_str(),
+                 status.c_str(), metric, report::fmt_fixed(r.step_ms, 1).c_str(), r.seconds, times.setup, times.train,
+                 times.eval, times.cpu);
+  } else {
+    std::fprintf(log, "%s: %s (%s)\n", label.c_str(), r.status.c_str(), r.error.c_str());
   }
-  setup.add(t0, cpu_start);  // checks, versions, machine, the analysis
-  StudyClock clock(plan.runs);
-  for (size_t i = 0; i < total && !interrupt_requested(); ++i) {
+  std::fflush(log);
+}
+
+// The runs of one study, one after another; each result goes into `outcome`.
+struct StudyRuns {
+  const ExperimentOptions& options;
+  const ExperimentPlan& plan;
+  const fs::path& out;
+  FILE* log;
+  bool terminal;
+  StudyClock& clock;
+  ExperimentOutcome& outcome;
+  Account& account;
+
+  // Run i (or its stored result with --resume); false when Ctrl-C stopped it.
+  bool run(size_t i) {
     const RunSpec& spec = plan.runs[i];
     const fs::path final_dir = out / "runs" / spec.id;
     char label[200];
-    std::snprintf(label, sizeof label, "[%zu/%zu] %s %s seed %ld", i + 1, total, spec.task.c_str(), spec.recipe.c_str(),
-                  static_cast<long>(spec.seed));
+    std::snprintf(label, sizeof label, "[%zu/%zu] %s %s seed %ld", i + 1, plan.runs.size(), spec.task.c_str(),
+                  spec.recipe.c_str(), static_cast<long>(spec.seed));
     if (options.resume && spec.available)
       if (auto stored = stored_result(final_dir, spec)) {
         if (log) std::fprintf(log, "%s: finished earlier, kept (--resume)\n", label);
         outcome.results.push_back(*stored);
         ++outcome.resumed;
         clock.skip(i);
-        continue;
+        return true;
       }
     if (!spec.available) {
       if (log) std::fprintf(log, "%s: not available (%s)\n", label, spec.unavailable_reason.c_str());
       outcome.results.push_back(execute_run(spec, "", {}));
       clock.skip(i);
-      continue;
+      return true;
     }
     RunTimes times;
     RunProgress progress;
@@ -204,29 +222,48 @@ ExperimentOutcome run_experiment(const ExperimentOptions& options, FILE* log, bo
     const auto run_t = std::chrono::steady_clock::now();
     const double run_c = cpu_seconds();
     const fs::path tmp = out / "runs" / ("." + spec.id + ".tmp");
+    std::optional<report::RunResult> r = train_in(tmp, spec, progress);
+    account.add(run_t, run_c);
+    if (!r) {
+      if (log) std::fprintf(log, "%s%s: interrupted, not kept\n", terminal ? "\r\033[K" : "", label);
+      return false;
+    }
+    keep_or_drop(i, tmp, final_dir, *r);
+    log_run(log, label, spec, *r, times);
+    outcome.results.push_back(std::move(*r));
+    return true;
+  }
+
+  // Trains in the temporary folder `tmp`: the result (status "failed" when
+  // the run threw), or nullopt when Ctrl-C interrupted it (tmp removed).
+  static std::optional<report::RunResult> train_in(const fs::path& tmp, const RunSpec& spec,
+                                                   const RunProgress& progress) {
     std::error_code ec;
     fs::remove_all(tmp, ec);
     fs::create_directories(tmp, ec);
     if (ec) throw std::runtime_error("cannot create " + tmp.string() + ": " + ec.message());
-    report::RunResult r;
     try {
       io::write_file_atomic((tmp / "spec.json").string(), spec_json(spec));
-      r = execute_run(spec, tmp.string(), progress);
+      return execute_run(spec, tmp.string(), progress);
     } catch (const ExperimentInterrupted&) {
       fs::remove_all(tmp, ec);
-      if (log) std::fprintf(log, "%s%s: interrupted, not kept\n", terminal ? "\r\033[K" : "", label);
-      runs.add(run_t, run_c);
-      break;
+      return std::nullopt;
     } catch (const std::exception& e) {
-      r = report::RunResult{};
+      report::RunResult r;
       r.id = spec.id;
       r.task = spec.task;
       r.recipe = spec.recipe;
       r.seed = spec.seed;
       r.status = "failed";
       r.error = e.what();
+      return r;
     }
-    runs.add(run_t, run_c);
+  }
+
+  // A finished or diverged run is renamed into runs/<id>/ with its
+  // result.json; a failed one is removed.
+  void keep_or_drop(size_t i, const fs::path& tmp, const fs::path& final_dir, const report::RunResult& r) {
+    std::error_code ec;
     if (r.status == "ok" || r.status == "diverged") {
       io::write_file_atomic((tmp / "result.json").string(), report::to_json(r));
       fs::remove_all(final_dir, ec);
@@ -239,28 +276,13 @@ ExperimentOutcome run_experiment(const ExperimentOptions& options, FILE* log, bo
       clock.dropped(i);
       ++outcome.failed;
     }
-    if (log) {
-      if (r.status == "ok" || r.status == "diverged") {
-        char metric[64];
-        if (spec.task == "gpt") std::snprintf(metric, sizeof metric, "val bpc %.4f", r.val_bpc);
-        else std::snprintf(metric, sizeof metric, "test accuracy %.2f %%", 100.0 * r.accuracy);
-        std::string status = r.status == "diverged" ? "DIVERGED at step " + std::to_string(r.diverged_at) + ", " : "";
-        std::fprintf(log, "%s: %s%s, %s ms/step, %.1f s (setup %.1f, train %.1f, eval %.1f), CPU %.1f s\n", label,
-                     status.c_str(), metric, report::fmt_fixed(r.step_ms, 1).c_str(), r.seconds, times.setup, times.train,
-                     times.eval, times.cpu);
-      } else {
-        std::fprintf(log, "%s: %s (%s)\n", label, r.status.c_str(), r.error.c_str());
-      }
-      std::fflush(log);
-    }
-    outcome.results.push_back(std::move(r));
-    input.runs = outcome.results;
-    const auto report_t = std::chrono::steady_clock::now();
-    const double report_c = cpu_seconds();
-    outcome.report = report::write_report(out.string(), input);  // a consistent report after every run
-    clock.between_runs(since(report_t));
-    reports.add(report_t, report_c);
   }
+};
+
+// After the runs: the inspector on the laggards (unless interrupted or
+// turned off), then the final report.
+void finish_report(const ExperimentOptions& options, const ExperimentPlan& plan, ExperimentOutcome& outcome,
+                   report::ReportInput& input, FILE* log, Account& reports) {
   outcome.interrupted = interrupt_requested();
   input.runs = outcome.results;
   input.interrupted = outcome.interrupted;
@@ -271,13 +293,49 @@ ExperimentOutcome run_experiment(const ExperimentOptions& options, FILE* log, bo
       input.inspection_note = "No GPT recipe diverged or fell behind fp32 by more than " +
                               report::fmt_fixed(options.inspect_gap_pct, 1) + " % val bpc: nothing to inspect.";
   }
-  {
+  const auto report_t = std::chrono::steady_clock::now();
+  const double report_c = cpu_seconds();
+  outcome.report = report::write_report(options.out, input);
+  reports.add(report_t, report_c);
+}
+
+}  // namespace
+
+ExperimentOutcome run_experiment(const ExperimentOptions& options, FILE* log, bool terminal) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const double cpu_start = cpu_seconds();
+  const ExperimentPlan plan = checked_plan(options);
+  const fs::path out(options.out);
+  report::ReportInput input = report_input(options, plan);
+  ExperimentOutcome outcome;
+  log_start(log, plan, out);
+
+  // Ctrl-C from here on ends the study with a report of what finished.
+  install_interrupt_handler();
+  Account setup, runs, reports;
+  if (!plan.tasks.empty() && plan.tasks[0].task == "gpt") {
+    if (log) {
+      std::fprintf(log, "per-op scale analysis at initialisation (standard vs unit-scaled GPT, one batch each)\n");
+      std::fflush(log);
+    }
+    input.scale_plot_svg = init_scale_plot(plan.tasks[0], plan.seeds.front(), input.scale_plot_note);
+  }
+  setup.add(t0, cpu_start);  // checks, versions, machine, the analysis
+
+  StudyClock clock(plan.runs);
+  StudyRuns study{options, plan, out, log, terminal, clock, outcome, runs};
+  for (size_t i = 0; i < plan.runs.size() && !interrupt_requested(); ++i) {
+    if (!study.run(i)) break;
+    input.runs = outcome.results;
     const auto report_t = std::chrono::steady_clock::now();
     const double report_c = cpu_seconds();
-    outcome.report = report::write_report(out.string(), input);
+    outcome.report = report::write_report(out.string(), input);  // a consistent report after every run
+    clock.between_runs(since(report_t));
     reports.add(report_t, report_c);
   }
+  finish_report(options, plan, outcome, input, log, reports);
   restore_interrupt_handler();  // after the last report: a Ctrl-C while writing it is not fatal
+
   outcome.seconds = since(t0);
   if (log) {
     std::fprintf(log,

@@ -33,9 +33,8 @@ const std::vector<std::string> kFp4Recipes = {
     "nvfp4/rht=deterministic", "nvfp4/fp4_until=0.9"};
 const std::vector<std::string> kMlpRecipes = {"fp32", "bf16-amp", "fp16-amp-noscale", "unit-fp8", "scalify-fp8"};
 
-// Learning rates: regular 2^-10 (BRIEF section 4); unit 2^-1, the library's unit default,
-// measured on this model after the GELU NaN fix (docs/unit-scaling.md; the paper's 2^-6
-// undertrains here).
+// Learning rates: standard 2^-10; unit 2^-1, the library's unit default (the paper's 2^-6
+// undertrains this model; docs/unit-scaling.md).
 constexpr double kLrStandard = 1.0 / 1024;
 constexpr double kLrUnit = kUnitDefaultLr;
 

@@ -3,8 +3,8 @@
 // that are exactly zero, that fall below the format's smallest subnormal and
 // would flush to zero, that land in the subnormal range (losing precision),
 // and that overflow (or are already non-finite). This is what shows why
-// fp16 without loss scaling fails (BRIEF section 2: ~5% of DeepSpeech 2
-// gradients vanish in fp16).
+// fp16 without loss scaling fails (Micikevicius et al., "Mixed Precision
+// Training", ICLR 2018: part of the gradients is below fp16's range).
 #pragma once
 
 #include <cstdint>

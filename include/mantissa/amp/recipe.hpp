@@ -98,7 +98,7 @@ std::string recipe_names();  // "fp32, bf16-amp, ..." for messages
 // Throws std::invalid_argument naming the valid recipes.
 Recipe find_recipe(std::string_view name);
 
-// apex opt levels (BRIEF section 2): O0 fp32; O1 per-op casting of matrix
+// apex opt levels (NVIDIA apex.amp): O0 fp32; O1 per-op casting of matrix
 // products to fp16, fp32 weights, dynamic loss scale; O2 fp16 weights with
 // fp32 master weights, norms kept fp32, dynamic loss scale; O3 fp16
 // everything, no master weights, no loss scale. Throws on other names.

@@ -1,5 +1,5 @@
 // Precision policy and scale hooks consulted by every op, so that recipes
-// (issue 4) and scaling rules (unit scaling, scale propagation, FP8 casts)
+// (amp/recipe.hpp) and scaling rules (unit scaling, scale propagation, FP8 casts)
 // wrap ops without rewriting the models.
 #pragma once
 

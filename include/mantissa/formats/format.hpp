@@ -10,7 +10,8 @@
 namespace mantissa::formats {
 
 // How a format spends codes on NaN. The e4m3fn family gives up only the
-// all-ones code per sign, so its max is 448 and not 480 (BRIEF section 1).
+// all-ones code per sign, so its max is 448 and not 480 (OCP 8-bit
+// floating point specification, OFP8).
 enum class NanEncoding : uint8_t {
   ieee,  // exponent all ones, mantissa non-zero (needs has_inf or not)
   fn,    // only S.1111.111 (all exponent and mantissa bits set) is NaN

@@ -1,4 +1,4 @@
-// GPT with the GPT-2 layout (BRIEF section 9): learned token and position
+// GPT with the GPT-2 layout (Radford et al. 2019; Hugging Face names): learned token and position
 // embeddings, pre-LayerNorm blocks with causal multi-head attention and a 4x
 // GELU MLP, final LayerNorm, output head tied to the token embedding.
 // Parameters carry the Hugging Face GPT-2 names and shapes (Conv1D [in, out]).
@@ -35,7 +35,7 @@ struct GPTConfig {
   int64_t heads = 4;
   float dropout = 0.0f;
   uint64_t seed = 0;
-  // Unit-scaled parametrisation (issue 5): weights N(0,1), per-op scales,
+  // Unit-scaled parametrisation: weights N(0,1), per-op scales,
   // residual_split/add with tau, u-muP attention, untied unit readout
   // "lm_head.weight" [V, C] and unit cross-entropy. See unit/config.hpp.
   UnitConfig unit;

@@ -27,7 +27,7 @@ struct MLPConfig {
   int64_t classes = 10;
   std::string activation = "relu";  // relu | gelu
   uint64_t seed = 0;
-  // Unit-scaled parametrisation (issue 5): weights N(0,1), unit linear
+  // Unit-scaled parametrisation: weights N(0,1), unit linear
   // scales, scaled activation, unit readout and cross-entropy.
   UnitConfig unit;
 

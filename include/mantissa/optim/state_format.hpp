@@ -1,4 +1,4 @@
-// Storage formats of Adam's moments (issue 6 item 5). Syntax of
+// Storage formats of Adam's moments. Syntax of
 // Recipe::optimizer_state_format / OptimizerConfig::state_format:
 //   "F"     both moments in format F
 //   "M/V"   first moment (exp_avg) in M, second moment (exp_avg_sq) in V,

@@ -1,5 +1,5 @@
-// FP8 casts of matrix-product operands as production systems scale them
-// (BRIEF section 6): unit (scale 1), per-tensor current and delayed scaling
+// FP8 casts of matrix-product operands as production systems scale them:
+// unit (scale 1), per-tensor current and delayed scaling
 // (Transformer Engine), MX blocks (OCP, E8M0 scales) and DeepSeek-V3 style
 // blockwise scaling. Operands become real 1-byte tensors (autograd's
 // QuantisedOperand); the product then runs exactly through the bf16 path:

@@ -1,4 +1,4 @@
-// Scale-propagation rules (Scalify, BRIEF section 5; derivations for layer
+// Scale-propagation rules (Scalify, Balança et al. 2024; derivations for layer
 // norm, softmax, GELU, attention and cross-entropy in
 // docs/scale-propagation.md). Each rule takes per-tensor ScaledTensors and
 // returns data and a power-of-two scale such that data x scale is the op's

@@ -1,4 +1,4 @@
-// Scaled tensors (Scalify, BRIEF section 5): data in any storage format plus
+// Scaled tensors (Scalify, Balança et al. 2024): data in any storage format plus
 // FP32 power-of-two scales, standing for data x scale. One scale per tensor
 // (what the propagation rules of propagate.hpp work on), per row, or per
 // block of `block` consecutive elements of a row (for recipes that quantise

@@ -1,4 +1,4 @@
-// Scale-propagation ops inside the autograd engine (issue 6 item 2):
+// Scale-propagation ops inside the autograd engine:
 // cast-on-forward and cast-on-backward of a value to a storage format at a
 // power-of-two scale, either a given (propagated) scale or a dynamic one
 // recomputed from the tensor's max / L1 / L2 norm on that pass only. The

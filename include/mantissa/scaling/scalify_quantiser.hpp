@@ -1,4 +1,4 @@
-// The `propagate` operand quantiser (issue 6 item 3): FP8 or FP16 casts of
+// The `propagate` operand quantiser: FP8 or FP16 casts of
 // the GPT's matrix-product operands at scales that come from scale propagation
 // (propagate.hpp rules applied along the GPT-2 block structure, from the
 // parameters' own power-of-two scales), not from each tensor's amax.

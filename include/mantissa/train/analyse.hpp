@@ -1,4 +1,4 @@
-// The per-op scale analysis of issue 5 item 6 (`mantissa analyse`): one
+// The per-op scale analysis (`mantissa analyse`): one
 // batch through a model (at initialisation or from a checkpoint) under a
 // recipe, recording for every op output and every gradient arriving at it,
 // and for every parameter and its gradient, RMS, std, mean |x|, max |x|,

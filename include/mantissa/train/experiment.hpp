@@ -26,7 +26,7 @@ struct TaskPlan {
   std::string task;  // "gpt" | "mlp"
   TrainConfig base;  // model size, batch, steps, warm-up, evaluation cadence, data
   std::vector<std::string> recipes;
-  double lr_standard = 0;  // per parametrisation (BRIEF section 4: unit models need a larger LR)
+  double lr_standard = 0;  // per parametrisation (unit models need a larger LR: docs/unit-scaling.md)
   double lr_unit = 0;
 };
 

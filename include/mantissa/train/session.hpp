@@ -36,8 +36,7 @@ amp::Recipe resolve_recipe(const TrainConfig& c);
 // --lr is left at its default. With the u-muP multipliers the hidden weights
 // move at lr/sqrt(depth x fan_in) per step (2^-6 relative at 2^-1 on the
 // reference GPT, the standard model's 1e-3/0.02 is 2^-4.3), so the optimum is
-// near u-muP's ~2^0, not 2^-4 (the old value was picked while a GELU backward
-// NaN made every lr >= 2^-3 skip steps). Sweep: docs/unit-scaling.md.
+// near u-muP's ~2^0. Sweep: docs/unit-scaling.md.
 inline constexpr double kUnitDefaultLr = 0x1p-1;
 
 // Gradient-norm clipping when --grad-clip is left at its default: 1 for

@@ -1,4 +1,4 @@
-// The unit-scaled parametrisation of a model (issue 5): which scaling rules
+// The unit-scaled parametrisation of a model: which scaling rules
 // (unit/rules.hpp) the model applies, with a model-wide constraint and
 // per-op overrides, the residual taus and the u-muP multipliers. Saved in the
 // model's config.json under "mantissa" -> "unit".

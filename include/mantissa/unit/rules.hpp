@@ -7,7 +7,7 @@
 // docs/unit-scaling.md.
 //
 // Two rule sets:
-//   paper   - the ICML 2023 compendium (BRIEF section 4): measured GELU
+//   paper   - the ICML 2023 compendium (its table of ops): GELU
 //             scales 1.701 / 1.481, gmean constraint on non-cut edges,
 //             readout treated as an ordinary linear layer.
 //   library - Graphcore unit-scaling 0.3.5 (`unit_scaling.functional`):

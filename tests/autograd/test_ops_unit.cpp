@@ -1,4 +1,4 @@
-// Unit-scaled ops (ops_unit.hpp) in fp32 against Graphcore unit-scaling 0.3.5
+// Unit-scaled ops (unit/ops.hpp) in fp32 against Graphcore unit-scaling 0.3.5
 // golden cases (tests/golden/unit_scaling, float64, made by make_golden.py),
 // plus the empirical property unit scaling is for: unit-variance inputs give
 // outputs and gradients of unit variance.

@@ -133,6 +133,10 @@ GPT::GPT(const GPTConfig& config) : config_(config) {
     b.ln2_w = norm(h + "ln_2", i);
     b.fc_w = linear(h + "mlp.c_fc", C, 4 * C, std_w, i);
     b.mlp_proj_w = linear(h + "mlp.c_proj", 4 * C, C, std_proj, i);
+    b.attn_w->input = b.ln1_w;
+    b.proj_w->input = b.attn_w, b.proj_w->through = Parameter::Through::attention;
+    b.fc_w->input = b.ln2_w;
+    b.mlp_proj_w->input = b.fc_w, b.mlp_proj_w->through = Parameter::Through::pointwise;
     b.ln1_b = b.ln1_w->bias, b.attn_b = b.attn_w->bias, b.proj_b = b.proj_w->bias;
     b.ln2_b = b.ln2_w->bias, b.fc_b = b.fc_w->bias, b.mlp_proj_b = b.mlp_proj_w->bias;
     blocks_.push_back(b);
@@ -143,6 +147,7 @@ GPT::GPT(const GPTConfig& config) : config_(config) {
     lm_head_ = add_parameter("lm_head.weight", {V, C}, Role::readout, C);
     init_normal(lm_head_->value, rng, 1.0);
   }
+  (lm_head_ ? lm_head_ : wte_)->input = lnf_w_;
 }
 
 uint64_t GPT::pass_seed(bool training) {

@@ -10,7 +10,7 @@
 #include "mantissa/data/text.hpp"
 #include "mantissa/io/checkpoint.hpp"
 #include "mantissa/kernels/kernels.hpp"
-#include "mantissa/nn/module.hpp"
+#include "mantissa/nn/models.hpp"
 #include "mantissa/io/untrusted.hpp"
 #include "mantissa/train/finite.hpp"
 #include "mantissa/train/session.hpp"
@@ -27,13 +27,11 @@ struct EvalArgs {
   int64_t threads = 0;
 };
 
-// GPT configs carry Hugging Face's keys; MLP configs their layer list.
 std::string model_kind(const std::string& config_json, const std::string& dir) {
-  const nlohmann::json j = io::parse_json(config_json, dir + "/config.json");
-  if (j.contains("n_embd") || io::string_or_empty(j, "model_type") == "gpt2") return "gpt";
-  if (io::string_or_empty(j, "model_type") == "llama") return "llama";
-  if (j.contains("hidden") || j.contains("classes")) return "mlp";
-  throw UsageError(dir + "/config.json describes neither a GPT, a Llama nor an MLP");
+  io::parse_json(config_json, dir + "/config.json");  // names the file when it is not JSON
+  const std::string kind = nn::detect_model_kind(config_json);
+  if (kind.empty()) throw UsageError(dir + "/config.json describes none of the models (" + nn::model_kind_names() + ")");
+  return kind;
 }
 
 void eval_command(const EvalArgs& a) {

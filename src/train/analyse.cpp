@@ -12,7 +12,7 @@
 #include "mantissa/formats/format.hpp"
 #include "mantissa/io/checkpoint.hpp"
 #include "mantissa/io/files.hpp"
-#include "mantissa/nn/module.hpp"
+#include "mantissa/nn/models.hpp"
 #include "mantissa/report/scales.hpp"
 #include "mantissa/train/session.hpp"
 
@@ -21,8 +21,8 @@ namespace mantissa::train {
 namespace {
 
 std::string checkpoint_kind(const std::string& config_json) {
-  if (config_json.find("\"n_embd\"") != std::string::npos) return "gpt";
-  return config_json.find("\"LlamaForCausalLM\"") != std::string::npos ? "llama" : "mlp";
+  const std::string kind = nn::detect_model_kind(config_json);
+  return kind.empty() ? "unknown" : kind;
 }
 
 nn::Batch one_batch(const TrainConfig& c, const std::string& path) {

@@ -16,9 +16,7 @@
 #include "mantissa/io/checkpoint.hpp"
 #include "mantissa/io/files.hpp"
 #include "mantissa/kernels/kernels.hpp"
-#include "mantissa/nn/gpt.hpp"
-#include "mantissa/nn/llama.hpp"
-#include "mantissa/nn/mlp.hpp"
+#include "mantissa/nn/models.hpp"
 #include "mantissa/train/run.hpp"
 
 namespace mantissa::train {
@@ -76,48 +74,28 @@ nn::UnitConfig unit_config(const TrainConfig& c, const amp::Recipe& recipe) {
 std::unique_ptr<nn::Model> make_model(const TrainConfig& c) { return make_model(c, nn::UnitConfig{}); }
 
 std::unique_ptr<nn::Model> make_model(const TrainConfig& c, const nn::UnitConfig& unit) {
-  if (c.model == "gpt") {
-    nn::GPTConfig g;
-    g.vocab = data::kByteVocab;
-    g.context = c.seq_len;
-    g.layers = c.layers;
-    g.d_model = c.d_model;
-    g.heads = c.heads;
-    g.dropout = static_cast<float>(c.dropout);
-    g.seed = static_cast<uint64_t>(c.seed);
-    g.unit = unit;
-    g.validate();
-    return std::make_unique<nn::GPT>(g);
-  }
-  if (c.model == "llama") {
-    nn::LlamaConfig l;
-    l.vocab = data::kByteVocab;
-    l.context = c.seq_len;
-    l.layers = c.layers;
-    l.d_model = c.d_model;
-    l.heads = c.heads;
-    l.kv_heads = c.kv_heads;
-    l.hidden = c.ffn_hidden;
-    l.tie_embeddings = c.tie_embeddings;
-    l.smooth_swiglu = c.smooth_swiglu;
-    l.seed = static_cast<uint64_t>(c.seed);
-    l.unit = unit;
-    l.validate();
-    return std::make_unique<nn::Llama>(l);
-  }
-  nn::MLPConfig m;
-  m.hidden.assign(static_cast<size_t>(c.layers), c.d_model);
-  m.seed = static_cast<uint64_t>(c.seed);
-  m.unit = unit;
-  m.validate();
-  return std::make_unique<nn::MLP>(m);
+  const nn::ModelKind* kind = nn::find_model_kind(c.model);
+  if (kind == nullptr) throw std::invalid_argument("--model must be " + nn::model_kind_names() + " (got '" + c.model + "')");
+  nn::ModelSize s;
+  s.vocab = data::kByteVocab;
+  s.context = c.seq_len;
+  s.layers = c.layers;
+  s.d_model = c.d_model;
+  s.heads = c.heads;
+  s.kv_heads = c.kv_heads;
+  s.ffn_hidden = c.ffn_hidden;
+  s.dropout = c.dropout;
+  s.tie_embeddings = c.tie_embeddings;
+  s.smooth_swiglu = c.smooth_swiglu;
+  s.seed = static_cast<uint64_t>(c.seed);
+  s.unit = unit;
+  return kind->make(s);
 }
 
 std::unique_ptr<nn::Model> model_from_config(const std::string& kind, const std::string& config_json) {
-  if (kind == "gpt") return std::make_unique<nn::GPT>(nn::GPTConfig::from_json(config_json));
-  if (kind == "llama") return std::make_unique<nn::Llama>(nn::LlamaConfig::from_json(config_json));
-  if (kind == "mlp") return std::make_unique<nn::MLP>(nn::MLPConfig::from_json(config_json));
-  throw std::invalid_argument("unknown model kind '" + kind + "' in the checkpoint");
+  const nn::ModelKind* k = nn::find_model_kind(kind);
+  if (k == nullptr) throw std::invalid_argument("unknown model kind '" + kind + "' in the checkpoint");
+  return k->load(config_json);
 }
 
 // ---- unit scaling ------------------------------------------------------------------
@@ -271,7 +249,7 @@ std::string find_in(const std::vector<fs::path>& dirs, const std::string& name) 
 }  // namespace
 
 std::string default_data_path(const std::string& kind) {
-  const std::string name = kind == "mlp" ? "fashion-mnist" : "austen.txt";
+  const std::string name = text_model(kind) ? "austen.txt" : "fashion-mnist";
   if (std::string p = find_in(data_dirs(), name); !p.empty()) return p;
   // Never fetched implicitly: running a script found on disk would run
   // whatever the current directory holds.

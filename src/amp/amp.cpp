@@ -91,7 +91,7 @@ autograd::PrecisionPolicy precision_policy(const Recipe& r, nn::Model* model) {
   }
   if (!r.cast_forward.empty() || !r.cast_backward.empty()) {
     scaling::Fp8Config c;
-    c.scaling = static_cast<scaling::Fp8Scaling>(r.cast_scaling);  // same order up to `propagate`
+    c.scaling = r.cast_scaling;
     c.forward_format = r.cast_forward;
     c.backward_format = r.cast_backward;
     c.amax_history = r.amax_history;

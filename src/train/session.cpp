@@ -342,7 +342,7 @@ std::unique_ptr<Session> build_session(const TrainConfig& config) {
   } else {
     s->model = make_model(c, unit);
   }
-  apply_precision(*s->model, s->recipe);
+  // The precision policy is the Trainer's (amp::Amp sets it once).
 
   if (train::text_model(c.model)) {
     const int64_t context = s->model->context_length();

@@ -87,7 +87,8 @@ class IndependentDecay final : public optim::Optimizer {
 // parametrisation, adjusted by --set unit.KEY=VALUE.
 nn::UnitConfig unit_config(const TrainConfig& c, const amp::Recipe& recipe);
 
-// Applies the recipe's precision policy to models that have one (GPT, MLP).
+// Applies the recipe's precision policy to a model run without a Trainer
+// (analysis); a Trainer's amp::Amp applies it itself.
 void apply_precision(nn::Model& model, const amp::Recipe& recipe);
 
 // A model from its kind and the size flags, or from a saved config.json.

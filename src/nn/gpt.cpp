@@ -10,6 +10,7 @@
 #include "mantissa/tensor/checked.hpp"
 #include "mantissa/tensor/memory_trace.hpp"
 #include "mantissa/io/untrusted.hpp"
+#include "nn/parametrisation.hpp"
 #include "nn/causal_lm.hpp"
 
 namespace mantissa::nn {
@@ -56,9 +57,8 @@ std::string GPTConfig::to_json() const {
   j["layer_norm_epsilon"] = 1e-5;
   j["initializer_range"] = 0.02;
   j["tie_word_embeddings"] = !unit.enabled;
-  j["mantissa"] = {{"kind", "gpt"}, {"seed", seed}, {"dropout", dropout},
-                   {"parametrisation", unit.enabled ? "unit" : "standard"}};
-  if (unit.enabled) j["mantissa"]["unit"] = nlohmann::json::parse(unit.to_json());
+  j["mantissa"] = {{"kind", "gpt"}, {"seed", seed}, {"dropout", dropout}};
+  write_parametrisation(j["mantissa"], unit);
   return j.dump(2);
 }
 
@@ -81,13 +81,7 @@ GPTConfig GPTConfig::from_json(const std::string& text) {
       const auto& m = j["mantissa"];
       if (m.contains("seed")) c.seed = m["seed"].get<uint64_t>();
       if (m.contains("dropout")) c.dropout = m["dropout"].get<float>();
-      if (m.contains("unit")) c.unit = UnitConfig::from_json(m["unit"].dump());
-      if (m.contains("parametrisation")) {
-        const std::string p = m["parametrisation"].get<std::string>();
-        if (p != "unit" && p != "standard")
-          throw std::invalid_argument("GPT config: parametrisation must be standard or unit, got '" + p + "'");
-        c.unit.enabled = p == "unit";
-      }
+      read_parametrisation(m, c.unit, "GPT");
     } else if (j.contains("resid_pdrop") && j["resid_pdrop"].is_number()) {
       c.dropout = j["resid_pdrop"].get<float>();
     }

@@ -14,6 +14,7 @@
 #include "mantissa/autograd/ops_llama.hpp"
 #include "mantissa/autograd/ops_unit.hpp"
 #include "mantissa/io/untrusted.hpp"
+#include "nn/parametrisation.hpp"
 #include "mantissa/nn/init.hpp"
 #include "nn/causal_lm.hpp"
 
@@ -74,9 +75,8 @@ std::string LlamaConfig::to_json() const {
   j["initializer_range"] = 0.02;
   j["tie_word_embeddings"] = tie_embeddings;
   j["torch_dtype"] = "float32";
-  j["mantissa"] = {{"kind", "llama"}, {"seed", seed}, {"smooth_swiglu", smooth_swiglu},
-                   {"parametrisation", unit.enabled ? "unit" : "standard"}};
-  if (unit.enabled) j["mantissa"]["unit"] = nlohmann::json::parse(unit.to_json());
+  j["mantissa"] = {{"kind", "llama"}, {"seed", seed}, {"smooth_swiglu", smooth_swiglu}};
+  write_parametrisation(j["mantissa"], unit);
   return j.dump(2);
 }
 
@@ -109,13 +109,7 @@ LlamaConfig LlamaConfig::from_json(const std::string& text) {
       const auto& m = j["mantissa"];
       if (m.contains("seed")) c.seed = m["seed"].get<uint64_t>();
       if (m.contains("smooth_swiglu")) c.smooth_swiglu = m["smooth_swiglu"].get<bool>();
-      if (m.contains("unit")) c.unit = UnitConfig::from_json(m["unit"].dump());
-      if (m.contains("parametrisation")) {
-        const std::string p = m["parametrisation"].get<std::string>();
-        if (p != "unit" && p != "standard")
-          throw std::invalid_argument("Llama config: parametrisation must be standard or unit, got '" + p + "'");
-        c.unit.enabled = p == "unit";
-      }
+      read_parametrisation(m, c.unit, "Llama");
     }
   } catch (const nlohmann::json::exception& e) {
     throw std::invalid_argument(std::string("Llama config: ") + e.what());

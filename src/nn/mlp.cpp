@@ -8,6 +8,7 @@
 #include "mantissa/autograd/ops_unit.hpp"
 #include "mantissa/nn/init.hpp"
 #include "mantissa/io/untrusted.hpp"
+#include "nn/parametrisation.hpp"
 #include "mantissa/tensor/checked.hpp"
 
 namespace mantissa::nn {
@@ -41,8 +42,7 @@ std::string MLPConfig::to_json() const {
   j["classes"] = classes;
   j["activation"] = activation;
   j["seed"] = seed;
-  j["parametrisation"] = unit.enabled ? "unit" : "standard";
-  if (unit.enabled) j["unit"] = nlohmann::json::parse(unit.to_json());
+  write_parametrisation(j, unit);
   return j.dump(2);
 }
 
@@ -55,13 +55,7 @@ MLPConfig MLPConfig::from_json(const std::string& text) {
     c.classes = j.at("classes").get<int64_t>();
     c.activation = j.at("activation").get<std::string>();
     if (j.contains("seed")) c.seed = j["seed"].get<uint64_t>();
-    if (j.contains("unit")) c.unit = UnitConfig::from_json(j["unit"].dump());
-    if (j.contains("parametrisation")) {
-      const std::string p = j["parametrisation"].get<std::string>();
-      if (p != "unit" && p != "standard")
-        throw std::invalid_argument("MLP config: parametrisation must be standard or unit, got '" + p + "'");
-      c.unit.enabled = p == "unit";
-    }
+    read_parametrisation(j, c.unit, "MLP");
   } catch (const nlohmann::json::exception& e) {
     throw std::invalid_argument(std::string("MLP config: ") + e.what());
   }

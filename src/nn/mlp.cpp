@@ -9,6 +9,7 @@
 #include "mantissa/kernels/matmul.hpp"
 #include "mantissa/nn/init.hpp"
 #include "mantissa/io/untrusted.hpp"
+#include "nn/parametrisation.hpp"
 #include "mantissa/tensor/checked.hpp"
 
 namespace mantissa::nn {
@@ -42,8 +43,7 @@ std::string MLPConfig::to_json() const {
   j["classes"] = classes;
   j["activation"] = activation;
   j["seed"] = seed;
-  j["parametrisation"] = unit.enabled ? "unit" : "standard";
-  if (unit.enabled) j["unit"] = nlohmann::json::parse(unit.to_json());
+  write_parametrisation(j, unit);
   return j.dump(2);
 }
 
@@ -56,13 +56,7 @@ MLPConfig MLPConfig::from_json(const std::string& text) {
     c.classes = j.at("classes").get<int64_t>();
     c.activation = j.at("activation").get<std::string>();
     if (j.contains("seed")) c.seed = j["seed"].get<uint64_t>();
-    if (j.contains("unit")) c.unit = UnitConfig::from_json(j["unit"].dump());
-    if (j.contains("parametrisation")) {
-      const std::string p = j["parametrisation"].get<std::string>();
-      if (p != "unit" && p != "standard")
-        throw std::invalid_argument("MLP config: parametrisation must be standard or unit, got '" + p + "'");
-      c.unit.enabled = p == "unit";
-    }
+    read_parametrisation(j, c.unit, "MLP");
   } catch (const nlohmann::json::exception& e) {
     throw std::invalid_argument(std::string("MLP config: ") + e.what());
   }
@@ -79,33 +73,13 @@ MLP::MLP(const MLPConfig& config) : config_(config) {
     const bool last = i + 1 == n;
     const int64_t out = last ? config_.classes : config_.hidden[i];
     const std::string prefix = "layers." + std::to_string(i) + ".";
-    params_.push_back(make_parameter(prefix + "weight", {in, out}, true, in));
+    Parameter* w = add_parameter(prefix + "weight", {in, out}, last ? Role::readout : Role::weight, in);
     // Unit scaling: N(0, 1) weights, the op scales do the rest.
-    init_normal(params_.back()->value, rng,
+    init_normal(w->value, rng,
                 config_.unit.enabled ? 1.0 : (last ? 1.0 : std::sqrt(2.0)) / std::sqrt(static_cast<double>(in)));
-    params_.push_back(make_parameter(prefix + "bias", {out}, false, 1));
+    w->bias = add_parameter(prefix + "bias", {out}, Role::bias, 1);
     in = out;
   }
-}
-
-MLP::~MLP() {
-  // A later Parameter at the same address and version must not find our packing.
-  for (auto& p : params_) kernels::forget_packed_operand(p.get());
-}
-
-std::vector<Parameter*> MLP::parameters() {
-  std::vector<Parameter*> out;
-  for (auto& p : params_) out.push_back(p.get());
-  return out;
-}
-
-ag::OpContext MLP::context(bool training) {
-  ag::OpContext ctx;
-  ctx.policy = precision_;
-  ctx.casts = &casts_;
-  ctx.training = training;
-  ctx.observer = observer_;
-  return ctx;
 }
 
 // x [B, inputs] -> h_i [B, hidden_i] -> logits [B, classes].

@@ -56,9 +56,9 @@ struct PassTotals {
 // The tile exponent rule in the integer form the cast kernels use; equal to
 // mx_exponent / blockwise_exponent of the tile's amax (tests compare them at
 // the binade edges). Tiles holding inf/NaN get 0.
-formats::BlockRule tile_rule(const formats::Format& f, Fp8Scaling rule) {
+formats::BlockRule tile_rule(const formats::Format& f, CastScaling rule) {
   formats::BlockRule r;
-  if (rule == Fp8Scaling::mx) {  // floor(log2 amax) - emax; zero tiles -127
+  if (rule == CastScaling::mx) {  // floor(log2 amax) - emax; zero tiles -127
     r.offset = f.max_exponent();
     r.zero = -127;
     return r;
@@ -157,7 +157,7 @@ QuantisedOperand cast_per_tensor(const formats::Format& f, const Tensor& x, int 
 }
 
 QuantisedOperand cast_blocks(const formats::Format& f, const Tensor& x, int64_t batch, int64_t rows, int64_t cols,
-                             int64_t tile_rows, int64_t tile_cols, Fp8Scaling rule, CastReport* report,
+                             int64_t tile_rows, int64_t tile_cols, CastScaling rule, CastReport* report,
                              MemoryKind kind, Tensor* decoded, bool keep_codes) {
   const cpu::profile::Scope profile_scope(cpu::profile::Category::conversion);
   require_f32(x, "cast_blocks");
@@ -166,7 +166,7 @@ QuantisedOperand cast_blocks(const formats::Format& f, const Tensor& x, int64_t 
     throw std::invalid_argument("cast_blocks: view [" + std::to_string(batch) + ", " + std::to_string(rows) + ", " +
                                 std::to_string(cols) + "] with tiles " + std::to_string(tile_rows) + "x" +
                                 std::to_string(tile_cols) + " does not fit " + shape_str(x.shape()));
-  if (rule != Fp8Scaling::mx && rule != Fp8Scaling::blockwise)
+  if (rule != CastScaling::mx && rule != CastScaling::blockwise)
     throw std::invalid_argument("cast_blocks: the rule must be mx or blockwise");
   auto blocks = std::make_shared<BlockScales>();
   blocks->batch = batch;

@@ -56,6 +56,8 @@ Fp8Quantiser::Fp8Quantiser(Fp8Config config)
       cast_bwd_(!config_.backward_format.empty()) {
   if (config_.amax_history < 1) throw std::invalid_argument("Fp8Quantiser: amax_history must be >= 1");
   if (config_.mx_block < 1 || config_.tile < 1) throw std::invalid_argument("Fp8Quantiser: block sizes must be >= 1");
+  if (config_.scaling == CastScaling::propagate)
+    throw std::invalid_argument("Fp8Quantiser: cast scaling 'propagate' is the scalify quantiser's (make_scalify_quantiser)");
 }
 
 Fp8Quantiser::~Fp8Quantiser() {
@@ -85,8 +87,8 @@ Fp8Quantiser::SiteState Fp8Quantiser::site_state(const QuantSite& site) const {
 // Engine starts delayed scaling at scale 1, which would flush a standard
 // model's gradients in that step).
 std::optional<int> Fp8Quantiser::exponent_before_cast(const QuantSite& site) const {
-  if (config_.scaling == Fp8Scaling::unit) return 0;
-  if (config_.scaling == Fp8Scaling::delayed) {
+  if (config_.scaling == CastScaling::unit) return 0;
+  if (config_.scaling == CastScaling::delayed) {
     std::lock_guard lock(mutex_);
     auto it = sites_.find({site.key, site.key ? 0 : site.ordinal, static_cast<int>(site.role)});
     if (it != sites_.end() && it->second.has_exponent) return it->second.exponent;
@@ -126,13 +128,13 @@ QuantisedOperand Fp8Quantiser::cast(const formats::Format& f, const Tensor& x32,
   if (contraction_axis != 1 && contraction_axis != 2)
     throw std::invalid_argument("Fp8Quantiser: contraction_axis must be 1 (rows) or 2 (cols)");
   const bool keep = site.keep_codes || !decoded;  // codes are skipped only when a decode is wanted
-  if (config_.scaling == Fp8Scaling::mx || config_.scaling == Fp8Scaling::blockwise) {
-    const int64_t along = config_.scaling == Fp8Scaling::mx ? config_.mx_block : config_.tile;
+  if (config_.scaling == CastScaling::mx || config_.scaling == CastScaling::blockwise) {
+    const int64_t along = config_.scaling == CastScaling::mx ? config_.mx_block : config_.tile;
     int64_t tr = contraction_axis == 1 ? along : 1, tc = contraction_axis == 2 ? along : 1;
-    if (config_.scaling == Fp8Scaling::blockwise && weight) tr = tc = config_.tile;  // 128x128 weight blocks
+    if (config_.scaling == CastScaling::blockwise && weight) tr = tc = config_.tile;  // 128x128 weight blocks
     // MX with ceil exponents is blockwise's rule on MX's 1 x 32 tiles.
-    const Fp8Scaling rule = config_.scaling == Fp8Scaling::mx && config_.mx_scale_rounding == formats::ScaleRounding::ceil
-                                ? Fp8Scaling::blockwise
+    const CastScaling rule = config_.scaling == CastScaling::mx && config_.mx_scale_rounding == formats::ScaleRounding::ceil
+                                ? CastScaling::blockwise
                                 : config_.scaling;
     CastReport report;
     QuantisedOperand q = cast_blocks(f, x32, batch, rows, cols, tr, tc, rule, &report, kind, decoded, keep);
@@ -154,7 +156,7 @@ QuantisedOperand Fp8Quantiser::cast(const formats::Format& f, const Tensor& x32,
   int64_t saturated = 0;
   QuantisedOperand q;
   if (!e) {
-    const std::optional<int> guess = config_.scaling == Fp8Scaling::current ? last_exponent(site) : std::nullopt;
+    const std::optional<int> guess = config_.scaling == CastScaling::current ? last_exponent(site) : std::nullopt;
     if (guess) {
       q = cast_per_tensor(f, x32, *guess, true, &saturated, kind, decoded, &a, keep);
       e = exponent_for(a);
@@ -168,8 +170,8 @@ QuantisedOperand Fp8Quantiser::cast(const formats::Format& f, const Tensor& x32,
     }
   }
   if (!q.defined()) q = cast_per_tensor(f, x32, *e, true, &saturated, kind, decoded, &a, keep);
-  record(site, a, saturated, site.record && config_.scaling == Fp8Scaling::delayed,
-         config_.scaling == Fp8Scaling::current ? e : std::nullopt);
+  record(site, a, saturated, site.record && config_.scaling == CastScaling::delayed,
+         config_.scaling == CastScaling::current ? e : std::nullopt);
   if (amax_out) *amax_out = a;
   return q;
 }
@@ -198,7 +200,7 @@ autograd::OperandQuantiser::Weight Fp8Quantiser::quantise_weight(const nn::Param
   }
   CachedWeight& w = **slot;
   bool fresh = w.operand.defined() && w.version == p.version && w.axis == contraction_axis;
-  if (fresh && config_.scaling == Fp8Scaling::delayed) {
+  if (fresh && config_.scaling == CastScaling::delayed) {
     const SiteState s = site_state(site);
     fresh = s.has_exponent == w.has_exponent && (!s.has_exponent || s.exponent == w.exponent);
   }
@@ -214,7 +216,7 @@ autograd::OperandQuantiser::Weight Fp8Quantiser::quantise_weight(const nn::Param
     ++w.generation;
     std::lock_guard lock(mutex_);
     ++stats_.weight_casts;
-  } else if (site.record && config_.scaling == Fp8Scaling::delayed && !w.amax.nonfinite) {
+  } else if (site.record && config_.scaling == CastScaling::delayed && !w.amax.nonfinite) {
     // A cached weight still belongs to this step's history (e.g. cast in
     // the unrecorded first forward of a checkpointed segment).
     std::lock_guard lock(mutex_);

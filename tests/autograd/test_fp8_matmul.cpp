@@ -21,7 +21,7 @@ using namespace mantissa;
 using namespace mantissa::autograd;
 using mantissa::scaling::Fp8Config;
 using mantissa::scaling::Fp8Quantiser;
-using mantissa::scaling::Fp8Scaling;
+using mantissa::scaling::CastScaling;
 
 namespace {
 
@@ -35,21 +35,21 @@ Tensor random_tensor(const Shape& s, uint64_t seed, float sd, MemoryKind kind = 
 
 // The operand as the quantiser's rules cast it, computed independently of
 // the quantiser (scaling functions called directly): dequantised values.
-std::vector<float> dequantised(const Tensor& x, const formats::Format& f, Fp8Scaling rule, int64_t rows,
+std::vector<float> dequantised(const Tensor& x, const formats::Format& f, CastScaling rule, int64_t rows,
                                int64_t cols, int axis, bool weight) {
-  if (rule == Fp8Scaling::current) {
+  if (rule == CastScaling::current) {
     const auto a = scaling::amax_of(x.f32(), x.numel());
     return scaling::dequantised_values(
         scaling::cast_per_tensor(f, x, scaling::per_tensor_exponent(f.max(), a.value), true));
   }
-  const int64_t along = rule == Fp8Scaling::mx ? 32 : 128;
+  const int64_t along = rule == CastScaling::mx ? 32 : 128;
   int64_t tr = axis == 1 ? along : 1, tc = axis == 2 ? along : 1;
-  if (rule == Fp8Scaling::blockwise && weight) tr = tc = 128;
+  if (rule == CastScaling::blockwise && weight) tr = tc = 128;
   return scaling::dequantised_values(scaling::cast_blocks(f, x, 1, rows, cols, tr, tc, rule));
 }
 
 struct LinearCase {
-  Fp8Scaling rule;
+  CastScaling rule;
   int64_t M, K, N;
 };
 
@@ -106,21 +106,21 @@ TEST_P(Fp8Linear, ForwardAndBackwardMatchFp64OfTheSameQuantisedOperands) {
   }
   EXPECT_GT(diff, 0.0);
   // OCP's floor rule may clip a block's largest values (MX); the others never clip here.
-  if (c.rule != Fp8Scaling::mx) {
+  if (c.rule != CastScaling::mx) {
     EXPECT_EQ(q->stats().saturated_casts, 0);
   }
 }
 
 INSTANTIATE_TEST_SUITE_P(Rules, Fp8Linear,
-                         ::testing::Values(LinearCase{Fp8Scaling::current, 48, 96, 40},
-                                           LinearCase{Fp8Scaling::mx, 33, 70, 50},
-                                           LinearCase{Fp8Scaling::blockwise, 40, 260, 130}),
+                         ::testing::Values(LinearCase{CastScaling::current, 48, 96, 40},
+                                           LinearCase{CastScaling::mx, 33, 70, 50},
+                                           LinearCase{CastScaling::blockwise, 40, 260, 130}),
                          rule_name);
 
 TEST(Fp8Matmul, TransposedProductOfTwoActivations) {
   // c = a @ b^T (as attention scores or a tied head), no parameters: sites by call order.
   Fp8Config cfg;
-  cfg.scaling = Fp8Scaling::current;
+  cfg.scaling = CastScaling::current;
   cfg.forward_format = "e4m3fn";
   cfg.backward_format = "e5m2";
   auto q = std::make_shared<Fp8Quantiser>(cfg);
@@ -135,9 +135,9 @@ TEST(Fp8Matmul, TransposedProductOfTwoActivations) {
   Var c = matmul(t, av, bv, false, true);
   EXPECT_EQ(t.ctx().quant_calls, 1u);
   t.backward(c, g);
-  const auto ad = dequantised(a, e4, Fp8Scaling::current, M, K, 2, false);
-  const auto bd = dequantised(b, e4, Fp8Scaling::current, N, K, 2, false);
-  const auto gd = dequantised(g, e5, Fp8Scaling::current, M, N, 2, false);
+  const auto ad = dequantised(a, e4, CastScaling::current, M, K, 2, false);
+  const auto bd = dequantised(b, e4, CastScaling::current, N, K, 2, false);
+  const auto gd = dequantised(g, e5, CastScaling::current, M, N, 2, false);
   std::vector<double> ref, mag;
   ref_product(ad, bd, M, N, K, false, true, ref, mag);
   expect_close(c.value.f32(), ref, mag, K, "c");
@@ -174,7 +174,7 @@ TEST(Fp8Matmul, SavedActivationsAreOneByte) {
   bf16.matmul = bf16.saved = DType::bf16;
   PrecisionPolicy fp8 = bf16;
   Fp8Config cfg;
-  cfg.scaling = Fp8Scaling::current;
+  cfg.scaling = CastScaling::current;
   cfg.forward_format = "e4m3fn";
   cfg.backward_format = "e5m2";
   fp8.quantiser = std::make_shared<Fp8Quantiser>(cfg);
@@ -185,7 +185,7 @@ TEST(Fp8Matmul, SavedActivationsAreOneByte) {
 
 TEST(Fp8Matmul, WeightCastsAreCachedPerVersion) {
   Fp8Config cfg;
-  cfg.scaling = Fp8Scaling::current;
+  cfg.scaling = CastScaling::current;
   cfg.forward_format = "e4m3fn";
   auto q = std::make_shared<Fp8Quantiser>(cfg);
   nn::Parameter w;

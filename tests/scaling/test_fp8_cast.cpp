@@ -136,7 +136,7 @@ TEST(Fp8Cast, MxBlocksAlongTheContractionDim) {
   for (int axis : {2, 1}) {
     const int64_t tr = axis == 1 ? 32 : 1, tc = axis == 2 ? 32 : 1;
     CastReport report;
-    const auto q = cast_blocks(f, t, 1, rows, cols, tr, tc, Fp8Scaling::mx, &report);
+    const auto q = cast_blocks(f, t, 1, rows, cols, tr, tc, CastScaling::mx, &report);
     ASSERT_TRUE(q.blocks);
     EXPECT_EQ(q.codes.scale(), 1.0f);
     std::vector<double> scale_of(x.size());
@@ -164,7 +164,7 @@ TEST(Fp8Cast, BlockwiseTilesNeverSaturate) {
   std::vector<float> x = spread(static_cast<size_t>(rows * cols), 3, -15, 12);
   const Tensor t = Tensor::from(x, {rows, cols});
   CastReport report;
-  const auto q = cast_blocks(f, t, 1, rows, cols, 128, 128, Fp8Scaling::blockwise, &report);
+  const auto q = cast_blocks(f, t, 1, rows, cols, 128, 128, CastScaling::blockwise, &report);
   EXPECT_EQ(report.saturated, 0);
   EXPECT_EQ(q.blocks->tiles_down(), 2);
   EXPECT_EQ(q.blocks->tiles_across(), 3);
@@ -207,7 +207,7 @@ TEST(Fp8Cast, DecodeOnlyCastsGiveTheFullCastsDecode) {
   EXPECT_EQ(a_only.value, a_full.value);
   same_bits(full, only);
   same_bits(full, decode_to_bf16(q));
-  for (auto rule : {Fp8Scaling::mx, Fp8Scaling::blockwise}) {
+  for (auto rule : {CastScaling::mx, CastScaling::blockwise}) {
     CastReport rf, ro;
     const auto bq = cast_blocks(f, t, 1, rows, cols, 1, 32, rule, &rf, MemoryKind::activation, &full);
     const auto bd = cast_blocks(f, t, 2, rows / 2, cols, 32, 1, rule, &ro, MemoryKind::activation, &only, false);
@@ -224,8 +224,8 @@ TEST(Fp8Cast, DecodeOnlyCastsGiveTheFullCastsDecode) {
                std::invalid_argument);
   // Rows holding whole row tiles decode as one flat run of tiles: the same bits as the cast's decode.
   const Tensor w = Tensor::from(spread(static_cast<size_t>(300 * 256), 5, -25, 10), {300, 256});
-  for (auto rule : {Fp8Scaling::mx, Fp8Scaling::blockwise}) {
-    const int64_t tile = rule == Fp8Scaling::mx ? 32 : 128;
+  for (auto rule : {CastScaling::mx, CastScaling::blockwise}) {
+    const int64_t tile = rule == CastScaling::mx ? 32 : 128;
     const auto wq = cast_blocks(f, w, 1, 300, 256, 1, tile, rule, nullptr, MemoryKind::activation, &full);
     same_bits(decode_to_bf16(wq), full);
   }
@@ -279,10 +279,10 @@ TEST(Fp8Cast, FusedDecodeIsTheCodesValuesExactly) {
       ASSERT_EQ(dec.data<uint16_t>()[i], ref.data<uint16_t>()[i]) << name << " element " << i;
       ASSERT_EQ(bf16_value(dec.data<uint16_t>()[i]), code_value(q.codes, i)) << name << " element " << i;
     }
-    for (auto [tr, tc, rule] : {std::tuple{int64_t{1}, int64_t{32}, Fp8Scaling::mx},
-                                std::tuple{int64_t{32}, int64_t{1}, Fp8Scaling::mx},
-                                std::tuple{int64_t{128}, int64_t{128}, Fp8Scaling::blockwise},
-                                std::tuple{int64_t{1}, int64_t{128}, Fp8Scaling::blockwise}}) {
+    for (auto [tr, tc, rule] : {std::tuple{int64_t{1}, int64_t{32}, CastScaling::mx},
+                                std::tuple{int64_t{32}, int64_t{1}, CastScaling::mx},
+                                std::tuple{int64_t{128}, int64_t{128}, CastScaling::blockwise},
+                                std::tuple{int64_t{1}, int64_t{128}, CastScaling::blockwise}}) {
       CastReport report;
       const auto qb = cast_blocks(f, t, 1, rows, cols, tr, tc, rule, &report, MemoryKind::activation, &dec);
       const Tensor refb = decode_to_bf16(qb);
@@ -313,7 +313,7 @@ TEST(Fp8Cast, NonFiniteSurvivesASaturatingCast) {
   EXPECT_TRUE(std::isinf(v[4097]));
   EXPECT_TRUE(std::isinf(v[10]));  // not saturated: e5m2 overflows to inf
   CastReport report;
-  const auto qb = cast_blocks(f, t, 1, 50, 100, 1, 32, Fp8Scaling::mx, &report);
+  const auto qb = cast_blocks(f, t, 1, 50, 100, 1, 32, CastScaling::mx, &report);
   EXPECT_TRUE(report.amax.nonfinite);
   EXPECT_TRUE(std::isinf(dequantised_values(qb)[4097]));
 }
@@ -330,11 +330,11 @@ TEST(Fp8Cast, TileExponentsMatchTheScaleRulesAtBinadeEdges) {
                                        std::numeric_limits<float>::min(), fmax, std::nextafter(fmax, up),
                                        std::nextafter(fmax, down), 1.0f, std::nextafter(1.0f, down), 0x1.cp-3f,
                                        0x1.dp-3f, 3e5f, std::numeric_limits<float>::max()};
-    for (auto [tr, tc, rule] : {std::tuple{int64_t{1}, int64_t{32}, Fp8Scaling::mx},
-                                std::tuple{int64_t{32}, int64_t{1}, Fp8Scaling::mx},
-                                std::tuple{int64_t{1}, int64_t{128}, Fp8Scaling::blockwise},
-                                std::tuple{int64_t{128}, int64_t{1}, Fp8Scaling::blockwise},
-                                std::tuple{int64_t{128}, int64_t{128}, Fp8Scaling::blockwise}}) {
+    for (auto [tr, tc, rule] : {std::tuple{int64_t{1}, int64_t{32}, CastScaling::mx},
+                                std::tuple{int64_t{32}, int64_t{1}, CastScaling::mx},
+                                std::tuple{int64_t{1}, int64_t{128}, CastScaling::blockwise},
+                                std::tuple{int64_t{128}, int64_t{1}, CastScaling::blockwise},
+                                std::tuple{int64_t{128}, int64_t{128}, CastScaling::blockwise}}) {
       // Tile k of every band has amax amaxes[k], at the tile's last element
       // (the others are halves of it).
       const int64_t tiles = static_cast<int64_t>(amaxes.size());
@@ -352,7 +352,7 @@ TEST(Fp8Cast, TileExponentsMatchTheScaleRulesAtBinadeEdges) {
       for (int64_t i = 0; i < q.blocks->tiles_down(); ++i)
         for (int64_t k = 0; k < tiles; ++k) {
           const double a = amaxes[static_cast<size_t>(k)];
-          const int want = rule == Fp8Scaling::mx ? mx_exponent(f, a) : blockwise_exponent(f.max(), a);
+          const int want = rule == CastScaling::mx ? mx_exponent(f, a) : blockwise_exponent(f.max(), a);
           EXPECT_EQ(q.blocks->exponents[static_cast<size_t>(i * tiles + k)], want)
               << name << " tile " << tr << "x" << tc << " amax " << a;
         }

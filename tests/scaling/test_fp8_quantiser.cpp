@@ -59,7 +59,7 @@ bool all_finite(const std::vector<nn::Parameter*>& ps) {
 
 TEST(Fp8Delayed, AmaxHistoryAndScaleFollowTheRecordedSequence) {
   Fp8Config cfg;
-  cfg.scaling = Fp8Scaling::delayed;
+  cfg.scaling = CastScaling::delayed;
   cfg.forward_format = "e4m3fn";
   cfg.amax_history = 4;
   Fp8Quantiser q(cfg);
@@ -113,7 +113,7 @@ TEST(Fp8Delayed, AmaxHistoryAndScaleFollowTheRecordedSequence) {
 // saturation count), whatever the previous casts at the site were.
 TEST(Fp8Current, EveryCastUsesItsOwnAmaxWhateverTheSiteCastBefore) {
   Fp8Config cfg;
-  cfg.scaling = Fp8Scaling::current;
+  cfg.scaling = CastScaling::current;
   cfg.forward_format = "e4m3fn";
   Fp8Quantiser q(cfg);
   const formats::Format f = formats::parse_format("e4m3fn");
@@ -244,7 +244,7 @@ TEST(Fp8Mx, CeilExponentsNeverClipAndFloorOnesDo) {
   site.key = &site_owner;
   for (auto rounding : {formats::ScaleRounding::floor, formats::ScaleRounding::ceil}) {
     Fp8Config cfg;
-    cfg.scaling = Fp8Scaling::mx;
+    cfg.scaling = CastScaling::mx;
     cfg.forward_format = "e4m3fn";
     cfg.mx_scale_rounding = rounding;
     Fp8Quantiser q(cfg);

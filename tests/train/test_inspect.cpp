@@ -72,7 +72,7 @@ std::vector<float> spread(size_t n, double lo, double hi, uint64_t seed) {
   return v;
 }
 
-std::shared_ptr<train::Probe> probe_with(toy::Bigram& model, scaling::Fp8Scaling scaling, DType saved,
+std::shared_ptr<train::Probe> probe_with(toy::Bigram& model, scaling::CastScaling scaling, DType saved,
                                          int64_t max_values = 0) {
   autograd::PrecisionPolicy p;
   scaling::Fp8Config c;
@@ -124,7 +124,7 @@ TEST(InspectProbe, UnitScaledGradientCastMatchesFloat64) {
   // Output gradients in E5M2 at scale 1: magnitudes 2^-24 .. 2^18 span
   // E5M2's subnormals (from 2^-16) and its max 57344, so some flush and some saturate.
   toy::Bigram model(4);
-  auto probe = probe_with(model, scaling::Fp8Scaling::unit, DType::f32);
+  auto probe = probe_with(model, scaling::CastScaling::unit, DType::f32);
   const std::vector<float> x = spread(3000, -24, 18, 1);
   autograd::QuantSite site;
   site.key = model.parameters()[0];
@@ -148,7 +148,7 @@ TEST(InspectProbe, UnitScaledGradientCastMatchesFloat64) {
 
 TEST(InspectProbe, CurrentScaledActivationCastMatchesFloat64) {
   toy::Bigram model(4);
-  auto probe = probe_with(model, scaling::Fp8Scaling::current, DType::f32);
+  auto probe = probe_with(model, scaling::CastScaling::current, DType::f32);
   const std::vector<float> x = spread(2048, -30, -8, 2);
   autograd::QuantSite site;
   site.ordinal = 3;
@@ -171,7 +171,7 @@ TEST(InspectProbe, CurrentScaledActivationCastMatchesFloat64) {
 
 TEST(InspectProbe, SavedActivationsAndSubsampling) {
   toy::Bigram model(4);
-  auto probe = probe_with(model, scaling::Fp8Scaling::unit, DType::e4m3fn, 100);
+  auto probe = probe_with(model, scaling::CastScaling::unit, DType::e4m3fn, 100);
   const std::vector<float> x = spread(1000, -12, 6, 3);
   autograd::OpContext ctx;
   ctx.policy = model.precision();
@@ -193,7 +193,7 @@ TEST(InspectProbe, SavedActivationsAndSubsampling) {
 
 TEST(InspectProbe, InactiveProbeLooksAtNothing) {
   toy::Bigram model(4);
-  auto probe = probe_with(model, scaling::Fp8Scaling::unit, DType::f32);
+  auto probe = probe_with(model, scaling::CastScaling::unit, DType::f32);
   probe->set_active(false);
   autograd::QuantSite site;
   site.role = autograd::OperandRole::activation;

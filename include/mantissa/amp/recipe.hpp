@@ -12,23 +12,14 @@
 
 #include "mantissa/amp/recipe_fp4.hpp"
 #include "mantissa/formats/mx.hpp"
+#include "mantissa/scaling/cast_scaling.hpp"
 
 namespace mantissa::amp {
 
 enum class Parametrisation : uint8_t { standard, unit };
 enum class ScalingMethod : uint8_t { none, static_scale, dynamic };
 enum class WeightRounding : uint8_t { nearest, stochastic };
-// How an FP8 (or other low-format) cast of a matrix-product operand is scaled:
-//   unit      scale 1, no scaling at all (unit-fp8, fp8-noscale)
-//   current   one power-of-two scale per tensor from this step's amax
-//   delayed   one power-of-two scale per tensor from an amax history
-//             (Transformer Engine DelayedScaling: max over `amax_history`
-//             steps, margin `cast_margin`)
-//   mx        32-element blocks along the contraction dim, E8M0 scales (OCP MX)
-//   blockwise 1x128 activation tiles and 128x128 weight blocks, power-of-two
-//             scales (DeepSeek-V3)
-//   propagate scale propagation (Scalify): scales travel with the tensors
-enum class CastScaling : uint8_t { unit, current, delayed, mx, blockwise, propagate };
+using scaling::CastScaling;  // scaling/cast_scaling.hpp
 
 const char* parametrisation_name(Parametrisation p);
 const char* scaling_name(ScalingMethod s);
@@ -114,9 +105,5 @@ void validate_recipe(const Recipe& r);
 // One JSON object per recipe with every setting; recipe_from_json reads it back.
 std::string recipe_to_json(const Recipe& r);
 Recipe recipe_from_json(const std::string& json);
-
-// True if the parameter named `name` is a normalisation gain or bias
-// (kept fp32 when Recipe::norms_fp32).
-bool is_norm_parameter(std::string_view name);
 
 }  // namespace mantissa::amp

@@ -7,8 +7,12 @@
 #include <string>
 #include <vector>
 
+#include <memory>
+
 #include "mantissa/autograd/parameter.hpp"
 #include "mantissa/autograd/policy.hpp"
+#include "mantissa/autograd/tape.hpp"
+#include "mantissa/unit/config.hpp"
 #include "mantissa/tensor/tensor.hpp"
 
 namespace mantissa::nn {
@@ -56,7 +60,19 @@ class Model : public Module {
   virtual LossSum evaluate(const Batch& batch) = 0;
   // Configuration as saved beside the weights (config.json).
   virtual std::string config_json() const = 0;
-  virtual std::string kind() const = 0;  // "gpt" or "mlp"
+  virtual std::string kind() const = 0;  // "gpt", "llama" or "mlp"
+
+  // Configuration-level facts the rules outside nn/ read.
+  enum class Task { language_model, classifier };
+  virtual Task task() const { return Task::language_model; }
+  // Longest input sequence (0: the inputs are not sequences).
+  virtual int64_t context_length() const { return 0; }
+  // Residual blocks (0: none); parameters inside them carry Parameter::block.
+  virtual int64_t blocks() const { return 0; }
+  // The unit-scaled parametrisation the model was built with (enabled = false: standard).
+  virtual const UnitConfig& unit() const;
+  // logits [.., outputs] for the inputs of a batch, nothing recorded.
+  virtual Tensor logits(const Tensor& inputs);
 
   // Precision policy of the matrix products and saved activations of every
   // later forward pass (default fp32 everywhere).
@@ -69,9 +85,35 @@ class Model : public Module {
   using Observer = std::function<void(const std::string& name, bool backward, const Tensor& value)>;
   void set_observer(Observer o) { observer_ = std::move(o); }
 
+  // The library's models hold their parameters here (in creation order).
+  std::vector<Parameter*> parameters() override;
+  // Drops the weights pre-packed by the matmul kernels (keyed by Parameter address).
+  ~Model() override;
+  // What a tape for this model carries: its precision policy, weight-cast
+  // cache, observer and (training) the pass's dropout seed.
+  autograd::OpContext context(bool training);
+  // Bytes held by weight casts for low-precision matmuls.
+  size_t cast_cache_bytes() const { return casts_.bytes(); }
+  // Activation checkpointing: every k-th block (0, k, 2k, ...) keeps only its
+  // input and is recomputed in the backward pass; 0 = off, 1 = every block.
+  // Models without it ignore the setting.
+  void set_activation_checkpointing(int every) { checkpoint_every_ = every < 0 ? 0 : every; }
+  int activation_checkpointing() const { return checkpoint_every_; }
+
  protected:
+  // A zero parameter (value and grad) of this role; decay = decays(role).
+  Parameter* add_parameter(std::string name, const Shape& shape, Role role, int64_t fan_in, int block = -1);
+  // The dropout seed of the next pass (context(training) calls it once per tape).
+  virtual uint64_t pass_seed(bool training) {
+    (void)training;
+    return 0;
+  }
+
   autograd::PrecisionPolicy precision_;
   Observer observer_;
+  std::vector<std::unique_ptr<Parameter>> params_;
+  autograd::CastCache casts_;
+  int checkpoint_every_ = 0;
 };
 
 }  // namespace mantissa::nn

@@ -55,11 +55,10 @@
 #include "mantissa/autograd/policy.hpp"
 #include "mantissa/formats/format.hpp"
 #include "mantissa/formats/mx.hpp"
+#include "mantissa/scaling/cast_scaling.hpp"
 
 namespace mantissa::scaling {
 
-// Same order as amp::CastScaling (which adds `propagate`).
-enum class Fp8Scaling : uint8_t { unit, current, delayed, mx, blockwise };
 
 // ---- scale rules (exact integer arithmetic on exponents) ---------------------------------
 // Per-tensor (current, delayed): E with amax x 2^-E <= max and E minimal,
@@ -110,7 +109,7 @@ struct CastReport {
   Amax amax;
 };
 autograd::QuantisedOperand cast_blocks(const formats::Format& f, const Tensor& x, int64_t batch, int64_t rows,
-                                       int64_t cols, int64_t tile_rows, int64_t tile_cols, Fp8Scaling rule,
+                                       int64_t cols, int64_t tile_rows, int64_t tile_cols, CastScaling rule,
                                        CastReport* report = nullptr, MemoryKind kind = MemoryKind::activation,
                                        Tensor* decoded = nullptr, bool keep_codes = true);
 
@@ -122,7 +121,7 @@ std::vector<float> dequantised_values(const autograd::QuantisedOperand& q);
 
 // ---- the quantiser ------------------------------------------------------------------------
 struct Fp8Config {
-  Fp8Scaling scaling = Fp8Scaling::unit;
+  CastScaling scaling = CastScaling::unit;
   std::string forward_format;   // "" = forward operands are not cast
   std::string backward_format;  // "" = output gradients are not cast
   int64_t amax_history = 1024;  // delayed

@@ -1,0 +1,34 @@
+// The parametrisation as the models' config.json files carry it, in the
+// object the model keeps its own settings in: "parametrisation" ("standard"
+// or "unit") and, when unit, the "unit" settings (unit/config.hpp).
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+#include <string>
+
+#include "mantissa/unit/config.hpp"
+
+namespace mantissa::nn {
+
+// Json: nlohmann::json or ordered_json (the "unit" object keeps sorted keys).
+template <class Json>
+void write_parametrisation(Json& o, const UnitConfig& unit) {
+  o["parametrisation"] = unit.enabled ? "unit" : "standard";
+  if (unit.enabled) o["unit"] = nlohmann::json::parse(unit.to_json());
+}
+
+// Reads what write_parametrisation wrote (absent keys leave `unit` as it is);
+// throws std::invalid_argument "<model> config: parametrisation must be ...".
+template <class Json>
+void read_parametrisation(const Json& o, UnitConfig& unit, const char* model) {
+  if (o.contains("unit")) unit = UnitConfig::from_json(o["unit"].dump());
+  if (o.contains("parametrisation")) {
+    const std::string p = o["parametrisation"].template get<std::string>();
+    if (p != "unit" && p != "standard")
+      throw std::invalid_argument(std::string(model) + " config: parametrisation must be standard or unit, got '" + p + "'");
+    unit.enabled = p == "unit";
+  }
+}
+
+}  // namespace mantissa::nn

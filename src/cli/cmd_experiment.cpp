@@ -105,6 +105,9 @@ Registrar reg(40, [](CLI::App& app) {
   cmd->add_option("--mlp-steps", o.mlp_steps, "MLP optimizer steps (default: the preset's)")->check(CLI::PositiveNumber)->check(exact_integer<int64_t>());
   cmd->add_option("--lr-standard", o.lr_standard, "GPT learning rate of standard recipes (default 2^-10)")
       ->check(CLI::PositiveNumber);
+  cmd->add_option("--lr-sweep", o.lr_sweep,
+                  "train every GPT recipe at each rate START:STOP:STEP (STEP in octaves; 2^E or decimals, e.g. "
+                  "2^-12:2^1:1) or of a comma-separated list, and report each recipe at its best rate");
   cmd->add_flag("!--no-inspect", o.inspect, "skip the inspector section (inspect on recipes that fell behind fp32)");
   cmd->add_option("--inspect-gap", o.inspect_gap_pct, "inspect GPT recipes whose val bpc is more than this % behind fp32, or diverged (default 2)")
       ->check(CLI::NonNegativeNumber);

@@ -120,4 +120,30 @@ std::optional<LinePlot> loss_scale_plot(const std::vector<RunResult>& runs) {
   return p;
 }
 
+std::optional<LinePlot> sweep_plot(const std::vector<SweepCurve>& curves, const std::string& task) {
+  const bool gpt = task == "gpt";
+  LinePlot p;
+  p.title = gpt ? "Learning-rate sweep: validation bits per character (mean over seeds)"
+                : "Learning-rate sweep: Fashion-MNIST test accuracy (mean over seeds)";
+  p.x.label = "log2 learning rate";
+  p.y.label = gpt ? "validation bits per character" : "test accuracy (%)";
+  for (const SweepCurve& c : curves) {
+    if (c.task != task || c.points.size() < 2) continue;
+    Series s;
+    s.name = c.recipe;
+    s.dashed = c.recipe.rfind("unit-", 0) == 0 || c.recipe.rfind("umup-", 0) == 0;
+    bool any = false;
+    for (const SweepPoint& q : c.points) {
+      s.x.push_back(std::log2(q.lr));
+      // A rate where some seed diverged has no comparable mean: a gap in the line.
+      const bool ok = q.finished > 0 && q.diverged == 0 && q.metric.n > 0;
+      s.y.push_back(ok ? q.metric.mean : kNaN);
+      any = any || ok;
+    }
+    if (any) p.series.push_back(std::move(s));
+  }
+  if (p.series.empty()) return std::nullopt;
+  return p;
+}
+
 }  // namespace mantissa::report

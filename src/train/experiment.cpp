@@ -177,8 +177,9 @@ ExperimentOutcome run_experiment(const ExperimentOptions& options, FILE* log, bo
     const RunSpec& spec = plan.runs[i];
     const fs::path final_dir = out / "runs" / spec.id;
     char label[200];
-    std::snprintf(label, sizeof label, "[%zu/%zu] %s %s seed %ld", i + 1, total, spec.task.c_str(), spec.recipe.c_str(),
-                  static_cast<long>(spec.seed));
+    const std::string rate = spec.swept ? " lr " + report::lr_label(spec.config.lr) : "";
+    std::snprintf(label, sizeof label, "[%zu/%zu] %s %s%s seed %ld", i + 1, total, spec.task.c_str(), spec.recipe.c_str(),
+                  rate.c_str(), static_cast<long>(spec.seed));
     if (options.resume && spec.available)
       if (auto stored = stored_result(final_dir, spec)) {
         if (log) std::fprintf(log, "%s: finished earlier, kept (--resume)\n", label);

@@ -96,6 +96,9 @@ ExperimentPlan make_plan(const ExperimentOptions& o) {
   check_positive(o.threads, "--threads");
   if (o.lr_standard < 0 || o.lr_unit < 0 || !std::isfinite(o.lr_standard) || !std::isfinite(o.lr_unit))
     throw std::invalid_argument("--lr-standard and --lr-unit must be positive numbers");
+  const std::vector<double> sweep = o.lr_sweep.empty() ? std::vector<double>{} : parse_lr_sweep(o.lr_sweep);
+  if (!sweep.empty() && (o.lr_standard > 0 || o.lr_unit > 0))
+    throw std::invalid_argument("--lr-sweep sets every GPT rate: it cannot be combined with --lr-standard or --lr-unit");
   if (o.out.empty()) throw std::invalid_argument("--out must name a directory");
   if (o.inspect_steps < 1) throw std::invalid_argument("--inspect-steps must be >= 1");
   if (!(o.inspect_gap_pct >= 0)) throw std::invalid_argument("--inspect-gap must be a number >= 0");
@@ -181,6 +184,13 @@ ExperimentPlan make_plan(const ExperimentOptions& o) {
                 static_cast<long>(g.steps * per_step), plan.seeds.size(), gpt.lr_standard, gpt.lr_unit,
                 static_cast<long>(g.warmup));
   plan.notes.push_back(buf);
+  if (!sweep.empty()) {
+    std::string rates;
+    for (double lr : sweep) rates += (rates.empty() ? "" : ", ") + report::lr_label(lr);
+    plan.notes.push_back("Learning-rate sweep (--lr-sweep " + o.lr_sweep + "): every GPT recipe trained at each of " +
+                         std::to_string(sweep.size()) + " rates (" + rates +
+                         ") instead of the rates above, minimum rate a tenth of each; MLP recipes at their default rate.");
+  }
   plan.notes.push_back(p.note);
   if (plan.tasks.size() > 1) {
     const TrainConfig& m = plan.tasks[1].base;
@@ -194,6 +204,7 @@ ExperimentPlan make_plan(const ExperimentOptions& o) {
   const std::vector<std::string> registered = registered_names();
   for (const TaskPlan& t : plan.tasks)
     for (const std::string& recipe : t.recipes)
+      for (double swept_lr : t.task == "gpt" && !sweep.empty() ? sweep : std::vector<double>{0.0})
       for (int64_t seed : plan.seeds) {
         RunSpec r;
         r.task = t.task;
@@ -217,6 +228,11 @@ ExperimentPlan make_plan(const ExperimentOptions& o) {
           const amp::Recipe rec = amp::find_recipe(r.config.recipe);
           r.parametrisation = amp::parametrisation_name(rec.parametrisation);
           if (rec.parametrisation == amp::Parametrisation::unit) r.config.lr = t.lr_unit;
+        }
+        if (swept_lr > 0) {
+          r.swept = true;
+          r.config.lr = swept_lr;
+          r.id.insert(r.id.rfind("-s"), "-lr" + report::lr_label(swept_lr));
         }
         r.config.min_lr = r.config.lr / 10;
         plan.runs.push_back(std::move(r));

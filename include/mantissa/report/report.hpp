@@ -100,6 +100,38 @@ struct RecipeSummary {
 // recipe (fp32) of each task gives the gap column.
 std::vector<RecipeSummary> summarize(const std::vector<RunResult>& runs, const std::string& reference = "fp32");
 
+// ---- learning-rate sweeps ------------------------------------------------------
+// A study that trains each recipe at several learning rates (`experiment
+// --lr-sweep`) reports each recipe at its own best rate, as the unit-scaling
+// paper did. Rates are the runs' `lr`; a (task, recipe) with one rate is no sweep.
+struct SweepPoint {
+  double lr = kNaN;
+  int runs = 0, finished = 0, diverged = 0;  // seeds at this rate
+  MeanStd metric;  // gpt: val_bpc; mlp: accuracy in % — over seeds that did not diverge
+};
+struct SweepCurve {
+  std::string task, recipe;
+  std::vector<SweepPoint> points;  // ascending lr
+  // The best rate: lowest mean val bpc (highest accuracy) among rates where
+  // every seed finished without diverging; NaN when there is none.
+  double best_lr = kNaN;
+  MeanStd best;
+  bool best_at_edge = false;   // the best rate is the sweep's smallest or largest: widen it
+  double gap_pct = kNaN;       // as RecipeSummary::gap_pct, both recipes at their best rate
+};
+// Curves in first-appearance order of (task, recipe); the reference recipe of
+// each task gives the gap.
+std::vector<SweepCurve> lr_sweep(const std::vector<RunResult>& runs, const std::string& reference = "fp32");
+// True when some (task, recipe) was trained at more than one rate.
+bool is_sweep(const std::vector<SweepCurve>& curves);
+// The runs at their recipe's best rate (recipes without one keep all runs):
+// what the recipe tables show in a sweep.
+std::vector<RunResult> at_best_rate(const std::vector<RunResult>& runs, const std::vector<SweepCurve>& curves);
+// "2^-10" for powers of two, else the shortest round-trip decimal ("0.003").
+std::string lr_label(double lr);
+// | recipe | best lr | val bpc (or accuracy) at it | gap to fp32 at fp32's best | val per rate tried ...
+std::string sweep_table_md(const std::vector<SweepCurve>& curves, const std::string& task);
+
 // ---- the report ---------------------------------------------------------------
 // `mantissa inspect` on one recipe that diverged or fell behind fp32: its
 // worst cast sites and figures (written by the train layer, shown here).

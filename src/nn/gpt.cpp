@@ -30,12 +30,13 @@ void GPTConfig::validate() const {
     throw std::invalid_argument("GPT config: dropout must be in [0, 1), got " + std::to_string(dropout));
   unit.validate();
   // Embeddings [V, C] and [T, C] (an untied unit head [V, C] more), per
-  // layer 12 C^2 + 13 C, final norm 2 C.
+  // layer 12 C^2 + 13 C, final norm 2 C (u-muP: no norm parameters, 4 C and 2 C less).
   const char* what = "GPT config: parameter count";
   const int64_t C = d_model;
-  const int64_t per_layer = checked_add(checked_mul(12 * C, C, what), 13 * C, what);
+  const int64_t norm = unit.umup ? 0 : 2 * C;
+  const int64_t per_layer = checked_add(checked_mul(12 * C, C, what), 9 * C + 2 * norm, what);
   int64_t n = checked_mul(checked_add(vocab * (unit.enabled ? 2 : 1), context, what), C, what);
-  n = checked_add(n, checked_add(checked_mul(layers, per_layer, what), 2 * C, what), what);
+  n = checked_add(n, checked_add(checked_mul(layers, per_layer, what), norm, what), what);
   check_parameter_total("GPT", n);
 }
 
@@ -58,7 +59,7 @@ std::string GPTConfig::to_json() const {
   j["initializer_range"] = 0.02;
   j["tie_word_embeddings"] = !unit.enabled;
   j["mantissa"] = {{"kind", "gpt"}, {"seed", seed}, {"dropout", dropout},
-                   {"parametrisation", unit.enabled ? "unit" : "standard"}};
+                   {"parametrisation", unit.umup ? "umup" : unit.enabled ? "unit" : "standard"}};
   if (unit.enabled) j["mantissa"]["unit"] = nlohmann::json::parse(unit.to_json());
   return j.dump(2);
 }
@@ -85,9 +86,10 @@ GPTConfig GPTConfig::from_json(const std::string& text) {
       if (m.contains("unit")) c.unit = UnitConfig::from_json(m["unit"].dump());
       if (m.contains("parametrisation")) {
         const std::string p = m["parametrisation"].get<std::string>();
-        if (p != "unit" && p != "standard")
-          throw std::invalid_argument("GPT config: parametrisation must be standard or unit, got '" + p + "'");
-        c.unit.enabled = p == "unit";
+        if (p != "unit" && p != "umup" && p != "standard")
+          throw std::invalid_argument("GPT config: parametrisation must be standard, unit or umup, got '" + p + "'");
+        c.unit.enabled = p != "standard";
+        c.unit.umup = p == "umup";
       }
     } else if (j.contains("resid_pdrop") && j["resid_pdrop"].is_number()) {
       c.dropout = j["resid_pdrop"].get<float>();
@@ -116,21 +118,31 @@ GPT::GPT(const GPTConfig& config) : config_(config) {
   init_normal(wte_->value, rng, std_w);
   wpe_ = add("transformer.wpe.weight", {T, C}, false, 1);
   init_normal(wpe_->value, rng, std_w);
+  // LayerNorm gain (1) and shift (0); u-muP's norms are non-parametric: none,
+  // the norm applies the constant gain and shift below.
+  auto norm = [&](const std::string& name, Parameter*& w, Parameter*& b) {
+    if (config_.unit.umup) return;
+    w = add(name + ".weight", {C}, false, 1);
+    w->value.fill(1.0f);
+    b = add(name + ".bias", {C}, false, 1);
+  };
+  if (config_.unit.umup) {
+    norm_gain_ = Tensor::empty({C});
+    norm_gain_.fill(1.0f);
+    norm_shift_ = Tensor::empty({C});
+    norm_shift_.fill(0.0f);
+  }
   for (int64_t l = 0; l < L; ++l) {
     const std::string h = "transformer.h." + std::to_string(l) + ".";
     Block b{};
-    b.ln1_w = add(h + "ln_1.weight", {C}, false, 1);
-    b.ln1_w->value.fill(1.0f);
-    b.ln1_b = add(h + "ln_1.bias", {C}, false, 1);
+    norm(h + "ln_1", b.ln1_w, b.ln1_b);
     b.attn_w = add(h + "attn.c_attn.weight", {C, 3 * C}, true, C);
     init_normal(b.attn_w->value, rng, std_w);
     b.attn_b = add(h + "attn.c_attn.bias", {3 * C}, false, 1);
     b.proj_w = add(h + "attn.c_proj.weight", {C, C}, true, C);
     init_normal(b.proj_w->value, rng, std_proj);
     b.proj_b = add(h + "attn.c_proj.bias", {C}, false, 1);
-    b.ln2_w = add(h + "ln_2.weight", {C}, false, 1);
-    b.ln2_w->value.fill(1.0f);
-    b.ln2_b = add(h + "ln_2.bias", {C}, false, 1);
+    norm(h + "ln_2", b.ln2_w, b.ln2_b);
     b.fc_w = add(h + "mlp.c_fc.weight", {C, 4 * C}, true, C);
     init_normal(b.fc_w->value, rng, std_w);
     b.fc_b = add(h + "mlp.c_fc.bias", {4 * C}, false, 1);
@@ -139,9 +151,7 @@ GPT::GPT(const GPTConfig& config) : config_(config) {
     b.mlp_proj_b = add(h + "mlp.c_proj.bias", {C}, false, 1);
     blocks_.push_back(b);
   }
-  lnf_w_ = add("transformer.ln_f.weight", {C}, false, 1);
-  lnf_w_->value.fill(1.0f);
-  lnf_b_ = add("transformer.ln_f.bias", {C}, false, 1);
+  norm("transformer.ln_f", lnf_w_, lnf_b_);
   if (u) {  // u-muP unties the readout
     lm_head_ = add("lm_head.weight", {V, C}, true, C);
     init_normal(lm_head_->value, rng, 1.0);

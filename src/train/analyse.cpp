@@ -70,9 +70,12 @@ Analysis analyse(const AnalyseOptions& options) {
 
   Analysis a;
   a.recipe = recipe.name;
-  bool is_unit = unit.enabled;
-  if (auto* g = dynamic_cast<nn::GPT*>(model.get())) is_unit = g->config().unit.enabled;
-  a.parametrisation = is_unit ? "unit" : "standard";
+  bool is_unit = unit.enabled, is_umup = unit.umup;
+  if (auto* g = dynamic_cast<nn::GPT*>(model.get())) {
+    is_unit = g->config().unit.enabled;
+    is_umup = g->config().unit.umup;
+  }
+  a.parametrisation = is_umup ? "umup" : is_unit ? "unit" : "standard";
   a.forward_format = recipe.cast_forward.empty() ? recipe.matmul_format : recipe.cast_forward;
   a.backward_format = recipe.cast_backward.empty() ? recipe.matmul_format : recipe.cast_backward;
   const formats::Format ff = formats::parse_format(a.forward_format), bf = formats::parse_format(a.backward_format);

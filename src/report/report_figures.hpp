@@ -22,6 +22,10 @@ std::optional<LinePlot> loss_scale_plot(const std::vector<RunResult>& runs);
 // task (unit-scaled ones dashed); nullopt when no recipe was swept.
 std::optional<LinePlot> sweep_plot(const std::vector<SweepCurve>& curves, const std::string& task);
 
+// A width study: one recipe's curves, one line per d_model.
+std::optional<LinePlot> transfer_plot(const std::vector<SweepCurve>& curves, const std::string& task,
+                                      const std::string& recipe);
+
 // "mean ± std" (just the mean for one value, "—" for none).
 std::string mean_pm(const MeanStd& m, int decimals);
 

@@ -19,6 +19,10 @@ bool lower_is_better(const std::string& task) { return task == "gpt"; }
 
 double metric_of(const RunResult& r) { return r.task == "gpt" ? r.val_bpc : 100.0 * r.accuracy; }
 
+bool same_curve(const SweepCurve& c, const RunResult& r) {
+  return c.task == r.task && c.recipe == r.recipe && c.d_model == r.d_model;
+}
+
 bool finished(const RunResult& r) { return r.status == "ok" || r.status == "diverged"; }
 
 // Every seed at this rate finished and none diverged.
@@ -42,10 +46,9 @@ std::vector<SweepCurve> lr_sweep(const std::vector<RunResult>& runs, const std::
   std::vector<SweepCurve> curves;
   for (const RunResult& r : runs) {
     if (r.status == "not-available" || std::isnan(r.lr)) continue;
-    auto c = std::find_if(curves.begin(), curves.end(),
-                          [&](const SweepCurve& s) { return s.task == r.task && s.recipe == r.recipe; });
+    auto c = std::find_if(curves.begin(), curves.end(), [&](const SweepCurve& s) { return same_curve(s, r); });
     if (c == curves.end()) {
-      curves.push_back({r.task, r.recipe, {}, kNaN, {}, false, kNaN});
+      curves.push_back({r.task, r.recipe, r.d_model, {}, kNaN, {}, false, kNaN});
       c = curves.end() - 1;
     }
     auto p = std::find_if(c->points.begin(), c->points.end(), [&](const SweepPoint& q) { return q.lr == r.lr; });
@@ -62,7 +65,7 @@ std::vector<SweepCurve> lr_sweep(const std::vector<RunResult>& runs, const std::
     for (SweepPoint& p : c.points) {
       std::vector<double> values;
       for (const RunResult& r : runs) {
-        if (r.task != c.task || r.recipe != c.recipe || r.lr != p.lr || !finished(r)) continue;
+        if (!same_curve(c, r) || r.lr != p.lr || !finished(r)) continue;
         ++p.finished;
         if (is_diverged(r, threshold)) ++p.diverged;
         else values.push_back(metric_of(r));
@@ -81,8 +84,9 @@ std::vector<SweepCurve> lr_sweep(const std::vector<RunResult>& runs, const std::
     }
   }
   for (SweepCurve& c : curves) {
-    auto ref = std::find_if(curves.begin(), curves.end(),
-                            [&](const SweepCurve& s) { return s.task == c.task && s.recipe == reference; });
+    auto ref = std::find_if(curves.begin(), curves.end(), [&](const SweepCurve& s) {
+      return s.task == c.task && s.recipe == reference && s.d_model == c.d_model;
+    });
     if (ref == curves.end() || std::isnan(ref->best_lr) || std::isnan(c.best_lr)) continue;
     c.gap_pct = c.task == "gpt" ? 100.0 * (c.best.mean - ref->best.mean) / ref->best.mean : c.best.mean - ref->best.mean;
   }
@@ -98,29 +102,48 @@ bool is_sweep(const std::vector<SweepCurve>& curves) {
 std::vector<RunResult> at_best_rate(const std::vector<RunResult>& runs, const std::vector<SweepCurve>& curves) {
   std::vector<RunResult> out;
   for (const RunResult& r : runs) {
-    auto c = std::find_if(curves.begin(), curves.end(),
-                          [&](const SweepCurve& s) { return s.task == r.task && s.recipe == r.recipe; });
+    auto c = std::find_if(curves.begin(), curves.end(), [&](const SweepCurve& s) { return same_curve(s, r); });
     if (c == curves.end() || std::isnan(c->best_lr) || r.lr == c->best_lr) out.push_back(r);
   }
   return out;
 }
 
+std::vector<int64_t> sweep_widths(const std::vector<SweepCurve>& curves, const std::string& task) {
+  std::set<int64_t> w;
+  for (const SweepCurve& c : curves)
+    if (c.task == task) w.insert(c.d_model);
+  return {w.begin(), w.end()};
+}
+
 std::string sweep_table_md(const std::vector<SweepCurve>& curves, const std::string& task) {
   const bool gpt = task == "gpt";
+  const bool widths = sweep_widths(curves, task).size() > 1;
   std::set<double> rates;
   for (const SweepCurve& c : curves)
     if (c.task == task)
       for (const SweepPoint& p : c.points) rates.insert(p.lr);
   if (rates.empty()) return {};
   std::ostringstream o;
-  o << "| recipe | best lr | " << (gpt ? "val bpc" : "test accuracy %") << " at best lr (mean ± std) | gap to fp32 at fp32's best lr |";
+  o << "| recipe |" << (widths ? " d_model |" : "") << " best lr | " << (gpt ? "val bpc" : "test accuracy %") << " at best lr (mean ± std) | gap to fp32 at fp32's best lr |";
   for (double lr : rates) o << " " << lr_label(lr) << " |";
-  o << "\n|---|---|---|---|";
+  o << "\n|---|---|---|---|" << (widths ? "---|" : "");
   for (size_t i = 0; i < rates.size(); ++i) o << "---|";
   o << "\n";
-  for (const SweepCurve& c : curves) {
-    if (c.task != task) continue;
+  // Rows by recipe (first appearance), then width.
+  std::vector<const SweepCurve*> rows;
+  for (const SweepCurve& c : curves)
+    if (c.task == task) rows.push_back(&c);
+  std::vector<std::string> order;
+  for (const SweepCurve* c : rows)
+    if (std::find(order.begin(), order.end(), c->recipe) == order.end()) order.push_back(c->recipe);
+  std::stable_sort(rows.begin(), rows.end(), [&](const SweepCurve* a, const SweepCurve* b) {
+    const auto ia = std::find(order.begin(), order.end(), a->recipe), ib = std::find(order.begin(), order.end(), b->recipe);
+    return ia != ib ? ia < ib : a->d_model < b->d_model;
+  });
+  for (const SweepCurve* cp : rows) {
+    const SweepCurve& c = *cp;
     o << "| " << c.recipe << " | ";
+    if (widths) o << c.d_model << " | ";
     if (std::isnan(c.best_lr)) o << "none (every rate diverged or failed) | — | — |";
     else {
       char gap[48] = "—";

@@ -1,5 +1,6 @@
 // Assembles report.md (tables, figures, how it was run) and report.html
 // (the same, figures inline), writing every file atomically.
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <sstream>
@@ -72,7 +73,13 @@ ReportFiles write_report(const std::string& dir, const ReportInput& in) {
   // A learning-rate sweep: every table shows each recipe at its own best rate.
   const std::vector<SweepCurve> sweep = lr_sweep(in.runs);
   const bool swept = is_sweep(sweep);
-  const std::vector<RunResult> shown = swept ? at_best_rate(in.runs, sweep) : in.runs;
+  std::vector<RunResult> shown = swept ? at_best_rate(in.runs, sweep) : in.runs;
+  // A study over widths: the recipe tables show the widest GPT.
+  const std::vector<int64_t> widths = sweep_widths(sweep, "gpt");
+  if (widths.size() > 1)
+    shown.erase(std::remove_if(shown.begin(), shown.end(),
+                               [&](const RunResult& r) { return r.task == "gpt" && r.d_model != widths.back(); }),
+                shown.end());
   const std::vector<RecipeSummary> rows = summarize(shown);
   std::vector<std::pair<std::string, std::string>> svgs;  // (relative path, svg text)
   auto add_figure = [&](const std::string& name, const std::string& svg) {
@@ -110,7 +117,18 @@ ReportFiles write_report(const std::string& dir, const ReportInput& in) {
       const std::string table = sweep_table_md(sweep, task);
       if (table.empty()) continue;
       md << "### " << (task == std::string("gpt") ? "Character-level GPT" : "Fashion-MNIST MLP") << "\n\n" << table << "\n";
-      if (auto p = sweep_plot(sweep, task))
+      if (sweep_widths(sweep, task).size() > 1) {
+        std::vector<std::string> recipes;
+        for (const SweepCurve& c : sweep)
+          if (c.task == task && std::find(recipes.begin(), recipes.end(), c.recipe) == recipes.end()) recipes.push_back(c.recipe);
+        for (const std::string& recipe : recipes)
+          if (auto p = transfer_plot(sweep, task, recipe))
+            md << figure_md(recipe + ": final val bpc against log2 learning rate, one line per d_model (the best rate "
+                                     "transfers across widths when the minima line up)",
+                            add_figure(std::string(task) + "_transfer_" + recipe + ".svg", render(*p)));
+        md << "The recipe tables below show the widest model (d_model " << widths.back()
+           << ") at each recipe's best rate.\n\n";
+      } else if (auto p = sweep_plot(sweep, task))
         md << figure_md(std::string("Final ") + (task == std::string("gpt") ? "val bpc" : "test accuracy") +
                             " against log2 learning rate, one line per recipe (unit-scaled recipes dashed)",
                         add_figure(std::string(task) + "_lr_sweep.svg", render(*p)));

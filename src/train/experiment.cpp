@@ -266,6 +266,7 @@ ExperimentOutcome run_experiment(const ExperimentOptions& options, FILE* log, bo
   input.runs = outcome.results;
   input.interrupted = outcome.interrupted;
   if (!options.inspect) input.inspection_note = "Inspector: turned off (--no-inspect).";
+  else if (plan.width_study) input.inspection_note = "Inspector: not run in a width study.";
   else if (!outcome.interrupted) {
     input.inspections = inspect_laggards(options, plan, outcome.results, log);
     if (input.inspections.empty())

@@ -182,3 +182,51 @@ TEST(LrSweepReport, ReportHasTheSweepFigureAtTheRunsPoints) {
   EXPECT_EQ(svg.find("data-name=\"fp16-pure\""), std::string::npos);  // nothing finite to draw
   fs::remove_all(dir);
 }
+
+// A width study: curves per (recipe, d_model), gaps to fp32 at the same width,
+// a d_model column, one figure per recipe with a line per width, and recipe
+// tables of the widest model.
+TEST(LrSweepReport, WidthStudyComparesAtEachWidth) {
+  auto at = [](const std::string& recipe, int64_t width, double lr, double bpc) {
+    RunResult r = run(recipe, lr, 1, bpc);
+    r.d_model = width;
+    r.id = "gpt-d" + std::to_string(width) + "-" + recipe + "-lr" + lr_label(lr) + "-s1";
+    return r;
+  };
+  // fp32's best rate moves with width (2^-8 at 64, 2^-10 at 128); umup's stays at 2^-1.
+  const std::vector<RunResult> runs = {
+      at("fp32", 64, 0x1p-10, 3.0),     at("fp32", 64, 0x1p-9, 2.8),      at("fp32", 64, 0x1p-8, 2.7),
+      at("fp32", 128, 0x1p-10, 2.4),    at("fp32", 128, 0x1p-9, 2.5),     at("fp32", 128, 0x1p-8, 2.6),
+      at("umup-fp32", 64, 0x1p-2, 2.9), at("umup-fp32", 64, 0x1p-1, 2.75), at("umup-fp32", 64, 0x1p0, 2.8),
+      at("umup-fp32", 128, 0x1p-2, 2.6), at("umup-fp32", 128, 0x1p-1, 2.3), at("umup-fp32", 128, 0x1p0, 2.5)};
+  const auto c = lr_sweep(runs);
+  ASSERT_EQ(c.size(), 4u);
+  EXPECT_EQ(sweep_widths(c, "gpt"), (std::vector<int64_t>{64, 128}));
+  for (const auto& s : c) {
+    SCOPED_TRACE(s.recipe + " " + std::to_string(s.d_model));
+    const bool fp32 = s.recipe == "fp32", narrow = s.d_model == 64;
+    EXPECT_EQ(s.best_lr, fp32 ? (narrow ? 0x1p-8 : 0x1p-10) : 0x1p-1);
+    EXPECT_NEAR(s.gap_pct, fp32 ? 0.0 : narrow ? 100.0 * (2.75 - 2.7) / 2.7 : 100.0 * (2.3 - 2.4) / 2.4, 1e-9);
+  }
+  const std::string t = sweep_table_md(c, "gpt");
+  EXPECT_NE(t.find("| umup-fp32 | 128 | 2^-1 | 2.300 | -4.17 % |"), std::string::npos) << t;
+  EXPECT_NE(t.find("| fp32 | 64 | 2^-8 (edge of the sweep) | 2.700 | +0.00 % |"), std::string::npos) << t;
+
+  const fs::path dir = fs::temp_directory_path() / ("mantissa_transfer_report_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  ReportInput in;
+  in.runs = runs;
+  write_report(dir.string(), in);
+  const std::string md = mantissa::io::read_file((dir / "report.md").string());
+  EXPECT_NE(md.find("| umup-fp32 | 2.300 | -4.17 % |"), std::string::npos) << md;  // widest model, best rate
+  EXPECT_FALSE(fs::exists(dir / "figures" / "gpt_lr_sweep.svg"));
+  for (const char* recipe : {"fp32", "umup-fp32"}) {
+    const std::string svg = mantissa::io::read_file((dir / "figures" / ("gpt_transfer_" + std::string(recipe) + ".svg")).string());
+    EXPECT_NE(svg.find("data-name=\"d_model 64\""), std::string::npos) << recipe;
+    EXPECT_NE(svg.find("data-name=\"d_model 128\""), std::string::npos) << recipe;
+    // three points per width: "M x y L x y L x y"
+    const std::regex line("data-name=\"d_model 128\"[^>]*>\\s*<path d=\"M[0-9.]+ [0-9.]+ L[0-9.]+ [0-9.]+ L[0-9.]+ [0-9.]+\"");
+    EXPECT_TRUE(std::regex_search(svg, line)) << svg;
+  }
+  fs::remove_all(dir);
+}

@@ -166,3 +166,45 @@ TEST(LrSweepCli, TinySweepReportsEachRecipeAtItsBestRate) {
   }
   fs::remove_all(dir);
 }
+
+// --preset transfer: every width, each recipe over its parametrisation's
+// rates, heads of 32, ids naming width and rate; --widths picks a subset.
+TEST(TransferPlan, WidthsTimesEachParametrisationsRates) {
+  mantissa::train::ExperimentOptions o;
+  o.preset = "transfer";
+  const auto plan = mantissa::train::make_plan(o);
+  EXPECT_TRUE(plan.width_study);
+  std::map<std::string, std::vector<double>> rates;  // "<width> <recipe>" -> rates
+  for (const auto& r : plan.runs) {
+    ASSERT_EQ(r.task, "gpt");  // no MLP in this preset
+    EXPECT_EQ(r.config.heads, r.config.d_model / 32);
+    EXPECT_EQ(r.config.layers, 2);
+    EXPECT_EQ(r.config.steps, 100);
+    rates[std::to_string(r.config.d_model) + " " + r.recipe].push_back(r.config.lr);
+  }
+  EXPECT_EQ(plan.runs.size(), 4u * (6u + 5u));
+  for (int w : {64, 128, 256, 512}) {
+    EXPECT_EQ(rates[std::to_string(w) + " fp32"], (std::vector<double>{0x1p-11, 0x1p-10, 0x1p-9, 0x1p-8, 0x1p-7, 0x1p-6}));
+    EXPECT_EQ(rates[std::to_string(w) + " umup-fp32"], (std::vector<double>{0x1p-3, 0x1p-2, 0x1p-1, 0x1p0, 0x1p1}));
+  }
+  EXPECT_EQ(plan.runs.front().id, "gpt-d64-fp32-lr2^-11-s1337");
+  EXPECT_EQ(plan.runs.back().id, "gpt-d512-umup-fp32-lr2^1-s1337");
+  EXPECT_EQ(plan.runs.back().parametrisation, "umup");
+
+  o.widths = {128};
+  o.lr_sweep = "2^-2,2^0";  // one sweep for every recipe
+  const auto sub = mantissa::train::make_plan(o);
+  ASSERT_EQ(sub.runs.size(), 4u);
+  EXPECT_EQ(sub.runs[3].id, "gpt-d128-umup-fp32-lr2^0-s1337");
+  o.d_model = 64;
+  EXPECT_THROW(mantissa::train::make_plan(o), std::invalid_argument);  // --widths with --d-model
+  o.d_model = 0;
+  o.lr_sweep.clear();
+  o.lr_unit = 0.5;
+  EXPECT_THROW(mantissa::train::make_plan(o), std::invalid_argument);  // the preset sweeps
+  o.lr_unit = 0;
+  o.widths = {96};  // 3 heads of 32
+  EXPECT_EQ(mantissa::train::make_plan(o).runs.front().config.heads, 3);
+  o.widths = {100};  // not a multiple of its 3 heads
+  EXPECT_THROW(mantissa::train::make_plan(o), std::invalid_argument);
+}

@@ -31,7 +31,7 @@ struct TaskPlan {
 };
 
 struct ExperimentOptions {
-  std::string preset = "quick";      // quick | paper
+  std::string preset = "quick";      // quick | paper | fp4 | transfer
   std::string model = "gpt";         // the text task's model: gpt | llama (same sizes)
   std::vector<std::string> recipes;  // GPT recipes; empty: the preset's
   std::vector<std::string> mlp_recipes;  // empty: the preset's; "none": no MLP runs
@@ -49,6 +49,9 @@ struct ExperimentOptions {
   // Non-empty: train every GPT recipe at each rate of this sweep
   // (parse_lr_sweep) instead of its parametrisation's default rate.
   std::string lr_sweep;
+  // A width study (--preset transfer's d_model 64..512 by default): the GPT
+  // at each width, run ids named by it. Empty: the preset's.
+  std::vector<int64_t> widths;
   std::string command;  // the command line, for the report
   // The inspector section: after the runs, `inspect` for a few steps on each
   // GPT recipe that diverged or whose val bpc is more than inspect_gap_pct %
@@ -75,6 +78,7 @@ struct ExperimentPlan {
   std::vector<int64_t> seeds;
   std::vector<RunSpec> runs;        // in execution order: GPT runs first
   std::vector<std::string> notes;   // shown in the report (e.g. quick's smaller model)
+  bool width_study = false;         // GPT runs at several d_model (ids carry "-d<width>")
 };
 
 // The learning rates of an --lr-sweep spec: "START:STOP:STEP" (STEP in

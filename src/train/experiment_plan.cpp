@@ -80,7 +80,7 @@ Preset preset(const std::string& name) {
             "u-muP the best rate should stay put as the width grows (hyperparameter transfer), with the standard "
             "parametrisation it moves. One seed and a short budget: the figures show where the minima sit, not "
             "converged quality.",
-            {64, 128, 256, 512}, 32, "2^-11:2^-6:1", "2^-3:2^1:1"};
+            {64, 128, 256, 512}, 32, "2^-13:2^-6:1", "2^-3:2^2:1"};
   throw std::invalid_argument("--preset must be quick, paper, fp4 or transfer (got '" + name + "')");
 }
 

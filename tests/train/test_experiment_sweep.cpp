@@ -182,13 +182,14 @@ TEST(TransferPlan, WidthsTimesEachParametrisationsRates) {
     EXPECT_EQ(r.config.steps, 100);
     rates[std::to_string(r.config.d_model) + " " + r.recipe].push_back(r.config.lr);
   }
-  EXPECT_EQ(plan.runs.size(), 4u * (6u + 5u));
+  EXPECT_EQ(plan.runs.size(), 4u * (8u + 6u));
   for (int w : {64, 128, 256, 512}) {
-    EXPECT_EQ(rates[std::to_string(w) + " fp32"], (std::vector<double>{0x1p-11, 0x1p-10, 0x1p-9, 0x1p-8, 0x1p-7, 0x1p-6}));
-    EXPECT_EQ(rates[std::to_string(w) + " umup-fp32"], (std::vector<double>{0x1p-3, 0x1p-2, 0x1p-1, 0x1p0, 0x1p1}));
+    EXPECT_EQ(rates[std::to_string(w) + " fp32"],
+              (std::vector<double>{0x1p-13, 0x1p-12, 0x1p-11, 0x1p-10, 0x1p-9, 0x1p-8, 0x1p-7, 0x1p-6}));
+    EXPECT_EQ(rates[std::to_string(w) + " umup-fp32"], (std::vector<double>{0x1p-3, 0x1p-2, 0x1p-1, 0x1p0, 0x1p1, 0x1p2}));
   }
-  EXPECT_EQ(plan.runs.front().id, "gpt-d64-fp32-lr2^-11-s1337");
-  EXPECT_EQ(plan.runs.back().id, "gpt-d512-umup-fp32-lr2^1-s1337");
+  EXPECT_EQ(plan.runs.front().id, "gpt-d64-fp32-lr2^-13-s1337");
+  EXPECT_EQ(plan.runs.back().id, "gpt-d512-umup-fp32-lr2^2-s1337");
   EXPECT_EQ(plan.runs.back().parametrisation, "umup");
 
   o.widths = {128};

@@ -39,8 +39,10 @@ amp::Recipe resolve_recipe(const TrainConfig& c);
 // near u-muP's ~2^0, not 2^-4 (the old value was picked while a GELU backward
 // NaN made every lr >= 2^-3 skip steps). Sweep: docs/unit-scaling.md.
 inline constexpr double kUnitDefaultLr = 0x1p-1;
-// The same for u-muP models (umup-fp32, umup-fp8).
-inline constexpr double kUmupDefaultLr = 0x1p-1;
+// The same for u-muP models (umup-fp32, umup-fp8): 2^0, the best rate of
+// umup-fp32 at d_model 64, 128, 256 and 512 alike in `experiment --preset
+// transfer` (docs/unit-scaling.md).
+inline constexpr double kUmupDefaultLr = 0x1p0;
 
 // Gradient-norm clipping when --grad-clip is left at its default: 1 for
 // standard models; off for unit-scaled ones, whose global gradient norm is

@@ -59,10 +59,7 @@ scaling::Fp4Config fp4_config(const Fp4Settings& f, nn::Model* model) {
   c.until = f.until;
   c.seed = static_cast<uint64_t>(f.seed);
   scaling::parse_bf16_layers(f.bf16_layers, c);
-  if (model)
-    for (const nn::Parameter* p : model->parameters())
-      if (p->name.rfind("transformer.h.", 0) == 0)
-        c.n_blocks = std::max(c.n_blocks, 1 + std::stoi(p->name.substr(14)));
+  if (model) c.n_blocks = static_cast<int>(model->blocks());
   return c;
 }
 

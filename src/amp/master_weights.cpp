@@ -37,7 +37,7 @@ MasterWeights::MasterWeights(std::vector<nn::Parameter*> params, const Recipe& r
   master_.resize(params_.size());
 }
 
-bool MasterWeights::rounds(size_t i) const { return !(norms_fp32_ && is_norm_parameter(params_[i]->name)); }
+bool MasterWeights::rounds(size_t i) const { return !(norms_fp32_ && nn::is_norm(params_[i]->role)); }
 
 void MasterWeights::round_into_value(size_t i, uint64_t round_seed) {
   const kernels::profile::Scope profile_scope(kernels::profile::Category::conversion);

@@ -307,10 +307,6 @@ Recipe recipe_for_opt_level(std::string_view level) {
   throw std::invalid_argument("unknown opt level '" + std::string(level) + "' (valid: O0, O1, O2, O3)");
 }
 
-bool is_norm_parameter(std::string_view name) {
-  return name.find("ln_") != std::string_view::npos || name.find("norm") != std::string_view::npos;
-}
-
 void validate_recipe(const Recipe& r) {
   if (r.name.empty()) throw std::invalid_argument("recipe has no name");
   check_format("matmul_format", r.matmul_format, false);

@@ -10,9 +10,7 @@
 #include "mantissa/data/text.hpp"
 #include "mantissa/io/checkpoint.hpp"
 #include "mantissa/kernels/kernels.hpp"
-#include "mantissa/nn/gpt.hpp"
-#include "mantissa/nn/llama.hpp"
-#include "mantissa/nn/mlp.hpp"
+#include "mantissa/nn/models.hpp"
 #include "mantissa/io/untrusted.hpp"
 #include "mantissa/train/finite.hpp"
 #include "mantissa/train/session.hpp"
@@ -29,13 +27,11 @@ struct EvalArgs {
   int64_t threads = 0;
 };
 
-// GPT configs carry Hugging Face's keys; MLP configs their layer list.
 std::string model_kind(const std::string& config_json, const std::string& dir) {
-  const nlohmann::json j = io::parse_json(config_json, dir + "/config.json");
-  if (j.contains("n_embd") || io::string_or_empty(j, "model_type") == "gpt2") return "gpt";
-  if (io::string_or_empty(j, "model_type") == "llama") return "llama";
-  if (j.contains("hidden") || j.contains("classes")) return "mlp";
-  throw UsageError(dir + "/config.json describes neither a GPT, a Llama nor an MLP");
+  io::parse_json(config_json, dir + "/config.json");  // names the file when it is not JSON
+  const std::string kind = nn::detect_model_kind(config_json);
+  if (kind.empty()) throw UsageError(dir + "/config.json describes none of the models (" + nn::model_kind_names() + ")");
+  return kind;
 }
 
 void eval_command(const EvalArgs& a) {
@@ -59,9 +55,8 @@ void eval_command(const EvalArgs& a) {
   const std::string path = a.data.empty() ? train::default_data_path(kind) : a.data;
   double sum = 0;
   int64_t count = 0;
-  if (kind != "mlp") {
-    const int64_t context = kind == "gpt" ? static_cast<nn::GPT&>(*model).config().context
-                                          : static_cast<nn::Llama&>(*model).config().context;
+  if (model->task() == nn::Model::Task::language_model) {
+    const int64_t context = model->context_length();
     const int64_t T = a.seq_len > 0 ? a.seq_len : context;
     if (T > context)
       throw UsageError("--seq-len " + std::to_string(T) + " exceeds the model's context " + std::to_string(context));
@@ -82,13 +77,12 @@ void eval_command(const EvalArgs& a) {
     const auto test = data::load_fashion_mnist(path, "test");
     data::SequentialBatches val(test, a.batch_size);
     int64_t correct = 0;
-    auto& mlp = static_cast<nn::MLP&>(*model);
     for (int64_t i = 0; i < val.num_batches(); ++i) {
       const nn::Batch b = val.batch(i);
       const auto r = model->evaluate(b);
       sum += r.sum;
       count += r.count;
-      const Tensor logits = mlp.logits(b.inputs);
+      const Tensor logits = model->logits(b.inputs);
       const int64_t rows = logits.dim(0), classes = logits.dim(1);
       for (int64_t row = 0; row < rows; ++row) {
         const float* l = logits.f32() + row * classes;

@@ -13,7 +13,7 @@
 #include "mantissa/amp/recipe.hpp"
 #include "mantissa/dist/group.hpp"
 #include "mantissa/kernels/kernels.hpp"
-#include "mantissa/nn/gpt.hpp"
+#include "mantissa/nn/module.hpp"
 #include "mantissa/train/inspect.hpp"
 #include "mantissa/train/run.hpp"
 #include "mantissa/train/session.hpp"
@@ -27,7 +27,7 @@ void train_command(CLI::App* cmd, train::TrainConfig& cfg, int64_t watch) {
   auto session = train::build_session(cfg);
   const train::TrainConfig& c = session->config;
   auto& model = *session->model;
-  if (auto* gpt = dynamic_cast<nn::GPT*>(&model)) gpt->set_activation_checkpointing(static_cast<int>(c.checkpoint_activations));
+  model.set_activation_checkpointing(static_cast<int>(c.checkpoint_activations));
   // Data parallel: rank 0 speaks and writes for the job.
   const dist::Group& group = dist::Group::world();
   if (group.rank() != 0 && !std::freopen("/dev/null", "w", stdout)) throw std::runtime_error("cannot silence stdout");

@@ -6,7 +6,6 @@
 
 #include "mantissa/autograd/ops.hpp"
 #include "mantissa/autograd/ops_unit.hpp"
-#include "mantissa/kernels/matmul.hpp"
 #include "mantissa/nn/init.hpp"
 #include "mantissa/tensor/checked.hpp"
 #include "mantissa/tensor/memory_trace.hpp"
@@ -102,11 +101,6 @@ GPTConfig GPTConfig::from_json(const std::string& text) {
 }
 
 // ---- construction ------------------------------------------------------------------------------
-Parameter* GPT::add(std::string name, const Shape& shape, bool decay, int64_t fan_in) {
-  params_.push_back(make_parameter(std::move(name), shape, decay, fan_in));
-  return params_.back().get();
-}
-
 GPT::GPT(const GPTConfig& config) : config_(config) {
   config_.validate();
   const int64_t V = config_.vocab, T = config_.context, C = config_.d_model, L = config_.layers;
@@ -114,17 +108,19 @@ GPT::GPT(const GPTConfig& config) : config_(config) {
   // Unit scaling: every weight N(0, 1); the per-op scales do the rest.
   const bool u = config_.unit.enabled;
   const double std_w = u ? 1.0 : 0.02, std_proj = u ? 1.0 : 0.02 / std::sqrt(2.0 * static_cast<double>(L));
-  wte_ = add("transformer.wte.weight", {V, C}, true, C);
+  wte_ = add_parameter("transformer.wte.weight", {V, C}, Role::token_embedding, C);
   init_normal(wte_->value, rng, std_w);
-  wpe_ = add("transformer.wpe.weight", {T, C}, false, 1);
+  wpe_ = add_parameter("transformer.wpe.weight", {T, C}, Role::position_embedding, 1);
   init_normal(wpe_->value, rng, std_w);
-  // LayerNorm gain (1) and shift (0); u-muP's norms are non-parametric: none,
-  // the norm applies the constant gain and shift below.
-  auto norm = [&](const std::string& name, Parameter*& w, Parameter*& b) {
-    if (config_.unit.umup) return;
-    w = add(name + ".weight", {C}, false, 1);
-    w->value.fill(1.0f);
-    b = add(name + ".bias", {C}, false, 1);
+  // A LayerNorm's gain (ones) and shift, and a Conv1D linear [in, out] with its bias.
+  // u-muP's norms are non-parametric: no parameters, the norm applies the
+  // constant gain and shift below.
+  auto norm = [&](const std::string& n, int block) -> Parameter* {
+    if (config_.unit.umup) return nullptr;
+    Parameter* g = add_parameter(n + ".weight", {C}, Role::norm_gain, 1, block);
+    g->value.fill(1.0f);
+    g->bias = add_parameter(n + ".bias", {C}, Role::norm_bias, 1, block);
+    return g;
   };
   if (config_.unit.umup) {
     norm_gain_ = Tensor::empty({C});
@@ -132,53 +128,42 @@ GPT::GPT(const GPTConfig& config) : config_(config) {
     norm_shift_ = Tensor::empty({C});
     norm_shift_.fill(0.0f);
   }
+  auto linear = [&](const std::string& n, int64_t in, int64_t out, double std, int block) {
+    Parameter* w = add_parameter(n + ".weight", {in, out}, Role::weight, in, block);
+    init_normal(w->value, rng, std);
+    w->bias = add_parameter(n + ".bias", {out}, Role::bias, 1, block);
+    return w;
+  };
   for (int64_t l = 0; l < L; ++l) {
     const std::string h = "transformer.h." + std::to_string(l) + ".";
+    const int i = static_cast<int>(l);
     Block b{};
-    norm(h + "ln_1", b.ln1_w, b.ln1_b);
-    b.attn_w = add(h + "attn.c_attn.weight", {C, 3 * C}, true, C);
-    init_normal(b.attn_w->value, rng, std_w);
-    b.attn_b = add(h + "attn.c_attn.bias", {3 * C}, false, 1);
-    b.proj_w = add(h + "attn.c_proj.weight", {C, C}, true, C);
-    init_normal(b.proj_w->value, rng, std_proj);
-    b.proj_b = add(h + "attn.c_proj.bias", {C}, false, 1);
-    norm(h + "ln_2", b.ln2_w, b.ln2_b);
-    b.fc_w = add(h + "mlp.c_fc.weight", {C, 4 * C}, true, C);
-    init_normal(b.fc_w->value, rng, std_w);
-    b.fc_b = add(h + "mlp.c_fc.bias", {4 * C}, false, 1);
-    b.mlp_proj_w = add(h + "mlp.c_proj.weight", {4 * C, C}, true, 4 * C);
-    init_normal(b.mlp_proj_w->value, rng, std_proj);
-    b.mlp_proj_b = add(h + "mlp.c_proj.bias", {C}, false, 1);
+    b.ln1_w = norm(h + "ln_1", i);
+    b.attn_w = linear(h + "attn.c_attn", C, 3 * C, std_w, i);
+    b.proj_w = linear(h + "attn.c_proj", C, C, std_proj, i);
+    b.ln2_w = norm(h + "ln_2", i);
+    b.fc_w = linear(h + "mlp.c_fc", C, 4 * C, std_w, i);
+    b.mlp_proj_w = linear(h + "mlp.c_proj", 4 * C, C, std_proj, i);
+    b.attn_w->input = b.ln1_w;
+    b.proj_w->input = b.attn_w, b.proj_w->through = Parameter::Through::attention;
+    b.fc_w->input = b.ln2_w;
+    b.mlp_proj_w->input = b.fc_w, b.mlp_proj_w->through = Parameter::Through::pointwise;
+    b.ln1_b = b.ln1_w ? b.ln1_w->bias : nullptr, b.attn_b = b.attn_w->bias, b.proj_b = b.proj_w->bias;
+    b.ln2_b = b.ln2_w ? b.ln2_w->bias : nullptr, b.fc_b = b.fc_w->bias, b.mlp_proj_b = b.mlp_proj_w->bias;
     blocks_.push_back(b);
   }
-  norm("transformer.ln_f", lnf_w_, lnf_b_);
+  lnf_w_ = norm("transformer.ln_f", -1);
+  lnf_b_ = lnf_w_ ? lnf_w_->bias : nullptr;
   if (u) {  // u-muP unties the readout
-    lm_head_ = add("lm_head.weight", {V, C}, true, C);
+    lm_head_ = add_parameter("lm_head.weight", {V, C}, Role::readout, C);
     init_normal(lm_head_->value, rng, 1.0);
   }
+  (lm_head_ ? lm_head_ : wte_)->input = lnf_w_;
 }
 
-GPT::~GPT() {
-  // A later Parameter at the same address and version must not find our packing.
-  for (auto& p : params_) kernels::forget_packed_operand(p.get());
-}
-
-std::vector<Parameter*> GPT::parameters() {
-  std::vector<Parameter*> out;
-  out.reserve(params_.size());
-  for (auto& p : params_) out.push_back(p.get());
-  return out;
-}
-
-ag::OpContext GPT::context(bool training) {
-  ag::OpContext ctx;
-  ctx.policy = precision_;
-  ctx.casts = &casts_;
-  ctx.training = training;
-  ctx.observer = observer_;
+uint64_t GPT::pass_seed(bool training) {
   // Each training pass gets its own dropout stream derived from the seed.
-  ctx.seed = config_.seed * 0x9E3779B97F4A7C15ull + (training ? ++passes_ : 0);
-  return ctx;
+  return config_.seed * 0x9E3779B97F4A7C15ull + (training ? ++passes_ : 0);
 }
 
 // ---- forward ------------------------------------------------------------------------------------

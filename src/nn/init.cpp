@@ -24,14 +24,4 @@ void init_normal(Tensor& value, Rng& rng, double stddev) {
   for (int64_t i = 0; i < value.numel(); ++i) p[i] = static_cast<float>(rng.normal() * stddev);
 }
 
-std::unique_ptr<Parameter> make_parameter(std::string name, const Shape& shape, bool decay, int64_t fan_in) {
-  auto p = std::make_unique<Parameter>();
-  p->name = std::move(name);
-  p->value = Tensor::zeros(shape, DType::f32, MemoryKind::parameter);
-  p->grad = Tensor::zeros(shape, DType::f32, MemoryKind::gradient);
-  p->decay = decay;
-  p->fan_in = fan_in;
-  return p;
-}
-
 }  // namespace mantissa::nn

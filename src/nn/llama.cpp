@@ -14,7 +14,6 @@
 #include "mantissa/autograd/ops_llama.hpp"
 #include "mantissa/autograd/ops_unit.hpp"
 #include "mantissa/io/untrusted.hpp"
-#include "mantissa/kernels/matmul.hpp"
 #include "mantissa/nn/init.hpp"
 #include "nn/causal_lm.hpp"
 
@@ -126,9 +125,8 @@ LlamaConfig LlamaConfig::from_json(const std::string& text) {
 }
 
 // ---- construction ------------------------------------------------------------------------------
-Parameter* Llama::add(std::string name, const Shape& shape, bool decay, int64_t fan_in, double std, Rng& rng) {
-  params_.push_back(make_parameter(std::move(name), shape, decay, fan_in));
-  Parameter* p = params_.back().get();
+Parameter* Llama::add(std::string name, const Shape& shape, Role role, int64_t fan_in, int block, double std, Rng& rng) {
+  Parameter* p = add_parameter(std::move(name), shape, role, fan_in, block);
   if (std > 0) init_normal(p->value, rng, std);
   else p->value.fill(1.0f);
   return p;
@@ -139,43 +137,24 @@ Llama::Llama(const LlamaConfig& config) : config_(config) {
   const int64_t V = config_.vocab, C = config_.d_model, F = config_.ffn(), KC = config_.kv() * (C / config_.heads);
   Rng rng(config_.seed);
   const double s = config_.unit.enabled ? 1.0 : 0.02;
-  embed_ = add("model.embed_tokens.weight", {V, C}, true, C, s, rng);
+  embed_ = add("model.embed_tokens.weight", {V, C}, Role::token_embedding, C, -1, s, rng);
   for (int64_t l = 0; l < config_.layers; ++l) {
     const std::string h = "model.layers." + std::to_string(l) + ".";
+    const int i = static_cast<int>(l);
     Block b{};
-    b.ln1 = add(h + "input_layernorm.weight", {C}, false, 1, 0, rng);
-    b.q = add(h + "self_attn.q_proj.weight", {C, C}, true, C, s, rng);
-    b.k = add(h + "self_attn.k_proj.weight", {KC, C}, true, C, s, rng);
-    b.v = add(h + "self_attn.v_proj.weight", {KC, C}, true, C, s, rng);
-    b.o = add(h + "self_attn.o_proj.weight", {C, C}, true, C, s, rng);
-    b.ln2 = add(h + "post_attention_layernorm.weight", {C}, false, 1, 0, rng);
-    b.gate = add(h + "mlp.gate_proj.weight", {F, C}, true, C, s, rng);
-    b.up = add(h + "mlp.up_proj.weight", {F, C}, true, C, s, rng);
-    b.down = add(h + "mlp.down_proj.weight", {C, F}, true, F, s, rng);
+    b.ln1 = add(h + "input_layernorm.weight", {C}, Role::norm_gain, 1, i, 0, rng);
+    b.q = add(h + "self_attn.q_proj.weight", {C, C}, Role::weight, C, i, s, rng);
+    b.k = add(h + "self_attn.k_proj.weight", {KC, C}, Role::weight, C, i, s, rng);
+    b.v = add(h + "self_attn.v_proj.weight", {KC, C}, Role::weight, C, i, s, rng);
+    b.o = add(h + "self_attn.o_proj.weight", {C, C}, Role::weight, C, i, s, rng);
+    b.ln2 = add(h + "post_attention_layernorm.weight", {C}, Role::norm_gain, 1, i, 0, rng);
+    b.gate = add(h + "mlp.gate_proj.weight", {F, C}, Role::weight, C, i, s, rng);
+    b.up = add(h + "mlp.up_proj.weight", {F, C}, Role::weight, C, i, s, rng);
+    b.down = add(h + "mlp.down_proj.weight", {C, F}, Role::weight, F, i, s, rng);
     blocks_.push_back(b);
   }
-  norm_ = add("model.norm.weight", {C}, false, 1, 0, rng);
-  head_ = config_.tie_embeddings ? embed_ : add("lm_head.weight", {V, C}, true, C, s, rng);
-}
-
-Llama::~Llama() {
-  for (auto& p : params_) kernels::forget_packed_operand(p.get());
-}
-
-std::vector<Parameter*> Llama::parameters() {
-  std::vector<Parameter*> out;
-  out.reserve(params_.size());
-  for (auto& p : params_) out.push_back(p.get());
-  return out;
-}
-
-ag::OpContext Llama::context(bool training) {
-  ag::OpContext ctx;
-  ctx.policy = precision_;
-  ctx.casts = &casts_;
-  ctx.training = training;
-  ctx.observer = observer_;
-  return ctx;
+  norm_ = add("model.norm.weight", {C}, Role::norm_gain, 1, -1, 0, rng);
+  head_ = config_.tie_embeddings ? embed_ : add("lm_head.weight", {V, C}, Role::readout, C, -1, s, rng);
 }
 
 // ---- forward ------------------------------------------------------------------------------------

@@ -6,7 +6,6 @@
 
 #include "mantissa/autograd/ops.hpp"
 #include "mantissa/autograd/ops_unit.hpp"
-#include "mantissa/kernels/matmul.hpp"
 #include "mantissa/nn/init.hpp"
 #include "mantissa/io/untrusted.hpp"
 #include "mantissa/tensor/checked.hpp"
@@ -79,33 +78,13 @@ MLP::MLP(const MLPConfig& config) : config_(config) {
     const bool last = i + 1 == n;
     const int64_t out = last ? config_.classes : config_.hidden[i];
     const std::string prefix = "layers." + std::to_string(i) + ".";
-    params_.push_back(make_parameter(prefix + "weight", {in, out}, true, in));
+    Parameter* w = add_parameter(prefix + "weight", {in, out}, last ? Role::readout : Role::weight, in);
     // Unit scaling: N(0, 1) weights, the op scales do the rest.
-    init_normal(params_.back()->value, rng,
+    init_normal(w->value, rng,
                 config_.unit.enabled ? 1.0 : (last ? 1.0 : std::sqrt(2.0)) / std::sqrt(static_cast<double>(in)));
-    params_.push_back(make_parameter(prefix + "bias", {out}, false, 1));
+    w->bias = add_parameter(prefix + "bias", {out}, Role::bias, 1);
     in = out;
   }
-}
-
-MLP::~MLP() {
-  // A later Parameter at the same address and version must not find our packing.
-  for (auto& p : params_) kernels::forget_packed_operand(p.get());
-}
-
-std::vector<Parameter*> MLP::parameters() {
-  std::vector<Parameter*> out;
-  for (auto& p : params_) out.push_back(p.get());
-  return out;
-}
-
-ag::OpContext MLP::context(bool training) {
-  ag::OpContext ctx;
-  ctx.policy = precision_;
-  ctx.casts = &casts_;
-  ctx.training = training;
-  ctx.observer = observer_;
-  return ctx;
 }
 
 // x [B, inputs] -> h_i [B, hidden_i] -> logits [B, classes].

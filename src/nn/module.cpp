@@ -3,6 +3,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "mantissa/kernels/matmul.hpp"
+
 namespace mantissa::nn {
 
 void Module::zero_grad() {
@@ -32,6 +34,60 @@ Parameter* Module::find(const std::string& name) {
   for (Parameter* p : parameters())
     if (p->name == name) return p;
   return nullptr;
+}
+
+const char* role_name(Role r) {
+  switch (r) {
+    case Role::token_embedding: return "token_embedding";
+    case Role::position_embedding: return "position_embedding";
+    case Role::weight: return "weight";
+    case Role::bias: return "bias";
+    case Role::norm_gain: return "norm_gain";
+    case Role::norm_bias: return "norm_bias";
+    case Role::readout: return "readout";
+  }
+  return "?";
+}
+
+const UnitConfig& Model::unit() const {
+  static const UnitConfig standard;
+  return standard;
+}
+
+Tensor Model::logits(const Tensor&) { throw std::logic_error(kind() + " model: logits are not offered"); }
+
+std::vector<Parameter*> Model::parameters() {
+  std::vector<Parameter*> out;
+  out.reserve(params_.size());
+  for (auto& p : params_) out.push_back(p.get());
+  return out;
+}
+
+Model::~Model() {
+  for (auto& p : params_) kernels::forget_packed_operand(p.get());
+}
+
+autograd::OpContext Model::context(bool training) {
+  autograd::OpContext ctx;
+  ctx.policy = precision_;
+  ctx.casts = &casts_;
+  ctx.training = training;
+  ctx.observer = observer_;
+  ctx.seed = pass_seed(training);
+  return ctx;
+}
+
+Parameter* Model::add_parameter(std::string name, const Shape& shape, Role role, int64_t fan_in, int block) {
+  auto p = std::make_unique<Parameter>();
+  p->name = std::move(name);
+  p->value = Tensor::zeros(shape, DType::f32, MemoryKind::parameter);
+  p->grad = Tensor::zeros(shape, DType::f32, MemoryKind::gradient);
+  p->role = role;
+  p->decay = decays(role);
+  p->fan_in = fan_in;
+  p->block = block;
+  params_.push_back(std::move(p));
+  return params_.back().get();
 }
 
 }  // namespace mantissa::nn

@@ -24,22 +24,8 @@ struct Fp4Quantiser::CachedWeight {
 
 namespace {
 
-// The block index of a "transformer.h.<i>." parameter, or -1.
-int block_index(const std::string& name) {
-  const std::string prefix = "transformer.h.";
-  if (name.rfind(prefix, 0) != 0) return -1;
-  size_t used = 0;
-  try {
-    const int i = std::stoi(name.substr(prefix.size()), &used);
-    return i;
-  } catch (const std::exception&) {
-    return -1;
-  }
-}
-
-bool is_head(const std::string& name) {
-  return name.find("wte") != std::string::npos || name.find("lm_head") != std::string::npos;
-}
+// The output head: the untied readout, or the token table when the head is tied to it.
+bool is_head(const nn::Parameter& p) { return p.role == nn::Role::readout || p.role == nn::Role::token_embedding; }
 
 Tensor bf16_copy(const Tensor& x, MemoryKind kind) { return x.to(DType::bf16, kind); }
 
@@ -98,8 +84,8 @@ bool Fp4Quantiser::active(const nn::Parameter& p) const {
     std::lock_guard lock(mutex_);
     if (total_ > 0 && static_cast<double>(updates_) >= config_.until * static_cast<double>(total_)) return false;
   }
-  const int b = block_index(p.name);
-  if (b < 0) return !(config_.bf16_head && is_head(p.name));
+  const int b = p.block;
+  if (b < 0) return !(config_.bf16_head && is_head(p));
   for (int k : config_.bf16_blocks)
     if (k == b || (k < 0 && config_.n_blocks + k == b)) return false;
   return true;

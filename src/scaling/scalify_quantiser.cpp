@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
+#include <set>
 #include <stdexcept>
 
 #include "mantissa/kernels/profile.hpp"
@@ -14,21 +16,10 @@ namespace mantissa::scaling {
 
 namespace {
 
-constexpr const char* kHeadSites[] = {"transformer.wte.weight", "lm_head.weight"};
-
 int exponent_of(double pow2_scale) {
   int e = 0;
   std::frexp(pow2_scale, &e);
   return std::clamp(e - 1, -126, 126);
-}
-
-// "transformer.h.3.mlp.c_fc.weight" -> {"transformer.h.3.", "mlp.c_fc.weight"}.
-std::pair<std::string, std::string> split_block(const std::string& name) {
-  const std::string pre = "transformer.h.";
-  if (name.rfind(pre, 0) != 0) return {"", name};
-  const size_t dot = name.find('.', pre.size());
-  if (dot == std::string::npos) return {"", name};
-  return {name.substr(0, dot + 1), name.substr(dot + 1)};
 }
 
 Tensor as_f32(const Tensor& x) { return x.dtype() == DType::f32 ? x : x.to(DType::f32, MemoryKind::workspace); }
@@ -60,20 +51,19 @@ ScalifyQuantiser::ScalifyQuantiser(ScalifyOptions options, std::vector<nn::Param
     bwd_ = cast_format(options_.backward_format, "backward");
     cast_bwd_ = true;
   }
-  std::map<std::string, int> blocks;
+  std::set<int> blocks;
   for (const nn::Parameter* p : params) {
     if (!p) throw std::invalid_argument("scalify quantiser: null parameter");
-    by_name_[p->name] = p;
-    const auto [block, rest] = split_block(p->name);
-    if (!block.empty()) blocks[block] = 1;
+    known_.insert(p);
+    if (p->block >= 0) blocks.insert(p->block);
   }
+  for (const nn::Parameter* p : params)
+    if (p->input && known_.count(p->input) && p->input->role == nn::Role::weight) consumer_[p->input] = p;
   stats_.layers = static_cast<int64_t>(blocks.size());
 }
 
-double ScalifyQuantiser::param_scale(const std::string& name) const {
-  auto it = by_name_.find(name);
-  if (it == by_name_.end()) return 0.0;
-  const nn::Parameter* p = it->second;
+double ScalifyQuantiser::param_scale(const nn::Parameter* p) const {
+  if (p == nullptr || !known_.count(p)) return 0.0;
   {
     std::lock_guard lock(scale_mutex_);
     const auto c = scales_.find(p);
@@ -95,7 +85,7 @@ double ScalifyQuantiser::param_scale(const std::string& name) const {
   return s;
 }
 
-std::optional<int> ScalifyQuantiser::propagated_exponent(const std::string& name, autograd::OperandRole role) {
+std::optional<int> ScalifyQuantiser::propagated_exponent(const nn::Parameter* p, autograd::OperandRole role) {
   const ScaleRounding rm = options_.rounding;
   auto r_sqrt = [&](int64_t k) { return static_cast<double>(pow2_round(std::sqrt(static_cast<double>(k)), rm)); };
   // The add rule; a zero operand (scale 0 here) is "any scale".
@@ -104,39 +94,35 @@ std::optional<int> ScalifyQuantiser::propagated_exponent(const std::string& name
     if (b == 0) return a;
     return static_cast<double>(pow2_round(std::sqrt(a * a + b * b), rm));
   };
-  auto ln_scale = [&](const std::string& ln) { return join(param_scale(ln + ".weight"), param_scale(ln + ".bias")); };
-  auto dim = [&](const std::string& p, int d) {
-    auto it = by_name_.find(p);
-    return it == by_name_.end() ? int64_t{1} : it->second->value.dim(d);
+  // The scale of the input operand of matmul weight w: a norm's output is
+  // its gain's scale joined with its shift's; a linear's output (kept by
+  // the attention or pointwise op after it) is in x s(W) x r(fan_in)
+  // joined with its bias. 0 when unknown.
+  std::function<double(const nn::Parameter*)> input_scale = [&](const nn::Parameter* w) -> double {
+    const nn::Parameter* in = w ? w->input : nullptr;
+    if (in == nullptr || !known_.count(in)) return 0;
+    if (in->role == nn::Role::norm_gain) return join(param_scale(in), param_scale(in->bias));
+    return join(input_scale(in) * param_scale(in) * r_sqrt(in->fan_in), param_scale(in->bias));
   };
-  const auto [h, rest] = split_block(name);
-  const bool head = name == kHeadSites[0] || name == kHeadSites[1];
   double s = 0;
   if (role == autograd::OperandRole::grad_output) {
+    // The gradient arriving at w's output is the one leaving the linear that
+    // consumes it, through that linear's weight and the op in between.
     std::lock_guard lock(mutex_);
-    if (rest == "mlp.c_fc.weight" && grad_exponent_.count(h + "mlp"))
-      s = std::ldexp(1.0, grad_exponent_[h + "mlp"]) * param_scale(h + "mlp.c_proj.weight") * r_sqrt(dim(h + "mlp.c_proj.weight", 1));
-    else if (rest == "attn.c_attn.weight" && grad_exponent_.count(h + "attn")) {
-      // Attention backward: dV keeps dO's scale, dQ and dK carry dO's scale x
-      // s_qkv^2; the concatenated d(qkv) takes the larger (concat rule).
-      const double s_qkv = join(ln_scale(h + "ln_1") * param_scale(h + "attn.c_attn.weight") *
-                                    r_sqrt(dim(h + "attn.c_attn.weight", 0)),
-                                param_scale(h + "attn.c_attn.bias"));
-      s = std::ldexp(1.0, grad_exponent_[h + "attn"]) * param_scale(h + "attn.c_proj.weight") *
-          r_sqrt(dim(h + "attn.c_proj.weight", 1)) * std::max(1.0, s_qkv * s_qkv);
+    const auto c = consumer_.find(p);
+    const auto e = c == consumer_.end() ? grad_exponent_.end() : grad_exponent_.find(c->second);
+    if (e != grad_exponent_.end()) {
+      const nn::Parameter& next = *c->second;
+      s = std::ldexp(1.0, e->second) * param_scale(&next) * r_sqrt(next.value.numel() / next.fan_in);
+      if (next.through == nn::Parameter::Through::attention) {
+        // Attention backward: dV keeps dO's scale, dQ and dK carry dO's scale x
+        // s_qkv^2; the concatenated d(qkv) takes the larger (concat rule).
+        const double s_qkv = input_scale(&next);
+        s *= std::max(1.0, s_qkv * s_qkv);
+      }
     }
-  } else if (head) {
-    s = ln_scale("transformer.ln_f");
-  } else if (rest == "attn.c_attn.weight") {
-    s = ln_scale(h + "ln_1");
-  } else if (rest == "mlp.c_fc.weight") {
-    s = ln_scale(h + "ln_2");
-  } else if (rest == "attn.c_proj.weight") {
-    s = join(ln_scale(h + "ln_1") * param_scale(h + "attn.c_attn.weight") * r_sqrt(dim(h + "attn.c_attn.weight", 0)),
-             param_scale(h + "attn.c_attn.bias"));
-  } else if (rest == "mlp.c_proj.weight") {
-    s = join(ln_scale(h + "ln_2") * param_scale(h + "mlp.c_fc.weight") * r_sqrt(dim(h + "mlp.c_fc.weight", 0)),
-             param_scale(h + "mlp.c_fc.bias"));
+  } else {
+    s = input_scale(p);
   }
   if (s > 0 && std::isfinite(s)) return exponent_of(s);
   return std::nullopt;  // no propagated scale: dynamic rescale from the tensor's norm
@@ -197,7 +183,7 @@ autograd::QuantisedOperand ScalifyQuantiser::quantise(const Tensor& x, int64_t, 
   const auto* p = static_cast<const nn::Parameter*>(site.key);  // QuantSite: key is the product's Parameter
   const std::string name = p ? p->name : "activation-product#" + std::to_string(site.ordinal);
   const std::string key = std::string(grad ? "grad_output:" : "activation:") + name;
-  const std::optional<int> propagated = propagated_exponent(name, site.role);
+  const std::optional<int> propagated = propagated_exponent(p, site.role);
   const bool dynamic = !propagated;
   const Tensor x32 = as_f32(x);
   const bool keep = site.keep_codes || !decoded;
@@ -210,11 +196,7 @@ autograd::QuantisedOperand ScalifyQuantiser::quantise(const Tensor& x, int64_t, 
   ++stats_.casts;
   stats_.saturated_values += saturated;
   last_[key] = e;
-  if (grad) {
-    const auto [h, rest] = split_block(name);
-    if (rest == "mlp.c_proj.weight") grad_exponent_[h + "mlp"] = e;
-    if (rest == "attn.c_proj.weight") grad_exponent_[h + "attn"] = e;
-  }
+  if (grad && p && p->input && p->input->role == nn::Role::weight) grad_exponent_[p] = e;
   if (dynamic && site.record) {
     ++stats_.dynamic_rescales;
     ++step_rescales_;
@@ -231,7 +213,7 @@ autograd::OperandQuantiser::Weight ScalifyQuantiser::quantise_weight(const nn::P
     w = &weights_[&p];
   }
   if (!(w->operand.defined() && w->version == p.version && w->axis == contraction_axis)) {
-    const double s = param_scale(p.name);
+    const double s = param_scale(&p);
     const int e = s > 0 ? exponent_of(s) : 0;
     int64_t saturated = 0;
     w->operand = cast(fwd_, as_f32(p.value), e, &saturated, MemoryKind::workspace, &w->decoded);

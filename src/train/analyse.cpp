@@ -12,7 +12,7 @@
 #include "mantissa/formats/format.hpp"
 #include "mantissa/io/checkpoint.hpp"
 #include "mantissa/io/files.hpp"
-#include "mantissa/nn/gpt.hpp"
+#include "mantissa/nn/models.hpp"
 #include "mantissa/report/scales.hpp"
 #include "mantissa/train/session.hpp"
 
@@ -21,8 +21,8 @@ namespace mantissa::train {
 namespace {
 
 std::string checkpoint_kind(const std::string& config_json) {
-  if (config_json.find("\"n_embd\"") != std::string::npos) return "gpt";
-  return config_json.find("\"LlamaForCausalLM\"") != std::string::npos ? "llama" : "mlp";
+  const std::string kind = nn::detect_model_kind(config_json);
+  return kind.empty() ? "unknown" : kind;
 }
 
 nn::Batch one_batch(const TrainConfig& c, const std::string& path) {
@@ -64,18 +64,13 @@ Analysis analyse(const AnalyseOptions& options) {
     model = make_model(c, unit);
   }
   apply_precision(*model, recipe);
-  if (auto* g = dynamic_cast<nn::GPT*>(model.get()); g && c.seq_len > g->config().context)
+  if (const int64_t context = model->context_length(); context > 0 && c.seq_len > context)
     throw std::invalid_argument("--seq-len " + std::to_string(c.seq_len) + " exceeds the model's context " +
-                                std::to_string(g->config().context));
+                                std::to_string(context));
 
   Analysis a;
   a.recipe = recipe.name;
-  bool is_unit = unit.enabled, is_umup = unit.umup;
-  if (auto* g = dynamic_cast<nn::GPT*>(model.get())) {
-    is_unit = g->config().unit.enabled;
-    is_umup = g->config().unit.umup;
-  }
-  a.parametrisation = is_umup ? "umup" : is_unit ? "unit" : "standard";
+  a.parametrisation = model->unit().umup ? "umup" : model->unit().enabled ? "unit" : "standard";
   a.forward_format = recipe.cast_forward.empty() ? recipe.matmul_format : recipe.cast_forward;
   a.backward_format = recipe.cast_backward.empty() ? recipe.matmul_format : recipe.cast_backward;
   const formats::Format ff = formats::parse_format(a.forward_format), bf = formats::parse_format(a.backward_format);

@@ -4,6 +4,7 @@
 
 #include "mantissa/io/files.hpp"
 #include "mantissa/kernels/kernels.hpp"
+#include "mantissa/nn/models.hpp"
 #include "mantissa/io/untrusted.hpp"
 
 #include <cmath>
@@ -11,6 +12,11 @@
 #include <stdexcept>
 
 namespace mantissa::train {
+
+bool text_model(const std::string& model) {
+  const nn::ModelKind* k = nn::find_model_kind(model);
+  return k == nullptr || k->task == nn::Model::Task::language_model;
+}
 
 using nlohmann::json;
 
@@ -187,8 +193,8 @@ void validate(const TrainConfig& c) {
   if (c.batch_size * c.seq_len > (int64_t{1} << 30))
     throw std::invalid_argument("--batch-size x --seq-len (" + std::to_string(c.batch_size * c.seq_len) +
                                 " tokens per micro-batch) is too large (at most 2^30)");
-  if (c.model != "gpt" && c.model != "llama" && c.model != "mlp")
-    throw std::invalid_argument("--model must be gpt, llama or mlp (got '" + c.model + "')");
+  if (nn::find_model_kind(c.model) == nullptr)
+    throw std::invalid_argument("--model must be " + nn::model_kind_names() + " (got '" + c.model + "')");
   positive("layers", c.layers);
   positive("d-model", c.d_model);
   positive("heads", c.heads);

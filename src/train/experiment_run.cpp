@@ -9,7 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "mantissa/amp/recipe.hpp"
-#include "mantissa/nn/mlp.hpp"
+#include "mantissa/nn/module.hpp"
 #include "mantissa/scaling/stats.hpp"
 #include "mantissa/tensor/memory.hpp"
 #include "mantissa/train/experiment.hpp"
@@ -70,12 +70,12 @@ void show_progress(const RunProgress& progress, const StepMetrics& m, int64_t st
   std::fflush(progress.log);
 }
 
-// Fashion-MNIST test accuracy of the trained MLP (argmax of the logits).
-double mlp_accuracy(nn::MLP& mlp, const data::EvalSource& test) {
+// Test accuracy of a trained classifier (argmax of the logits).
+double classifier_accuracy(nn::Model& model, const data::EvalSource& test) {
   int64_t correct = 0, count = 0;
   for (int64_t i = 0; i < test.num_batches(); ++i) {
     const nn::Batch b = test.batch(i);
-    const Tensor logits = mlp.logits(b.inputs);
+    const Tensor logits = model.logits(b.inputs);
     const int64_t rows = logits.dim(0), classes = logits.dim(1);
     const int32_t* t = b.targets.data<int32_t>();
     for (int64_t r = 0; r < rows; ++r) {
@@ -232,8 +232,8 @@ report::RunResult execute_run(const RunSpec& spec, const std::string& dir, const
     r.step_ms = 1e3 * timed_s / static_cast<double>(timed_steps);
     r.tokens_per_s = static_cast<double>(timed_tokens) / timed_s;
   }
-  if (auto* mlp = dynamic_cast<nn::MLP*>(session->model.get()); mlp && r.status == "ok")
-    r.accuracy = mlp_accuracy(*mlp, *session->val);
+  if (session->model->task() == nn::Model::Task::classifier && r.status == "ok")
+    r.accuracy = classifier_accuracy(*session->model, *session->val);
   r.peak_memory_bytes = static_cast<double>(memory_stats().peak_total);
   if (spec.task == "gpt" && spec.recipe == "fp32" && r.status == "ok") r.grad_exponents.push_back(gradient_exponents(*session));
   r.seconds = since(t0);

@@ -16,9 +16,7 @@
 #include "mantissa/io/checkpoint.hpp"
 #include "mantissa/io/files.hpp"
 #include "mantissa/kernels/kernels.hpp"
-#include "mantissa/nn/gpt.hpp"
-#include "mantissa/nn/llama.hpp"
-#include "mantissa/nn/mlp.hpp"
+#include "mantissa/nn/models.hpp"
 #include "mantissa/train/run.hpp"
 
 namespace mantissa::train {
@@ -80,48 +78,28 @@ nn::UnitConfig unit_config(const TrainConfig& c, const amp::Recipe& recipe) {
 std::unique_ptr<nn::Model> make_model(const TrainConfig& c) { return make_model(c, nn::UnitConfig{}); }
 
 std::unique_ptr<nn::Model> make_model(const TrainConfig& c, const nn::UnitConfig& unit) {
-  if (c.model == "gpt") {
-    nn::GPTConfig g;
-    g.vocab = data::kByteVocab;
-    g.context = c.seq_len;
-    g.layers = c.layers;
-    g.d_model = c.d_model;
-    g.heads = c.heads;
-    g.dropout = static_cast<float>(c.dropout);
-    g.seed = static_cast<uint64_t>(c.seed);
-    g.unit = unit;
-    g.validate();
-    return std::make_unique<nn::GPT>(g);
-  }
-  if (c.model == "llama") {
-    nn::LlamaConfig l;
-    l.vocab = data::kByteVocab;
-    l.context = c.seq_len;
-    l.layers = c.layers;
-    l.d_model = c.d_model;
-    l.heads = c.heads;
-    l.kv_heads = c.kv_heads;
-    l.hidden = c.ffn_hidden;
-    l.tie_embeddings = c.tie_embeddings;
-    l.smooth_swiglu = c.smooth_swiglu;
-    l.seed = static_cast<uint64_t>(c.seed);
-    l.unit = unit;
-    l.validate();
-    return std::make_unique<nn::Llama>(l);
-  }
-  nn::MLPConfig m;
-  m.hidden.assign(static_cast<size_t>(c.layers), c.d_model);
-  m.seed = static_cast<uint64_t>(c.seed);
-  m.unit = unit;
-  m.validate();
-  return std::make_unique<nn::MLP>(m);
+  const nn::ModelKind* kind = nn::find_model_kind(c.model);
+  if (kind == nullptr) throw std::invalid_argument("--model must be " + nn::model_kind_names() + " (got '" + c.model + "')");
+  nn::ModelSize s;
+  s.vocab = data::kByteVocab;
+  s.context = c.seq_len;
+  s.layers = c.layers;
+  s.d_model = c.d_model;
+  s.heads = c.heads;
+  s.kv_heads = c.kv_heads;
+  s.ffn_hidden = c.ffn_hidden;
+  s.dropout = c.dropout;
+  s.tie_embeddings = c.tie_embeddings;
+  s.smooth_swiglu = c.smooth_swiglu;
+  s.seed = static_cast<uint64_t>(c.seed);
+  s.unit = unit;
+  return kind->make(s);
 }
 
 std::unique_ptr<nn::Model> model_from_config(const std::string& kind, const std::string& config_json) {
-  if (kind == "gpt") return std::make_unique<nn::GPT>(nn::GPTConfig::from_json(config_json));
-  if (kind == "llama") return std::make_unique<nn::Llama>(nn::LlamaConfig::from_json(config_json));
-  if (kind == "mlp") return std::make_unique<nn::MLP>(nn::MLPConfig::from_json(config_json));
-  throw std::invalid_argument("unknown model kind '" + kind + "' in the checkpoint");
+  const nn::ModelKind* k = nn::find_model_kind(kind);
+  if (k == nullptr) throw std::invalid_argument("unknown model kind '" + kind + "' in the checkpoint");
+  return k->load(config_json);
 }
 
 // ---- unit scaling ------------------------------------------------------------------
@@ -167,16 +145,21 @@ std::vector<std::string> take_unit_settings(const std::vector<std::string>& set,
   return rest;
 }
 
-scaling::ParamRole unit_param_role(const nn::Parameter& p, const std::string& model_kind, const std::string& readout_name) {
-  (void)model_kind;
-  if (p.name == readout_name) return scaling::ParamRole::output;
-  if (p.value.ndim() >= 2) return scaling::ParamRole::weight;
-  if (amp::is_norm_parameter(p.name)) return scaling::ParamRole::norm;
-  return scaling::ParamRole::bias;
+scaling::ParamRole unit_param_role(const nn::Parameter& p) {
+  switch (p.role) {
+    case nn::Role::readout: return scaling::ParamRole::output;
+    case nn::Role::bias: return scaling::ParamRole::bias;
+    case nn::Role::norm_gain:
+    case nn::Role::norm_bias: return scaling::ParamRole::norm;
+    case nn::Role::token_embedding:
+    case nn::Role::position_embedding:
+    case nn::Role::weight: break;
+  }
+  return scaling::ParamRole::weight;
 }
 
-std::optional<int> unit_param_depth(const nn::Parameter& p, int layers) {
-  if (p.name.rfind("transformer.h.", 0) == 0 || p.name.rfind("model.layers.", 0) == 0) return layers;
+std::optional<int> unit_param_depth(const nn::Parameter& p, int64_t blocks) {
+  if (p.block >= 0 && blocks > 0) return static_cast<int>(blocks);
   return std::nullopt;
 }
 
@@ -208,58 +191,36 @@ void IndependentDecay::load_state(const std::map<std::string, Tensor>& tensors, 
 
 namespace {
 
-bool is_unit(const nn::Model& m) {
-  if (auto* g = dynamic_cast<const nn::GPT*>(&m)) return g->config().unit.enabled;
-  if (auto* p = dynamic_cast<const nn::MLP*>(&m)) return p->config().unit.enabled;
-  if (auto* l = dynamic_cast<const nn::Llama*>(&m)) return l->config().unit.enabled;
-  return false;
-}
-
-// The forward scale (GEMM alpha) of the unit linear whose weight is w, from
-// the same rule the model applies (gpt_unit.cpp, mlp.cpp). Weights are Conv1D
-// [in, out]; the readout uses linear_readout.
-double unit_bias_forward_scale(const nn::Model& model, const nn::Parameter& w, const std::string& readout) {
-  const nn::UnitConfig* u = nullptr;
-  if (auto* g = dynamic_cast<const nn::GPT*>(&model)) u = &g->config().unit;
-  if (auto* m = dynamic_cast<const nn::MLP*>(&model)) u = &m->config().unit;
-  if (u == nullptr) return 1.0;
-  const int64_t fan_in = w.value.dim(0), fan_out = w.value.dim(1);
-  if (w.name == readout) return scaling::linear_readout(fan_in, fan_out, 1, u->rules("readout")).fwd;
-  return scaling::linear(fan_in, fan_out, 1, u->rules("linear")).fwd;
+// The forward scale (GEMM alpha) of the unit linear whose weight is w
+// [fan_in, fan_out], from the same rule the model applies (the readout uses
+// linear_readout).
+double unit_linear_forward_scale(const nn::UnitConfig& u, const nn::Parameter& w) {
+  const int64_t fan_in = w.fan_in, fan_out = w.value.numel() / w.fan_in;
+  if (w.role == nn::Role::readout) return scaling::linear_readout(fan_in, fan_out, 1, u.rules("readout")).fwd;
+  return scaling::linear(fan_in, fan_out, 1, u.rules("linear")).fwd;
 }
 
 // u-muP learning-rate multipliers (scaling::lr_scale) on every parameter.
 void set_unit_lr_multipliers(nn::Model& model, optim::Optimizer& opt, const std::string& optimizer) {
   const auto kind = optimizer == "sgd" ? scaling::OptimizerKind::sgd : scaling::OptimizerKind::adam;
-  std::string readout = "lm_head.weight";
-  int layers = 0;
-  if (auto* g = dynamic_cast<nn::GPT*>(&model)) layers = static_cast<int>(g->config().layers);
-  if (auto* l = dynamic_cast<nn::Llama*>(&model)) layers = static_cast<int>(l->config().layers);
-  if (auto* m = dynamic_cast<nn::MLP*>(&model)) readout = "layers." + std::to_string(m->config().hidden.size()) + ".weight";
-  std::map<std::string, const nn::Parameter*> by_name;
-  for (const nn::Parameter* q : model.parameters()) by_name[q->name] = q;
+  std::map<const nn::Parameter*, const nn::Parameter*> linear_of;  // bias -> the weight it follows
+  for (const nn::Parameter* q : model.parameters())
+    if (q->bias && !nn::is_norm(q->role)) linear_of[q->bias] = q;
   opt.set_lr_multipliers([&](const nn::Parameter& p) {
-    // lr_scale reads PyTorch shapes ([out, in] for linear weights); our linear
-    // weights are Conv1D [in, out]; embeddings and the readout are [V, C] in both.
+    // lr_scale reads PyTorch shapes: [out, in] for linear weights and the
+    // readout ([numel / fan_in, fan_in] whatever the stored layout), tables as stored.
     Shape shape = p.value.shape();
-    // (Llama's weights are [out, in] already.)
-    const bool table = p.name == "transformer.wte.weight" || p.name == "transformer.wpe.weight" ||
-                       p.name == "lm_head.weight" || model.kind() == "llama";
-    if (shape.size() == 2 && !table) std::swap(shape[0], shape[1]);
-    const scaling::ParamRole role = unit_param_role(p, model.kind(), readout);
-    double mult = scaling::lr_scale(kind, role, shape, layers > 0 ? unit_param_depth(p, layers) : std::nullopt);
+    if (shape.size() == 2 && p.role != nn::Role::position_embedding) shape = {p.value.numel() / p.fan_in, p.fan_in};
+    const scaling::ParamRole role = unit_param_role(p);
+    double mult = scaling::lr_scale(kind, role, shape, unit_param_depth(p, model.blocks()));
     // The library scales a linear's bias forward with its output (alpha (xW + b));
     // our kernels add the bias after the GEMM alpha, so the same Adam step moves
     // the output 1/alpha times further (16x at d_model 256, the whole learning
     // rate per step). Multiplying the bias's LR by alpha gives the library's
     // dynamics exactly under Adam (its update does not see gradient scale).
     if (role == scaling::ParamRole::bias && kind == scaling::OptimizerKind::adam) {
-      const std::string suffix = ".bias";
-      if (p.name.size() > suffix.size() && p.name.compare(p.name.size() - suffix.size(), suffix.size(), suffix) == 0) {
-        const auto w = by_name.find(p.name.substr(0, p.name.size() - suffix.size()) + ".weight");
-        if (w != by_name.end() && w->second->value.ndim() == 2)
-          mult *= unit_bias_forward_scale(model, *w->second, readout);
-      }
+      const auto w = linear_of.find(&p);
+      if (w != linear_of.end() && w->second->value.ndim() == 2) mult *= unit_linear_forward_scale(model.unit(), *w->second);
     }
     return mult;
   });
@@ -295,7 +256,7 @@ std::string find_in(const std::vector<fs::path>& dirs, const std::string& name) 
 }  // namespace
 
 std::string default_data_path(const std::string& kind) {
-  const std::string name = kind == "mlp" ? "fashion-mnist" : "austen.txt";
+  const std::string name = text_model(kind) ? "austen.txt" : "fashion-mnist";
   if (std::string p = find_in(data_dirs(), name); !p.empty()) return p;
   // Never fetched implicitly: running a script found on disk would run
   // whatever the current directory holds.
@@ -328,7 +289,7 @@ std::unique_ptr<optim::Optimizer> make_optimizer(const TrainConfig& c, nn::Model
   oc.weight_decay = c.weight_decay;
   oc.state_format = recipe.optimizer_state_format;
   if (c.optimizer == "sgd") oc.momentum = c.beta1;
-  if (!is_unit(model)) return optim::make_optimizer(oc, model.parameters());
+  if (!model.unit().enabled) return optim::make_optimizer(oc, model.parameters());
   // u-muP: per-parameter LR rules, and weight decay that does not follow them.
   oc.weight_decay = 0;
   auto inner = optim::make_optimizer(oc, model.parameters());
@@ -380,12 +341,12 @@ std::unique_ptr<Session> build_session(const TrainConfig& config) {
     c.resume = chosen.dir;
     const std::string cfg = io::read_model_config(c.resume);
     s->model = model_from_config(c.model, cfg);
-    if (is_unit(*s->model) != unit.enabled)
+    if (s->model->unit().enabled != unit.enabled)
       throw std::invalid_argument("--resume " + c.resume + ": the checkpoint holds a " +
-                                  (is_unit(*s->model) ? "unit-scaled" : "standard") + " model but recipe " +
+                                  (s->model->unit().enabled ? "unit-scaled" : "standard") + " model but recipe " +
                                   s->recipe.name + " wants the " + (unit.enabled ? "unit" : "standard") +
                                   " parametrisation");
-    if (auto* g = dynamic_cast<const nn::GPT*>(s->model.get()); g && g->config().unit.umup != unit.umup)
+    if (s->model->unit().umup != unit.umup)
       throw std::invalid_argument("--resume " + c.resume + ": the checkpoint holds a " +
                                   (unit.umup ? "unit-scaled (not u-muP)" : "u-muP") + " model but recipe " +
                                   s->recipe.name + " wants the " + (unit.umup ? "u-muP" : "unit") + " parametrisation");
@@ -395,9 +356,7 @@ std::unique_ptr<Session> build_session(const TrainConfig& config) {
   apply_precision(*s->model, s->recipe);
 
   if (train::text_model(c.model)) {
-    int64_t context = c.seq_len;
-    if (auto* g = dynamic_cast<nn::GPT*>(s->model.get())) context = g->config().context;
-    if (auto* l = dynamic_cast<nn::Llama*>(s->model.get())) context = l->config().context;
+    const int64_t context = s->model->context_length();
     if (c.seq_len > context)
       throw std::invalid_argument("--seq-len " + std::to_string(c.seq_len) + " exceeds the model's context " +
                                   std::to_string(context));

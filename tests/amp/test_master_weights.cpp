@@ -117,6 +117,7 @@ TEST(MasterWeights, NearestRoundingSaturatesAsTheReference) {
 
 TEST(MasterWeights, O2KeepsNormsInFp32AndFp32IsANoOp) {
   nn::Parameter ln = make_param("transformer.h.0.ln_1.weight", 3, 1.0001f);
+  ln.role = nn::Role::norm_gain;
   nn::Parameter w = make_param("transformer.h.0.mlp.c_fc.weight", 3, 1.0001f);
   MasterWeights o2({&ln, &w}, recipe_for_opt_level("O2"), 0);
   o2.initialise();

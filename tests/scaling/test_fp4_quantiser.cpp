@@ -125,6 +125,7 @@ TEST(Fp4Linear, StochasticGradientsReplayExactly) {
 TEST(Fp4Linear, Bf16LayersAndTheLateSwitch) {
   nn::Parameter w;
   w.name = "transformer.h.3.mlp.c_proj.weight";
+  w.block = 3;
   w.value = random_tensor({32, 16}, 1, 0.05f, MemoryKind::parameter);
   ms::Fp4Config c;
   ms::parse_bf16_layers("0,-1,head", c);
@@ -133,6 +134,7 @@ TEST(Fp4Linear, Bf16LayersAndTheLateSwitch) {
   ms::Fp4Quantiser q(c);
   EXPECT_FALSE(q.active(w));  // -1 of 4 blocks
   w.name = "transformer.h.2.mlp.c_proj.weight";
+  w.block = 2;
   EXPECT_TRUE(q.active(w));
   q.set_progress(89, 100);
   EXPECT_TRUE(q.active(w));
@@ -140,6 +142,8 @@ TEST(Fp4Linear, Bf16LayersAndTheLateSwitch) {
   EXPECT_FALSE(q.active(w));
   q.set_progress(0, 100);
   w.name = "transformer.wte.weight";
+  w.block = -1;
+  w.role = nn::Role::token_embedding;
   EXPECT_FALSE(q.active(w));
   ms::parse_bf16_layers("none", c);
   EXPECT_TRUE(ms::Fp4Quantiser(c).active(w));

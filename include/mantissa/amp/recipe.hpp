@@ -121,8 +121,4 @@ void validate_recipe(const Recipe& r);
 std::string recipe_to_json(const Recipe& r);
 Recipe recipe_from_json(const std::string& json);
 
-// True if the parameter named `name` is a normalisation gain or bias
-// (kept fp32 when Recipe::norms_fp32).
-bool is_norm_parameter(std::string_view name);
-
 }  // namespace mantissa::amp

@@ -49,42 +49,33 @@ struct GPTConfig {
 class GPT : public Model {
  public:
   explicit GPT(const GPTConfig& config);
-  // Drops the weights pre-packed by the matmul kernels (keyed by Parameter address).
-  ~GPT() override;
   GPT(const GPT&) = delete;
   GPT& operator=(const GPT&) = delete;
 
-  std::vector<Parameter*> parameters() override;
   LossSum forward_backward(const Batch& batch, float grad_scale) override;
   LossSum evaluate(const Batch& batch) override;
   std::string config_json() const override { return config_.to_json(); }
   std::string kind() const override { return "gpt"; }
+  int64_t context_length() const override { return config_.context; }
+  int64_t blocks() const override { return config_.layers; }
+  const UnitConfig& unit() const override { return config_.unit; }
   const GPTConfig& config() const { return config_; }
 
   // logits [B, T, V] for ids i32 [B, T] on the given tape (records when grads are enabled).
   autograd::Var forward(autograd::Tape& tape, const Tensor& ids);
   // logits [B, T, V] without recording anything.
-  Tensor logits(const Tensor& ids);
-  // Bytes held by weight casts for low-precision matmuls.
-  size_t cast_cache_bytes() const { return casts_.bytes(); }
-  // What a tape for this model carries: its precision policy, weight-cast
-  // cache, and (training) a fresh dropout stream.
-  autograd::OpContext context(bool training);
+  Tensor logits(const Tensor& ids) override;
   // Number of training passes so far: the dropout stream position, part of a
   // resumable checkpoint (restore it so that a resumed run drops the same units).
   uint64_t dropout_passes() const { return passes_; }
   void set_dropout_passes(uint64_t n) { passes_ = n; }
-  // Activation checkpointing: every k-th block (0, k, 2k, ...) keeps only its
-  // input and is recomputed in the backward pass; 0 = off, 1 = every block.
-  void set_activation_checkpointing(int every) { checkpoint_every_ = every < 0 ? 0 : every; }
-  int activation_checkpointing() const { return checkpoint_every_; }
 
  private:
   struct Block {
     Parameter *ln1_w, *ln1_b, *attn_w, *attn_b, *proj_w, *proj_b;
     Parameter *ln2_w, *ln2_b, *fc_w, *fc_b, *mlp_proj_w, *mlp_proj_b;
   };
-  Parameter* add(std::string name, const Shape& shape, bool decay, int64_t fan_in);
+  uint64_t pass_seed(bool training) override;
   autograd::Var block(autograd::Tape& tape, const Block& b, autograd::Var x, size_t layer);
   autograd::Var unit_block(autograd::Tape& tape, const Block& b, const autograd::Var& x, size_t layer);
   autograd::Var unit_forward(autograd::Tape& tape, const Tensor& ids);
@@ -95,14 +86,11 @@ class GPT : public Model {
   void check_batch(const Batch& batch) const;
 
   GPTConfig config_;
-  std::vector<std::unique_ptr<Parameter>> params_;
   Parameter *wte_ = nullptr, *wpe_ = nullptr, *lnf_w_ = nullptr, *lnf_b_ = nullptr;
   Parameter* lm_head_ = nullptr;  // unit only (the standard head is tied to wte)
   Tensor norm_gain_, norm_shift_;  // u-muP's non-parametric norms: constant 1 and 0 [C]
   std::vector<Block> blocks_;
-  autograd::CastCache casts_;
   uint64_t passes_ = 0;  // dropout stream: one per training forward
-  int checkpoint_every_ = 0;
 };
 
 }  // namespace mantissa::nn

@@ -31,8 +31,4 @@ class Rng {
 // value ~ N(0, stddev^2) element by element in row-major order.
 void init_normal(Tensor& value, Rng& rng, double stddev);
 
-// A parameter with fp32 value (MemoryKind::parameter, zero-filled) and grad
-// (MemoryKind::gradient, zero-filled).
-std::unique_ptr<Parameter> make_parameter(std::string name, const Shape& shape, bool decay, int64_t fan_in);
-
 }  // namespace mantissa::nn

@@ -64,36 +64,34 @@ struct LlamaConfig {
 class Llama : public Model {
  public:
   explicit Llama(const LlamaConfig& config);
-  ~Llama() override;
   Llama(const Llama&) = delete;
   Llama& operator=(const Llama&) = delete;
 
-  std::vector<Parameter*> parameters() override;
   LossSum forward_backward(const Batch& batch, float grad_scale) override;
   LossSum evaluate(const Batch& batch) override;
   std::string config_json() const override { return config_.to_json(); }
   std::string kind() const override { return "llama"; }
+  int64_t context_length() const override { return config_.context; }
+  int64_t blocks() const override { return config_.layers; }
+  const UnitConfig& unit() const override { return config_.unit; }
   const LlamaConfig& config() const { return config_; }
 
   // logits [B, T, V] for ids i32 [B, T] on the given tape.
   autograd::Var forward(autograd::Tape& tape, const Tensor& ids);
   // logits [B, T, V] without recording anything.
-  Tensor logits(const Tensor& ids);
+  Tensor logits(const Tensor& ids) override;
 
  private:
   struct Block {
     Parameter *ln1, *q, *k, *v, *o, *ln2, *gate, *up, *down;
   };
   // N(0, std^2) from rng, or all ones when std is 0 (norm gains).
-  Parameter* add(std::string name, const Shape& shape, bool decay, int64_t fan_in, double std, Rng& rng);
+  Parameter* add(std::string name, const Shape& shape, Role role, int64_t fan_in, int block, double std, Rng& rng);
   autograd::Var block(autograd::Tape& t, const Block& b, autograd::Var x, size_t layer);
-  autograd::OpContext context(bool training);
 
   LlamaConfig config_;
-  std::vector<std::unique_ptr<Parameter>> params_;
   Parameter *embed_ = nullptr, *norm_ = nullptr, *head_ = nullptr;  // head_ = embed_ when tied
   std::vector<Block> blocks_;
-  autograd::CastCache casts_;
 };
 
 }  // namespace mantissa::nn

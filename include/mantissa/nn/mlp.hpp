@@ -39,30 +39,26 @@ struct MLPConfig {
 class MLP : public Model {
  public:
   explicit MLP(const MLPConfig& config);
-  // Drops the weights pre-packed by the matmul kernels (keyed by Parameter address).
-  ~MLP() override;
   MLP(const MLP&) = delete;
   MLP& operator=(const MLP&) = delete;
 
-  std::vector<Parameter*> parameters() override;
   LossSum forward_backward(const Batch& batch, float grad_scale) override;
   LossSum evaluate(const Batch& batch) override;
   std::string config_json() const override { return config_.to_json(); }
   std::string kind() const override { return "mlp"; }
+  Task task() const override { return Task::classifier; }
+  const UnitConfig& unit() const override { return config_.unit; }
   const MLPConfig& config() const { return config_; }
 
   // logits [B, classes] for x f32 [B, inputs] on the given tape.
   autograd::Var forward(autograd::Tape& tape, const autograd::Var& x);
-  Tensor logits(const Tensor& x);
-  autograd::OpContext context(bool training);
+  Tensor logits(const Tensor& x) override;
 
  private:
   void check_batch(const Batch& batch) const;
   autograd::Var loss(autograd::Tape& tape, const autograd::Var& logits, const Tensor& targets, autograd::LossStats* stats);
 
   MLPConfig config_;
-  std::vector<std::unique_ptr<Parameter>> params_;  // weight, bias per layer
-  autograd::CastCache casts_;
 };
 
 }  // namespace mantissa::nn

@@ -7,7 +7,11 @@
 #include <string>
 #include <vector>
 
+#include <memory>
+
 #include "mantissa/autograd/policy.hpp"
+#include "mantissa/autograd/tape.hpp"
+#include "mantissa/nn/unit_config.hpp"
 #include "mantissa/tensor/tensor.hpp"
 
 namespace mantissa::nn {
@@ -22,12 +26,39 @@ void check_dimension(const char* model, const char* name, int64_t v, int64_t max
 // Throws if n (computed with checked arithmetic) exceeds kMaxParameters.
 void check_parameter_total(const char* model, int64_t n);
 
+// What a parameter is to the model that owns it. Every rule outside nn/
+// (learning-rate multipliers, weight decay, master rounding, which casts
+// apply, scale propagation) reads the role, never the name.
+enum class Role {
+  token_embedding,     // [V, C] token table (also the output head when tied)
+  position_embedding,  // [T, C] learned positions
+  weight,              // matrix of a hidden linear
+  bias,                // vector added after a linear (the linear's Parameter::bias)
+  norm_gain,           // LayerNorm / RMSNorm multiplier
+  norm_bias,           // LayerNorm shift (the gain's Parameter::bias)
+  readout,             // untied output head / classifier matrix
+};
+const char* role_name(Role r);
+// LayerNorm / RMSNorm parameters (gains and shifts).
+constexpr bool is_norm(Role r) { return r == Role::norm_gain || r == Role::norm_bias; }
+// Weight decay applies to the matrices: embeddings of tokens, linears, readout.
+constexpr bool decays(Role r) { return r == Role::token_embedding || r == Role::weight || r == Role::readout; }
+
 struct Parameter {
   std::string name;     // GPT: Hugging Face GPT-2 names, e.g. "transformer.h.0.attn.c_attn.weight"
   Tensor value;         // fp32 master copy (MemoryKind::parameter), shape as saved to safetensors
   Tensor grad;          // fp32, same shape (MemoryKind::gradient); accumulated by backward
-  bool decay = true;    // weight decay applies (false for biases, norm gains, positions)
-  int64_t fan_in = 1;   // for parametrisation-dependent learning-rate rules
+  Role role = Role::weight;
+  bool decay = true;    // weight decay applies (decays(role) for the library's models)
+  int64_t fan_in = 1;   // inputs per output of a linear / readout (embedding tables: their width)
+  int block = -1;       // index of the residual block holding it; -1 outside the blocks
+  Parameter* bias = nullptr;  // weight or norm gain: the shift added after it (null: none)
+  // Scale propagation (scaling/scalify_quantiser.hpp) of a matmul weight's
+  // input operand: the norm gain or linear weight whose output it is, and
+  // the op in between. Null: not known from parameters (rescaled dynamically).
+  enum class Through : uint8_t { direct, pointwise, attention };
+  Parameter* input = nullptr;
+  Through through = Through::direct;
   int version = 0;      // bumped by whoever changes `value`, so cached casts/packings refresh
                         // (the matmul kernels key packed weights by this Parameter's address:
                         // its owner calls kernels::forget_packed_operand(this) before destroying it)
@@ -66,7 +97,19 @@ class Model : public Module {
   virtual LossSum evaluate(const Batch& batch) = 0;
   // Configuration as saved beside the weights (config.json).
   virtual std::string config_json() const = 0;
-  virtual std::string kind() const = 0;  // "gpt" or "mlp"
+  virtual std::string kind() const = 0;  // "gpt", "llama" or "mlp"
+
+  // Configuration-level facts the rules outside nn/ read.
+  enum class Task { language_model, classifier };
+  virtual Task task() const { return Task::language_model; }
+  // Longest input sequence (0: the inputs are not sequences).
+  virtual int64_t context_length() const { return 0; }
+  // Residual blocks (0: none); parameters inside them carry Parameter::block.
+  virtual int64_t blocks() const { return 0; }
+  // The unit-scaled parametrisation the model was built with (enabled = false: standard).
+  virtual const UnitConfig& unit() const;
+  // logits [.., outputs] for the inputs of a batch, nothing recorded.
+  virtual Tensor logits(const Tensor& inputs);
 
   // Precision policy of the matrix products and saved activations of every
   // later forward pass (default fp32 everywhere).
@@ -79,9 +122,35 @@ class Model : public Module {
   using Observer = std::function<void(const std::string& name, bool backward, const Tensor& value)>;
   void set_observer(Observer o) { observer_ = std::move(o); }
 
+  // The library's models hold their parameters here (in creation order).
+  std::vector<Parameter*> parameters() override;
+  // Drops the weights pre-packed by the matmul kernels (keyed by Parameter address).
+  ~Model() override;
+  // What a tape for this model carries: its precision policy, weight-cast
+  // cache, observer and (training) the pass's dropout seed.
+  autograd::OpContext context(bool training);
+  // Bytes held by weight casts for low-precision matmuls.
+  size_t cast_cache_bytes() const { return casts_.bytes(); }
+  // Activation checkpointing: every k-th block (0, k, 2k, ...) keeps only its
+  // input and is recomputed in the backward pass; 0 = off, 1 = every block.
+  // Models without it ignore the setting.
+  void set_activation_checkpointing(int every) { checkpoint_every_ = every < 0 ? 0 : every; }
+  int activation_checkpointing() const { return checkpoint_every_; }
+
  protected:
+  // A zero parameter (value and grad) of this role; decay = decays(role).
+  Parameter* add_parameter(std::string name, const Shape& shape, Role role, int64_t fan_in, int block = -1);
+  // The dropout seed of the next pass (context(training) calls it once per tape).
+  virtual uint64_t pass_seed(bool training) {
+    (void)training;
+    return 0;
+  }
+
   autograd::PrecisionPolicy precision_;
   Observer observer_;
+  std::vector<std::unique_ptr<Parameter>> params_;
+  autograd::CastCache casts_;
+  int checkpoint_every_ = 0;
 };
 
 }  // namespace mantissa::nn

@@ -18,7 +18,7 @@
 // alpha.
 //
 // Layers kept in bf16: products of two activations (attention), the listed
-// transformer blocks ("transformer.h.<i>." parameters) and, with "head", the
+// residual blocks (by nn::Parameter::block) and, with "head", the
 // readout; everything from fp4_until x the run's steps on.
 //
 // Storage: what the backward pass keeps of a cast activation is the exact

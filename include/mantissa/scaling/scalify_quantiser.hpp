@@ -1,7 +1,8 @@
 // The `propagate` operand quantiser (issue 6 item 3): FP8 or FP16 casts of
 // the GPT's matrix-product operands at scales that come from scale propagation
-// (propagate.hpp rules applied along the GPT-2 block structure, from the
-// parameters' own power-of-two scales), not from each tensor's amax.
+// (propagate.hpp rules applied along the block structure the model declares
+// with nn::Parameter::input / through, from the parameters' own power-of-two
+// scales), not from each tensor's amax. In GPT-2 terms:
 //
 //   weight W                 s(W) = pow2_down(rms(W))   (a scaled array's scale, per version)
 //   c_attn / c_fc / head in  layer-norm rule: s(gain), joined with s(bias) by the add rule
@@ -14,7 +15,7 @@
 //   attn.c_attn grad_out     attention backward: s(grad_out attn.c_proj) s(W_attn.c_proj) r(C)
 //                            x max(1, s_qkv^2) (dV keeps dO's scale, dQ/dK carry s_qkv^2)
 // with r(K) = pow2_round(sqrt K) and zero tensors "any scale". Operands whose
-// site is not a GPT linear (unknown names, products of two activations) are
+// weight declares no input (and products of two activations) are
 // rescaled dynamically and counted as such. Casts saturate and count
 // saturated values (a propagated scale that underestimates shows up there).
 //
@@ -32,6 +33,7 @@
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "mantissa/autograd/policy.hpp"
@@ -57,13 +59,13 @@ struct ScalifyStats {
   int64_t saturated_values = 0;       // finite values clipped to +-max
   int64_t last_step_rescales = 0;     // dynamic rescales in the last completed step
   int64_t recasts = 0;                // dynamic casts redone because the site's exponent moved
-  int64_t layers = 0;                 // transformer blocks seen
+  int64_t layers = 0;                 // residual blocks seen
   double rescales_per_layer() const { return layers ? static_cast<double>(last_step_rescales) / layers : 0.0; }
 };
 
 class ScalifyQuantiser final : public autograd::OperandQuantiser {
  public:
-  // params: the model's parameters (GPT-2 names); throws std::invalid_argument
+  // params: the model's parameters; throws std::invalid_argument
   // naming a format that is neither fp16 nor one with a 1-byte dtype.
   ScalifyQuantiser(ScalifyOptions options, std::vector<nn::Parameter*> params);
   bool casts_forward() const override { return cast_fwd_; }
@@ -98,16 +100,20 @@ class ScalifyQuantiser final : public autograd::OperandQuantiser {
                                           int* exponent, int64_t* saturated, Tensor* decoded, bool keep_codes);
   int norm_exponent(const Tensor& x32) const;  // exponent of the rescale norm of x32 (0: zero or non-finite)
   int amax_exponent(const Amax& a) const;      // the same for the max norm, from x32's amax
-  double param_scale(const std::string& name) const;  // s(P); 0 when P is zero (any scale)
-  // The propagated exponent of an operand; nullopt when the site has none (dynamic rescale).
-  std::optional<int> propagated_exponent(const std::string& name, autograd::OperandRole role);
+  double param_scale(const nn::Parameter* p) const;  // s(P); 0 when P is zero (any scale), null or not the model's
+  // The propagated exponent of the operand of the product with weight p (null:
+  // two activations); nullopt when the site has none (dynamic rescale).
+  std::optional<int> propagated_exponent(const nn::Parameter* p, autograd::OperandRole role);
 
   ScalifyOptions options_;
   formats::Format fwd_, bwd_;
   bool cast_fwd_ = false, cast_bwd_ = false;
-  std::map<std::string, const nn::Parameter*> by_name_;
+  std::unordered_set<const nn::Parameter*> known_;  // the model's parameters
+  // A linear weight -> the linear weight whose input is its output (Parameter::input).
+  std::unordered_map<const nn::Parameter*, const nn::Parameter*> consumer_;
   mutable std::mutex mutex_;
-  std::map<std::string, int> grad_exponent_;  // exponents of this step's rescaled / propagated grad_outputs
+  // This step's grad_output exponents of linears fed by another linear.
+  std::unordered_map<const nn::Parameter*, int> grad_exponent_;
   std::map<std::string, int> last_;
   std::unordered_map<const nn::Parameter*, CachedWeight> weights_;
   // s(P) per parameter version: every parameter changes once per step, and

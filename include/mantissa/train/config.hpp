@@ -77,10 +77,10 @@ struct TrainConfig {
   std::string config;  // the JSON file these came from (not a key in it)
 };
 
-// One setting: its key, help text and where it lives.
-// Models fed token windows of the text corpus (everything but the mlp).
-inline bool text_model(const std::string& model) { return model != "mlp"; }
+// Models fed token windows of the text corpus (the language models).
+bool text_model(const std::string& model);
 
+// One setting: its key, help text and where it lives.
 struct ConfigKey {
   std::string key;  // flag name without dashes, e.g. "batch-size"
   std::string help;

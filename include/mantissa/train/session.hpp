@@ -59,13 +59,13 @@ inline constexpr double kUnitGradClip = 0.0;
 // std::invalid_argument naming the --set entry.
 std::vector<std::string> take_unit_settings(const std::vector<std::string>& set, nn::UnitConfig& u);
 
-// The u-muP role of a parameter of the GPT or MLP, from its name and shape:
-// the readout (lm_head.weight, the MLP's last weight) is `output`, other
-// matrices `weight`, norm gains/shifts `norm`, other vectors `bias`.
-scaling::ParamRole unit_param_role(const nn::Parameter& p, const std::string& model_kind, const std::string& readout_name);
-// Residual depth of a GPT parameter inside the blocks (the number of blocks),
-// nullopt outside the trunk.
-std::optional<int> unit_param_depth(const nn::Parameter& p, int layers);
+// The u-muP role of a parameter (from nn::Role): the readout is `output`,
+// other matrices (embeddings, linears) `weight`, norm gains/shifts `norm`,
+// linear biases `bias`.
+scaling::ParamRole unit_param_role(const nn::Parameter& p);
+// Residual depth of a parameter inside the blocks (the model's number of
+// blocks), nullopt outside the trunk.
+std::optional<int> unit_param_depth(const nn::Parameter& p, int64_t blocks);
 
 // Wraps an optimizer built with weight decay 0 and applies decoupled weight
 // decay itself after each update: p *= 1 - (lr / base_lr) * decay for every

@@ -1,0 +1,53 @@
+// The library's models by kind ("gpt", "llama", "mlp"): what the CLI, the
+// trainer and checkpoint loading build a model from. A new model adds its
+// entry here (src/nn/models.cpp) and needs nothing outside nn/.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "mantissa/nn/module.hpp"
+#include "mantissa/nn/unit_config.hpp"
+
+namespace mantissa::nn {
+
+// What `mantissa train`'s size flags say; each model reads the fields it has
+// (the MLP: `layers` hidden layers of width `d_model`).
+struct ModelSize {
+  int64_t vocab = 256;
+  int64_t context = 128;
+  int64_t layers = 4;
+  int64_t d_model = 256;
+  int64_t heads = 4;
+  int64_t kv_heads = 0;    // Llama: 0 = heads
+  int64_t ffn_hidden = 0;  // Llama: 0 = its default width
+  double dropout = 0;
+  bool tie_embeddings = false;
+  bool smooth_swiglu = false;
+  uint64_t seed = 0;
+  UnitConfig unit;
+};
+
+struct ModelKind {
+  std::string name;
+  Model::Task task;
+  // Builds the model (its config validated: std::invalid_argument naming the field).
+  std::function<std::unique_ptr<Model>(const ModelSize&)> make;
+  // Builds it from the config.json its config_json() writes.
+  std::function<std::unique_ptr<Model>(const std::string& config_json)> load;
+};
+
+// Every kind, in a fixed order.
+const std::vector<ModelKind>& model_kinds();
+// The kind of this name, or null.
+const ModelKind* find_model_kind(const std::string& name);
+// "gpt, llama or mlp" for messages.
+std::string model_kind_names();
+// The kind whose config.json this is (Hugging Face keys for the language
+// models, the layer list for the MLP); "" when none matches.
+std::string detect_model_kind(const std::string& config_json);
+
+}  // namespace mantissa::nn

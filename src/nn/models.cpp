@@ -1,0 +1,90 @@
+#include "mantissa/nn/models.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include "mantissa/nn/gpt.hpp"
+#include "mantissa/nn/llama.hpp"
+#include "mantissa/nn/mlp.hpp"
+
+namespace mantissa::nn {
+
+namespace {
+
+std::unique_ptr<Model> make_gpt(const ModelSize& s) {
+  GPTConfig g;
+  g.vocab = s.vocab;
+  g.context = s.context;
+  g.layers = s.layers;
+  g.d_model = s.d_model;
+  g.heads = s.heads;
+  g.dropout = static_cast<float>(s.dropout);
+  g.seed = s.seed;
+  g.unit = s.unit;
+  g.validate();
+  return std::make_unique<GPT>(g);
+}
+
+std::unique_ptr<Model> make_llama(const ModelSize& s) {
+  LlamaConfig l;
+  l.vocab = s.vocab;
+  l.context = s.context;
+  l.layers = s.layers;
+  l.d_model = s.d_model;
+  l.heads = s.heads;
+  l.kv_heads = s.kv_heads;
+  l.hidden = s.ffn_hidden;
+  l.tie_embeddings = s.tie_embeddings;
+  l.smooth_swiglu = s.smooth_swiglu;
+  l.seed = s.seed;
+  l.unit = s.unit;
+  l.validate();
+  return std::make_unique<Llama>(l);
+}
+
+std::unique_ptr<Model> make_mlp(const ModelSize& s) {
+  MLPConfig m;
+  m.hidden.assign(static_cast<size_t>(s.layers), s.d_model);
+  m.seed = s.seed;
+  m.unit = s.unit;
+  m.validate();
+  return std::make_unique<MLP>(m);
+}
+
+}  // namespace
+
+const std::vector<ModelKind>& model_kinds() {
+  using T = Model::Task;
+  static const std::vector<ModelKind> kinds = {
+      {"gpt", T::language_model, make_gpt,
+       [](const std::string& j) { return std::make_unique<GPT>(GPTConfig::from_json(j)); }},
+      {"llama", T::language_model, make_llama,
+       [](const std::string& j) { return std::make_unique<Llama>(LlamaConfig::from_json(j)); }},
+      {"mlp", T::classifier, make_mlp, [](const std::string& j) { return std::make_unique<MLP>(MLPConfig::from_json(j)); }},
+  };
+  return kinds;
+}
+
+const ModelKind* find_model_kind(const std::string& name) {
+  for (const ModelKind& k : model_kinds())
+    if (k.name == name) return &k;
+  return nullptr;
+}
+
+std::string model_kind_names() {
+  std::string s;
+  const auto& kinds = model_kinds();
+  for (size_t i = 0; i < kinds.size(); ++i) s += (i == 0 ? "" : i + 1 == kinds.size() ? " or " : ", ") + kinds[i].name;
+  return s;
+}
+
+std::string detect_model_kind(const std::string& config_json) {
+  const nlohmann::json j = nlohmann::json::parse(config_json, nullptr, false);
+  if (!j.is_object()) return "";
+  auto type = [&] { return j.contains("model_type") && j["model_type"].is_string() ? j["model_type"].get<std::string>() : ""; };
+  if (j.contains("n_embd") || type() == "gpt2") return "gpt";
+  if (type() == "llama") return "llama";
+  if (j.contains("hidden") || j.contains("classes")) return "mlp";
+  return "";
+}
+
+}  // namespace mantissa::nn

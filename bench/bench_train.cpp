@@ -167,7 +167,8 @@ double seconds_of(const std::function<void()>& f) {
 // unit-scaled model, as `mantissa train` does).
 nn::GPTConfig gpt_config(const Options& o, const amp::Recipe& recipe) {
   nn::GPTConfig c;
-  c.unit.enabled = recipe.parametrisation == amp::Parametrisation::unit;
+  c.unit.enabled = amp::unit_scaled(recipe.parametrisation);
+  c.unit.umup = recipe.parametrisation == amp::Parametrisation::umup;
   c.vocab = o.vocab;
   c.context = o.seq_len;
   c.layers = o.layers;

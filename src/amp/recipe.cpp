@@ -82,6 +82,18 @@ void add_unit_recipes(std::vector<Recipe>& v) {
   // (3.078 against 3.018 val bpc; uncast: 3.007), see Recipe::cast_readout.
   u8.cast_readout = false;
   v.push_back(u8);
+  // u-muP: the same formats as unit-fp32 / unit-fp8 on the u-muP model.
+  Recipe m32 = u32;
+  m32.name = "umup-fp32";
+  m32.description = "u-muP model (non-parametric norms, depth-dependent residual taus) in fp32";
+  m32.parametrisation = Parametrisation::umup;
+  v.push_back(m32);
+  Recipe m8 = u8;
+  m8.name = "umup-fp8";
+  m8.description = "u-muP model with unit-fp8's casts: e4m3fn matrix-product inputs forward, e5m2 output gradients "
+                   "backward, scale 1, bf16 readout, no loss scaling";
+  m8.parametrisation = Parametrisation::umup;
+  v.push_back(m8);
 }
 
 // Production FP8 (issue 6 item 4; BRIEF section 6) and the unscaled baseline.
@@ -195,7 +207,7 @@ E parse_enum(std::string_view value, const char* (&names)[N], std::string_view w
   throw std::invalid_argument("invalid " + std::string(what) + " '" + std::string(value) + "' (valid: " + valid + ")");
 }
 
-const char* kParamNames[] = {"standard", "unit"};
+const char* kParamNames[] = {"standard", "unit", "umup"};
 const char* kScalingNames[] = {"none", "static", "dynamic"};
 const char* kRoundingNames[] = {"nearest", "stochastic"};
 const char* kCastScalingNames[] = {"unit", "current", "delayed", "mx", "blockwise", "propagate"};

@@ -85,7 +85,7 @@ Registrar reg(40, [](CLI::App& app) {
   auto& o = a->o;
   cmd->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // a later flag wins
   cmd->add_option("--model", o.model, "model of the text task: gpt or llama (same sizes and recipes)")->capture_default_str();
-  cmd->add_option("--preset", o.preset, "quick (smaller GPT, 1 seed: about 2 minutes on 2 idle cores) or paper (reference GPT, 3 seeds, every recipe: about 1.5 hours) or fp4 (the FP4 ablation on the reference GPT)")
+  cmd->add_option("--preset", o.preset, "quick (smaller GPT, 1 seed: about 2 minutes on 2 idle cores) or paper (reference GPT, 3 seeds, every recipe: about 1.5 hours) or fp4 (the FP4 ablation on the reference GPT) or transfer (the best learning rate of the standard model and u-muP at d_model 64 to 512)")
       ->check(CLI::IsMember(train::preset_names()));
   cmd->add_option("--recipes", a->recipes, "comma-separated GPT recipes (default: the preset's)");
   cmd->add_option("--mlp-recipes", a->mlp_recipes,
@@ -104,6 +104,14 @@ Registrar reg(40, [](CLI::App& app) {
   cmd->add_option("--batch-size", o.batch_size, "GPT windows per step (default: the preset's)")->check(CLI::PositiveNumber)->check(exact_integer<int64_t>());
   cmd->add_option("--mlp-steps", o.mlp_steps, "MLP optimizer steps (default: the preset's)")->check(CLI::PositiveNumber)->check(exact_integer<int64_t>());
   cmd->add_option("--lr-standard", o.lr_standard, "GPT learning rate of standard recipes (default 2^-10)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--lr-sweep", o.lr_sweep,
+                  "train every GPT recipe at each rate START:STOP:STEP (STEP in octaves; 2^E or decimals, e.g. "
+                  "2^-12:2^1:1) or of a comma-separated list, and report each recipe at its best rate");
+  cmd->add_option("--widths", o.widths, "comma-separated GPT widths (d_model) of a width study (default: the preset's; "
+                                        "transfer: 64,128,256,512)")
+      ->delimiter(',')
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
       ->check(CLI::PositiveNumber);
   cmd->add_flag("!--no-inspect", o.inspect, "skip the inspector section (inspect on recipes that fell behind fp32)");
   cmd->add_option("--inspect-gap", o.inspect_gap_pct, "inspect GPT recipes whose val bpc is more than this % behind fp32, or diverged (default 2)")

@@ -31,12 +31,13 @@ void GPTConfig::validate() const {
     throw std::invalid_argument("GPT config: dropout must be in [0, 1), got " + std::to_string(dropout));
   unit.validate();
   // Embeddings [V, C] and [T, C] (an untied unit head [V, C] more), per
-  // layer 12 C^2 + 13 C, final norm 2 C.
+  // layer 12 C^2 + 13 C, final norm 2 C (u-muP: no norm parameters, 4 C and 2 C less).
   const char* what = "GPT config: parameter count";
   const int64_t C = d_model;
-  const int64_t per_layer = checked_add(checked_mul(12 * C, C, what), 13 * C, what);
+  const int64_t norm = unit.umup ? 0 : 2 * C;
+  const int64_t per_layer = checked_add(checked_mul(12 * C, C, what), 9 * C + 2 * norm, what);
   int64_t n = checked_mul(checked_add(vocab * (unit.enabled ? 2 : 1), context, what), C, what);
-  n = checked_add(n, checked_add(checked_mul(layers, per_layer, what), 2 * C, what), what);
+  n = checked_add(n, checked_add(checked_mul(layers, per_layer, what), norm, what), what);
   check_parameter_total("GPT", n);
 }
 
@@ -82,7 +83,7 @@ GPTConfig GPTConfig::from_json(const std::string& text) {
       const auto& m = j["mantissa"];
       if (m.contains("seed")) c.seed = m["seed"].get<uint64_t>();
       if (m.contains("dropout")) c.dropout = m["dropout"].get<float>();
-      read_parametrisation(m, c.unit, "GPT");
+      read_parametrisation(m, c.unit, "GPT", /*umup=*/true);
     } else if (j.contains("resid_pdrop") && j["resid_pdrop"].is_number()) {
       c.dropout = j["resid_pdrop"].get<float>();
     }
@@ -106,12 +107,21 @@ GPT::GPT(const GPTConfig& config) : config_(config) {
   wpe_ = add_parameter("transformer.wpe.weight", {T, C}, Role::position_embedding, 1);
   init_normal(wpe_->value, rng, std_w);
   // A LayerNorm's gain (ones) and shift, and a Conv1D linear [in, out] with its bias.
-  auto norm = [&](const std::string& n, int block) {
+  // u-muP's norms are non-parametric: no parameters, the norm applies the
+  // constant gain and shift below.
+  auto norm = [&](const std::string& n, int block) -> Parameter* {
+    if (config_.unit.umup) return nullptr;
     Parameter* g = add_parameter(n + ".weight", {C}, Role::norm_gain, 1, block);
     g->value.fill(1.0f);
     g->bias = add_parameter(n + ".bias", {C}, Role::norm_bias, 1, block);
     return g;
   };
+  if (config_.unit.umup) {
+    norm_gain_ = Tensor::empty({C});
+    norm_gain_.fill(1.0f);
+    norm_shift_ = Tensor::empty({C});
+    norm_shift_.fill(0.0f);
+  }
   auto linear = [&](const std::string& n, int64_t in, int64_t out, double std, int block) {
     Parameter* w = add_parameter(n + ".weight", {in, out}, Role::weight, in, block);
     init_normal(w->value, rng, std);
@@ -132,12 +142,12 @@ GPT::GPT(const GPTConfig& config) : config_(config) {
     b.proj_w->input = b.attn_w, b.proj_w->through = Parameter::Through::attention;
     b.fc_w->input = b.ln2_w;
     b.mlp_proj_w->input = b.fc_w, b.mlp_proj_w->through = Parameter::Through::pointwise;
-    b.ln1_b = b.ln1_w->bias, b.attn_b = b.attn_w->bias, b.proj_b = b.proj_w->bias;
-    b.ln2_b = b.ln2_w->bias, b.fc_b = b.fc_w->bias, b.mlp_proj_b = b.mlp_proj_w->bias;
+    b.ln1_b = b.ln1_w ? b.ln1_w->bias : nullptr, b.attn_b = b.attn_w->bias, b.proj_b = b.proj_w->bias;
+    b.ln2_b = b.ln2_w ? b.ln2_w->bias : nullptr, b.fc_b = b.fc_w->bias, b.mlp_proj_b = b.mlp_proj_w->bias;
     blocks_.push_back(b);
   }
   lnf_w_ = norm("transformer.ln_f", -1);
-  lnf_b_ = lnf_w_->bias;
+  lnf_b_ = lnf_w_ ? lnf_w_->bias : nullptr;
   if (u) {  // u-muP unties the readout
     lm_head_ = add_parameter("lm_head.weight", {V, C}, Role::readout, C);
     init_normal(lm_head_->value, rng, 1.0);

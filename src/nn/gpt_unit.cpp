@@ -3,9 +3,9 @@
 // rules of unit/rules.hpp so activations and gradients start at unit scale.
 //
 //   x  = 2^-1/2 (wte[ids] + wpe)                                  unit add
-//   per block, for attention (tau_attn) then MLP (tau_mlp):
+//   per block, for attention (tau_attn) then MLP (tau_mlp; u-muP: the depth rule):
 //     branch, skip = residual_split(x, tau)
-//     attention: ln -> linear c_attn -> u-muP causal attention -> linear c_proj
+//     attention: ln (u-muP: no gain or shift) -> linear c_attn -> u-muP causal attention -> linear c_proj
 //     MLP:       ln -> linear c_fc -> scaled GELU -> linear c_proj
 //     x = residual_add(branch, skip, tau)
 //   logits = readout(ln_f(x)) with the untied lm_head; unit cross-entropy.
@@ -30,6 +30,22 @@ ag::Var unit_dropout(ag::Tape& t, const ag::Var& x, float p) {
 }
 }  // namespace
 
+ag::Var GPT::unit_norm(ag::Tape& t, const ag::Var& x, Parameter* w, Parameter* b) {
+  const int64_t C = config_.d_model;
+  const us::Scales ln = us::layer_norm(C, x.numel());
+  if (w == nullptr) return ag::unit_layer_norm(t, x, t.constant(norm_gain_), t.constant(norm_shift_), ln);
+  return ag::unit_layer_norm(t, x, t.param(*w), t.param(*b), ln);
+}
+
+std::pair<double, double> GPT::residual_taus(size_t layer) const {
+  const UnitConfig& u = config_.unit;
+  if (!u.umup) return {u.tau_attn, u.tau_mlp};
+  // u-muP: residual 2l (attention) and 2l+1 (MLP) of 2L, scaled with depth.
+  const int i = 2 * static_cast<int>(layer), n = 2 * static_cast<int>(config_.layers);
+  return {us::transformer_residual_tau(i, n, u.residual_mult, u.residual_attn_ratio),
+          us::transformer_residual_tau(i + 1, n, u.residual_mult, u.residual_attn_ratio)};
+}
+
 ag::Var GPT::unit_block(ag::Tape& t, const Block& b, const ag::Var& x_in, size_t layer) {
   const UnitConfig& u = config_.unit;
   const int64_t C = config_.d_model, N = x_in.numel() / C, H = config_.heads;
@@ -37,12 +53,10 @@ ag::Var GPT::unit_block(ag::Tape& t, const Block& b, const ag::Var& x_in, size_t
   std::string n("h");  // (not "h" + ...: GCC 12 -Wrestrict false positive)
   n += std::to_string(layer);
   n += '.';
-  const us::Scales ln = us::layer_norm(C, N * C);
-
-  const double tau_attn = u.tau_attn, tau_mlp = u.tau_mlp;
+  const auto [tau_attn, tau_mlp] = residual_taus(layer);
   // Attention branch.
   ag::ResidualSplit r = ag::residual_split(t, x_in, tau_attn);
-  ag::Var h = ag::observe(t, ag::unit_layer_norm(t, r.branch, t.param(*b.ln1_w), t.param(*b.ln1_b), ln), n + "attn.ln");
+  ag::Var h = ag::observe(t, unit_norm(t, r.branch, b.ln1_w, b.ln1_b), n + "attn.ln");
   ag::Var attn_b = t.param(*b.attn_b);
   const ag::OpScales qkv_s = ag::op_scales(us::linear(C, 3 * C, N, u.rules("linear")));
   ag::Var qkv = ag::observe(t, ag::linear(t, h, t.param(*b.attn_w), &attn_b, qkv_s), n + "attn.qkv");
@@ -55,7 +69,7 @@ ag::Var GPT::unit_block(ag::Tape& t, const Block& b, const ag::Var& x_in, size_t
 
   // MLP branch.
   r = ag::residual_split(t, x, tau_mlp);
-  h = ag::observe(t, ag::unit_layer_norm(t, r.branch, t.param(*b.ln2_w), t.param(*b.ln2_b), ln), n + "mlp.ln");
+  h = ag::observe(t, unit_norm(t, r.branch, b.ln2_w, b.ln2_b), n + "mlp.ln");
   ag::Var fc_b = t.param(*b.fc_b);
   const ag::OpScales fc_s = ag::op_scales(us::linear(C, 4 * C, N, u.rules("linear")));
   ag::Var fc = ag::observe(t, ag::linear(t, h, t.param(*b.fc_w), &fc_b, fc_s), n + "mlp.fc");
@@ -84,7 +98,7 @@ ag::Var GPT::unit_forward(ag::Tape& t, const Tensor& ids) {
     else
       x = unit_block(t, b, x, l);
   }
-  x = ag::observe(t, ag::unit_layer_norm(t, x, t.param(*lnf_w_), t.param(*lnf_b_), us::layer_norm(C, N * C)), "ln_f");
+  x = ag::observe(t, unit_norm(t, x, lnf_w_, lnf_b_), "ln_f");
   // Readout: logits [N, V] = x [N, C] @ lm_head [V, C]^T.
   const ag::OpScales head = ag::op_scales(us::linear_readout(C, V, N, u.rules("readout")));
   const ag::ReadoutScope readout(t);

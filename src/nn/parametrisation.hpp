@@ -1,6 +1,7 @@
 // The parametrisation as the models' config.json files carry it, in the
-// object the model keeps its own settings in: "parametrisation" ("standard"
-// or "unit") and, when unit, the "unit" settings (unit/config.hpp).
+// object the model keeps its own settings in: "parametrisation" ("standard",
+// "unit" or "umup") and, when unit or umup, the "unit" settings
+// (unit/config.hpp).
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -14,20 +15,23 @@ namespace mantissa::nn {
 // Json: nlohmann::json or ordered_json (the "unit" object keeps sorted keys).
 template <class Json>
 void write_parametrisation(Json& o, const UnitConfig& unit) {
-  o["parametrisation"] = unit.enabled ? "unit" : "standard";
+  o["parametrisation"] = unit.umup ? "umup" : unit.enabled ? "unit" : "standard";
   if (unit.enabled) o["unit"] = nlohmann::json::parse(unit.to_json());
 }
 
 // Reads what write_parametrisation wrote (absent keys leave `unit` as it is);
 // throws std::invalid_argument "<model> config: parametrisation must be ...".
+// umup: whether the model implements u-muP.
 template <class Json>
-void read_parametrisation(const Json& o, UnitConfig& unit, const char* model) {
+void read_parametrisation(const Json& o, UnitConfig& unit, const char* model, bool umup = false) {
   if (o.contains("unit")) unit = UnitConfig::from_json(o["unit"].dump());
   if (o.contains("parametrisation")) {
     const std::string p = o["parametrisation"].template get<std::string>();
-    if (p != "unit" && p != "standard")
-      throw std::invalid_argument(std::string(model) + " config: parametrisation must be standard or unit, got '" + p + "'");
-    unit.enabled = p == "unit";
+    if (p != "unit" && p != "standard" && !(umup && p == "umup"))
+      throw std::invalid_argument(std::string(model) + " config: parametrisation must be standard" +
+                                  (umup ? ", unit or umup" : " or unit") + ", got '" + p + "'");
+    unit.enabled = p != "standard";
+    unit.umup = p == "umup";
   }
 }
 

@@ -120,4 +120,57 @@ std::optional<LinePlot> loss_scale_plot(const std::vector<RunResult>& runs) {
   return p;
 }
 
+namespace {
+
+// One curve as a line: x = log2 lr, y = the mean metric; a rate where some
+// seed diverged has no comparable mean and leaves a gap. False when nothing is finite.
+bool sweep_series(const SweepCurve& c, Series& s) {
+  bool any = false;
+  for (const SweepPoint& q : c.points) {
+    s.x.push_back(std::log2(q.lr));
+    const bool ok = q.finished > 0 && q.diverged == 0 && q.metric.n > 0;
+    s.y.push_back(ok ? q.metric.mean : kNaN);
+    any = any || ok;
+  }
+  return any;
+}
+
+LinePlot sweep_axes(const std::string& task, const std::string& title) {
+  LinePlot p;
+  p.title = title;
+  p.x.label = "log2 learning rate";
+  p.y.label = task == "gpt" ? "validation bits per character" : "test accuracy (%)";
+  return p;
+}
+
+}  // namespace
+
+std::optional<LinePlot> sweep_plot(const std::vector<SweepCurve>& curves, const std::string& task) {
+  LinePlot p = sweep_axes(task, task == "gpt" ? "Learning-rate sweep: validation bits per character (mean over seeds)"
+                                              : "Learning-rate sweep: Fashion-MNIST test accuracy (mean over seeds)");
+  for (const SweepCurve& c : curves) {
+    if (c.task != task || c.points.size() < 2) continue;
+    Series s;
+    s.name = c.recipe;
+    s.dashed = c.recipe.rfind("unit-", 0) == 0 || c.recipe.rfind("umup-", 0) == 0;
+    if (sweep_series(c, s)) p.series.push_back(std::move(s));
+  }
+  if (p.series.empty()) return std::nullopt;
+  return p;
+}
+
+std::optional<LinePlot> transfer_plot(const std::vector<SweepCurve>& curves, const std::string& task,
+                                      const std::string& recipe) {
+  LinePlot p = sweep_axes(task, recipe + ": " + (task == "gpt" ? "val bpc" : "test accuracy") +
+                                    " against learning rate, one line per width (mean over seeds)");
+  for (const SweepCurve& c : curves) {
+    if (c.task != task || c.recipe != recipe || c.points.size() < 2) continue;
+    Series s;
+    s.name = "d_model " + std::to_string(c.d_model);
+    if (sweep_series(c, s)) p.series.push_back(std::move(s));
+  }
+  if (p.series.empty()) return std::nullopt;
+  return p;
+}
+
 }  // namespace mantissa::report

@@ -43,6 +43,7 @@ std::string to_json(const RunResult& r) {
             {"error", r.error},
             {"parametrisation", r.parametrisation},
             {"lr", num(r.lr)},
+            {"d_model", r.d_model},
             {"steps", r.steps},
             {"steps_planned", r.steps_planned},
             {"tokens", r.tokens},
@@ -78,6 +79,7 @@ RunResult run_result_from_json(const std::string& text) {
     r.error = j.value("error", "");
     r.parametrisation = j.value("parametrisation", "standard");
     r.lr = get_num(j, "lr");
+    r.d_model = j.value("d_model", int64_t{0});
     r.steps = j.value("steps", int64_t{0});
     r.steps_planned = j.value("steps_planned", int64_t{0});
     r.tokens = j.value("tokens", int64_t{0});

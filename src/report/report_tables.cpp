@@ -8,10 +8,9 @@
 #include <string>
 
 #include "mantissa/report/report.hpp"
+#include "report_figures.hpp"
 
 namespace mantissa::report {
-
-namespace {
 
 std::string mean_pm(const MeanStd& m, int decimals) {
   if (m.n == 0) return "—";
@@ -19,6 +18,8 @@ std::string mean_pm(const MeanStd& m, int decimals) {
   if (m.n >= 2) s += " ± " + fmt_fixed(m.std, decimals);
   return s;
 }
+
+namespace {
 
 std::string signed_fixed(double v, int decimals, const char* unit) {
   if (!std::isfinite(v)) return "—";

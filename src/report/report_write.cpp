@@ -1,5 +1,6 @@
 // Assembles report.md (tables, figures, how it was run) and report.html
 // (the same, figures inline), writing every file atomically.
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <sstream>
@@ -69,7 +70,17 @@ ReportFiles write_report(const std::string& dir, const ReportInput& in) {
   fs::create_directories(root / "figures", ec);
   if (ec) throw std::runtime_error("cannot create " + (root / "figures").string() + ": " + ec.message());
 
-  const std::vector<RecipeSummary> rows = summarize(in.runs);
+  // A learning-rate sweep: every table shows each recipe at its own best rate.
+  const std::vector<SweepCurve> sweep = lr_sweep(in.runs);
+  const bool swept = is_sweep(sweep);
+  std::vector<RunResult> shown = swept ? at_best_rate(in.runs, sweep) : in.runs;
+  // A study over widths: the recipe tables show the widest GPT.
+  const std::vector<int64_t> widths = sweep_widths(sweep, "gpt");
+  if (widths.size() > 1)
+    shown.erase(std::remove_if(shown.begin(), shown.end(),
+                               [&](const RunResult& r) { return r.task == "gpt" && r.d_model != widths.back(); }),
+                shown.end());
+  const std::vector<RecipeSummary> rows = summarize(shown);
   std::vector<std::pair<std::string, std::string>> svgs;  // (relative path, svg text)
   auto add_figure = [&](const std::string& name, const std::string& svg) {
     const std::string rel = "figures/" + name;
@@ -96,9 +107,36 @@ ReportFiles write_report(const std::string& dir, const ReportInput& in) {
   for (const auto& n : in.notes) md << "- " << n << "\n";
   if (!in.notes.empty()) md << "\n";
 
+  if (swept) {
+    md << "## Learning-rate sweep\n\n"
+          "Each recipe trained at every rate of the sweep; its best rate is the one with the lowest mean val bpc "
+          "(highest test accuracy) among rates where every seed finished without diverging. The gap compares each "
+          "recipe at its own best rate with fp32 at fp32's best rate, and every table below shows the runs at the "
+          "recipe's best rate.\n\n";
+    for (const char* task : {"gpt", "mlp"}) {
+      const std::string table = sweep_table_md(sweep, task);
+      if (table.empty()) continue;
+      md << "### " << (task == std::string("gpt") ? "Character-level GPT" : "Fashion-MNIST MLP") << "\n\n" << table << "\n";
+      if (sweep_widths(sweep, task).size() > 1) {
+        std::vector<std::string> recipes;
+        for (const SweepCurve& c : sweep)
+          if (c.task == task && std::find(recipes.begin(), recipes.end(), c.recipe) == recipes.end()) recipes.push_back(c.recipe);
+        for (const std::string& recipe : recipes)
+          if (auto p = transfer_plot(sweep, task, recipe))
+            md << figure_md(recipe + ": final val bpc against log2 learning rate, one line per d_model (the best rate "
+                                     "transfers across widths when the minima line up)",
+                            add_figure(std::string(task) + "_transfer_" + recipe + ".svg", render(*p)));
+        md << "The recipe tables below show the widest model (d_model " << widths.back()
+           << ") at each recipe's best rate.\n\n";
+      } else if (auto p = sweep_plot(sweep, task))
+        md << figure_md(std::string("Final ") + (task == std::string("gpt") ? "val bpc" : "test accuracy") +
+                            " against log2 learning rate, one line per recipe (unit-scaled recipes dashed)",
+                        add_figure(std::string(task) + "_lr_sweep.svg", render(*p)));
+    }
+  }
   if (any_gpt) {
     md << "## Character-level GPT: recipe by recipe\n\n" << main_table_md(rows) << "\n" << reading_notes(rows) << "\n";
-    md << fp4_section_md(in.runs);
+    md << fp4_section_md(shown);
     md << "### Laid out like the unit-scaling paper (Blake et al. 2023, character LM)\n\n"
        << unit_paper_table_md(rows)
        << "\nPublished numbers are WikiText-103 test bits per character of much larger, longer-trained models "
@@ -115,14 +153,14 @@ ReportFiles write_report(const std::string& dir, const ReportInput& in) {
   if (any_mlp) md << "## Fashion-MNIST MLP\n\n" << mlp_table_md(rows) << "\n";
 
   md << "## Figures\n\n";
-  if (auto p = validation_curves(in.runs, "gpt"))
+  if (auto p = validation_curves(shown, "gpt"))
     md << figure_md("Validation bits per character of every recipe (unit-scaled recipes dashed)",
                     add_figure("val_curves.svg", render(*p)));
-  if (auto p = validation_curves(in.runs, "mlp"))
+  if (auto p = validation_curves(shown, "mlp"))
     md << figure_md("Fashion-MNIST test loss of every recipe", add_figure("mlp_curves.svg", render(*p)));
-  if (auto p = gradient_exponent_plot(in.runs))
+  if (auto p = gradient_exponent_plot(shown))
     md << figure_md("Histogram of gradient exponents against the FP16 and FP8 ranges (Micikevicius et al. 2018): " +
-                        grad_what(in.runs) + "; values left of a band underflow in that format without scaling",
+                        grad_what(shown) + "; values left of a band underflow in that format without scaling",
                     add_figure("grad_exponents.svg", render(*p)));
   else
     md << "Gradient-exponent histogram: not available (it comes from the fp32 GPT run, which did not finish).\n\n";
@@ -131,7 +169,7 @@ ReportFiles write_report(const std::string& dir, const ReportInput& in) {
                     add_figure("scales.svg", in.scale_plot_svg));
   else if (!in.scale_plot_note.empty())
     md << "Per-op scale plot: " << in.scale_plot_note << "\n\n";
-  if (auto p = loss_scale_plot(in.runs))
+  if (auto p = loss_scale_plot(shown))
     md << figure_md("Loss scale over training for the recipes with dynamic loss scaling (fp16-amp)",
                     add_figure("loss_scale.svg", render(*p)));
   else

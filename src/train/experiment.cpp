@@ -195,8 +195,9 @@ struct StudyRuns {
     const RunSpec& spec = plan.runs[i];
     const fs::path final_dir = out / "runs" / spec.id;
     char label[200];
-    std::snprintf(label, sizeof label, "[%zu/%zu] %s %s seed %ld", i + 1, plan.runs.size(), spec.task.c_str(),
-                  spec.recipe.c_str(), static_cast<long>(spec.seed));
+    const std::string rate = spec.swept ? " lr " + report::lr_label(spec.config.lr) : "";
+    std::snprintf(label, sizeof label, "[%zu/%zu] %s %s%s seed %ld", i + 1, plan.runs.size(), spec.task.c_str(), spec.recipe.c_str(),
+                  rate.c_str(), static_cast<long>(spec.seed));
     if (options.resume && spec.available)
       if (auto stored = stored_result(final_dir, spec)) {
         if (log) std::fprintf(log, "%s: finished earlier, kept (--resume)\n", label);
@@ -287,6 +288,7 @@ void finish_report(const ExperimentOptions& options, const ExperimentPlan& plan,
   input.runs = outcome.results;
   input.interrupted = outcome.interrupted;
   if (!options.inspect) input.inspection_note = "Inspector: turned off (--no-inspect).";
+  else if (plan.width_study) input.inspection_note = "Inspector: not run in a width study.";
   else if (!outcome.interrupted) {
     input.inspections = inspect_laggards(options, plan, outcome.results, log);
     if (input.inspections.empty())

@@ -28,18 +28,27 @@ std::string reason_of(const report::RecipeSummary& s, double threshold) {
   return {};
 }
 
+double best_rate(const std::vector<report::SweepCurve>& sweep, const std::string& recipe) {
+  for (const auto& c : sweep)
+    if (c.task == "gpt" && c.recipe == recipe) return c.best_lr;
+  return report::kNaN;
+}
+
 }  // namespace
 
 std::vector<report::InspectorSection> inspect_laggards(const ExperimentOptions& options, const ExperimentPlan& plan,
                                                        const std::vector<report::RunResult>& results, FILE* log) {
   std::vector<report::InspectorSection> sections;
-  for (const report::RecipeSummary& s : report::summarize(results)) {
+  // In a learning-rate sweep each recipe is judged, and inspected, at its best rate.
+  const std::vector<report::SweepCurve> sweep = report::lr_sweep(results);
+  for (const report::RecipeSummary& s : report::summarize(report::at_best_rate(results, sweep))) {
     if (s.task != "gpt" || s.recipe == "fp32" || s.finished == 0) continue;
     const std::string reason = reason_of(s, options.inspect_gap_pct);
     if (reason.empty()) continue;
     const RunSpec* spec = nullptr;
     for (const RunSpec& r : plan.runs)
-      if (!spec && r.task == "gpt" && r.recipe == s.recipe && r.available) spec = &r;
+      if (!spec && r.task == "gpt" && r.recipe == s.recipe && r.available && (!r.swept || best_rate(sweep, s.recipe) == r.config.lr))
+        spec = &r;
     if (!spec) continue;
 
     report::InspectorSection sec;

@@ -31,6 +31,8 @@ const std::vector<std::string> kFp4Recipes = {
     "bf16-amp", "fp8-delayed", "mxfp8", "nvfp4", "mxfp4", "mxfp4-fwd", "nvfp4-naive", "mxfp4-naive",
     "nvfp4/rht=none", "nvfp4/fp4_sr=none", "nvfp4/fp4_weight_2d=false", "nvfp4/bf16_layers=none",
     "nvfp4/rht=deterministic", "nvfp4/fp4_until=0.9"};
+// Hyperparameter transfer across width: the standard model against u-muP.
+const std::vector<std::string> kTransferRecipes = {"fp32", "umup-fp32"};
 const std::vector<std::string> kMlpRecipes = {"fp32", "bf16-amp", "fp16-amp-noscale", "unit-fp8", "scalify-fp8"};
 
 // Learning rates: standard 2^-10; unit 2^-1, the library's unit default (the paper's 2^-6
@@ -44,6 +46,11 @@ struct Preset {
   const std::vector<std::string>* recipes;
   bool all_registered;  // also run registered recipes the list does not name
   std::string note;
+  // A width study (transfer): the GPT at each d_model with heads of head_dim,
+  // each recipe swept over its parametrisation's rates (--lr-sweep spec).
+  std::vector<int64_t> widths = {};
+  int64_t head_dim = 32;
+  std::string sweep_standard = {}, sweep_unit = {};
 };
 
 Preset preset(const std::string& name) {
@@ -65,7 +72,15 @@ Preset preset(const std::string& name) {
             "The fp4 preset trains the reference GPT (the paper preset's model and 350-step budget) with one seed "
             "under the FP4 recipes and nvfp4 with one ingredient removed each (recipe/key=value: the recipe with "
             "that setting)."};
-  throw std::invalid_argument("--preset must be quick, paper or fp4 (got '" + name + "')");
+  if (name == "transfer")
+    return {2, 128, 4, 64, 16, 100 * 16 * 64, 1, 16, 0, 0, 0, 0, &kTransferRecipes, false,
+            "The transfer preset trains a 2-block GPT (T 64, batch 16, heads of 32) at d_model 64, 128, 256 and 512 "
+            "for 100 steps, sweeping the learning rate of the standard model (fp32) and of u-muP (umup-fp32): with "
+            "u-muP the best rate should stay put as the width grows (hyperparameter transfer), with the standard "
+            "parametrisation it moves. One seed and a short budget: the figures show where the minima sit, not "
+            "converged quality.",
+            {64, 128, 256, 512}, 32, "2^-13:2^-6:1", "2^-3:2^2:1"};
+  throw std::invalid_argument("--preset must be quick, paper, fp4 or transfer (got '" + name + "')");
 }
 
 void check_positive(int64_t v, const char* flag) {
@@ -80,7 +95,7 @@ std::vector<std::string> registered_names() {
 
 }  // namespace
 
-std::vector<std::string> preset_names() { return {"quick", "paper", "fp4"}; }
+std::vector<std::string> preset_names() { return {"quick", "paper", "fp4", "transfer"}; }
 
 ExperimentPlan make_plan(const ExperimentOptions& o) {
   const Preset p = preset(o.preset);
@@ -95,6 +110,15 @@ ExperimentPlan make_plan(const ExperimentOptions& o) {
   check_positive(o.threads, "--threads");
   if (o.lr_standard < 0 || o.lr_unit < 0 || !std::isfinite(o.lr_standard) || !std::isfinite(o.lr_unit))
     throw std::invalid_argument("--lr-standard and --lr-unit must be positive numbers");
+  const std::vector<double> sweep = o.lr_sweep.empty() ? std::vector<double>{} : parse_lr_sweep(o.lr_sweep);
+  std::vector<int64_t> widths = o.widths.empty() ? p.widths : o.widths;
+  for (int64_t w : widths)
+    if (w <= 0) throw std::invalid_argument("--widths must be positive (got " + std::to_string(w) + ")");
+  if (!o.widths.empty() && o.d_model > 0) throw std::invalid_argument("--widths and --d-model cannot be combined");
+  if (o.d_model > 0) widths.clear();  // one width, the given one
+  if ((!sweep.empty() || !p.sweep_standard.empty()) && (o.lr_standard > 0 || o.lr_unit > 0))
+    throw std::invalid_argument(std::string(sweep.empty() ? "--preset " + o.preset + " sweeps" : "--lr-sweep sets") +
+                                " every GPT rate: it cannot be combined with --lr-standard or --lr-unit");
   if (o.out.empty()) throw std::invalid_argument("--out must name a directory");
   if (o.inspect_steps < 1) throw std::invalid_argument("--inspect-steps must be >= 1");
   if (!(o.inspect_gap_pct >= 0)) throw std::invalid_argument("--inspect-gap must be a number >= 0");
@@ -180,6 +204,24 @@ ExperimentPlan make_plan(const ExperimentOptions& o) {
                 static_cast<long>(g.steps * per_step), plan.seeds.size(), gpt.lr_standard, gpt.lr_unit,
                 static_cast<long>(g.warmup));
   plan.notes.push_back(buf);
+  if (!sweep.empty()) {
+    std::string rates;
+    for (double lr : sweep) rates += (rates.empty() ? "" : ", ") + report::lr_label(lr);
+    plan.notes.push_back("Learning-rate sweep (--lr-sweep " + o.lr_sweep + "): every GPT recipe trained at each of " +
+                         std::to_string(sweep.size()) + " rates (" + rates +
+                         ") instead of the rates above, minimum rate a tenth of each; MLP recipes at their default rate.");
+  }
+  if (sweep.empty() && !p.sweep_standard.empty())
+    plan.notes.push_back("Learning rates swept per parametrisation: standard recipes " + p.sweep_standard +
+                         ", unit-scaled ones " + p.sweep_unit + " (START:STOP:STEP, step in octaves); minimum rate a "
+                         "tenth of each.");
+  if (!widths.empty()) {
+    std::string w;
+    for (int64_t x : widths) w += (w.empty() ? "" : ", ") + std::to_string(x);
+    plan.notes.push_back("Width study: the GPT at d_model " + w + " (heads of " + std::to_string(p.head_dim) +
+                         "), the other settings as above.");
+    plan.width_study = true;
+  }
   plan.notes.push_back(p.note);
   if (plan.tasks.size() > 1) {
     const TrainConfig& m = plan.tasks[1].base;
@@ -192,33 +234,59 @@ ExperimentPlan make_plan(const ExperimentOptions& o) {
   }
   const std::vector<std::string> registered = registered_names();
   for (const TaskPlan& t : plan.tasks)
-    for (const std::string& recipe : t.recipes)
-      for (int64_t seed : plan.seeds) {
-        RunSpec r;
-        r.task = t.task;
-        r.recipe = recipe;
-        r.seed = seed;
-        r.id = t.task + "-" + recipe + "-s" + std::to_string(seed);
-        r.config = t.base;
-        r.config.recipe = recipe;
+    for (int64_t width : t.task == "gpt" && !widths.empty() ? widths : std::vector<int64_t>{0})
+      for (const std::string& recipe : t.recipes) {
+        RunSpec base;
+        base.task = t.task;
+        base.recipe = recipe;
+        base.config = t.base;
+        base.config.recipe = recipe;
+        std::string name = recipe;
         const size_t slash = recipe.find('/');  // "recipe/key=value": a variant of a registered recipe
         if (slash != std::string::npos) {
-          r.config.recipe = recipe.substr(0, slash);
-          r.config.set.push_back(recipe.substr(slash + 1));
-          r.id = t.task + "-" + r.config.recipe + "-" + recipe.substr(slash + 1) + "-s" + std::to_string(seed);
+          base.config.recipe = recipe.substr(0, slash);
+          base.config.set.push_back(recipe.substr(slash + 1));
+          name = base.config.recipe + "-" + recipe.substr(slash + 1);
         }
-        r.config.seed = seed;
-        r.config.lr = t.lr_standard;
-        if (std::find(registered.begin(), registered.end(), r.config.recipe) == registered.end()) {
-          r.available = false;
-          r.unavailable_reason = "recipe '" + r.config.recipe + "' is not registered in this build";
+        if (width > 0) {  // a width study: the id names the width
+          base.config.d_model = width;
+          base.config.heads = o.heads ? o.heads : std::max<int64_t>(1, width / p.head_dim);
+          validate(base.config);
+          name = "d" + std::to_string(width) + "-" + name;
+        }
+        base.config.lr = t.lr_standard;
+        bool unit = false;
+        if (std::find(registered.begin(), registered.end(), base.config.recipe) == registered.end()) {
+          base.available = false;
+          base.unavailable_reason = "recipe '" + base.config.recipe + "' is not registered in this build";
         } else {
-          const amp::Recipe rec = amp::find_recipe(r.config.recipe);
-          r.parametrisation = amp::parametrisation_name(rec.parametrisation);
-          if (rec.parametrisation == amp::Parametrisation::unit) r.config.lr = t.lr_unit;
+          const amp::Recipe rec = amp::find_recipe(base.config.recipe);
+          base.parametrisation = amp::parametrisation_name(rec.parametrisation);
+          unit = amp::unit_scaled(rec.parametrisation);
+          if (unit) base.config.lr = t.lr_unit;
+          // u-muP's own default unless --lr-unit was given.
+          if (rec.parametrisation == amp::Parametrisation::umup && o.lr_unit == 0) base.config.lr = kUmupDefaultLr;
         }
-        r.config.min_lr = r.config.lr / 10;
-        plan.runs.push_back(std::move(r));
+        // The rates: --lr-sweep's, else the preset's own sweep per parametrisation, else the default.
+        std::vector<double> rates = sweep;
+        if (rates.empty() && t.task == "gpt" && !p.sweep_standard.empty())
+          rates = parse_lr_sweep(unit ? p.sweep_unit : p.sweep_standard);
+        if (t.task != "gpt" || rates.empty()) rates = {0.0};
+        for (double swept_lr : rates)
+          for (int64_t seed : plan.seeds) {
+            RunSpec r = base;
+            r.seed = seed;
+            r.config.seed = seed;
+            r.id = t.task + "-" + name;
+            if (swept_lr > 0) {
+              r.swept = true;
+              r.config.lr = swept_lr;
+              r.id += "-lr" + report::lr_label(swept_lr);
+            }
+            r.id += "-s" + std::to_string(seed);
+            r.config.min_lr = r.config.lr / 10;
+            plan.runs.push_back(std::move(r));
+          }
       }
   return plan;
 }

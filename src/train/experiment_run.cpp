@@ -136,6 +136,7 @@ report::RunResult execute_run(const RunSpec& spec, const std::string& dir, const
   r.seed = spec.seed;
   r.parametrisation = spec.parametrisation;
   r.lr = spec.config.lr;
+  r.d_model = spec.config.d_model;
   r.steps_planned = spec.config.steps;
   if (!spec.available) {
     r.status = "not-available";

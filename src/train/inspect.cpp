@@ -24,7 +24,9 @@ double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock:
 // in every role; the unit model's own settings (--set unit.*) kept.
 TrainConfig shadow_config(const TrainConfig& c, const amp::Recipe& r) {
   TrainConfig s = c;
-  s.recipe = r.parametrisation == amp::Parametrisation::unit ? "unit-fp32" : "fp32";
+  s.recipe = r.parametrisation == amp::Parametrisation::umup ? "umup-fp32"
+             : r.parametrisation == amp::Parametrisation::unit ? "unit-fp32"
+                                                               : "fp32";
   s.opt_level.clear();
   s.loss_scale.clear();
   s.init_scale = 0;

@@ -67,7 +67,11 @@ void apply_precision(nn::Model& model, const amp::Recipe& recipe) {
 nn::UnitConfig unit_config(const TrainConfig& c, const amp::Recipe& recipe) {
   nn::UnitConfig u;
   take_unit_settings(c.set, u);
-  u.enabled = recipe.parametrisation == amp::Parametrisation::unit;
+  u.enabled = amp::unit_scaled(recipe.parametrisation);
+  u.umup = recipe.parametrisation == amp::Parametrisation::umup;
+  if (u.umup && c.model != "gpt")
+    throw std::invalid_argument("--recipe " + recipe.name + ": the u-muP parametrisation is implemented for the GPT "
+                                "only (--model gpt), not for " + c.model);
   return u;
 }
 
@@ -126,9 +130,12 @@ std::vector<std::string> take_unit_settings(const std::vector<std::string>& set,
     else if (key == "tau_mlp") u.tau_mlp = parse_number(kv, value);
     else if (key == "attn_mult") u.attn_mult = parse_number(kv, value);
     else if (key == "loss_mult") u.loss_mult = parse_number(kv, value);
+    else if (key == "residual_mult") u.residual_mult = parse_number(kv, value);
+    else if (key == "residual_attn_ratio") u.residual_attn_ratio = parse_number(kv, value);
     else
       throw std::invalid_argument("--set " + kv + ": unknown unit key '" + key +
-                                  "' (valid: rule_set, constraint, constraint.OP, tau_attn, tau_mlp, attn_mult, loss_mult)");
+                                  "' (valid: rule_set, constraint, constraint.OP, tau_attn, tau_mlp, attn_mult, loss_mult, "
+                                  "residual_mult, residual_attn_ratio)");
     try {
       u.validate();
     } catch (const std::invalid_argument& e) {
@@ -306,7 +313,7 @@ std::unique_ptr<Session> build_session(const TrainConfig& config) {
   const nn::UnitConfig unit = unit_config(c, s->recipe);
   if (unit.enabled && c.lr == TrainConfig{}.lr && c.optimizer != "sgd") {
     // --lr left at its default: the unit default (the standard one is ~8x too small for unit models).
-    c.lr = kUnitDefaultLr;
+    c.lr = unit.umup ? kUmupDefaultLr : kUnitDefaultLr;
     if (config.min_lr < 0) c.min_lr = c.lr / 10;
   }
   if (c.grad_clip < 0) c.grad_clip = unit.enabled ? kUnitGradClip : kStandardGradClip;
@@ -339,6 +346,10 @@ std::unique_ptr<Session> build_session(const TrainConfig& config) {
                                   (s->model->unit().enabled ? "unit-scaled" : "standard") + " model but recipe " +
                                   s->recipe.name + " wants the " + (unit.enabled ? "unit" : "standard") +
                                   " parametrisation");
+    if (s->model->unit().umup != unit.umup)
+      throw std::invalid_argument("--resume " + c.resume + ": the checkpoint holds a " +
+                                  (unit.umup ? "unit-scaled (not u-muP)" : "u-muP") + " model but recipe " +
+                                  s->recipe.name + " wants the " + (unit.umup ? "u-muP" : "unit") + " parametrisation");
   } else {
     s->model = make_model(c, unit);
   }

@@ -35,6 +35,9 @@ void UnitConfig::validate() const {
     throw std::invalid_argument("unit config: residual taus must be finite and >= 0");
   positive(attn_mult, "attn_mult");
   positive(loss_mult, "loss_mult");
+  positive(residual_mult, "residual_mult");
+  positive(residual_attn_ratio, "residual_attn_ratio");
+  if (umup && !enabled) throw std::invalid_argument("unit config: umup needs the unit parametrisation (enabled)");
 }
 
 scaling::Rules UnitConfig::rules(const std::string& op) const {
@@ -54,6 +57,11 @@ std::string UnitConfig::to_json() const {
   j["tau_mlp"] = tau_mlp;
   j["attn_mult"] = attn_mult;
   j["loss_mult"] = loss_mult;
+  if (umup) {  // only then, so unit models' config.json stays as it was
+    j["umup"] = true;
+    j["residual_mult"] = residual_mult;
+    j["residual_attn_ratio"] = residual_attn_ratio;
+  }
   return j.dump();
 }
 
@@ -70,6 +78,9 @@ UnitConfig UnitConfig::from_json(const std::string& text) {
       else if (key == "tau_mlp") u.tau_mlp = value.get<double>();
       else if (key == "attn_mult") u.attn_mult = value.get<double>();
       else if (key == "loss_mult") u.loss_mult = value.get<double>();
+      else if (key == "umup") u.umup = value.get<bool>();
+      else if (key == "residual_mult") u.residual_mult = value.get<double>();
+      else if (key == "residual_attn_ratio") u.residual_attn_ratio = value.get<double>();
       else throw std::invalid_argument("unit config: unknown key '" + key + "'");
     }
   } catch (const nlohmann::json::exception& e) {

@@ -86,12 +86,13 @@ nn::GPTConfig tiny_gpt(const std::string& rule_set) {
   return c;
 }
 
-}  // namespace
 
-TEST(UnitGPT, GradientsAreScaledLossGradients) {
-  for (const char* set : {"library", "paper"}) {
-    SCOPED_TRACE(set);
-    const nn::GPTConfig cfg = tiny_gpt(set);
+// The residual taus of every block: (attention, MLP).
+using Taus = std::vector<std::pair<double, double>>;
+
+// unit_grad(p) = c_loss c_readout c_branch(p) c_leaf(p) d(sum of losses)/dp, checked by central differences.
+void check_unit_gpt_gradients(const nn::GPTConfig& cfg, const Taus& taus) {
+  {
     nn::GPT m(cfg);
     const int64_t B = 2, T = 8, N = B * T, C = cfg.d_model, V = cfg.vocab;
     const nn::Batch batch = token_batch(B, T, V, 3);
@@ -119,14 +120,76 @@ TEST(UnitGPT, GradientsAreScaledLossGradients) {
         leaf = us::linear(C, C, N, lin).bwd[2];  // biases are added after the forward scale
       }
       double branch = 1;
+      const size_t layer = p.name.rfind("transformer.h.", 0) == 0 ? std::stoul(p.name.substr(14)) : 0;
       if (p.name.find(".ln_1.") != std::string::npos || p.name.find(".attn.") != std::string::npos)
-        branch = 1.0 / us::residual(cfg.unit.tau_attn).branch;
+        branch = 1.0 / us::residual(taus.at(layer).first).branch;
       if (p.name.find(".ln_2.") != std::string::npos || p.name.find(".mlp.") != std::string::npos)
-        branch = 1.0 / us::residual(cfg.unit.tau_mlp).branch;
+        branch = 1.0 / us::residual(taus.at(layer).second).branch;
       return c_loss * c_ro * branch * leaf;
     };
     check_against_fd(m, batch, factor, count);
   }
+}
+
+}  // namespace
+
+TEST(UnitGPT, GradientsAreScaledLossGradients) {
+  for (const char* set : {"library", "paper"}) {
+    SCOPED_TRACE(set);
+    const nn::GPTConfig cfg = tiny_gpt(set);
+    check_unit_gpt_gradients(cfg, Taus(2, {cfg.unit.tau_attn, cfg.unit.tau_mlp}));
+  }
+}
+
+// u-muP: no norm parameters, and block l's taus are u-muP's depth rule for
+// residuals 2l and 2l+1 of 2L (scaling::transformer_residual_tau, checked
+// against the library's goldens in scaling_test_unit_golden).
+TEST(UmupGPT, GradientsAreScaledLossGradientsWithDepthTaus) {
+  for (const auto& [mult, ratio] : {std::pair{1.0, 1.0}, std::pair{2.0, 0.5}}) {
+    nn::GPTConfig cfg = tiny_gpt("library");
+    cfg.unit.umup = true;
+    cfg.unit.residual_mult = mult;
+    cfg.unit.residual_attn_ratio = ratio;
+    Taus taus;
+    for (int l = 0; l < 2; ++l)
+      taus.emplace_back(us::transformer_residual_tau(2 * l, 4, mult, ratio), us::transformer_residual_tau(2 * l + 1, 4, mult, ratio));
+    ASSERT_NE(taus[0].first, taus[1].first);  // the taus do depend on depth
+    check_unit_gpt_gradients(cfg, taus);
+  }
+}
+
+// One block: the u-muP GPT computes exactly what the unit GPT does with its
+// two taus set to the depth rule's and the norms at their initial gain 1 and
+// shift 0, from the same random draws; only the norm parameters are gone.
+TEST(UmupGPT, EqualsTheUnitGPTWithThoseTausAndFixedNorms) {
+  nn::GPTConfig u = tiny_gpt("library");
+  u.layers = 1;
+  nn::GPTConfig m = u;
+  m.unit.umup = true;
+  u.unit.tau_attn = us::transformer_residual_tau(0, 2);
+  u.unit.tau_mlp = us::transformer_residual_tau(1, 2);
+  nn::GPT unit(u), umup(m);
+  const nn::Batch batch = token_batch(2, 8, u.vocab, 3);
+  EXPECT_EQ(umup.evaluate(batch).sum, unit.evaluate(batch).sum);
+  const auto a = unit.logits(batch.inputs).to_vector(), b = umup.logits(batch.inputs).to_vector();
+  EXPECT_EQ(a, b);
+  int64_t norms = 0;
+  for (nn::Parameter* p : unit.parameters()) norms += p->name.find("ln_") != std::string::npos ? p->value.numel() : 0;
+  EXPECT_EQ(norms, 3 * 2 * u.d_model);  // ln_1, ln_2, ln_f: gain and shift
+  EXPECT_EQ(umup.parameter_count() + norms, unit.parameter_count());
+  for (nn::Parameter* p : umup.parameters()) EXPECT_EQ(p->name.find("ln_"), std::string::npos) << p->name;
+  // config.json says umup and reads back as such.
+  const nn::GPTConfig back = nn::GPTConfig::from_json(m.to_json());
+  EXPECT_TRUE(back.unit.enabled);
+  EXPECT_TRUE(back.unit.umup);
+  EXPECT_NE(m.to_json().find("\"parametrisation\": \"umup\""), std::string::npos) << m.to_json();
+  EXPECT_EQ(u.to_json().find("umup"), std::string::npos);  // unit models' config.json unchanged
+  nn::GPTConfig bad = m;
+  bad.unit.enabled = false;
+  EXPECT_THROW(bad.validate(), std::invalid_argument);
+  bad = m;
+  bad.unit.residual_mult = 0;
+  EXPECT_THROW(bad.validate(), std::invalid_argument);
 }
 
 TEST(UnitGPT, ConfigRoundTripsAndInitIsUnit) {
@@ -167,7 +230,8 @@ TEST(UnitMLP, GradientsAreScaledLossGradients) {
   std::normal_distribution<double> nd;
   nn::Batch batch{Tensor::empty({B, c.inputs}), Tensor::empty({B}, DType::i32)};
   for (int64_t i = 0; i < B * c.inputs; ++i) batch.inputs.f32()[i] = static_cast<float>(nd(g));
-  for (int64_t i = 0; i < B; ++i) batch.targets.data<int32_t>()[i] = static_cast<int32_t>(i % c.classes);
+  for (int64_t i = 0; i < B; ++i)
+    batch.targets.data<int32_t>()[i] = static_cast<int32_t>(i % c.classes);
   const us::Rules lin = c.unit.rules("linear");
   const us::LossScales ce = us::cross_entropy(c.classes, B);
   const us::Scales ro = us::linear_readout(9, c.classes, B, c.unit.rules("readout"));
@@ -175,7 +239,8 @@ TEST(UnitMLP, GradientsAreScaledLossGradients) {
     const bool last = p.name.rfind("layers.2.", 0) == 0;
     const double top = ce.bwd[0] * (last ? 1.0 : ro.bwd[0] / ro.fwd);
     if (last) return top * (p.value.ndim() == 2 ? ro.bwd[1] / ro.fwd : ro.bwd[2]);
-    const int64_t fi = p.name.rfind("layers.0.", 0) == 0 ? 12 : 10, fo = p.name.rfind("layers.0.", 0) == 0 ? 10 : 9;
+    const int64_t fi = p.name.rfind("layers.0.", 0) == 0 ? 12 : 10,
+                  fo = p.name.rfind("layers.0.", 0) == 0 ? 10 : 9;
     const us::Scales s = us::linear(fi, fo, B, lin);
     return top * (p.value.ndim() == 2 ? s.bwd[1] / s.fwd : s.bwd[2]);
   };
@@ -185,13 +250,15 @@ TEST(UnitMLP, GradientsAreScaledLossGradients) {
 // A tiny unit GPT trains through the whole session path (unit LR rules,
 // independent weight decay, unit default learning rate).
 TEST(UnitGPT, TrainsAndLossFalls) {
-  const auto dir = std::filesystem::temp_directory_path() / ("mantissa_unit_gpt_" + std::to_string(::getpid()));
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("mantissa_unit_gpt_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   const auto path = dir / "text.txt";
   {
     std::ofstream f(path);
     std::mt19937_64 g(4);
-    const char* words[] = {"the ", "cat ", "sat ", "on ", "a ", "mat ", "and ", "dog ", "ran ", "far. "};
+    const char* words[] = {"the ", "cat ", "sat ", "on ",  "a ",
+                           "mat ", "and ", "dog ", "ran ", "far. "};
     for (int i = 0; i < 6000; ++i) f << words[g() % 10];
   }
   train::TrainConfig c;
@@ -204,37 +271,46 @@ TEST(UnitGPT, TrainsAndLossFalls) {
   c.steps = 40;
   c.warmup = 5;
   c.eval_batches = 2;
-  c.recipe = "unit-fp32";
   c.data = path.string();
-  auto s = train::build_session(c);
-  EXPECT_DOUBLE_EQ(s->config.lr, train::kUnitDefaultLr);
-  // Adam rule: hidden weights lr x depth^-1/2 x fan_in^-1/2; the readout x1.
-  // Biases: depth^-1/2 x the linear's forward scale fan_in^-1/2 (the library
-  // scales the bias with the output; ours is added after the GEMM alpha).
-  const auto params = s->model->parameters();
-  int checked = 0;
-  for (size_t i = 0; i < params.size(); ++i) {
-    const std::string& n = params[i]->name;
-    double want = -1;
-    if (n == "transformer.h.0.attn.c_attn.weight") want = 1.0 / std::sqrt(2.0) / std::sqrt(32.0);
-    if (n == "transformer.h.1.attn.c_attn.bias") want = 1.0 / std::sqrt(2.0) / std::sqrt(32.0);
-    if (n == "transformer.h.0.mlp.c_proj.bias") want = 1.0 / std::sqrt(2.0) / std::sqrt(128.0);  // fan_in 4C
-    if (n == "transformer.h.0.ln_1.bias") want = 1.0 / std::sqrt(2.0);                         // norms: depth only
-    if (n == "transformer.wte.weight") want = 1.0 / std::sqrt(32.0);                             // fan_in = width
-    if (n == "lm_head.weight") want = 1.0;
-    if (want < 0) continue;
-    EXPECT_DOUBLE_EQ(s->optimizer->lr_multiplier(i), want) << n;
-    ++checked;
+  for (const char* recipe : {"unit-fp32", "umup-fp32"}) {
+    SCOPED_TRACE(recipe);
+    const bool umup = recipe == std::string("umup-fp32");
+    c.recipe = recipe;
+    auto s = train::build_session(c);
+    EXPECT_DOUBLE_EQ(s->config.lr, umup ? train::kUmupDefaultLr : train::kUnitDefaultLr);
+    EXPECT_EQ(static_cast<nn::GPT&>(*s->model).config().unit.umup, umup);
+    // Adam rule: hidden weights lr x depth^-1/2 x fan_in^-1/2; the readout x1.
+    // Biases: depth^-1/2 x the linear's forward scale fan_in^-1/2 (the library
+    // scales the bias with the output; ours is added after the GEMM alpha).
+    const auto params = s->model->parameters();
+    int checked = 0;
+    for (size_t i = 0; i < params.size(); ++i) {
+      const std::string& n = params[i]->name;
+      double want = -1;
+      if (n == "transformer.h.0.attn.c_attn.weight") want = 1.0 / std::sqrt(2.0) / std::sqrt(32.0);
+      if (n == "transformer.h.1.attn.c_attn.bias") want = 1.0 / std::sqrt(2.0) / std::sqrt(32.0);
+      if (n == "transformer.h.0.mlp.c_proj.bias")
+        want = 1.0 / std::sqrt(2.0) / std::sqrt(128.0);                   // fan_in 4C
+      if (n == "transformer.h.0.ln_1.bias") want = 1.0 / std::sqrt(2.0);  // norms: depth only
+      if (n == "transformer.wte.weight") want = 1.0 / std::sqrt(32.0);    // fan_in = width
+      if (n == "lm_head.weight") want = 1.0;
+      if (want < 0) continue;
+      EXPECT_DOUBLE_EQ(s->optimizer->lr_multiplier(i), want) << n;
+      ++checked;
+    }
+    EXPECT_EQ(checked, umup ? 5 : 6);  // u-muP has no ln_1.bias
+    double first = 0, last = 0;
+    for (int64_t k = 0; k < c.steps; ++k) {
+      const double l = s->trainer->train_step().loss;
+      ASSERT_TRUE(std::isfinite(l));
+      if (k == 0) first = l;
+      last = l;
+    }
+    EXPECT_NEAR(first, std::log(256.0), 0.2);  // unit logits at init are near uniform
+    EXPECT_LT(last, first - 1.5) << "first " << first << " last " << last;
   }
-  EXPECT_EQ(checked, 6);
-  double first = 0, last = 0;
-  for (int64_t k = 0; k < c.steps; ++k) {
-    const double l = s->trainer->train_step().loss;
-    ASSERT_TRUE(std::isfinite(l));
-    if (k == 0) first = l;
-    last = l;
-  }
-  EXPECT_NEAR(first, std::log(256.0), 0.2);  // unit logits at init are near uniform
-  EXPECT_LT(last, first - 1.5) << "first " << first << " last " << last;
+  c.recipe = "umup-fp32";
+  c.model = "llama";
+  EXPECT_THROW(train::build_session(c), std::invalid_argument);  // u-muP: GPT only
   std::filesystem::remove_all(dir);
 }

@@ -79,6 +79,10 @@ class LlamaRecipes : public ::testing::Test {
 TEST_F(LlamaRecipes, EveryRecipeTrainsWithItsCasts) {
   for (const amp::Recipe& r : amp::recipes()) {
     SCOPED_TRACE(r.name);
+    if (r.parametrisation == amp::Parametrisation::umup) {  // u-muP: the GPT only, refused by name
+      EXPECT_THROW(train::build_session(tiny(r.name)), std::invalid_argument);
+      continue;
+    }
     auto s = train::build_session(tiny(r.name));
     ASSERT_EQ(s->model->kind(), "llama");
     EXPECT_EQ(static_cast<nn::Llama&>(*s->model).config().unit.enabled, r.parametrisation == amp::Parametrisation::unit);

@@ -16,7 +16,13 @@
 
 namespace mantissa::amp {
 
-enum class Parametrisation : uint8_t { standard, unit };
+// unit: unit scaling (Blake et al. 2023) with the library's rules; umup: u-muP
+// (Blake et al. 2025) on top, i.e. non-parametric norms and depth-dependent
+// residual taus (unit/config.hpp).
+enum class Parametrisation : uint8_t { standard, unit, umup };
+// Whether the model is unit-scaled (unit or umup): no loss scaling needed,
+// the unit learning rate and no gradient clipping by default.
+inline bool unit_scaled(Parametrisation p) { return p != Parametrisation::standard; }
 enum class ScalingMethod : uint8_t { none, static_scale, dynamic };
 enum class WeightRounding : uint8_t { nearest, stochastic };
 using scaling::CastScaling;  // scaling/cast_scaling.hpp

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "mantissa/autograd/tape.hpp"
@@ -78,11 +79,16 @@ class GPT : public Model {
   autograd::Var block(autograd::Tape& tape, const Block& b, autograd::Var x, size_t layer);
   autograd::Var unit_block(autograd::Tape& tape, const Block& b, const autograd::Var& x, size_t layer);
   autograd::Var unit_forward(autograd::Tape& tape, const Tensor& ids);
+  // Unit layer norm with the gain and shift w, b (u-muP: null, the constants).
+  autograd::Var unit_norm(autograd::Tape& tape, const autograd::Var& x, Parameter* w, Parameter* b);
+  // Residual taus of block `layer`: (attention, MLP).
+  std::pair<double, double> residual_taus(size_t layer) const;
   void check_batch(const Batch& batch) const;
 
   GPTConfig config_;
   Parameter *wte_ = nullptr, *wpe_ = nullptr, *lnf_w_ = nullptr, *lnf_b_ = nullptr;
   Parameter* lm_head_ = nullptr;  // unit only (the standard head is tied to wte)
+  Tensor norm_gain_, norm_shift_;  // u-muP's non-parametric norms: constant 1 and 0 [C]
   std::vector<Block> blocks_;
   uint64_t passes_ = 0;  // dropout stream: one per training forward
 };

@@ -42,6 +42,7 @@ struct RunResult {
   std::string error;  // why, for not-available and failed
   std::string parametrisation = "standard";
   double lr = kNaN;
+  int64_t d_model = 0;        // model width (0: unknown); a study over widths compares per width
   int64_t steps = 0;          // done
   int64_t steps_planned = 0;
   int64_t tokens = 0;         // tokens (gpt) or examples (mlp) trained on
@@ -99,6 +100,42 @@ struct RecipeSummary {
 // Rows in first-appearance order of (task, recipe) in `runs`; the reference
 // recipe (fp32) of each task gives the gap column.
 std::vector<RecipeSummary> summarize(const std::vector<RunResult>& runs, const std::string& reference = "fp32");
+
+// ---- learning-rate sweeps ------------------------------------------------------
+// A study that trains each recipe at several learning rates (`experiment
+// --lr-sweep`) reports each recipe at its own best rate, as the unit-scaling
+// paper did. Rates are the runs' `lr`; a (task, recipe) with one rate is no sweep.
+struct SweepPoint {
+  double lr = kNaN;
+  int runs = 0, finished = 0, diverged = 0;  // seeds at this rate
+  MeanStd metric;  // gpt: val_bpc; mlp: accuracy in % — over seeds that did not diverge
+};
+struct SweepCurve {
+  std::string task, recipe;
+  int64_t d_model = 0;  // runs of different widths make different curves
+  std::vector<SweepPoint> points;  // ascending lr
+  // The best rate: lowest mean val bpc (highest accuracy) among rates where
+  // every seed finished without diverging; NaN when there is none.
+  double best_lr = kNaN;
+  MeanStd best;
+  bool best_at_edge = false;   // the best rate is the sweep's smallest or largest: widen it
+  double gap_pct = kNaN;       // as RecipeSummary::gap_pct, both recipes at their best rate
+};
+// Curves in first-appearance order of (task, recipe, d_model); the reference
+// recipe of each task at the same width gives the gap.
+std::vector<SweepCurve> lr_sweep(const std::vector<RunResult>& runs, const std::string& reference = "fp32");
+// True when some (task, recipe) was trained at more than one rate.
+bool is_sweep(const std::vector<SweepCurve>& curves);
+// The runs at their recipe's best rate (recipes without one keep all runs):
+// what the recipe tables show in a sweep.
+std::vector<RunResult> at_best_rate(const std::vector<RunResult>& runs, const std::vector<SweepCurve>& curves);
+// "2^-10" for powers of two, else the shortest round-trip decimal ("0.003").
+std::string lr_label(double lr);
+// | recipe | best lr | val bpc (or accuracy) at it | gap to fp32 at fp32's best | val per rate tried ...
+// (with a d_model column when the task's curves have several widths).
+std::string sweep_table_md(const std::vector<SweepCurve>& curves, const std::string& task);
+// The widths of the task's curves, ascending (one entry: no width study).
+std::vector<int64_t> sweep_widths(const std::vector<SweepCurve>& curves, const std::string& task);
 
 // ---- the report ---------------------------------------------------------------
 // `mantissa inspect` on one recipe that diverged or fell behind fp32: its

@@ -31,7 +31,7 @@ struct TaskPlan {
 };
 
 struct ExperimentOptions {
-  std::string preset = "quick";      // quick | paper
+  std::string preset = "quick";      // quick | paper | fp4 | transfer
   std::string model = "gpt";         // the text task's model: gpt | llama (same sizes)
   std::vector<std::string> recipes;  // GPT recipes; empty: the preset's
   std::vector<std::string> mlp_recipes;  // empty: the preset's; "none": no MLP runs
@@ -46,6 +46,12 @@ struct ExperimentOptions {
   int64_t layers = 0, d_model = 0, heads = 0, seq_len = 0, batch_size = 0;
   int64_t mlp_steps = 0;
   double lr_standard = 0, lr_unit = 0;  // GPT learning rates; 0: the preset's
+  // Non-empty: train every GPT recipe at each rate of this sweep
+  // (parse_lr_sweep) instead of its parametrisation's default rate.
+  std::string lr_sweep;
+  // A width study (--preset transfer's d_model 64..512 by default): the GPT
+  // at each width, run ids named by it. Empty: the preset's.
+  std::vector<int64_t> widths;
   std::string command;  // the command line, for the report
   // The inspector section: after the runs, `inspect` for a few steps on each
   // GPT recipe that diverged or whose val bpc is more than inspect_gap_pct %
@@ -63,6 +69,7 @@ struct RunSpec {
   bool available = true;
   std::string unavailable_reason;
   std::string parametrisation = "standard";
+  bool swept = false;  // one rate of an --lr-sweep (the id names the rate)
 };
 
 struct ExperimentPlan {
@@ -71,7 +78,15 @@ struct ExperimentPlan {
   std::vector<int64_t> seeds;
   std::vector<RunSpec> runs;        // in execution order: GPT runs first
   std::vector<std::string> notes;   // shown in the report (e.g. quick's smaller model)
+  bool width_study = false;         // GPT runs at several d_model (ids carry "-d<width>")
 };
+
+// The learning rates of an --lr-sweep spec: "START:STOP:STEP" (STEP in
+// octaves, STOP included when the steps land on it; START and STOP as 2^E or
+// decimals: "2^-12:2^1:1" is 2^-12, 2^-11, ..., 2^1, "1e-3:4e-3:0.5" is 1e-3,
+// 1e-3 x 2^0.5, ...), or a comma-separated list of rates. Ascending, at most
+// 64 rates; throws std::invalid_argument naming --lr-sweep otherwise.
+std::vector<double> parse_lr_sweep(const std::string& spec);
 
 // The preset names and their recipe lists (for --help and tests).
 std::vector<std::string> preset_names();

@@ -21,6 +21,12 @@ struct UnitConfig {
   double tau_mlp = 0.5;    // residual tau of every other branch
   double attn_mult = 1.0;  // u-muP attention logit multiplier (logits x mult / d_head)
   double loss_mult = 1.0;  // cross-entropy `mult` on the logits
+  // u-muP (Blake et al. 2025): non-parametric norms (no gains or shifts) and
+  // the depth-dependent residual taus of scaling::transformer_residual_tau
+  // (residual_mult, residual_attn_ratio) in place of tau_attn / tau_mlp.
+  bool umup = false;
+  double residual_mult = 1.0;
+  double residual_attn_ratio = 1.0;
 
   // Throws std::invalid_argument naming the field and the valid values.
   void validate() const;

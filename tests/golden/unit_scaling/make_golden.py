@@ -6,7 +6,7 @@ For fixed small float64 inputs, every op of `unit_scaling.functional` is run
 forward and backward (with a fixed output gradient) and its output and input
 gradients are written to one JSON file per case next to this script; the
 optimizer learning-rate rules and the transformer residual rule are written
-to optim.json. tests/scaling/test_unit_golden.cpp applies mantissa's rules to
+to optim.json; a whole u-muP GPT (loss and gradients) to models/umup_gpt.json. tests/scaling/test_unit_golden.cpp applies mantissa's rules to
 a float64 reference of each op and compares.
 
 Environment (what works on this machine, Debian 12): unit-scaling 0.3.5
@@ -161,6 +161,77 @@ def main():
                      "tau": [rule(i, layers) for i in range(layers)]})
     write("optim", {"lr": cases, "transformer_residual": taus,
                     "auto_tau": {"self_attention": 0.01, "other": 0.5}})
+
+    umup_gpt()
+
+
+def umup_gpt():
+    """A whole u-muP GPT (mantissa's `parametrisation=umup`: GPT-2 layout,
+    non-parametric LayerNorms, depth-dependent residual taus, u-muP attention
+    and readout, unit cross-entropy) composed from the package's functional
+    ops: loss and every parameter gradient at one batch. Weights in
+    mantissa's layout (Conv1D [in, out]), rounded to float32 so that the
+    float32 model holds exactly these values; biases 0 as at initialisation
+    (mantissa adds a bias after the linear's forward scale, the package
+    before it: the two agree while biases are 0). Written to
+    models/umup_gpt.json (tests/nn/test_umup_golden.cpp)."""
+    torch.manual_seed(2025)
+    V, T, C, H, L, B = 16, 8, 16, 2, 2, 2
+    mult, ratio, attn_mult = 2.0, 0.5, 1.0
+    rule = transformer_residual_scaling_rule(mult, ratio)
+
+    def leaf(*shape, zero=False):
+        t = torch.zeros(*shape, dtype=torch.float64) if zero else torch.randn(*shape).double()  # float32 values
+        return t.requires_grad_()
+
+    P = {"transformer.wte.weight": leaf(V, C), "transformer.wpe.weight": leaf(T, C)}
+    for i in range(L):
+        h = f"transformer.h.{i}."
+        for name, shape in [("attn.c_attn", (C, 3 * C)), ("attn.c_proj", (C, C)), ("mlp.c_fc", (C, 4 * C)),
+                            ("mlp.c_proj", (4 * C, C))]:
+            P[h + name + ".weight"] = leaf(*shape)
+            P[h + name + ".bias"] = leaf(shape[1], zero=True)
+    P["lm_head.weight"] = leaf(V, C)
+    ids = torch.randint(0, V, (B, T))
+    targets = torch.randint(0, V, (B, T))
+
+    def lin(x, name):  # mantissa's Conv1D weight [in, out] is the transpose of torch's
+        return U.linear(x, P[name + ".weight"].t(), P[name + ".bias"], constraint="to_output_scale")
+
+    def norm(x):
+        return U.layer_norm(x, (C,), None, None)
+
+    tok = U.embedding(ids, P["transformer.wte.weight"])
+    pos = U.embedding(torch.arange(T).expand(B, T), P["transformer.wpe.weight"])
+    x = U.add(tok, pos, constraint="to_output_scale")
+    for i in range(L):
+        h = f"transformer.h.{i}."
+        tau = rule(2 * i, 2 * L)
+        branch, skip = U.residual_split(x, tau)
+        q, k, v = lin(norm(branch), h + "attn.c_attn").split(C, dim=-1)
+        heads = [t.reshape(B, T, H, C // H).transpose(1, 2) for t in (q, k, v)]
+        a = U.scaled_dot_product_attention(*heads, is_causal=True, mult=attn_mult)
+        y = lin(a.transpose(1, 2).reshape(B, T, C), h + "attn.c_proj")
+        x = U.residual_add(y, skip, tau)
+        tau = rule(2 * i + 1, 2 * L)
+        branch, skip = U.residual_split(x, tau)
+        f = U.gelu(lin(norm(branch), h + "mlp.c_fc"), mult=1.0, approximate="tanh")
+        x = U.residual_add(lin(f, h + "mlp.c_proj"), skip, tau)
+    logits = U.linear_readout(norm(x).reshape(B * T, C), P["lm_head.weight"], None)
+    loss = U.cross_entropy(logits, targets.reshape(-1), reduction="mean")
+    loss.backward()
+    case = {"op": "umup_gpt", "package": "unit-scaling " + uu.__version__,
+            "config": {"vocab": V, "context": T, "d_model": C, "heads": H, "layers": L, "batch": B,
+                       "residual_mult": mult, "residual_attn_ratio": ratio, "attn_mult": attn_mult},
+            "ids": ids.reshape(-1).tolist(), "targets": targets.reshape(-1).tolist(),
+            "loss_sum": float(loss) * B * T,
+            "params": {k: flat(v) for k, v in P.items()}, "grads": {k: flat(v.grad) for k, v in P.items()}}
+    os.makedirs(os.path.join(OUT, "models"), exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=OUT, suffix=".tmp")
+    with os.fdopen(fd, "w") as f:
+        json.dump(case, f, separators=(",", ":"))
+        f.write("\n")
+    os.replace(tmp, os.path.join(OUT, "models", "umup_gpt.json"))
 
 
 if __name__ == "__main__":

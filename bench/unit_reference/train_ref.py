@@ -208,6 +208,7 @@ def main():
     ap.add_argument("--data", default=".cache/data/austen.txt")
     ap.add_argument("--steps", type=int, default=1000)
     ap.add_argument("--warmup", type=int, default=50)
+    ap.add_argument("--stop-after", type=int, default=0, help="stop after N steps; the schedule still spans --steps")
     ap.add_argument("--eval-every", type=int, default=100)
     ap.add_argument("--eval-batches", type=int, default=16)
     ap.add_argument("--seed", type=int, default=1337)
@@ -228,7 +229,7 @@ def main():
                     help="multiply the lr of one parameter group (embedding, weight, proj, norm, bias, readout)")
     ap.add_argument("--out", default="")
     args = ap.parse_args()
-    for name in ("steps", "eval_batches", "layers", "d_model", "heads", "seq_len", "batch_size", "threads"):
+    for name in ("steps", "eval_every", "eval_batches", "layers", "d_model", "heads", "seq_len", "batch_size", "threads"):
         if getattr(args, name) <= 0:
             ap.error(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}")
     if args.d_model % args.heads:
@@ -270,11 +271,12 @@ def main():
             out.write(line + "\n")
             out.flush()
 
-    for step in range(1, args.steps + 1):
+    last = min(args.steps, args.stop_after) if args.stop_after > 0 else args.steps
+    for step in range(1, last + 1):
         starts = gen.integers(0, len(train) - T, size=B)
         idx = torch.stack([train[s: s + T] for s in starts])
         tgt = torch.stack([train[s + 1: s + T + 1] for s in starts])
-        evaluate = step % args.eval_every == 0 or step == args.steps
+        evaluate = step % args.eval_every == 0 or step == last
         before = [p.detach().clone() for p in model.parameters()] if evaluate else None
         opt.zero_grad(set_to_none=True)
         loss = model.loss(idx, tgt)

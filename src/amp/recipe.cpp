@@ -1,4 +1,4 @@
-// The recipe registry and the built-in recipes of issue 4. Settings are
+// The recipe registry and the built-in recipes. Settings are
 // orthogonal: a recipe is data, and every consumer (trainer, model policy,
 // master weights, loss scaler) reads only the fields it cares about.
 #include "mantissa/amp/recipe.hpp"
@@ -44,7 +44,7 @@ Recipe pure_recipe(std::string name, const std::string& low, std::string descrip
 
 // FP8 casts at every matrix product on top of bf16 mixed precision: the
 // products run on the exact bf16 path, everything else as in bf16-amp except
-// the activations kept for backward, which stay in 1 byte (issue 6 item 4):
+// the activations kept for backward, which stay in 1 byte:
 // the products keep their operands' codes, the other ops (layer norm, GELU,
 // attention) e4m3fn copies with a per-tensor scale (COAT and DeepSeek-V3
 // also cache non-linear inputs in FP8).
@@ -57,7 +57,7 @@ Recipe fp8_recipe(std::string name, CastScaling scaling, const char* bwd, std::s
   return r;
 }
 
-// Unit scaling (issue 5): the unit-scaled model keeps tensors near scale 1,
+// Unit scaling: the unit-scaled model keeps tensors near scale 1,
 // so no loss scaling anywhere.
 void add_unit_recipes(std::vector<Recipe>& v) {
   Recipe u32 = make("unit-fp32", "unit-scaled model in fp32");
@@ -96,7 +96,7 @@ void add_unit_recipes(std::vector<Recipe>& v) {
   v.push_back(m8);
 }
 
-// Production FP8 (issue 6 item 4; BRIEF section 6) and the unscaled baseline.
+// Production FP8 and the unscaled baseline.
 void add_fp8_recipes(std::vector<Recipe>& v) {
   v.push_back(fp8_recipe("fp8-noscale", CastScaling::unit, "e5m2",
                          "standard model with unit-fp8's casts (e4m3fn forward, e5m2 backward, scale 1): what unit "
@@ -119,7 +119,7 @@ void add_fp8_recipes(std::vector<Recipe>& v) {
                          "scales (DeepSeek-V3)"));
 }
 
-// Scale propagation (issue 6 item 3; BRIEF section 5): scales travel with
+// Scale propagation: scales travel with
 // the tensors, so the casts need no loss scaling.
 void add_scalify_recipes(std::vector<Recipe>& v) {
   auto scalify = [](std::string name, const char* fwd, const char* bwd, std::string description) {

@@ -12,26 +12,13 @@
 #include "mantissa/train/checkpoint.hpp"
 #include "mantissa/io/files.hpp"
 #include "mantissa/nn/mlp.hpp"
+#include "temp_dir.hpp"
 
 namespace fs = std::filesystem;
 namespace io = mantissa::io;
 namespace nn = mantissa::nn;
 
 namespace {
-
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    char tmpl[] = "/tmp/mantissa_safety_XXXXXX";
-    path = mkdtemp(tmpl);
-  }
-  ~TempDir() { fs::remove_all(path); }
-  std::string operator/(const std::string& name) const { return (path / name).string(); }
-  void write(const std::string& name, const std::string& bytes) const {
-    fs::create_directories((path / name).parent_path());
-    std::ofstream(path / name, std::ios::binary) << bytes;
-  }
-};
 
 std::string error_of(const std::function<void()>& f) {
   try {
@@ -53,7 +40,7 @@ nn::MLP tiny_mlp() {
 }  // namespace
 
 TEST(WriteFileAtomic, ReplacesALinkInsteadOfWritingThroughIt) {
-  TempDir d;
+  TempDir d("safety");
   d.write("victim", "someone else's\n");
   fs::create_symlink(d / "victim", d / "out");
   // The fixed temporary name older versions used, planted as a link too.
@@ -70,7 +57,7 @@ TEST(WriteFileAtomic, ReplacesALinkInsteadOfWritingThroughIt) {
 }
 
 TEST(WriteFileAtomic, ConcurrentWritersOfOnePathNeverMixTheirBytes) {
-  TempDir d;
+  TempDir d("safety");
   const std::string a(100000, 'a'), b(70000, 'b');
   std::thread ta([&] { for (int i = 0; i < 30; ++i) io::write_file_atomic(d / "f", a); });
   std::thread tb([&] { for (int i = 0; i < 30; ++i) io::write_file_atomic(d / "f", b); });
@@ -81,7 +68,7 @@ TEST(WriteFileAtomic, ConcurrentWritersOfOnePathNeverMixTheirBytes) {
 }
 
 TEST(FileSafety, ReplaceableFilesAreMantissasOwnOnly) {
-  TempDir d;
+  TempDir d("safety");
   d.write("mine.jsonl", "{\"run\":{}}\n");
   d.write("theirs.txt", "{\"ru");
   fs::create_symlink(d / "mine.jsonl", d / "link");
@@ -107,7 +94,7 @@ TEST(FileSafety, ReplaceableFilesAreMantissasOwnOnly) {
 }
 
 TEST(CheckpointSafety, SaveRefusesWhatIsNotACheckpointAndLeavesItIntact) {
-  TempDir d;
+  TempDir d("safety");
   nn::MLP m = tiny_mlp();
   d.write("user/a.txt", "a");
   d.write("file.txt", "f");
@@ -128,7 +115,7 @@ TEST(CheckpointSafety, SaveRefusesWhatIsNotACheckpointAndLeavesItIntact) {
 }
 
 TEST(CheckpointSafety, CleanupTouchesOnlyMarkedDirectoriesAndOwnFileNames) {
-  TempDir d;
+  TempDir d("safety");
   nn::MLP m = tiny_mlp();
   d.write("ck.tmp-user/model.safetensors", "user's file with a checkpoint name");
   d.write("ck.old-user/config.json", "user's");
@@ -156,7 +143,7 @@ TEST(CheckpointSafety, CleanupTouchesOnlyMarkedDirectoriesAndOwnFileNames) {
 }
 
 TEST(CheckpointSafety, ManifestNamesOnlyCheckpointFiles) {
-  TempDir d;
+  TempDir d("safety");
   nn::MLP m = tiny_mlp();
   io::save_checkpoint(d / "ck", m, nullptr, "{}");
   const auto good = nlohmann::json::parse(io::read_file(d / "ck/COMPLETE"));

@@ -9,24 +9,12 @@
 
 #include "mantissa/train/experiment.hpp"
 #include "train/cli_util.hpp"
+#include "temp_dir.hpp"
 
 namespace fs = std::filesystem;
 using mantissa::train::git_head;
 
 namespace {
-
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    char tmpl[] = "/tmp/mantissa_git_XXXXXX";
-    path = mkdtemp(tmpl);
-  }
-  ~TempDir() { fs::remove_all(path); }
-  void write(const std::string& name, const std::string& text) const {
-    fs::create_directories((path / name).parent_path());
-    std::ofstream(path / name) << text;
-  }
-};
 
 const std::string kHash = "0123456789abcdef0123456789abcdef01234567";
 
@@ -40,7 +28,7 @@ TEST(GitHead, MatchesGitRevParseOnThisCheckout) {
 }
 
 TEST(GitHead, ReadsRefsPackedRefsAndDetachedHeadsAndRunsNothing) {
-  TempDir d;
+  TempDir d("git");
   const std::string pwned = (d.path / "PWNED").string();
   d.write(".git/config", "[core]\n\tfsmonitor = touch " + pwned + "\n\thooksPath = /tmp\n");
   d.write(".git/HEAD", "ref: refs/heads/main\n");

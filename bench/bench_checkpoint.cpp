@@ -1,4 +1,4 @@
-// Activation checkpointing: memory saved against time paid (issue 4 item 6).
+// Activation checkpointing: memory saved against time paid.
 // An 8-layer GPT at T 256 runs forward + backward with every block stored
 // (the reference) and with every k-th block recomputed in backward; the
 // engine's allocator reports the peak bytes of activations (and of the

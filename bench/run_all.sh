@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# run_all.sh: the whole performance harness of issue 8 in one run, on one CPU and thread count.
+# run_all.sh: the whole performance harness in one run, on one CPU and thread count.
 #
 #   bash bench/run_all.sh [--threads 2] [--build-dir DIR] [--out DIR] [--rounds 3] [--steps 6]
 #                         [--recipes fp32,bf16-amp,unit-fp8,fp8-delayed,scalify-fp8]
@@ -14,8 +14,9 @@
 #      demand into .cache/venv-bench; --peers debian skips those), --rounds alternating rounds, medians; with a per-step breakdown (matmul,
 #      attention, norms, elementwise, embedding, conversion, optimizer, overhead) in ms and share,
 #      and the achieved fraction of the measured peak matmul throughput;
-#   2. the same at d_model 512 and 768 (6 layers, T 256, batch --large-batch) for --large-recipes
-#      (default: the same recipes as --recipes, fp8 ones included) vs PyTorch fp32 and bf16;
+#   2. the same at the quick preset's size (L2 C128 H4 T64 B16), and at d_model 512 and 768
+#      (6 layers, T 256, batch --large-batch) for --large-recipes (default: the same recipes as
+#      --recipes, fp8 ones included) vs PyTorch fp32 and bf16;
 #   3. mantissa's matmul wrapper vs raw oneDNN on the model's shapes (bench_matmul);
 #   4. format conversions vs memcpy bandwidth (bench_convert);
 #   5. blockwise vs whole-scores attention at T 128/512/1024: time and peak memory (bench_attention).
@@ -78,6 +79,9 @@ else
   echo "== reference GPT (L4 C256 H4 T128 B16), $ROUNDS alternating rounds" >&2
   "${TRAIN[@]}" --peers "$PEERS" --recipes "$RECIPES" --rounds "$ROUNDS" --steps "$STEPS" --warmup 2 --profile-steps 2 \
     --out "$RAW/train_ref.json" >/dev/null
+  echo "== quick size GPT (L2 C128 H4 T64 B16), $ROUNDS alternating rounds" >&2
+  "${TRAIN[@]}" --peers "$PEERS" --recipes "$RECIPES" --rounds "$ROUNDS" --steps 10 --warmup 3 --profile-steps 2 \
+    --layers 2 --d-model 128 --heads 4 --seq-len 64 --batch 16 --out "$RAW/train_quick.json" >/dev/null
   if [ "$SKIP_LARGE" = 0 ]; then
     for C in 512 768; do
       echo "== GPT L6 C$C H$((C / 64)) T256 B$LARGE_BATCH, 1 round" >&2

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # run_train_vs_torch.sh: training-step tokens/s of mantissa's GPT against PyTorch on the same CPU
-# and thread count, in one run (issue 3 item 11, issue 8 item 1).
+# and thread count, in one run.
 #
 #   bash bench/run_train_vs_torch.sh [--threads 2] [--build-dir DIR] [--out FILE.json]
 #                                    [--recipes fp32,bf16-amp] [--steps 10] [--warmup 3] [--rounds 1]
 #                                    [any size flag: --layers L --d-model C --heads H --seq-len T --batch B]
 #                                    [--profile-steps N]  (bench_train's profiled steps per recipe)
-#                                    [--peers debian,pypi-eager,pypi-compile]
+#                                    [--peers debian,pypi-eager,pypi-compile] [--model gpt|llama]
 #
 # Builds bench_train if needed, installs Debian's python3-torch if /usr/bin/python3 has no torch,
 # runs bench/torch_gpt.py and bench_train with the same sizes and threads, prints both and the
@@ -20,6 +20,7 @@
 # "pypi-compile" are PyTorch 2.x from PyPI (bench/torch_venv.sh installs it on demand into
 # .cache/venv-bench, several GB) in eager mode and under torch.compile, both with
 # F.scaled_dot_product_attention. Each peer runs fp32 and autocast bf16 in every round.
+# --model llama times the Llama block (RMSNorm, SwiGLU, rotary, no biases) on both sides instead.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 THREADS=2
@@ -32,6 +33,7 @@ ROUNDS=1
 SIZE_ARGS=()
 PROFILE_ARGS=()  # bench_train's default (3 profiled steps per recipe) unless given
 PEERS=debian,pypi-eager,pypi-compile
+MODEL=gpt
 while [ $# -gt 0 ]; do
   case $1 in
     --threads) THREADS=$2; shift 2 ;;
@@ -44,7 +46,8 @@ while [ $# -gt 0 ]; do
     --layers|--d-model|--heads|--seq-len|--batch) SIZE_ARGS+=("$1" "$2"); shift 2 ;;
     --profile-steps) PROFILE_ARGS=(--profile-steps "$2"); shift 2 ;;
     --peers) PEERS=$2; shift 2 ;;
-    -h|--help) sed -n 2,22p "$0"; exit 0 ;;
+    --model) MODEL=$2; shift 2 ;;
+    -h|--help) sed -n 2,23p "$0"; exit 0 ;;
     *) echo "run_train_vs_torch.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -53,6 +56,8 @@ for pair in "threads:$THREADS" "steps:$STEPS" "warmup:$WARMUP" "rounds:$ROUNDS";
     echo "run_train_vs_torch.sh: --${pair%%:*} must be a positive integer, got '${pair#*:}'" >&2; exit 2 ;;
   esac
 done
+case $MODEL in gpt|llama) ;; *) echo "run_train_vs_torch.sh: --model must be gpt or llama, got '$MODEL'" >&2; exit 2 ;; esac
+SIZE_ARGS+=(--model "$MODEL")
 OUT=${OUT:-$BUILD_DIR/train_vs_torch.json}
 IFS=, read -r -a PEER_LIST <<< "$PEERS"
 for p in "${PEER_LIST[@]}"; do
@@ -179,7 +184,7 @@ with open(tmp, "w") as f:
     json.dump(summary, f, indent=1)
 os.replace(tmp, out)
 t = torch_json
-print(f"GPT L{t['layers']} C{t['d_model']} H{t['heads']} T{t['seq_len']} B{t['batch']}, "
+print(f"{'Llama' if t.get('model') == 'llama' else 'GPT'} L{t['layers']} C{t['d_model']} H{t['heads']} T{t['seq_len']} B{t['batch']}, "
       f"{t['threads']} threads, torch {t['torch_version']}, load average {summary['load_average']:.1f}")
 for p, pj in peers.items():
     print(f"  PyTorch {pj['torch_version']:<12} {p:<13} fp32 {pj['tokens_per_s_fp32']:10.1f}  "

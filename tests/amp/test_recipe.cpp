@@ -1,4 +1,4 @@
-// The recipe registry: the built-ins carry the settings of BRIEF section 2
+// The recipe registry: the built-ins carry the settings of their sources
 // (apex opt levels, autocast, GradScaler), overrides and JSON round trips.
 #include <gtest/gtest.h>
 
@@ -47,7 +47,7 @@ TEST(Recipe, BuiltinsHaveTheDocumentedSettings) {
 }
 
 TEST(Recipe, OptLevelsFollowApex) {
-  // BRIEF section 2 table: weights, casting, norms fp32, master, loss scale.
+  // apex's opt-level table: weights, casting, norms fp32, master, loss scale.
   const Recipe o0 = recipe_for_opt_level("O0");
   EXPECT_EQ(o0.matmul_format, "fp32");
   EXPECT_EQ(o0.loss_scale.method, ScalingMethod::none);
@@ -128,8 +128,8 @@ TEST(Recipe, PrecisionPolicyMapsFormats) {
   EXPECT_THROW(precision_policy(odd), std::invalid_argument);
 }
 
-// Issue 5 item 5 and issue 6 items 3-4: the casts each low-precision recipe
-// puts at the matrix products, and how it scales them (BRIEF sections 4-6).
+// The casts each low-precision recipe puts at the matrix products, and how
+// it scales them (unit scaling, Transformer Engine, OCP MX, DeepSeek-V3).
 TEST(Recipe, CastRecipesHaveTheDocumentedSettings) {
   struct Want {
     const char* name;

@@ -1,4 +1,5 @@
-// Format descriptors against BRIEF section 1, transcribed literally, the
+// Format descriptors against the formats' published tables (IEEE 754, OCP
+// FP8 and MX v1.0), transcribed literally, the
 // user-defined format parser, and the codes of special values (NaN, inf, -0,
 // overflow, underflow) that ml_dtypes and the OCP spec fix.
 #include <gtest/gtest.h>
@@ -17,7 +18,7 @@ namespace mf = mantissa::formats;
 
 namespace {
 
-// BRIEF section 1, first table: exponent bits, mantissa bits, emax, emin.
+// First table: exponent bits, mantissa bits, emax, emin.
 struct RangeRow {
   const char* format;
   int exp, mant, emax, emin;
@@ -28,7 +29,7 @@ constexpr RangeRow kRangeTable[] = {
     {"e4m3fnuz", 4, 3, 7, -7},     {"e4m3fn", 4, 3, 8, -6},
 };
 
-// BRIEF section 1, second table. Values as the table writes them; `nan`
+// Second table: properties. Values as the table writes them; `nan`
 // summarises the NaN column; min_subnormal 0 stands for "none".
 struct PropertyRow {
   const char* format;

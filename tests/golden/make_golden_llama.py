@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Write tests/golden/data/llama.safetensors for tests/nn/test_golden_llama.cpp.
 
-A small Llama-style decoder (LlamaForCausalLM layout, BRIEF section 11) written here in plain
+A small Llama-style decoder (LlamaForCausalLM layout) written here in plain
 PyTorch from the definitions (not transformers): RMSNorm x * rsqrt(mean(x^2) + eps) * w,
 rotary positions with rotate_half (dimension i pairs with i + d_head/2, angle pos *
 theta^(-2i/d_head)), grouped-query attention (4 query heads on 2 kv heads), SwiGLU MLP

@@ -1,4 +1,4 @@
-// The unit-scaled GPT and MLP (issue 5). Unit scaling changes backward scales
+// The unit-scaled GPT and MLP. Unit scaling changes backward scales
 // on purpose, so a unit gradient is not the loss gradient; but every scale
 // either ties forward and backward (non-cut edges: linear inputs, GELU,
 // attention, adds) or sits at a parameter leaf, at the loss and the readout,

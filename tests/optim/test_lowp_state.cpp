@@ -1,4 +1,4 @@
-// Adam/AdamW with low-precision moments (issue 6 item 5): every step against a
+// Adam/AdamW with low-precision moments: every step against a
 // float64 Adam that applies the same rounding of m and v (per-tensor
 // power-of-two scale from the new moment's max, round to nearest-even in the
 // format, decode), checkpoint round trips of the 1- and 2-byte state, the

@@ -9,7 +9,7 @@
 //   library interpolations (gelu/silu/softmax/attention with mult): the
 //   library only claims "approximately unit". Measured: gelu/silu 0.97-1.04
 //   (bound 6%), softmax over 64 0.80-1.08 and causal attention 1.04-1.06
-//   (bound 25%, well inside issue 5's [1/2, 2] acceptance band).
+//   (bound 25%, well inside the [1/2, 2] band `mantissa analyse` checks).
 #include <gtest/gtest.h>
 
 #include <cmath>

@@ -1,5 +1,5 @@
 // Closed-form checks of the unit-scaling rules: the paper's compendium
-// (BRIEF section 4) recomputed here from first principles (moments of
+// recomputed here from first principles (moments of
 // N(0,1) by quadrature, fan-in/out arithmetic), the library's formulas,
 // the constraints and the optimizer learning-rate rules.
 #include <gtest/gtest.h>

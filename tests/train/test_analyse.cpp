@@ -1,4 +1,4 @@
-// `mantissa analyse` (issue 5 item 6): at initialisation every tracked tensor
+// `mantissa analyse`: at initialisation every tracked tensor
 // of the unit-scaled GPT has RMS within [1/2, 2], forward and backward; the
 // standard GPT's table spans a far wider range; the files are written; bad
 // flags exit with code 2 and a message naming the problem.

@@ -174,7 +174,7 @@ TEST(ExperimentPlan, LearningRateFollowsParametrisationAndUnknownRecipesAreRefus
   EXPECT_EQ(plan.runs[0].seed, 1337);
   EXPECT_EQ(plan.runs[1].seed, 1338);
   EXPECT_EQ(plan.runs[1].config.seed, 1338);
-  EXPECT_DOUBLE_EQ(plan.runs[0].config.lr, 1.0 / 1024);  // BRIEF: regular AdamW 2^-10
+  EXPECT_DOUBLE_EQ(plan.runs[0].config.lr, 1.0 / 1024);  // the paper's regular AdamW rate, 2^-10
   EXPECT_DOUBLE_EQ(plan.runs[2].config.lr, 1.0 / 2);     // unit AdamW 2^-1
   EXPECT_EQ(plan.runs[2].parametrisation, "unit");
   EXPECT_TRUE(plan.runs[2].available);

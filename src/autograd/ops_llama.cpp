@@ -6,10 +6,10 @@
 #include <string>
 #include <vector>
 
+#include "mantissa/cpu/profile.hpp"
+#include "mantissa/kernels/kernels.hpp"
+
 namespace mantissa::autograd {
-namespace {
-float sigmoid(float v) { return 1.0f / (1.0f + std::exp(-v)); }
-}  // namespace
 
 // ---- SwiGLU -----------------------------------------------------------------------------
 // gate, up [N, F] -> y [N, F]; saves gate and up (policy's compact format).
@@ -19,13 +19,7 @@ Var swiglu(Tape& t, const Var& gate, const Var& up, float alpha, float beta) {
                                 " differ in shape");
   const int64_t n = gate.numel();
   Tensor y = Tensor::empty(gate.shape());
-  {
-    const float* g = gate.value.f32();
-    const float* u = up.value.f32();
-    float* o = y.f32();
-#pragma omp parallel for simd schedule(static)
-    for (int64_t i = 0; i < n; ++i) o[i] = alpha * g[i] * sigmoid(g[i]) * u[i];
-  }
+  kernels::swiglu_forward(y.f32(), gate.value.f32(), up.value.f32(), n, alpha);
   const bool record = t.wants_grad({&gate, &up});
   Var out = Tape::result(std::move(y), record);
   if (!record) return out;
@@ -33,17 +27,8 @@ Var swiglu(Tape& t, const Var& gate, const Var& up, float alpha, float beta) {
             on = out.node]() {
     if (!on->has_grad()) return;
     const Tensor g32 = Tape::restore(gs), u32 = Tape::restore(us);
-    const float* g = g32.f32();
-    const float* u = u32.f32();
-    const float* dy = on->grad.f32();
-    float* dg = gn ? gn->buffer().f32() : nullptr;
-    float* du = un ? un->buffer().f32() : nullptr;
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < n; ++i) {
-      const float s = sigmoid(g[i]), silu = g[i] * s;
-      if (du) du[i] += alpha * silu * dy[i];
-      if (dg) dg[i] += beta * s * (1.0f + g[i] * (1.0f - s)) * u[i] * dy[i];
-    }
+    kernels::swiglu_backward(gn ? gn->buffer().f32() : nullptr, un ? un->buffer().f32() : nullptr, g32.f32(),
+                             u32.f32(), on->grad.f32(), n, alpha, beta);
   });
   return out;
 }
@@ -93,6 +78,7 @@ Var rotary_qkv(Tape& t, const Var& q, const Var& k, const Var& v, int64_t heads,
   const int64_t half = D / 2;
   Tensor y = Tensor::empty({B, T, 3 * C});
   {
+    const cpu::profile::Scope profile_scope(cpu::profile::Category::elementwise);
     const float* qv = q.value.f32();
     const float* kv = k.value.f32();
     const float* vv = v.value.f32();
@@ -116,6 +102,7 @@ Var rotary_qkv(Tape& t, const Var& q, const Var& k, const Var& v, int64_t heads,
   if (!record) return out;
   t.record([=, qn = q.node, kn = k.node, vn = v.node, on = out.node]() {
     if (!on->has_grad()) return;
+    const cpu::profile::Scope profile_scope(cpu::profile::Category::elementwise);
     const float* dy = on->grad.f32();
     float* dq = qn ? qn->buffer().f32() : nullptr;
     float* dk = kn ? kn->buffer().f32() : nullptr;

@@ -133,8 +133,14 @@ Tensor Tape::matmul_operand(const Var& v) const {
   if (t == DType::f32 || v.value.dtype() == t) return v.value;
   if (t != DType::bf16 && t != DType::f16)
     throw std::invalid_argument(std::string("matmul dtype ") + dtype_name(t) + " is not supported (f32, bf16 or f16)");
-  if (v.param && ctx_.casts) return ctx_.casts->get(*v.param, t);
-  return v.value.to(t, MemoryKind::activation);
+  if (v.param) return ctx_.casts ? ctx_.casts->get(*v.param, t) : v.value.to(t, MemoryKind::activation);
+  const Tensor& s = last_cast_source_;
+  if (s.defined() && s.same_storage(v.value) && s.raw() == v.value.raw() && s.shape() == v.value.shape() &&
+      s.dtype() == v.value.dtype() && s.scale() == v.value.scale() && last_cast_.dtype() == t)
+    return last_cast_;
+  last_cast_ = v.value.to(t, MemoryKind::activation);
+  last_cast_source_ = v.value;
+  return last_cast_;
 }
 
 void Tape::backward(const Var& root, float seed) {
@@ -145,6 +151,8 @@ void Tape::backward(const Var& root, float seed) {
 
 void Tape::backward(const Var& root, const Tensor& grad) {
   if (!root.node) throw std::logic_error("Tape::backward: the root does not require a gradient");
+  last_cast_source_ = Tensor();
+  last_cast_ = Tensor();
   if (grad.dtype() != DType::f32) throw std::invalid_argument("Tape::backward: the seed gradient must be f32");
   root.node->accumulate(grad);
   // Newest first; each closure is destroyed right after it ran so that its

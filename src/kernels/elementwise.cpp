@@ -83,6 +83,21 @@ void scale_segments(float* out, const float* x, const float* scales, int segs, i
     }
 }
 
+// ---- SwiGLU ------------------------------------------------------------------------
+void swiglu_forward(float* out, const float* gate, const float* up, int64_t n, float alpha) {
+  cpu::profile::Scope profile_scope(cpu::profile::Category::elementwise);
+  for_chunks(n, [&](int64_t b, int64_t e) { span_swiglu_forward(out + b, gate + b, up + b, e - b, alpha); });
+}
+
+void swiglu_backward(float* dgate, float* dup, const float* gate, const float* up, const float* dy, int64_t n,
+                     float alpha, float beta) {
+  cpu::profile::Scope profile_scope(cpu::profile::Category::elementwise);
+  for_chunks(n, [&](int64_t b, int64_t e) {
+    span_swiglu_backward(dgate ? dgate + b : nullptr, dup ? dup + b : nullptr, gate + b, up + b, dy + b, e - b, alpha,
+                         beta);
+  });
+}
+
 // ---- GELU (GPT-2 tanh approximation), vectorised in row_math.cpp ----------------
 void gelu_forward(float* out, const float* x, int64_t n, float scale) {
   cpu::profile::Scope profile_scope(cpu::profile::Category::elementwise);

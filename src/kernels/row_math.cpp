@@ -39,6 +39,26 @@ MANTISSA_CLONES void span_scale(float* y, int64_t n, float s) {
   for (int64_t i = 0; i < n; ++i) y[i] *= s;
 }
 
+MANTISSA_CLONES void span_swiglu_forward(float* out, const float* g, const float* u, int64_t n, float alpha) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) out[i] = alpha * g[i] * vsigmoid(g[i]) * u[i];
+}
+
+MANTISSA_CLONES void span_swiglu_backward(float* dg, float* du, const float* g, const float* u, const float* dy,
+                                          int64_t n, float alpha, float beta) {
+  if (du) {
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) du[i] += alpha * g[i] * vsigmoid(g[i]) * dy[i];
+  }
+  if (dg) {
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) {
+      const float s = vsigmoid(g[i]);
+      dg[i] += beta * s * (1.0f + g[i] * (1.0f - s)) * u[i] * dy[i];
+    }
+  }
+}
+
 namespace {
 MANTISSA_CLONES void gelu_forward_generic(float* out, const float* x, int64_t n, float scale) {
 #pragma omp simd

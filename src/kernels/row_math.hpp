@@ -12,6 +12,11 @@ float span_exp_sum(float* y, const float* x, int64_t n, float shift);
 // sum of exp(x[i] - shift) without storing.
 float span_sum_exp(const float* x, int64_t n, float shift);
 void span_scale(float* y, int64_t n, float s);
+// out = alpha g sigmoid(g) u (SwiGLU); backward: du += alpha silu(g) dy and
+// dg += beta s (1 + g (1 - s)) u dy, s = sigmoid(g); a null output is skipped.
+void span_swiglu_forward(float* out, const float* g, const float* u, int64_t n, float alpha);
+void span_swiglu_backward(float* dg, float* du, const float* g, const float* u, const float* dy, int64_t n, float alpha,
+                          float beta);
 inline constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2/pi)
 inline constexpr float kGeluCubic = 0.044715f;
 // y = 0.5 x (1 + tanh u) = x sigmoid(2u), u = kGeluScale (x + kGeluCubic x^3); out = scale y.

@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "mantissa/cpu/profile.hpp"
 #include "mantissa/kernels/kernels.hpp"
 
 namespace mantissa::autograd {
@@ -176,12 +177,15 @@ Var unit_rms_norm(Tape& t, const Var& x, const Var& weight, const scaling::Scale
   float* o = y.f32();
   float* r = rinv.f32();
   const float alpha = f(s.fwd);
+  {
+    const cpu::profile::Scope profile_scope(cpu::profile::Category::norms);
 #pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < N; ++i) {
-    double ss = 0;
-    for (int64_t c = 0; c < C; ++c) ss += static_cast<double>(xv[i * C + c]) * xv[i * C + c];
-    r[i] = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(C) + eps));
-    for (int64_t c = 0; c < C; ++c) o[i * C + c] = alpha * xv[i * C + c] * r[i] * w[c];
+    for (int64_t i = 0; i < N; ++i) {
+      double ss = 0;
+      for (int64_t c = 0; c < C; ++c) ss += static_cast<double>(xv[i * C + c]) * xv[i * C + c];
+      r[i] = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(C) + eps));
+      for (int64_t c = 0; c < C; ++c) o[i * C + c] = alpha * xv[i * C + c] * r[i] * w[c];
+    }
   }
   const bool record = t.wants_grad({&x, &weight});
   Var out = Tape::result(std::move(y), record);
@@ -189,6 +193,7 @@ Var unit_rms_norm(Tape& t, const Var& x, const Var& weight, const scaling::Scale
     t.record([N, C, bx = f(s.bwd[0]), bw = f(s.bwd[1]), xs = t.save(x.value), wt = weight.value, rinv,
               xn = x.node, wn = weight.node, on = out.node]() {
       if (!on->has_grad()) return;
+      const cpu::profile::Scope profile_scope(cpu::profile::Category::norms);
       const Tensor xr = Tape::restore(xs);
       const float* xv2 = xr.f32();
       const float* w2 = wt.f32();

@@ -141,7 +141,8 @@ class Tape {
   // (the amax of the finite 4096-element chunks). With `hint` (a site's last
   // E, updated to this one) it tries that E first; the result is the same.
   static Tensor encode_scaled(const Tensor& x, DType codes, int* hint = nullptr, bool* reencoded = nullptr);
-  // Operand of a matrix product in the policy's matmul dtype (weights cached).
+  // Operand of a matrix product in the policy's matmul dtype (weights cached;
+  // products that read one activation in a row, as q, k and v, share its cast).
   Tensor matmul_operand(const Var& v) const;
 
   // Seeds d(root) = seed (every element) and runs the tape newest first.
@@ -149,7 +150,11 @@ class Tape {
   // Seeds d(root) = grad (fp32, root's shape): a vector-Jacobian product.
   void backward(const Var& root, const Tensor& grad);
   size_t size() const { return ops_.size(); }
-  void clear() { ops_.clear(); }
+  void clear() {
+    ops_.clear();
+    last_cast_source_ = Tensor();
+    last_cast_ = Tensor();
+  }
 
  private:
   // A 1-byte save of x (less row_mean per row of `cols` when not null).
@@ -157,6 +162,9 @@ class Tape {
 
   OpContext ctx_;
   std::vector<std::function<void()>> ops_;
+  // The last activation cast by matmul_operand and its cast. Holding the source
+  // keeps its storage shared, so no op writes it in place while the cast is reused.
+  mutable Tensor last_cast_source_, last_cast_;
 };
 
 // The readout's product uncast: while alive, matrix products on `t` run in

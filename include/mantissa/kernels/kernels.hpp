@@ -24,6 +24,13 @@ void axpby(float* out, const float* a, float alpha, const float* b, float beta, 
 void scale_segments(float* out, const float* x, const float* scales, int segs, int64_t rows, int64_t C,
                     bool accumulate);
 
+// SwiGLU: out = alpha silu(gate) up (silu(g) = g sigmoid(g)), and its
+// backward, accumulating: dup += alpha silu(g) dy, dgate += beta s (1 + g (1 - s)) up dy
+// with s = sigmoid(g) (either output may be null). Sigmoid as vec_math's vexp.
+void swiglu_forward(float* out, const float* gate, const float* up, int64_t n, float alpha);
+void swiglu_backward(float* dgate, float* dup, const float* gate, const float* up, const float* dy, int64_t n,
+                     float alpha, float beta);
+
 // GELU, tanh approximation (GPT-2). `scale` multiplies the output (forward)
 // or dout (backward) in the same pass (unit scaling); 1 keeps the bits.
 void gelu_forward(float* out, const float* x, int64_t n, float scale = 1.0f);

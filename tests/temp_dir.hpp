@@ -21,9 +21,10 @@ struct TempDir {
   TempDir(const TempDir&) = delete;
   TempDir& operator=(const TempDir&) = delete;
   std::string operator/(const std::string& name) const { return (path / name).string(); }
-  // Writes bytes to name (parent folders made as needed).
-  void write(const std::string& name, const std::string& bytes) const {
+  // Writes bytes to name (parent folders made as needed); returns its path.
+  std::string write(const std::string& name, const std::string& bytes) const {
     std::filesystem::create_directories((path / name).parent_path());
     std::ofstream(path / name, std::ios::binary) << bytes;
+    return (path / name).string();
   }
 };

@@ -13,6 +13,7 @@
 #include <set>
 
 #include "mantissa/data/idx.hpp"
+#include "temp_dir.hpp"
 
 namespace data = mantissa::data;
 namespace fs = std::filesystem;
@@ -42,19 +43,6 @@ std::string gzip(const std::string& raw) {
   fs::remove(in + ".gz");
   return out;
 }
-
-struct TempDir {
-  std::string path;
-  TempDir() {
-    char tmpl[] = "/tmp/mantissa_idx_XXXXXX";
-    path = mkdtemp(tmpl);
-  }
-  ~TempDir() { fs::remove_all(path); }
-  std::string write(const std::string& name, const std::string& bytes) const {
-    std::ofstream(path + "/" + name, std::ios::binary) << bytes;
-    return path + "/" + name;
-  }
-};
 
 // N images of 2x3 pixels; pixel (i, k) = (i * 7 + k * 31) % 256, so row i is
 // identifiable from pixels 0 and 1; label i % 10.
@@ -88,7 +76,7 @@ std::string error_of(const std::function<void()>& f) {
 }  // namespace
 
 TEST(Idx, PlainAndGzipReadTheSame) {
-  TempDir d;
+  TempDir d("idx");
   const std::string raw = idx_bytes(8, {5, kRows, kCols}, pixels(5));
   auto a = data::read_idx(d.write("plain", raw));
   auto b = data::read_idx(d.write("packed.gz", gzip(raw)));
@@ -99,7 +87,7 @@ TEST(Idx, PlainAndGzipReadTheSame) {
 }
 
 TEST(Idx, BadFilesAreRefusedNamingThePath) {
-  TempDir d;
+  TempDir d("idx");
   const std::string raw = idx_bytes(8, {4, kRows, kCols}, pixels(4));
   auto expect = [&](const std::string& name, const std::string& bytes, const std::string& needle) {
     const std::string path = d.write(name, bytes);
@@ -123,7 +111,7 @@ TEST(Idx, BadFilesAreRefusedNamingThePath) {
 }
 
 TEST(Idx, ClassificationSetChecksAndNormalises) {
-  TempDir d;
+  TempDir d("idx");
   const data::Normalization norm{0.25f, 0.5f};
   auto s = make_set(d, 23, norm);
   EXPECT_EQ(s.size(), 23);
@@ -156,16 +144,16 @@ TEST(Idx, ClassificationSetChecksAndNormalises) {
     data::load_idx_classification(d.write("i", idx_bytes(8, {12}, pixels(2))), d.write("l", idx_bytes(8, {2}, {1, 1})));
   });
   EXPECT_NE(msg.find("[N, rows, cols]"), std::string::npos) << msg;
-  msg = error_of([&] { data::load_fashion_mnist(d.path, "train"); });
+  msg = error_of([&] { data::load_fashion_mnist(d.path.string(), "train"); });
   EXPECT_NE(msg.find("train-images-idx3-ubyte"), std::string::npos) << "[" << msg << "]";
-  msg = error_of([&] { data::load_fashion_mnist(d.path, "validation"); });
+  msg = error_of([&] { data::load_fashion_mnist(d.path.string(), "validation"); });
   EXPECT_NE(msg.find("'validation'"), std::string::npos) << msg;
 }
 
 // Fisher-Yates of the same engine, written out here: pins the exact order so
 // that a seed means the same batches on every machine.
 TEST(ShuffledBatches, EpochsArePermutationsInTheSeededOrder) {
-  TempDir d;
+  TempDir d("idx");
   const uint32_t n = 50;
   auto s = make_set(d, n);
   data::ShuffledBatches sb(s, 8, 42);  // 6 batches per epoch, 2 examples dropped
@@ -191,7 +179,7 @@ TEST(ShuffledBatches, EpochsArePermutationsInTheSeededOrder) {
 }
 
 TEST(ShuffledBatches, StateResumesMidEpochAndAcrossEpochs) {
-  TempDir d;
+  TempDir d("idx");
   auto s = make_set(d, 30);
   for (int before : {2, 3, 7}) {  // 3 batches per epoch: mid-epoch, at the boundary, in epoch 2
     data::ShuffledBatches a(s, 10, 9);
@@ -219,7 +207,7 @@ TEST(ShuffledBatches, StateResumesMidEpochAndAcrossEpochs) {
 }
 
 TEST(SequentialBatches, CoversTheSetInOrder) {
-  TempDir d;
+  TempDir d("idx");
   auto s = make_set(d, 23);
   data::SequentialBatches sb(s, 10);
   ASSERT_EQ(sb.num_batches(), 3);
@@ -256,7 +244,7 @@ TEST(FashionMnist, RealFilesHaveTheKnownShapeAndBalance) {
 // Dimensions whose product wraps a 64-bit counter to the data size (here 0
 // bytes: 2^20 x 2^20 x 2^24 = 2^64) are refused, not read past.
 TEST(Idx, LyingDimensionsAreRefused) {
-  TempDir d;
+  TempDir d("idx");
   const std::string path = d.write("lying", idx_bytes(8, {1u << 20, 1u << 20, 1u << 24}, {}));
   const std::string msg = error_of([&] { data::read_idx(path); });
   EXPECT_NE(msg.find(path), std::string::npos) << msg;
@@ -270,7 +258,7 @@ TEST(Idx, LyingDimensionsAreRefused) {
 // A gzip stream expanding beyond the limit stops there with an error; one
 // below it reads in full.
 TEST(Idx, DecompressedSizeIsLimited) {
-  TempDir d;
+  TempDir d("idx");
   const size_t limit = size_t{1} << 20;
   const std::vector<uint8_t> zeros(4 * limit, 0);
   const std::string bomb = d.write("bomb.gz", gzip(idx_bytes(8, {4u << 20}, zeros)));

@@ -16,25 +16,24 @@
 
 #include "mantissa/unit/rules.hpp"
 #include "mantissa/train/analyse.hpp"
+#include "temp_dir.hpp"
 
 using namespace mantissa;
 namespace fs = std::filesystem;
 
 namespace {
 
-struct TempDir {
-  fs::path path = fs::temp_directory_path() / ("mantissa_analyse_" + std::to_string(::getpid()));
-  TempDir() {
-    fs::create_directories(path);
+// A temporary directory holding a small English text (text.txt) to train on.
+struct TextDir : TempDir {
+  TextDir() : TempDir("analyse") {
     std::ofstream f(path / "text.txt");
     std::mt19937_64 g(9);
     const char* words[] = {"It ", "is ", "a ", "truth ", "universally ", "acknowledged, ", "that ", "a ", "single ", "man. "};
     for (int i = 0; i < 4000; ++i) f << words[g() % 10];
   }
-  ~TempDir() { fs::remove_all(path); }
 };
 
-train::AnalyseOptions options(const TempDir& d, const std::string& recipe) {
+train::AnalyseOptions options(const TextDir& d, const std::string& recipe) {
   train::AnalyseOptions o;
   train::TrainConfig& c = o.config;
   c.model = "gpt";
@@ -61,7 +60,7 @@ std::pair<double, double> rms_range(const scaling::ScaleRecorder& r, const std::
 }  // namespace
 
 TEST(Analyse, UnitGptIsUnitScaledAtInit) {
-  TempDir d;
+  TextDir d;
   // Paper rules (readout = a linear layer): every op output and gradient.
   train::AnalyseOptions o = options(d, "unit-fp32");
   o.config.set = {"unit.rule_set=paper"};
@@ -95,7 +94,7 @@ TEST(Analyse, UnitGptIsUnitScaledAtInit) {
 }
 
 TEST(Analyse, StandardGptSpreadsAndFilesAreWritten) {
-  TempDir d;
+  TextDir d;
   const train::Analysis std_a = train::analyse(options(d, "fp32"));
   train::AnalyseOptions uo = options(d, "unit-fp32");
   uo.config.set = {"unit.rule_set=paper"};
@@ -142,7 +141,7 @@ TEST(Analyse, StandardGptSpreadsAndFilesAreWritten) {
 }
 
 TEST(Analyse, FormatsCountUnderflowOfTheRecipe) {
-  TempDir d;
+  TextDir d;
   // fp16-amp-noscale: the standard model's gradients of the mean loss fall
   // under fp16's subnormal range in part; unit-fp16 loses nothing.
   const train::Analysis std16 = train::analyse(options(d, "fp16-amp-noscale"));
@@ -155,7 +154,7 @@ TEST(Analyse, FormatsCountUnderflowOfTheRecipe) {
 }
 
 TEST(Analyse, CliBadFlagsExitWithUsageError) {
-  TempDir d;
+  TextDir d;
   auto run = [&](const std::string& args, std::string* err) {
     const std::string log = (d.path / "err.txt").string();
     const int rc = std::system((std::string(MANTISSA_CLI) + " analyse " + args + " > /dev/null 2> " + log).c_str());

@@ -33,7 +33,7 @@ std::vector<ConfigKey> config_keys(TrainConfig& c) {
       {"heads", "attention heads", &c.heads},
       {"dropout", "dropout probability", &c.dropout},
       {"kv-heads", "llama: key/value heads for grouped-query attention (0: = heads)", &c.kv_heads},
-      {"ffn-hidden", "llama: SwiGLU width (0: the multiple of 64 nearest 8/3 d-model)", &c.ffn_hidden},
+      {"ffn-hidden", "llama: SwiGLU width (0: the multiple of 64 nearest 8/3 d-model); bert: MLP width (0: 4 d-model)", &c.ffn_hidden},
       {"tie-embeddings", "llama: tie the output head to the token embedding", &c.tie_embeddings},
       {"smooth-swiglu", "llama: Smooth-SwiGLU (per-channel scale on the SwiGLU product)", &c.smooth_swiglu},
       {"norm", "bert: post (default, the original BERT) or pre-norm blocks", &c.norm},

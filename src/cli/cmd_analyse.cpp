@@ -9,6 +9,7 @@
 
 #include "cli/command.hpp"
 #include "mantissa/kernels/kernels.hpp"
+#include "mantissa/nn/models.hpp"
 #include "mantissa/train/analyse.hpp"
 
 namespace mantissa::cli {
@@ -23,8 +24,8 @@ struct AnalyseArgs {
 void analyse_command(const AnalyseArgs& a) {
   if (a.out.empty()) throw UsageError("--out DIR is required");
   const train::TrainConfig& c = a.options.config;
-  if (c.model != "gpt" && c.model != "llama" && c.model != "mlp")
-    throw UsageError("--model must be gpt, llama or mlp, got '" + c.model + "'");
+  if (nn::find_model_kind(c.model) == nullptr)
+    throw UsageError("--model must be " + nn::model_kind_names() + ", got '" + c.model + "'");
   if (c.threads > 0) kernels::set_num_threads(c.threads);
   const train::Analysis main = train::analyse(a.options);
   std::printf("mantissa analyse: %s model, recipe %s (%s parametrisation), loss %.4f\n", c.model.c_str(),
@@ -51,12 +52,13 @@ Registrar reg(40, [](CLI::App& app) {
   auto* cmd = app.add_subcommand("analyse", "per-op forward/backward scale statistics of one batch, table + CSV + SVG plot");
   auto a = std::make_shared<AnalyseArgs>();
   train::TrainConfig& c = a->options.config;
-  cmd->add_option("--model", c.model, "gpt, llama or mlp")->capture_default_str();
+  cmd->add_option("--model", c.model, "gpt, llama, bert or mlp")->capture_default_str();
   cmd->add_option("--recipe", c.recipe, "recipe (see `mantissa recipes`)")->capture_default_str();
   cmd->add_option("--data", c.data, "text file (gpt) or Fashion-MNIST directory (mlp); default corpus if empty");
   cmd->add_option("--layers", c.layers, "gpt: blocks; mlp: hidden layers")->check(exact_integer<int64_t>())->capture_default_str();
   cmd->add_option("--d-model", c.d_model, "gpt: width; mlp: hidden width")->check(exact_integer<int64_t>())->capture_default_str();
   cmd->add_option("--heads", c.heads, "attention heads")->check(exact_integer<int64_t>())->capture_default_str();
+  cmd->add_option("--norm", c.norm, "bert: post (default) or pre-norm blocks");
   cmd->add_option("--batch-size", c.batch_size, "sequences (or examples) in the batch")->check(exact_integer<int64_t>())->capture_default_str();
   cmd->add_option("--seq-len", c.seq_len, "tokens per sequence (gpt)")->check(exact_integer<int64_t>())->capture_default_str();
   cmd->add_option("--seed", c.seed, "initialisation and data seed")->check(exact_integer<int64_t>())->capture_default_str();

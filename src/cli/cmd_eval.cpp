@@ -7,6 +7,7 @@
 
 #include "cli/command.hpp"
 #include "mantissa/data/idx.hpp"
+#include "mantissa/data/mlm.hpp"
 #include "mantissa/data/text.hpp"
 #include "mantissa/train/checkpoint.hpp"
 #include "mantissa/kernels/kernels.hpp"
@@ -55,7 +56,27 @@ void eval_command(const EvalArgs& a) {
   const std::string path = a.data.empty() ? train::default_data_path(kind) : a.data;
   double sum = 0;
   int64_t count = 0;
-  if (model->task() == nn::Model::Task::language_model) {
+  if (model->task() == nn::Model::Task::masked_language_model) {
+    const int64_t T = a.seq_len > 0 ? a.seq_len : model->context_length();
+    if (T > model->context_length())
+      throw UsageError("--seq-len " + std::to_string(T) + " exceeds the model's context " +
+                       std::to_string(model->context_length()));
+    const auto corpus = data::TextCorpus::load(path);
+    data::MlmValidation val(corpus, a.batch_size, T, a.max_batches);
+    int64_t correct = 0;
+    for (int64_t i = 0; i < val.num_batches(); ++i) {
+      const auto r = model->evaluate(val.batch(i));
+      sum += r.sum;
+      count += r.count;
+      correct += r.correct;
+    }
+    if (count == 0) throw UsageError(path + ": the validation split has no masked targets");
+    const double loss = sum / static_cast<double>(count);
+    std::printf("checkpoint %s\ndata %s (validation: last %ld bytes, %ld masked targets)\nval_loss %.4f nats  "
+                "%.4f bits/masked char  masked accuracy %.2f%%\n",
+                a.checkpoint.c_str(), path.c_str(), static_cast<long>(corpus.val_size()), static_cast<long>(count), loss,
+                loss / std::log(2.0), 100.0 * static_cast<double>(correct) / static_cast<double>(count));
+  } else if (model->task() == nn::Model::Task::language_model) {
     const int64_t context = model->context_length();
     const int64_t T = a.seq_len > 0 ? a.seq_len : context;
     if (T > context)

@@ -72,7 +72,10 @@ void train_command(CLI::App* cmd, train::TrainConfig& cfg, int64_t watch) {
     throw std::runtime_error("training diverged at step " + std::to_string(s.diverged_at) + " (" + s.diverged_reason +
                              ")" + (c.save.empty() ? "" : "; " + c.save + " was not overwritten"));
   }
-  if (s.evaluated && s.steps_run > 0)
+  if (s.evaluated && s.final_eval.masked_accuracy >= 0)  // masked LM: per masked character
+    std::printf("final: train loss %.4f  val_loss %.4f  val_bits_per_masked_char %.4f  val_masked_accuracy %.4f\n",
+                s.final_loss, s.final_eval.val_loss, s.final_eval.val_bpc, s.final_eval.masked_accuracy);
+  else if (s.evaluated && s.steps_run > 0)
     std::printf("final: train loss %.4f  val_loss %.4f  val_bpc %.4f\n", s.final_loss, s.final_eval.val_loss,
                 s.final_eval.val_bpc);
   else if (s.evaluated)
@@ -90,7 +93,7 @@ void train_command(CLI::App* cmd, train::TrainConfig& cfg, int64_t watch) {
 }
 
 Registrar reg(30, [](CLI::App& app) {
-  auto* cmd = app.add_subcommand("train", "train a GPT (byte-level text) or an MLP (Fashion-MNIST) under a recipe");
+  auto* cmd = app.add_subcommand("train", "train a GPT, Llama or BERT (byte-level text) or an MLP (Fashion-MNIST) under a recipe");
   auto cfg = std::make_shared<train::TrainConfig>();
   add_train_flags(cmd, *cfg);
   auto watch = std::make_shared<int64_t>(0);

@@ -63,12 +63,18 @@ Scratch& scratch() {
 
 }  // namespace
 
-// att [B, NH, T, T] = causal_softmax(q k^T / sqrt(hs)); out [B, T, C] = att v
-void attention_forward(float* out, float* att, const float* qkv, int64_t B, int64_t T, int64_t C, int64_t NH,
-                       bool bf16_products) {
-  cpu::profile::Scope profile_scope(cpu::profile::Category::attention, 4.0 * static_cast<double>(B * NH) * static_cast<double>(T * T) * static_cast<double>(C / (NH > 0 ? NH : 1)));
-  const Dims d = check_dims(B, T, C, NH);
-  if (!bf16_products && attention_detail::fused_available()) return attention_detail::fused_forward(out, att, qkv, d);
+namespace {
+
+// Columns row r of the [heads * T, T] scores keeps: causal (key_len null) 0..t, else the
+// sequence's first key_len[b] keys.
+int64_t kept_keys(const int32_t* key_len, int64_t r, int64_t T, int64_t NH) {
+  return key_len ? key_len[r / (NH * T)] : r % T + 1;
+}
+
+// att [B, NH, T, T] = softmax over each row's kept keys of q k^T / sqrt(hs) (0 beyond); out [B, T, C] = att v
+void products_forward(float* out, float* att, const float* qkv, const int32_t* key_len, const Dims& d,
+                      bool bf16_products) {
+  const int64_t T = d.T, C = d.C;
   const DType type = bf16_products ? DType::bf16 : DType::f32;
   Scratch& s = scratch();
   gather_heads(s.q, qkv, 3 * C, 0, d, bf16_products);
@@ -77,16 +83,16 @@ void attention_forward(float* out, float* att, const float* qkv, int64_t B, int6
   const float scale = 1.0f / std::sqrt(static_cast<float>(d.hs));
   batched(d, T, T, d.hs, false, true, scale, s.q.data(), s.k.data(), type, att);
 
-  // Masked row softmax: row t keeps columns 0..t, the rest become exact zeros.
+  // Masked row softmax: the kept columns, the rest become exact zeros.
   const int64_t rows = d.heads() * T;
 #pragma omp parallel for schedule(static) if (parallel_rows(rows, T))
   for (int64_t r = 0; r < rows; ++r) {
-    const int64_t t = r % T;
+    const int64_t n = kept_keys(key_len, r, T, d.NH);
     float* a = att + r * T;
-    const float mx = span_max(a, t + 1);
-    const float sum = span_exp_sum(a, a, t + 1, mx);
-    span_scale(a, t + 1, 1.0f / sum);
-    std::fill(a + t + 1, a + T, 0.0f);
+    const float mx = span_max(a, n);
+    const float sum = span_exp_sum(a, a, n, mx);
+    span_scale(a, n, 1.0f / sum);
+    std::fill(a + n, a + T, 0.0f);
   }
 
   s.y.resize(static_cast<size_t>(d.head_elems()));
@@ -96,14 +102,11 @@ void attention_forward(float* out, float* att, const float* qkv, int64_t B, int6
 }
 
 // Per head (P = att, dO = dout head, S = scaled scores):
-//   dP = dO V^T;  dV = P^T dO;  dS = P * (dP - rowsum(dP * P)) / sqrt(hs)
+//   dP = dO V^T;  dV = P^T dO;  dS = P * (dP - rowsum(dP * P)) / sqrt(hs) over the kept keys
 //   dQ = dS K;    dK = dS^T Q
-void attention_backward(float* dqkv, float* datt, const float* dout, const float* qkv, const float* att,
-                        int64_t B, int64_t T, int64_t C, int64_t NH, bool bf16_products) {
-  cpu::profile::Scope profile_scope(cpu::profile::Category::attention, 8.0 * static_cast<double>(B * NH) * static_cast<double>(T * T) * static_cast<double>(C / (NH > 0 ? NH : 1)));
-  const Dims d = check_dims(B, T, C, NH);
-  if (!bf16_products && attention_detail::fused_available())
-    return attention_detail::fused_backward(dqkv, datt, dout, qkv, att, d);
+void products_backward(float* dqkv, float* datt, const float* dout, const float* qkv, const float* att,
+                       const int32_t* key_len, const Dims& d, bool bf16_products) {
+  const int64_t T = d.T, C = d.C;
   const DType type = bf16_products ? DType::bf16 : DType::f32;
   Scratch& s = scratch();
   gather_heads(s.q, qkv, 3 * C, 0, d, bf16_products);
@@ -121,7 +124,7 @@ void attention_backward(float* dqkv, float* datt, const float* dout, const float
   const float scale = 1.0f / std::sqrt(static_cast<float>(d.hs));
 #pragma omp parallel for schedule(static) if (parallel_rows(rows, T))
   for (int64_t r = 0; r < rows; ++r) {
-    causal_softmax_backward_row(datt + r * T, att + r * T, r % T, T, scale);
+    causal_softmax_backward_row(datt + r * T, att + r * T, kept_keys(key_len, r, T, d.NH) - 1, T, scale);
   }
 
   const void* ds = as_operand(s.tmp, datt, rows * T, bf16_products);
@@ -129,6 +132,46 @@ void attention_backward(float* dqkv, float* datt, const float* dout, const float
   scatter_heads(dqkv, s.y.data(), 3 * C, 0, d, true);
   batched(d, T, d.hs, T, true, false, 1.0f, ds, s.q.data(), type, s.y.data());  // dK
   scatter_heads(dqkv, s.y.data(), 3 * C, C, d, true);
+}
+
+double attention_flops(int64_t B, int64_t T, int64_t C, int64_t NH, double products) {
+  return products * static_cast<double>(B * NH) * static_cast<double>(T * T) * static_cast<double>(C / (NH > 0 ? NH : 1));
+}
+
+}  // namespace
+
+void attention_forward(float* out, float* att, const float* qkv, int64_t B, int64_t T, int64_t C, int64_t NH,
+                       bool bf16_products) {
+  cpu::profile::Scope profile_scope(cpu::profile::Category::attention, attention_flops(B, T, C, NH, 4.0));
+  const Dims d = check_dims(B, T, C, NH);
+  if (!bf16_products && attention_detail::fused_available()) return attention_detail::fused_forward(out, att, qkv, d);
+  products_forward(out, att, qkv, nullptr, d, bf16_products);
+}
+
+void attention_backward(float* dqkv, float* datt, const float* dout, const float* qkv, const float* att,
+                        int64_t B, int64_t T, int64_t C, int64_t NH, bool bf16_products) {
+  cpu::profile::Scope profile_scope(cpu::profile::Category::attention, attention_flops(B, T, C, NH, 8.0));
+  const Dims d = check_dims(B, T, C, NH);
+  if (!bf16_products && attention_detail::fused_available())
+    return attention_detail::fused_backward(dqkv, datt, dout, qkv, att, d);
+  products_backward(dqkv, datt, dout, qkv, att, nullptr, d, bf16_products);
+}
+
+void attention_forward_keys(float* out, float* att, const float* qkv, const int32_t* key_len, int64_t B, int64_t T,
+                            int64_t C, int64_t NH, bool bf16_products) {
+  cpu::profile::Scope profile_scope(cpu::profile::Category::attention, attention_flops(B, T, C, NH, 4.0));
+  const Dims d = check_dims(B, T, C, NH);
+  for (int64_t b = 0; b < B; ++b)
+    if (key_len[b] < 1 || key_len[b] > T)
+      throw std::invalid_argument("attention: key length " + std::to_string(key_len[b]) + " of sequence " +
+                                  std::to_string(b) + " is outside [1, " + std::to_string(T) + "]");
+  products_forward(out, att, qkv, key_len, d, bf16_products);
+}
+
+void attention_backward_keys(float* dqkv, float* datt, const float* dout, const float* qkv, const float* att,
+                             const int32_t* key_len, int64_t B, int64_t T, int64_t C, int64_t NH, bool bf16_products) {
+  cpu::profile::Scope profile_scope(cpu::profile::Category::attention, attention_flops(B, T, C, NH, 8.0));
+  products_backward(dqkv, datt, dout, qkv, att, key_len, check_dims(B, T, C, NH), bf16_products);
 }
 
 // ---- bf16-amp variant: probabilities made once, in bf16 ----------------------------------

@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "mantissa/nn/bert.hpp"
 #include "mantissa/nn/gpt.hpp"
 #include "mantissa/nn/llama.hpp"
 #include "mantissa/nn/mlp.hpp"
@@ -41,6 +42,21 @@ std::unique_ptr<Model> make_llama(const ModelSize& s) {
   return std::make_unique<Llama>(l);
 }
 
+std::unique_ptr<Model> make_bert(const ModelSize& s) {
+  BertConfig b;
+  b.byte_vocab = s.vocab;
+  b.context = s.context;
+  b.layers = s.layers;
+  b.d_model = s.d_model;
+  b.heads = s.heads;
+  b.hidden = s.ffn_hidden;
+  b.pre_norm = s.pre_norm;
+  b.seed = s.seed;
+  b.unit = s.unit;
+  b.validate();
+  return std::make_unique<Bert>(b);
+}
+
 std::unique_ptr<Model> make_mlp(const ModelSize& s) {
   MLPConfig m;
   m.hidden.assign(static_cast<size_t>(s.layers), s.d_model);
@@ -59,6 +75,8 @@ const std::vector<ModelKind>& model_kinds() {
        [](const std::string& j) { return std::make_unique<GPT>(GPTConfig::from_json(j)); }},
       {"llama", T::language_model, make_llama,
        [](const std::string& j) { return std::make_unique<Llama>(LlamaConfig::from_json(j)); }},
+      {"bert", T::masked_language_model, make_bert,
+       [](const std::string& j) { return std::make_unique<Bert>(BertConfig::from_json(j)); }},
       {"mlp", T::classifier, make_mlp, [](const std::string& j) { return std::make_unique<MLP>(MLPConfig::from_json(j)); }},
   };
   return kinds;
@@ -83,6 +101,7 @@ std::string detect_model_kind(const std::string& config_json) {
   auto type = [&] { return j.contains("model_type") && j["model_type"].is_string() ? j["model_type"].get<std::string>() : ""; };
   if (j.contains("n_embd") || type() == "gpt2") return "gpt";
   if (type() == "llama") return "llama";
+  if (type() == "bert") return "bert";
   if (j.contains("hidden") || j.contains("classes")) return "mlp";
   return "";
 }

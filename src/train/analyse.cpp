@@ -8,6 +8,7 @@
 
 #include "mantissa/amp/amp.hpp"
 #include "mantissa/data/idx.hpp"
+#include "mantissa/data/mlm.hpp"
 #include "mantissa/data/text.hpp"
 #include "mantissa/formats/format.hpp"
 #include "mantissa/train/checkpoint.hpp"
@@ -29,6 +30,8 @@ nn::Batch one_batch(const TrainConfig& c, const std::string& path) {
   if (text_model(c.model)) {
     const data::TextCorpus corpus = data::TextCorpus::load(path);
     corpus.check_seq_len(c.seq_len);
+    if (masked_text_model(c.model))
+      return data::MlmBatches(corpus, c.batch_size, c.seq_len, static_cast<uint64_t>(c.seed)).next();
     data::TextWindows windows(corpus, c.batch_size, c.seq_len, static_cast<uint64_t>(c.seed));
     return windows.next();
   }

@@ -15,22 +15,28 @@ namespace mantissa::train {
 
 bool text_model(const std::string& model) {
   const nn::ModelKind* k = nn::find_model_kind(model);
-  return k == nullptr || k->task == nn::Model::Task::language_model;
+  return k == nullptr || k->task != nn::Model::Task::classifier;
+}
+
+bool masked_text_model(const std::string& model) {
+  const nn::ModelKind* k = nn::find_model_kind(model);
+  return k != nullptr && k->task == nn::Model::Task::masked_language_model;
 }
 
 using nlohmann::json;
 
 std::vector<ConfigKey> config_keys(TrainConfig& c) {
   return {
-      {"model", "model kind: gpt, llama or mlp", &c.model},
+      {"model", "model kind: gpt, llama, bert or mlp", &c.model},
       {"layers", "gpt: transformer blocks; mlp: hidden layers", &c.layers},
       {"d-model", "gpt: width; mlp: hidden width", &c.d_model},
       {"heads", "attention heads", &c.heads},
       {"dropout", "dropout probability", &c.dropout},
       {"kv-heads", "llama: key/value heads for grouped-query attention (0: = heads)", &c.kv_heads},
-      {"ffn-hidden", "llama: SwiGLU width (0: the multiple of 64 nearest 8/3 d-model)", &c.ffn_hidden},
+      {"ffn-hidden", "llama: SwiGLU width (0: the multiple of 64 nearest 8/3 d-model); bert: MLP width (0: 4 d-model)", &c.ffn_hidden},
       {"tie-embeddings", "llama: tie the output head to the token embedding", &c.tie_embeddings},
       {"smooth-swiglu", "llama: Smooth-SwiGLU (per-channel scale on the SwiGLU product)", &c.smooth_swiglu},
+      {"norm", "bert: post (default, the original BERT) or pre-norm blocks", &c.norm},
       {"data", "training data: a UTF-8 text file (gpt) or a Fashion-MNIST directory (mlp); default corpus if empty",
        &c.data},
       {"batch-size", "sequences (or examples) per micro-batch, split across data-parallel ranks", &c.batch_size},
@@ -202,6 +208,12 @@ void validate(const TrainConfig& c) {
     throw std::invalid_argument("--d-model (" + std::to_string(c.d_model) + ") must be a multiple of --heads (" +
                                 std::to_string(c.heads) + ")");
   if (!(c.dropout >= 0 && c.dropout < 1)) throw std::invalid_argument("--dropout must be in [0, 1)");
+  if (!c.norm.empty() && c.norm != "pre" && c.norm != "post")
+    throw std::invalid_argument("--norm must be pre or post (got '" + c.norm + "')");
+  if (!c.norm.empty() && c.model != "bert")
+    throw std::invalid_argument("--norm applies to --model bert (got --model " + c.model + ")");
+  if (masked_text_model(c.model) && c.dropout > 0)
+    throw std::invalid_argument("--dropout is not implemented for --model " + c.model);
   positive("batch-size", c.batch_size);
   positive("seq-len", c.seq_len);
   positive("grad-accum", c.grad_accum);

@@ -75,8 +75,9 @@ std::string step_metrics_json(const StepMetrics& m) {
 }
 
 std::string eval_metrics_json(const EvalMetrics& e) {
-  return json{{"step", e.step}, {"val_loss", num(e.val_loss)}, {"val_bpc", num(e.val_bpc)}, {"val_targets", e.targets}}
-      .dump();
+  json j{{"step", e.step}, {"val_loss", num(e.val_loss)}, {"val_bpc", num(e.val_bpc)}, {"val_targets", e.targets}};
+  if (e.masked_accuracy >= 0) j["val_masked_accuracy"] = num(e.masked_accuracy);
+  return j.dump();
 }
 
 RunSummary run(Trainer& trainer, const RunOptions& o) {
@@ -114,7 +115,12 @@ RunSummary run(Trainer& trainer, const RunOptions& o) {
     char buf[160];
     std::snprintf(buf, sizeof buf, "eval step %ld: val_loss %.4f  val_bpc %.4f", static_cast<long>(s.final_eval.step),
                   s.final_eval.val_loss, s.final_eval.val_bpc);
-    log_line(buf);
+    std::string line(buf);
+    if (s.final_eval.masked_accuracy >= 0) {
+      std::snprintf(buf, sizeof buf, "  masked_accuracy %.4f", s.final_eval.masked_accuracy);
+      line += buf;
+    }
+    log_line(line);
   };
   while (trainer.step() < o.steps) {
     if (o.before_step) o.before_step(trainer.step() + 1);

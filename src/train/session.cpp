@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "mantissa/amp/amp.hpp"
+#include "mantissa/data/mlm.hpp"
 #include "mantissa/dist/group.hpp"
 #include "mantissa/train/checkpoint.hpp"
 #include "mantissa/io/files.hpp"
@@ -91,6 +92,7 @@ std::unique_ptr<nn::Model> make_model(const TrainConfig& c, const nn::UnitConfig
   s.dropout = c.dropout;
   s.tie_embeddings = c.tie_embeddings;
   s.smooth_swiglu = c.smooth_swiglu;
+  s.pre_norm = c.norm == "pre";
   s.seed = static_cast<uint64_t>(c.seed);
   s.unit = unit;
   return kind->make(s);
@@ -360,8 +362,13 @@ std::unique_ptr<Session> build_session(const TrainConfig& config) {
     if (c.seq_len > context)
       throw std::invalid_argument("--seq-len " + std::to_string(c.seq_len) + " exceeds the model's context " +
                                   std::to_string(context));
-    s->train = std::make_unique<data::TextWindows>(*s->corpus, c.batch_size, c.seq_len, static_cast<uint64_t>(c.seed));
-    s->val = std::make_unique<data::TextValidation>(*s->corpus, c.batch_size, c.seq_len, c.eval_batches);
+    if (train::masked_text_model(c.model)) {
+      s->train = std::make_unique<data::MlmBatches>(*s->corpus, c.batch_size, c.seq_len, static_cast<uint64_t>(c.seed));
+      s->val = std::make_unique<data::MlmValidation>(*s->corpus, c.batch_size, c.seq_len, c.eval_batches);
+    } else {
+      s->train = std::make_unique<data::TextWindows>(*s->corpus, c.batch_size, c.seq_len, static_cast<uint64_t>(c.seed));
+      s->val = std::make_unique<data::TextValidation>(*s->corpus, c.batch_size, c.seq_len, c.eval_batches);
+    }
   } else {
     s->train_set = std::make_unique<data::ClassificationSet>(data::load_fashion_mnist(s->data_path, "train"));
     s->test_set = std::make_unique<data::ClassificationSet>(data::load_fashion_mnist(s->data_path, "test"));

@@ -126,16 +126,19 @@ EvalMetrics Trainer::evaluate() const {
   if (ranks > 1) options_.group->allgather(mine.data(), all.data(), n * sizeof(nn::LossSum), "the evaluation all-gather");
   else all = mine;
   double sum = 0;
-  int64_t count = 0;
+  int64_t count = 0, correct = 0;
   for (size_t i = 0; i < n; ++i) {
     const nn::LossSum& r = all[(i % static_cast<size_t>(ranks)) * n + i];
     sum += r.sum;
     count += r.count;
+    correct += r.correct;
   }
   if (count == 0) throw std::invalid_argument("the validation set has no targets");
   e.val_loss = sum / static_cast<double>(count);
   e.val_bpc = e.val_loss / std::log(2.0);
   e.targets = count;
+  if (model_.task() == nn::Model::Task::masked_language_model)
+    e.masked_accuracy = static_cast<double>(correct) / static_cast<double>(count);
   return e;
 }
 

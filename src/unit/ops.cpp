@@ -239,6 +239,11 @@ Var unit_rms_norm(Tape& t, const Var& x, const Var& weight, const scaling::Scale
 // The kernel divides scores by sqrt(d_head); scaling q by mult/sqrt(d_head)
 // first gives the u-muP logits mult q.k/d_head.
 Var unit_causal_self_attention(Tape& t, const Var& qkv, int64_t heads, double mult, const scaling::Scales& s) {
+  // The standard op from here: the same kernels (bf16 probabilities, blockwise for long sequences).
+  return causal_self_attention(t, unit_attention_qkv(t, qkv, heads, mult, s), heads);
+}
+
+Var unit_attention_qkv(Tape& t, const Var& qkv, int64_t heads, double mult, const scaling::Scales& s) {
   need_bwd(s, 3, "unit_causal_self_attention");
   if (qkv.value.ndim() != 3 || qkv.dim(2) % 3 != 0)
     throw std::invalid_argument("unit_causal_self_attention: qkv must be [B, T, 3C], got " + shape_str(qkv.shape()));
@@ -273,8 +278,7 @@ Var unit_causal_self_attention(Tape& t, const Var& qkv, int64_t heads, double mu
       Tensor& dx = qn->writable(&has);
       kernels::scale_segments(dx.f32(), on->grad.f32(), bwd_scales, 3, rows, C, has);
     });
-  // The standard op from here: the same kernels (bf16 probabilities, blockwise for long sequences).
-  return causal_self_attention(t, scaled_qkv, heads);
+  return scaled_qkv;
 }
 
 // ---- embeddings ------------------------------------------------------------------------

@@ -102,8 +102,9 @@ TEST(ParameterRoles, GptDeclaresItsScalePropagationLinks) {
 }
 
 TEST(ParameterRoles, UnknownKindsAndConfigs) {
-  EXPECT_EQ(nn::find_model_kind("bert"), nullptr);
-  EXPECT_EQ(nn::model_kind_names(), "gpt, llama or mlp");
+  EXPECT_EQ(nn::find_model_kind("t5"), nullptr);
+  EXPECT_EQ(nn::model_kind_names(), "gpt, llama, bert or mlp");
+  EXPECT_EQ(nn::detect_model_kind("{\"model_type\": \"bert\"}"), "bert");
   EXPECT_EQ(nn::detect_model_kind("{\"foo\": 1}"), "");
   EXPECT_EQ(nn::detect_model_kind("not json"), "");
 }

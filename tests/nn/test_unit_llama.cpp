@@ -11,6 +11,7 @@
 #include "mantissa/kernels/kernels.hpp"
 #include "mantissa/nn/llama.hpp"
 #include "mantissa/unit/rules.hpp"
+#include "nn/scaled_grad_check.hpp"
 
 using namespace mantissa;
 namespace us = mantissa::scaling;
@@ -71,30 +72,10 @@ TEST(UnitLlama, GradientsAreScaledLossGradients) {
     m.zero_grad();
     m.forward_backward(batch, 1.0f / static_cast<float>(count));
     std::mt19937_64 pick(5);
-    const float h = 1e-2f;
     int checked = 0;
     for (nn::Parameter* p : m.parameters()) {
       SCOPED_TRACE(p->name);
-      const auto grad = p->grad.to_vector();
-      const double c = factor(*p);
-      size_t top = 0;
-      for (size_t i = 0; i < grad.size(); ++i)
-        if (std::fabs(grad[i]) > std::fabs(grad[top])) top = i;
-      const double scale = std::fabs(grad[top]) / c;
-      for (size_t i : {top, static_cast<size_t>(pick() % grad.size())}) {
-        float* v = p->value.f32() + i;
-        const float keep = *v;
-        *v = keep + h;
-        ++p->version;
-        const double up = m.evaluate(batch).sum;
-        *v = keep - h;
-        ++p->version;
-        const double down = m.evaluate(batch).sum;
-        *v = keep;
-        ++p->version;
-        EXPECT_NEAR(grad[i] / c, (up - down) / (2.0 * h), 0.03 * scale + 2e-3) << "element " << i << ", factor " << c;
-        ++checked;
-      }
+      checked += unit_test::check_scaled_gradient(m, batch, *p, factor(*p), pick);
     }
     EXPECT_EQ(checked, 2 * static_cast<int>(m.parameters().size()));
   }

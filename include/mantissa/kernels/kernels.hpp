@@ -120,6 +120,16 @@ void attention_forward_bf16(float* out, uint16_t* att16, const float* qkv, int64
 void attention_backward_bf16(float* dqkv, float* datt, const float* dout, const float* qkv, const uint16_t* att16,
                              int64_t B, int64_t T, int64_t C, int64_t NH);
 
+// Bidirectional attention with right padding (BERT): row t of sequence b
+// attends to keys 0..key_len[b]-1 (1 <= key_len[b] <= T, else
+// std::invalid_argument); att columns from key_len[b] on are 0. Scores,
+// products and backward as attention_forward/backward.
+void attention_forward_keys(float* out, float* att, const float* qkv, const int32_t* key_len, int64_t B, int64_t T,
+                            int64_t C, int64_t NH, bool bf16_products = false);
+void attention_backward_keys(float* dqkv, float* datt, const float* dout, const float* qkv, const float* att,
+                             const int32_t* key_len, int64_t B, int64_t T, int64_t C, int64_t NH,
+                             bool bf16_products = false);
+
 // Blockwise (flash-style) causal attention: the same maths computed per block
 // of attention_block_rows() query rows, over all heads at once, so the
 // T x T probabilities are never stored whole. Forward keeps lse [B, NH, T]

@@ -1,4 +1,4 @@
-// The library's models by kind ("gpt", "llama", "mlp"): what the CLI, the
+// The library's models by kind ("gpt", "llama", "bert", "mlp"): what the CLI, the
 // trainer and checkpoint loading build a model from. A new model adds its
 // entry here (src/nn/models.cpp) and needs nothing outside nn/.
 #pragma once
@@ -23,10 +23,11 @@ struct ModelSize {
   int64_t d_model = 256;
   int64_t heads = 4;
   int64_t kv_heads = 0;    // Llama: 0 = heads
-  int64_t ffn_hidden = 0;  // Llama: 0 = its default width
+  int64_t ffn_hidden = 0;  // Llama, BERT: 0 = the model's default width
   double dropout = 0;
   bool tie_embeddings = false;
   bool smooth_swiglu = false;
+  bool pre_norm = false;  // BERT: pre-norm blocks (default post-norm)
   uint64_t seed = 0;
   UnitConfig unit;
 };
@@ -44,7 +45,7 @@ struct ModelKind {
 const std::vector<ModelKind>& model_kinds();
 // The kind of this name, or null.
 const ModelKind* find_model_kind(const std::string& name);
-// "gpt, llama or mlp" for messages.
+// "gpt, llama, bert or mlp" for messages.
 std::string model_kind_names();
 // The kind whose config.json this is (Hugging Face keys for the language
 // models, the layer list for the MLP); "" when none matches.

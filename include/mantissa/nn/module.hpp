@@ -47,6 +47,7 @@ struct Batch {
 struct LossSum {
   double sum = 0;     // sum of per-target cross-entropy losses (nats), in fp64
   int64_t count = 0;  // number of non-ignored targets
+  int64_t correct = 0;  // evaluate() of a masked language model: targets whose arg-max logit is right
 };
 
 class Model : public Module {
@@ -60,10 +61,10 @@ class Model : public Module {
   virtual LossSum evaluate(const Batch& batch) = 0;
   // Configuration as saved beside the weights (config.json).
   virtual std::string config_json() const = 0;
-  virtual std::string kind() const = 0;  // "gpt", "llama" or "mlp"
+  virtual std::string kind() const = 0;  // "gpt", "llama", "bert" or "mlp"
 
   // Configuration-level facts the rules outside nn/ read.
-  enum class Task { language_model, classifier };
+  enum class Task { language_model, masked_language_model, classifier };
   virtual Task task() const { return Task::language_model; }
   // Longest input sequence (0: the inputs are not sequences).
   virtual int64_t context_length() const { return 0; }

@@ -14,7 +14,7 @@ namespace mantissa::train {
 
 struct TrainConfig {
   // Model.
-  std::string model = "gpt";  // gpt | llama | mlp
+  std::string model = "gpt";  // gpt | llama | bert | mlp
   int64_t layers = 4;         // gpt: blocks; mlp: hidden layers
   int64_t d_model = 256;      // gpt: width; mlp: hidden width
   int64_t heads = 4;
@@ -24,6 +24,7 @@ struct TrainConfig {
   int64_t ffn_hidden = 0;       // SwiGLU width (0: the multiple of 64 nearest 8/3 d_model)
   bool tie_embeddings = false;  // output head = token embedding
   bool smooth_swiglu = false;   // per-channel scale on the SwiGLU product
+  std::string norm;             // bert: "post" (default) or "pre" blocks; "": the model's default
   // Data. Empty data: the default corpus (gpt: Jane Austen; mlp: Fashion-MNIST).
   std::string data;
   int64_t batch_size = 16;
@@ -79,6 +80,8 @@ struct TrainConfig {
 
 // Models fed token windows of the text corpus (the language models).
 bool text_model(const std::string& model);
+// Whether the model trains on masked-LM batches of the corpus (data/mlm.hpp).
+bool masked_text_model(const std::string& model);
 
 // One setting: its key, help text and where it lives.
 struct ConfigKey {

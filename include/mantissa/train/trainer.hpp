@@ -56,6 +56,7 @@ struct EvalMetrics {
   double val_loss = 0;  // nats per target
   double val_bpc = 0;   // val_loss / ln 2 (bits per character for byte-level text)
   int64_t targets = 0;
+  double masked_accuracy = -1;  // masked language model: fraction of targets predicted right (else -1)
 };
 
 class Trainer {

@@ -55,6 +55,10 @@ Var unit_rms_norm(Tape& t, const Var& x, const Var& weight, const scaling::Scale
 // scaling::scaled_dot_product_attention(T, d_head, true, mult): out *= s.fwd,
 // dQ, dK, dV *= s.bwd[0..2].
 Var unit_causal_self_attention(Tape& t, const Var& qkv, int64_t heads, double mult, const scaling::Scales& s);
+// Its input half, for any attention op with scores / sqrt(d_head): qkv copied
+// as [qf q | k | s.fwd v], qf = mult/d_head x sqrt(d_head), with the backward
+// multipliers that make the attention's dQ, dK, dV come out x s.bwd[0..2].
+Var unit_attention_qkv(Tape& t, const Var& qkv, int64_t heads, double mult, const scaling::Scales& s);
 
 // ---- embeddings ------------------------------------------------------------------------
 // out [B, T, C] = fwd * (wte[ids] + wpe[0..T)); dwte += bwd_wte * scatter(dout),

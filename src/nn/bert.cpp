@@ -1,0 +1,379 @@
+// The BERT encoder with its MLM head, standard and unit-scaled from one
+// forward code: the unit scales (unit/rules.hpp) are 1 in the standard
+// parametrisation. Rows are the B*T positions, x [N, C]:
+//   x = ln(word[ids] + type[types] + position[t])           (unit: each x 3^-1/2)
+//   per block, post-norm: x = ln(x + o(attn(q, k, v)(x))),  x = ln(x + out(gelu(fc x)))
+//              pre-norm:  x = x + o(attn(ln x)),             x = x + out(gelu(fc ln x));  then ln(x)
+//   h = ln(gelu(dense x[rows]))                              [R, C], R predicted rows
+//   logits = h @ word^T + bias                               [R, V]
+#include "mantissa/nn/bert.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+#include <utility>
+
+#include "mantissa/autograd/ops.hpp"
+#include "mantissa/autograd/ops_bert.hpp"
+#include "mantissa/io/untrusted.hpp"
+#include "mantissa/nn/init.hpp"
+#include "mantissa/tensor/checked.hpp"
+#include "mantissa/unit/ops.hpp"
+#include "nn/causal_lm.hpp"
+#include "nn/parametrisation.hpp"
+
+namespace mantissa::nn {
+namespace ag = mantissa::autograd;
+namespace us = mantissa::scaling;
+
+// ---- config --------------------------------------------------------------------------------
+void BertConfig::validate() const {
+  check_dimension("BERT", "byte_vocab", byte_vocab);
+  check_dimension("BERT", "context", context);
+  check_dimension("BERT", "layers", layers);
+  check_dimension("BERT", "d_model", d_model);
+  check_dimension("BERT", "heads", heads);
+  check_dimension("BERT", "type_vocab", type_vocab);
+  if (hidden < 0) throw std::invalid_argument("BERT config: hidden must not be negative, got " + std::to_string(hidden));
+  check_dimension("BERT", "intermediate size", ffn());
+  if (type_vocab < 2) throw std::invalid_argument("BERT config: type_vocab_size must be at least 2 (two segments)");
+  if (d_model % heads != 0)
+    throw std::invalid_argument("BERT config: d_model " + std::to_string(d_model) + " is not a multiple of heads " +
+                                std::to_string(heads));
+  // Tables [V + T + types, C]; per layer 4 C^2 + 2 C F matrices; the head's C^2 (small terms left out).
+  const char* what = "BERT config: parameter count";
+  const int64_t C = d_model, F = ffn();
+  const int64_t per_layer = checked_add(checked_mul(4 * C, C, what), checked_mul(2 * C, F, what), what);
+  int64_t n = checked_mul(vocab() + context + type_vocab, C, what);
+  n = checked_add(n, checked_add(checked_mul(layers, per_layer, what), checked_mul(C, C, what), what), what);
+  check_parameter_total("BERT", n);
+  unit.validate();
+}
+
+std::string BertConfig::to_json() const {
+  nlohmann::ordered_json j;
+  j["model_type"] = "bert";
+  j["architectures"] = {"BertForMaskedLM"};
+  j["vocab_size"] = vocab();
+  j["hidden_size"] = d_model;
+  j["num_hidden_layers"] = layers;
+  j["num_attention_heads"] = heads;
+  j["intermediate_size"] = ffn();
+  j["hidden_act"] = "gelu_new";  // the tanh approximation mantissa's GELU computes
+  j["hidden_dropout_prob"] = 0.0;
+  j["attention_probs_dropout_prob"] = 0.0;
+  j["max_position_embeddings"] = context;
+  j["type_vocab_size"] = type_vocab;
+  j["initializer_range"] = 0.02;
+  j["layer_norm_eps"] = 1e-5;
+  j["pad_token_id"] = pad_id();
+  j["position_embedding_type"] = "absolute";
+  j["tie_word_embeddings"] = true;
+  j["torch_dtype"] = "float32";
+  j["mantissa"] = {{"kind", "bert"},         {"seed", seed},          {"norm", pre_norm ? "pre" : "post"},
+                   {"byte_vocab", byte_vocab}, {"cls_token_id", cls_id()}, {"sep_token_id", sep_id()},
+                   {"mask_token_id", mask_id()}};
+  write_parametrisation(j["mantissa"], unit);
+  return j.dump(2);
+}
+
+BertConfig BertConfig::from_json(const std::string& text) {
+  const nlohmann::json j = io::parse_json(text, "BERT config");
+  if (!j.is_object()) throw std::invalid_argument("BERT config: not a JSON object");
+  BertConfig c;
+  auto get = [&](const char* key, int64_t& out) {
+    if (!j.contains(key)) throw std::invalid_argument(std::string("BERT config: missing key '") + key + "'");
+    if (!j[key].is_number_integer()) throw std::invalid_argument(std::string("BERT config: '") + key + "' must be an integer");
+    out = j[key].get<int64_t>();
+  };
+  int64_t vocab = 0;
+  get("vocab_size", vocab);
+  c.byte_vocab = vocab - 4;
+  get("max_position_embeddings", c.context);
+  get("hidden_size", c.d_model);
+  get("num_hidden_layers", c.layers);
+  get("num_attention_heads", c.heads);
+  get("intermediate_size", c.hidden);
+  if (j.contains("type_vocab_size")) get("type_vocab_size", c.type_vocab);
+  try {
+    if (j.contains("mantissa") && j["mantissa"].is_object()) {
+      const auto& m = j["mantissa"];
+      if (m.contains("seed")) c.seed = m["seed"].get<uint64_t>();
+      if (m.contains("norm")) {
+        const std::string n = m["norm"].get<std::string>();
+        if (n != "pre" && n != "post") throw std::invalid_argument("BERT config: norm must be pre or post, got '" + n + "'");
+        c.pre_norm = n == "pre";
+      }
+      if (m.contains("byte_vocab") && m["byte_vocab"].get<int64_t>() != c.byte_vocab)
+        throw std::invalid_argument("BERT config: vocab_size " + std::to_string(vocab) + " is not byte_vocab " +
+                                    std::to_string(m["byte_vocab"].get<int64_t>()) + " + 4 special tokens");
+      read_parametrisation(m, c.unit, "BERT");
+    }
+  } catch (const nlohmann::json::exception& e) {
+    throw std::invalid_argument(std::string("BERT config: ") + e.what());
+  }
+  c.validate();
+  return c;
+}
+
+// ---- inputs ------------------------------------------------------------------------------------
+BertInputs bert_inputs(const BertConfig& c, const Tensor& ids) {
+  if (!ids.defined() || ids.dtype() != DType::i32 || ids.ndim() != 2) throw std::invalid_argument("BERT: ids must be i32 [B, T]");
+  const int64_t B = ids.dim(0), T = ids.dim(1);
+  BertInputs in;
+  in.key_len = Tensor::empty({B}, DType::i32);
+  in.token_types = Tensor::empty({B, T}, DType::i32);
+  in.positions = Tensor::empty({B, T}, DType::i32);
+  const int32_t* id = ids.data<int32_t>();
+  for (int64_t b = 0; b < B; ++b) {
+    const int32_t* row = id + b * T;
+    int32_t* type = in.token_types.data<int32_t>() + b * T;
+    const std::string where = "BERT: row " + std::to_string(b);
+    if (row[0] != c.cls_id()) throw std::invalid_argument(where + " does not start with [CLS] (id " + std::to_string(c.cls_id()) + ")");
+    int64_t len = T;
+    int32_t segment = 0;
+    for (int64_t t = 0; t < T; ++t) {
+      const int32_t v = row[t];
+      if (v < 0 || v >= c.vocab())
+        throw std::invalid_argument(where + " position " + std::to_string(t) + ": id " + std::to_string(v) +
+                                    " is outside the vocabulary [0, " + std::to_string(c.vocab()) + ")");
+      if (v == c.pad_id() && len == T) len = t;
+      if (v != c.pad_id() && len < T)
+        throw std::invalid_argument(where + ": token at position " + std::to_string(t) + " follows [PAD] at position " +
+                                    std::to_string(len) + " (padding must come last)");
+      type[t] = len < T ? 0 : segment;
+      if (v == c.sep_id()) segment = 1;
+      in.positions.data<int32_t>()[b * T + t] = static_cast<int32_t>(t);
+    }
+    in.key_len.data<int32_t>()[b] = static_cast<int32_t>(len);
+    in.tokens += len;
+  }
+  return in;
+}
+
+// ---- construction ------------------------------------------------------------------------------
+Bert::Linear Bert::linear(const std::string& name, int64_t in, int64_t out, int block, double std, Rng& rng) {
+  Linear l;
+  l.w = add_parameter(name + ".weight", {out, in}, Role::weight, in, block);
+  init_normal(l.w->value, rng, std);
+  l.b = add_parameter(name + ".bias", {out}, Role::bias, 1, block);
+  l.w->bias = l.b;
+  return l;
+}
+
+Bert::Norm Bert::norm(const std::string& name, int block) {
+  Norm n;
+  n.w = add_parameter(name + ".weight", {config_.d_model}, Role::norm_gain, 1, block);
+  n.w->value.fill(1.0f);
+  n.b = add_parameter(name + ".bias", {config_.d_model}, Role::norm_bias, 1, block);
+  n.w->bias = n.b;
+  return n;
+}
+
+Bert::Bert(const BertConfig& config) : config_(config) {
+  config_.validate();
+  const int64_t V = config_.vocab(), C = config_.d_model, F = config_.ffn();
+  Rng rng(config_.seed);
+  const double s = config_.unit.enabled ? 1.0 : 0.02;
+  word_ = add_parameter("bert.embeddings.word_embeddings.weight", {V, C}, Role::token_embedding, C);
+  init_normal(word_->value, rng, s);
+  position_ = add_parameter("bert.embeddings.position_embeddings.weight", {config_.context, C}, Role::position_embedding, 1);
+  init_normal(position_->value, rng, s);
+  type_ = add_parameter("bert.embeddings.token_type_embeddings.weight", {config_.type_vocab, C}, Role::position_embedding, 1);
+  // Unit: the two-row table starts at zero. Drawn N(0, 1), its row is a component every key of a
+  // segment shares, which the attention's average over the keys does not shrink (the unit
+  // attention scale assumes independent keys).
+  if (!config_.unit.enabled) init_normal(type_->value, rng, s);
+  ln_embed_ = norm("bert.embeddings.LayerNorm", -1);
+  for (int64_t l = 0; l < config_.layers; ++l) {
+    const std::string h = "bert.encoder.layer." + std::to_string(l) + ".";
+    const int i = static_cast<int>(l);
+    Block b;
+    b.q = linear(h + "attention.self.query", C, C, i, s, rng);
+    b.k = linear(h + "attention.self.key", C, C, i, s, rng);
+    b.v = linear(h + "attention.self.value", C, C, i, s, rng);
+    b.o = linear(h + "attention.output.dense", C, C, i, s, rng);
+    b.ln_attn = norm(h + "attention.output.LayerNorm", i);
+    b.fc = linear(h + "intermediate.dense", C, F, i, s, rng);
+    b.out = linear(h + "output.dense", F, C, i, s, rng);
+    b.ln_mlp = norm(h + "output.LayerNorm", i);
+    b.o.w->input = b.v.w, b.o.w->through = Parameter::Through::attention;
+    b.out.w->input = b.fc.w, b.out.w->through = Parameter::Through::pointwise;
+    blocks_.push_back(b);
+  }
+  if (config_.pre_norm) ln_final_ = norm("bert.encoder.LayerNorm", -1);
+  head_dense_ = linear("cls.predictions.transform.dense", C, C, -1, s, rng);
+  ln_head_ = norm("cls.predictions.transform.LayerNorm", -1);
+  decoder_bias_ = add_parameter("cls.predictions.bias", {V}, Role::bias, 1);
+  word_->input = ln_head_.w;
+}
+
+// ---- forward ------------------------------------------------------------------------------------
+struct Bert::Pass {
+  int64_t B = 0, T = 0, N = 0;
+  int64_t tokens = 0;  // non-padding tokens: the batch size of the unit weight-gradient rules
+  Tensor key_len;
+  us::Scales sdpa;  // unit attention scales
+};
+
+// y [R, out] = x [R, in] @ w^T + b. Unit: scaling::linear with `fused` outputs (q, k and v read one
+// input: their input gradients sum as those of one product of width 3C).
+ag::Var Bert::dense(ag::Tape& t, const ag::Var& x, const Linear& l, int64_t in, int64_t fused, int64_t batch) {
+  const UnitConfig& uc = config_.unit;
+  if (!uc.enabled) return ag::add_bias(t, ag::matmul(t, x, t.param(*l.w), false, true), t.param(*l.b));
+  const us::Scales s = us::linear(in, fused, batch, uc.rules("linear"));
+  ag::Var y = ag::matmul(t, x, t.param(*l.w), false, true, ag::op_scales(s));
+  return ag::add_bias(t, y, ag::scale_split(t, t.param(*l.b), 1.0f, static_cast<float>(s.bwd[1])));
+}
+
+ag::Var Bert::layer_norm(ag::Tape& t, const ag::Var& x, const Norm& n, int64_t batch) {
+  if (!config_.unit.enabled) return ag::layer_norm(t, x, t.param(*n.w), t.param(*n.b));
+  return ag::unit_layer_norm(t, x, t.param(*n.w), t.param(*n.b), us::layer_norm(config_.d_model, batch * config_.d_model));
+}
+
+ag::Var Bert::gelu(ag::Tape& t, ag::Var x) {
+  if (!config_.unit.enabled) return ag::gelu(t, std::move(x));
+  return ag::unit_gelu(t, std::move(x), us::gelu(1.0, config_.unit.rules("gelu")));
+}
+
+// One block on the residual stream x [N, C].
+ag::Var Bert::block(ag::Tape& t, const Pass& p, const Block& b, ag::Var x_in, size_t layer) {
+  const UnitConfig& uc = config_.unit;
+  const bool u = uc.enabled, pre = config_.pre_norm;
+  const int64_t C = config_.d_model, F = config_.ffn(), H = config_.heads;
+  std::string n("h");  // (not "h" + ...: GCC 12 -Wrestrict false positive)
+  n += std::to_string(layer);
+  n += '.';
+  auto obs = [&](ag::Var v, const char* name) { return ag::observe(t, v, n + name); };
+  auto split = [&](const ag::Var& x, double tau) { return u ? ag::residual_split(t, x, tau) : ag::ResidualSplit{x, x}; };
+  auto join = [&](const ag::Var& y, const ag::ResidualSplit& r, double tau, const Norm& ln, const char* name) {
+    ag::Var x = u ? ag::residual_add(t, y, r.skip, tau) : ag::add(t, r.skip, y);
+    return obs(pre ? x : layer_norm(t, x, ln, p.tokens), name);
+  };
+
+  // Attention over the non-padding keys.
+  ag::ResidualSplit r = split(x_in, uc.tau_attn);
+  ag::Var h = pre ? obs(layer_norm(t, r.branch, b.ln_attn, p.tokens), "attn.ln") : r.branch;
+  ag::Var qkv = ag::concat(t, {dense(t, h, b.q, C, 3 * C, p.tokens), dense(t, h, b.k, C, 3 * C, p.tokens),
+                               dense(t, h, b.v, C, 3 * C, p.tokens)});
+  qkv = obs(ag::reshape(t, qkv, {p.B, p.T, 3 * C}), "attn.qkv");
+  if (u) qkv = ag::unit_attention_qkv(t, qkv, H, uc.attn_mult, p.sdpa);
+  ag::Var a = obs(ag::reshape(t, ag::key_padded_self_attention(t, qkv, H, p.key_len), {p.N, C}), "attn.sdpa");
+  ag::Var y = obs(dense(t, a, b.o, C, C, p.tokens), "attn.proj");
+  ag::Var x = join(y, r, uc.tau_attn, b.ln_attn, "attn.residual");
+
+  // GELU MLP.
+  r = split(x, uc.tau_mlp);
+  h = pre ? obs(layer_norm(t, r.branch, b.ln_mlp, p.tokens), "mlp.ln") : r.branch;
+  ag::Var f = obs(gelu(t, dense(t, h, b.fc, C, F, p.tokens)), "mlp.gelu");
+  y = obs(dense(t, f, b.out, F, C, p.tokens), "mlp.proj");
+  return join(y, r, uc.tau_mlp, b.ln_mlp, "mlp.residual");
+}
+
+ag::Var Bert::forward(ag::Tape& t, const Tensor& ids, const Tensor* rows) {
+  const UnitConfig& uc = config_.unit;
+  const bool u = uc.enabled;
+  const BertInputs in = bert_inputs(config_, ids);
+  Pass p;
+  p.B = ids.dim(0), p.T = ids.dim(1), p.N = p.B * p.T, p.tokens = in.tokens, p.key_len = in.key_len;
+  const int64_t C = config_.d_model, V = config_.vocab();
+  if (p.T > config_.context)
+    throw std::invalid_argument("BERT: sequence length " + std::to_string(p.T) + " exceeds the context of " +
+                                std::to_string(config_.context));
+  if (u) {  // sequence length: the mean number of non-padding tokens
+    const int64_t mean_len = std::max<int64_t>(1, std::llround(static_cast<double>(p.tokens) / static_cast<double>(p.B)));
+    p.sdpa = us::scaled_dot_product_attention(mean_len, C / config_.heads, false, uc.attn_mult);
+  }
+  const float tied = u ? static_cast<float>(1.0 / std::sqrt(2.0)) : 1.0f;  // the word table's two gradients
+
+  // Embeddings: three unit tables summed with equal weights 3^-1/2 (unit), each gradient by its table's rule.
+  ag::Var word = t.param(*word_);
+  auto embed = [&](const Tensor& idx, const ag::Var& table, double bwd) {
+    ag::Var e = ag::embedding(t, idx, table);
+    if (!u) return e;
+    const double rule = us::embedding(table.dim(0), p.tokens).bwd[0];
+    return ag::scale_split(t, e, static_cast<float>(1.0 / std::sqrt(3.0)), static_cast<float>(rule * bwd));
+  };
+  ag::Var x = embed(ids, word, tied);
+  x = ag::add(t, x, embed(in.token_types, t.param(*type_), 1.0));
+  x = ag::add(t, x, embed(in.positions, t.param(*position_), 1.0));
+  x = ag::observe(t, layer_norm(t, ag::reshape(t, x, {p.N, C}), ln_embed_, p.tokens), "embedding");
+  for (size_t l = 0; l < blocks_.size(); ++l) x = block(t, p, blocks_[l], std::move(x), l);
+  if (config_.pre_norm) x = ag::observe(t, layer_norm(t, x, ln_final_, p.tokens), "ln_f");
+
+  // MLM head on the predicted rows.
+  const int64_t R = rows ? rows->numel() : p.N;
+  if (rows) {
+    x = ag::embedding(t, *rows, x);  // gathers x[rows]; backward scatters
+    // Unit: the R row gradients spread over the non-padding rows, each scaled so that their RMS stays 1.
+    if (u) x = ag::scale_split(t, x, 1.0f, static_cast<float>(std::sqrt(static_cast<double>(p.tokens) / static_cast<double>(R))));
+  }
+  ag::Var h = ag::observe(t, gelu(t, dense(t, x, head_dense_, C, C, R)), "head.gelu");
+  h = ag::observe(t, layer_norm(t, h, ln_head_, R), "head.ln");
+  ag::OpScales head;
+  ag::Var bias = t.param(*decoder_bias_);
+  if (u) {
+    const us::Scales s = us::linear_readout(C, V, R, uc.rules("readout"));
+    head = ag::op_scales(s);
+    head.weight *= tied;
+    bias = ag::scale_split(t, bias, 1.0f, static_cast<float>(s.bwd[1]));
+  }
+  const ag::ReadoutScope readout(t);
+  ag::Var logits = ag::observe(t, ag::add_bias(t, ag::matmul(t, h, word, false, true, head), bias), "logits");
+  return rows ? logits : ag::reshape(t, logits, {p.B, p.T, V});
+}
+
+namespace {
+// The predicted positions of a batch: rows i32 [R] into the B*T positions and their targets [R].
+std::pair<Tensor, Tensor> predicted(const Batch& batch) {
+  const int32_t* tg = batch.targets.data<int32_t>();
+  std::vector<int32_t> rows, targets;
+  for (int64_t i = 0; i < batch.targets.numel(); ++i)
+    if (tg[i] >= 0) rows.push_back(static_cast<int32_t>(i)), targets.push_back(tg[i]);
+  const auto R = static_cast<int64_t>(rows.size());
+  Tensor r = Tensor::empty({R}, DType::i32), y = Tensor::empty({R}, DType::i32);
+  std::copy(rows.begin(), rows.end(), r.data<int32_t>());
+  std::copy(targets.begin(), targets.end(), y.data<int32_t>());
+  return {r, y};
+}
+}  // namespace
+
+LossSum Bert::forward_backward(const Batch& batch, float grad_scale) {
+  lm::check_batch(batch, config_.context, "BERT");
+  const auto picked = predicted(batch);
+  const Tensor &rows = picked.first, &targets = picked.second;
+  if (rows.numel() == 0) return {};
+  ag::Tape t(context(true));
+  return lm::forward_backward(t, [&](ag::Tape& tape) { return forward(tape, batch.inputs, &rows); }, targets,
+                              config_.unit, grad_scale);
+}
+
+LossSum Bert::evaluate(const Batch& batch) {
+  lm::check_batch(batch, config_.context, "BERT");
+  const auto picked = predicted(batch);
+  const Tensor &rows = picked.first, &targets = picked.second;
+  if (rows.numel() == 0) return {};
+  ag::NoGrad no_grad;
+  ag::Tape t(context(false));
+  const ag::Var z = forward(t, batch.inputs, &rows);
+  ag::LossStats stats;
+  lm::loss(t, z, targets, config_.unit, &stats);
+  LossSum ls;
+  ls.sum = stats.sum;
+  ls.count = stats.count;
+  const int64_t V = config_.vocab();
+  for (int64_t r = 0; r < rows.numel(); ++r) {
+    const float* row = z.value.f32() + r * V;
+    ls.correct += std::max_element(row, row + V) - row == targets.data<int32_t>()[r];
+  }
+  return ls;
+}
+
+Tensor Bert::logits(const Tensor& ids) {
+  ag::NoGrad no_grad;
+  ag::Tape t(context(false));
+  return forward(t, ids).value;
+}
+
+}  // namespace mantissa::nn

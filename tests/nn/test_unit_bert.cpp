@@ -1,0 +1,101 @@
+// The unit-scaled BERT: as for the unit GPT and Llama, every scale either ties forward and
+// backward (linear inputs, GELU, attention, norms, residual split/add) or sits at a parameter
+// leaf, the loss, the readout, a residual branch or the gather of the predicted rows, so
+//   unit_grad(p) = c_loss x c_readout x c_gather x c_branch(p) x c_leaf(p) x d(sum of losses)/dp,
+// checked against central finite differences of the model's own forward, post- and pre-norm,
+// on padded rows. (The tied word table sums two such terms of different factors: left out.)
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <string>
+
+#include "mantissa/kernels/kernels.hpp"
+#include "mantissa/nn/bert.hpp"
+#include "mantissa/unit/rules.hpp"
+#include "nn/scaled_grad_check.hpp"
+
+using namespace mantissa;
+namespace us = mantissa::scaling;
+
+namespace {
+bool has(const std::string& s, const char* part) { return s.find(part) != std::string::npos; }
+}  // namespace
+
+TEST(UnitBert, GradientsAreScaledLossGradients) {
+  kernels::set_num_threads(1);
+  for (const char* set : {"library", "paper"})
+    for (bool pre : {false, true}) {
+      SCOPED_TRACE(std::string(set) + (pre ? " pre-norm" : " post-norm"));
+      nn::BertConfig cfg;
+      cfg.byte_vocab = 12;
+      cfg.context = 8;
+      cfg.layers = 2;
+      cfg.d_model = 8;
+      cfg.heads = 2;
+      cfg.hidden = 12;
+      cfg.pre_norm = pre;
+      cfg.seed = 11;
+      cfg.unit.enabled = true;
+      cfg.unit.rule_set = set;
+      nn::Bert m(cfg);
+      const int64_t B = 2, T = 8, C = cfg.d_model, V = cfg.vocab(), F = cfg.hidden;
+      const int32_t cls = cfg.cls_id(), sep = cfg.sep_id(), mask = cfg.mask_id(), pad = cfg.pad_id();
+      const int32_t ids[B * T] = {cls, 3, mask, 5, sep, 7, 1, sep,  //
+                                  cls, 2, 9, mask, sep, pad, pad, pad};
+      const int32_t tgt[B * T] = {-1, -1, 4, 5, -1, 2, -1, -1,  //
+                                  -1, 6, -1, 0, -1, -1, -1, -1};
+      nn::Batch batch{Tensor::empty({B, T}, DType::i32), Tensor::empty({B, T}, DType::i32)};
+      std::copy(ids, ids + B * T, batch.inputs.data<int32_t>());
+      std::copy(tgt, tgt + B * T, batch.targets.data<int32_t>());
+      const int64_t R = 5, tokens = 13;
+      // The random initialisation of the token-type table is zero in the unit model: give it values.
+      std::mt19937_64 g(3);
+      nn::Parameter* types = m.find("bert.embeddings.token_type_embeddings.weight");
+      for (int64_t i = 0; i < types->value.numel(); ++i) types->value.f32()[i] = static_cast<float>(g() % 1000) / 500.0f - 1.0f;
+
+      const us::Rules lin = cfg.unit.rules("linear");
+      const us::LossScales ce = us::cross_entropy(V, R);
+      const us::Scales ro = us::linear_readout(C, V, R, cfg.unit.rules("readout"));
+      const double c_loss = ce.bwd[0] / ce.input_fwd, c_ro = ro.bwd[0] / ro.fwd;
+      const double c_gather = std::sqrt(static_cast<double>(tokens) / static_cast<double>(R));
+      const double embed_fwd = 1.0 / std::sqrt(3.0);
+      auto linear_leaf = [&](const nn::Parameter& p, int64_t in, int64_t fused, int64_t batch_rows) {
+        const us::Scales s = us::linear(in, fused, batch_rows, lin);
+        EXPECT_DOUBLE_EQ(s.fwd, s.bwd[0]);
+        return has(p.name, ".bias") ? s.bwd[1] : s.bwd[1] / s.fwd;
+      };
+      auto factor = [&](const nn::Parameter& p) -> double {
+        const std::string& n = p.name;
+        if (n == "cls.predictions.bias") return c_loss * ro.bwd[1];
+        if (has(n, "cls.predictions.transform.dense")) return c_loss * c_ro * linear_leaf(p, C, C, R);
+        if (has(n, "cls.predictions.transform.LayerNorm"))
+          return c_loss * c_ro * us::layer_norm(C, R * C).bwd[has(n, ".bias") ? 2 : 1];
+        double leaf = 1, branch = 1;
+        if (has(n, "position_embeddings")) leaf = us::embedding(cfg.context, tokens).bwd[0] / embed_fwd;
+        else if (has(n, "token_type_embeddings")) leaf = us::embedding(cfg.type_vocab, tokens).bwd[0] / embed_fwd;
+        else if (has(n, "LayerNorm")) leaf = us::layer_norm(C, tokens * C).bwd[has(n, ".bias") ? 2 : 1];
+        else if (has(n, "attention.self.")) leaf = linear_leaf(p, C, 3 * C, tokens);
+        else if (has(n, "attention.output.dense")) leaf = linear_leaf(p, C, C, tokens);
+        else if (has(n, "intermediate.dense")) leaf = linear_leaf(p, C, F, tokens);
+        else if (has(n, "output.dense")) leaf = linear_leaf(p, F, C, tokens);
+        const bool attn = has(n, "attention.self.") || has(n, "attention.output.dense") ||
+                          (pre && has(n, "attention.output.LayerNorm"));
+        const bool mlp = has(n, "intermediate.dense") || has(n, ".output.dense") || (pre && has(n, ".output.LayerNorm"));
+        if (attn) branch = 1.0 / us::residual(cfg.unit.tau_attn).branch;
+        else if (mlp) branch = 1.0 / us::residual(cfg.unit.tau_mlp).branch;
+        return c_loss * c_ro * c_gather * branch * leaf;
+      };
+      m.zero_grad();
+      m.forward_backward(batch, 1.0f / static_cast<float>(R));
+      std::mt19937_64 pick(5);
+      int checked = 0;
+      for (nn::Parameter* p : m.parameters()) {
+        if (p->name == "bert.embeddings.word_embeddings.weight") continue;
+        if (has(p->name, "attention.self.key.bias")) continue;  // zero gradient: the softmax ignores it
+        SCOPED_TRACE(p->name);
+        checked += unit_test::check_scaled_gradient(m, batch, *p, factor(*p), pick);
+      }
+      EXPECT_GT(checked, 40);
+    }
+}

@@ -174,13 +174,20 @@ void IndependentDecay::step(double lr) {
   steps_ = inner_->step_count();
   const float keep = static_cast<float>(1.0 - lr / base_lr_ * decay_);
   if (decay_ == 0.0) return;
-  for (nn::Parameter* p : params_) {
+  for (size_t k = 0; k < params_.size(); ++k) {
+    nn::Parameter* p = params_[k];
     if (!p->decay) continue;
+    // Sharded: the owned elements only (the others arrive from their owners).
+    const int64_t first = owned_.empty() ? 0 : owned_[k].begin, n = owned_.empty() ? p->value.numel() : owned_[k].end;
     float* v = p->value.f32();
-    const int64_t n = p->value.numel();
-#pragma omp parallel for schedule(static) if (n > 65536)
-    for (int64_t i = 0; i < n; ++i) v[i] *= keep;
+#pragma omp parallel for schedule(static) if (n - first > 65536)
+    for (int64_t i = first; i < n; ++i) v[i] *= keep;
   }
+}
+
+void IndependentDecay::shard(const optim::OwnedRanges& owned) {
+  inner_->shard(owned);
+  Optimizer::shard(owned);
 }
 
 void IndependentDecay::load_state(const std::map<std::string, Tensor>& tensors, const std::string& json) {
@@ -384,9 +391,12 @@ std::unique_ptr<Session> build_session(const TrainConfig& config) {
   to.amp.seed = static_cast<uint64_t>(c.seed);
   to.amp.grad_stats = c.grad_stats;
   to.comm = dist::CommOptions{c.comm_format, c.comm_block, c.comm_error_feedback};
+  to.shard_optimizer = c.shard_optimizer;
   dist::validate(to.comm);
   to.group = &dist::Group::world();
   to.group->set_timeout(c.comm_timeout);
+  if (c.shard_optimizer && !to.group->distributed())
+    std::fprintf(stderr, "mantissa: note: --shard-optimizer has nothing to share in one process (launch with mpirun)\n");
   if (c.batch_size % to.group->size() != 0)
     throw std::invalid_argument("--batch-size " + std::to_string(c.batch_size) + " does not split evenly across " +
                                 std::to_string(to.group->size()) + " data-parallel ranks");

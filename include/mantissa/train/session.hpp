@@ -79,6 +79,7 @@ class IndependentDecay final : public optim::Optimizer {
   std::map<std::string, Tensor> state_tensors() const override { return inner_->state_tensors(); }
   std::string state_json() const override { return inner_->state_json(); }
   void load_state(const std::map<std::string, Tensor>& tensors, const std::string& json) override;
+  void shard(const optim::OwnedRanges& owned) override;
   optim::Optimizer& inner() { return *inner_; }
 
  private:

@@ -23,13 +23,13 @@
 #include "mantissa/dist/reduce.hpp"
 #include "mantissa/train/experiment.hpp"
 #include "mantissa/train/session.hpp"
+#include "dist/worker.hpp"
 
 using namespace mantissa;
+using namespace dist_test;
 namespace fs = std::filesystem;
 
 namespace {
-
-bool is_worker() { return std::getenv("MANTISSA_DIST_WORKER") != nullptr; }
 
 // A failed assertion on one rank leaves the other waiting in a collective:
 // a short deadline ends such a job in seconds instead of minutes.
@@ -37,14 +37,6 @@ dist::Group& worker_group() {
   dist::Group& g = dist::Group::world();
   g.set_timeout(120);
   return g;
-}
-
-std::string corpus_text() {
-  std::string s;
-  std::mt19937_64 rng(5);
-  const char* words[] = {"the ", "park ", "and ", "Mansfield ", "of ", "Fanny ", "Edmund, ", "said. "};
-  while (s.size() < 40000) s += words[rng() % 8];
-  return s;
 }
 
 // d_model 96: the embedding (256 x 96) and the MLP matrices (96 x 384) span
@@ -92,25 +84,6 @@ TrainRun make_run(const data::TextCorpus& corpus, const RunSetup& s) {
   to.shard_optimizer = s.shard;
   r.trainer = std::make_unique<train::Trainer>(*r.model, *r.opt, *r.train, nullptr, s.recipe, to);
   return r;
-}
-
-uint64_t fnv(const void* data, size_t bytes, uint64_t h = 1469598103934665603ull) {
-  const auto* b = static_cast<const uint8_t*>(data);
-  for (size_t i = 0; i < bytes; ++i) h = (h ^ b[i]) * 1099511628211ull;
-  return h;
-}
-
-uint64_t weights_hash(nn::Model& m) {
-  uint64_t h = 1469598103934665603ull;
-  for (nn::Parameter* p : m.parameters()) h = fnv(p->value.raw(), p->value.bytes(), h);
-  return h;
-}
-
-template <class T>
-std::vector<T> gathered(dist::Group& g, T v) {
-  std::vector<T> all(static_cast<size_t>(g.size()));
-  g.allgather(&v, all.data(), sizeof v, "test all-gather");
-  return all;
 }
 
 std::string bits(double v) {
@@ -402,17 +375,10 @@ TEST(ShardWorker, ExperimentRunsDataParallelAndOnlyRankZeroWrites) {
   fs::remove_all(root);
 }
 
-std::string self_exe() { return fs::read_symlink("/proc/self/exe").string(); }
-
-bool have_mpirun() { return dist::Group::mpi_built() && std::system("command -v mpirun >/dev/null 2>&1") == 0; }
-
 TEST(ShardLaunch, TwoRankWorkersPass) {
   if (is_worker()) GTEST_SKIP();
   if (!have_mpirun()) GTEST_SKIP() << "built without MPI or mpirun not installed (bash scripts/setup.sh)";
-  const std::string cmd = "MANTISSA_DIST_WORKER=1 OMP_NUM_THREADS=1 ASAN_OPTIONS=detect_leaks=0 bash '" MANTISSA_SOURCE_DIR
-                          "/scripts/mpirun-local.sh' -np 2 '" + self_exe() +
-                          "' --gtest_filter='ShardWorker.*' --gtest_brief=1 2>&1";
-  EXPECT_EQ(std::system(cmd.c_str()), 0);
+  EXPECT_EQ(launch_workers("ShardWorker.*"), 0);
 }
 
 }  // namespace

@@ -19,6 +19,8 @@ namespace mantissa::dist {
 namespace {
 constexpr int8_t kNonFiniteBlock = -128;  // the block held inf or NaN: it decodes to NaN
 bool is_fp8(WireFormat f) { return f == WireFormat::e4m3 || f == WireFormat::e5m2; }
+// Chunks are whole fp8 blocks (and 16-value multiples for the vector casts).
+int64_t chunk_unit(const CommOptions& o) { return is_fp8(parse_wire_format(o.format)) ? o.block * 16 : 16; }
 }  // namespace
 
 WireFormat parse_wire_format(const std::string& name) {
@@ -155,8 +157,10 @@ GradReducer::GradReducer(Group& group, std::vector<nn::Parameter*> params, const
       codec_(parse_wire_format(o.format), o.block) {
   validate(o);
   for (const nn::Parameter* p : params_) total_ += p->grad.numel();
-  // Chunks are whole fp8 blocks (and 16-value multiples for the vector casts).
-  lay_out(is_fp8(codec_.format()) ? o.block * 16 : 16);
+  Layout l = plan(params_, group_.size(), group_.rank(), chunk_unit(o), sharded_);
+  pieces_ = std::move(l.pieces);
+  chunk_ = l.chunk;
+  owned_ = std::move(l.owned);
   chunk_bytes_ = codec_.encoded_bytes(chunk_);
   flat_.assign(static_cast<size_t>(padded_size()), 0.0f);
   work_.resize(static_cast<size_t>(2 * chunk_));
@@ -172,49 +176,57 @@ GradReducer::GradReducer(Group& group, std::vector<nn::Parameter*> params, const
 // chunk boundaries, packed in order into the smallest chunk size (a multiple
 // of unit) for which they fit in `ranks` chunks without a piece crossing a
 // chunk's end.
-void GradReducer::lay_out(int64_t unit) {
-  const int64_t ranks = group_.size();
+GradReducer::Layout GradReducer::plan(const std::vector<nn::Parameter*>& params, int ranks, int rank, int64_t unit,
+                                      bool sharded) {
+  Layout l;
   auto round_up = [unit](int64_t n) { return (n + unit - 1) / unit * unit; };
-  pieces_.clear();
-  for (size_t i = 0; i < params_.size(); ++i) {
-    const int64_t n = params_[i]->grad.numel();
-    const int64_t step = sharded_ ? optim::kSpanElems : std::max<int64_t>(n, 1);
-    for (int64_t b = 0; b < n; b += step) pieces_.push_back({i, b, std::min(n, b + step), 0});
+  int64_t total = 0;
+  for (size_t i = 0; i < params.size(); ++i) {
+    const int64_t n = params[i]->grad.numel();
+    total += n;
+    const int64_t step = sharded ? optim::kSpanElems : std::max<int64_t>(n, 1);
+    for (int64_t b = 0; b < n; b += step) l.pieces.push_back({i, b, std::min(n, b + step), 0});
   }
-  chunk_ = round_up((total_ + ranks - 1) / ranks);
-  if (!sharded_) {
+  l.chunk = round_up((total + ranks - 1) / ranks);
+  if (!sharded) {
     int64_t at = 0;
-    for (Piece& pc : pieces_) {
+    for (Piece& pc : l.pieces) {
       pc.at = at;
       at += pc.end - pc.begin;
     }
   } else {
-    for (const Piece& pc : pieces_) chunk_ = std::max(chunk_, round_up(pc.end - pc.begin));
-    for (;; chunk_ += unit) {
+    for (const Piece& pc : l.pieces) l.chunk = std::max(l.chunk, round_up(pc.end - pc.begin));
+    for (;; l.chunk += unit) {
       int64_t c = 0, used = 0;
-      for (Piece& pc : pieces_) {
+      for (Piece& pc : l.pieces) {
         const int64_t len = pc.end - pc.begin;
-        if (used + len > chunk_) {
+        if (used + len > l.chunk) {
           ++c;
           used = 0;
         }
-        pc.at = c * chunk_ + used;
+        pc.at = c * l.chunk + used;
         used += len;
       }
       if (c < ranks) break;
     }
   }
   // This rank's elements of each parameter: one run (pieces are in order).
-  owned_.assign(params_.size(), optim::Owned{});
-  const int64_t lo = group_.rank() * chunk_, hi = lo + chunk_;
-  for (const Piece& pc : pieces_) {
+  l.owned.assign(params.size(), optim::Owned{});
+  const int64_t lo = rank * l.chunk, hi = lo + l.chunk;
+  for (const Piece& pc : l.pieces) {
     const int64_t b = std::max(pc.at, lo), e = std::min(pc.at + (pc.end - pc.begin), hi);
     if (b >= e) continue;
-    optim::Owned& o = owned_[pc.param];
+    optim::Owned& o = l.owned[pc.param];
     const optim::Owned run{pc.begin + (b - pc.at), pc.begin + (e - pc.at)};
     if (o.size() == 0) o = run;
     else o.end = run.end;
   }
+  return l;
+}
+
+optim::OwnedRanges shard_ranges(const Group& group, const std::vector<nn::Parameter*>& params, const CommOptions& o) {
+  validate(o);
+  return GradReducer::plan(params, group.size(), group.rank(), chunk_unit(o), true).owned;
 }
 
 void GradReducer::reset_feedback() {

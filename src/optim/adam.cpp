@@ -16,9 +16,15 @@ using detail::adam_chunk;
 
 Adam::Adam(std::vector<nn::Parameter*> params, const OptimizerConfig& config, bool decoupled)
     : Optimizer(std::move(params)), cfg_(config), decoupled_(decoupled), format_(parse_state_format(config.state_format)) {
-  for (const nn::Parameter* p : params_) {
-    exp_avg_.push_back(Tensor::zeros(p->value.shape(), format_.m, MemoryKind::optimizer_state));
-    exp_avg_sq_.push_back(Tensor::zeros(p->value.shape(), format_.v, MemoryKind::optimizer_state));
+  exp_avg_.resize(params_.size());
+  exp_avg_sq_.resize(params_.size());
+  if (!config.owned.empty()) {
+    shard(config.owned);  // allocates the share only
+    return;
+  }
+  for (size_t i = 0; i < params_.size(); ++i) {
+    exp_avg_[i] = Tensor::zeros(state_shape(i), format_.m, MemoryKind::optimizer_state);
+    exp_avg_sq_[i] = Tensor::zeros(state_shape(i), format_.v, MemoryKind::optimizer_state);
   }
 }
 

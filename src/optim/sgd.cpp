@@ -31,9 +31,10 @@ void sgd_chunk(float* __restrict p, const float* __restrict g, float* __restrict
 
 SGD::SGD(std::vector<nn::Parameter*> params, const OptimizerConfig& config)
     : Optimizer(std::move(params)), cfg_(config) {
-  if (cfg_.momentum != 0)
-    for (const nn::Parameter* p : params_)
-      momentum_.push_back(Tensor::zeros(p->value.shape(), DType::f32, MemoryKind::optimizer_state));
+  if (cfg_.momentum != 0) momentum_.resize(params_.size());
+  if (!config.owned.empty()) Optimizer::shard(config.owned);
+  for (size_t i = 0; i < momentum_.size(); ++i)
+    momentum_[i] = Tensor::zeros(state_shape(i), DType::f32, MemoryKind::optimizer_state);
 }
 
 void SGD::step(double lr) {

@@ -59,7 +59,8 @@ Trainer::Trainer(nn::Model& model, optim::Optimizer& optimizer, data::TrainSourc
     amp_.shard(reducer_->owned(), [g](const std::vector<double>& mine) {
       return dist::ordered_sum(*g, mine, "the gradient-norm all-gather");
     });
-    optimizer_.shard(reducer_->owned());
+    // An optimizer built with this share (train::make_optimizer) keeps its state.
+    if (!optimizer_.owned() || *optimizer_.owned() != reducer_->owned()) optimizer_.shard(reducer_->owned());
   } catch (const std::invalid_argument& e) {
     throw std::invalid_argument(std::string("--shard-optimizer: ") + e.what());
   }

@@ -86,6 +86,11 @@ nn::Batch rank_rows(const nn::Batch& b, int rank, int ranks);
 // from 0), the same on every rank.
 double ordered_sum(Group& group, const std::vector<double>& mine, const char* what);
 
+// This rank's elements of each parameter in the sharded layout, as
+// GradReducer(..., sharded = true) will own them: known before anything is
+// allocated, so the optimizer can be built with its share of the state only.
+optim::OwnedRanges shard_ranges(const Group& group, const std::vector<nn::Parameter*>& params, const CommOptions& o);
+
 class GradReducer {
  public:
   // sharded: the ZeRO stage 1 layout (see above) for reduce_scatter().
@@ -122,13 +127,19 @@ class GradReducer {
   double residual_scale() const { return residual_scale_; }
   void set_residual_scale(double s) { residual_scale_ = s; }
 
- private:
   // A run of one parameter's elements [begin, end) at flat position `at`.
   struct Piece {
     size_t param;
     int64_t begin, end, at;
   };
-  void lay_out(int64_t unit);
+  struct Layout {
+    std::vector<Piece> pieces;
+    int64_t chunk = 0;
+    optim::OwnedRanges owned;  // of `rank`
+  };
+  static Layout plan(const std::vector<nn::Parameter*>& params, int ranks, int rank, int64_t unit, bool sharded);
+
+ private:
   void flatten_grads();
   // Steps 1-3 and the encoding of the owned sum into send_ (first chunk).
   void sum_owned_chunk(double loss_scale);

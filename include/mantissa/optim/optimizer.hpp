@@ -47,6 +47,9 @@ struct OptimizerConfig {
   double momentum = 0.0;
   double dampening = 0.0;
   bool nesterov = false;
+  // Non-empty: built sharded (Optimizer::shard), allocating only this share
+  // of the state.
+  OwnedRanges owned;
 };
 
 class Optimizer {

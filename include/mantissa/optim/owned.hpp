@@ -12,6 +12,7 @@ namespace mantissa::optim {
 struct Owned {
   int64_t begin = 0, end = 0;
   int64_t size() const { return end - begin; }
+  bool operator==(const Owned&) const = default;
 };
 // One entry per parameter, in the optimizer's parameter order.
 using OwnedRanges = std::vector<Owned>;

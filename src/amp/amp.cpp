@@ -147,8 +147,20 @@ void Amp::round_gradients() {
   // below its range flush to zero and values above overflow to inf (which
   // then skips the step), as 16-bit gradients would.
   formats::RoundOptions opt;
-  for (nn::Parameter* p : params_)
-    formats::fake_quantize(grad_format_, p->grad.f32(), p->grad.f32(), static_cast<size_t>(p->grad.numel()), opt);
+  for (size_t i = 0; i < params_.size(); ++i) {
+    float* g = params_[i]->grad.f32() + (owned_.empty() ? 0 : owned_[i].begin);
+    const int64_t n = owned_.empty() ? params_[i]->grad.numel() : owned_[i].size();
+    formats::fake_quantize(grad_format_, g, g, static_cast<size_t>(n), opt);
+  }
+}
+
+void Amp::shard(const optim::OwnedRanges& owned, SumOfChunks total) {
+  if (owned.size() != params_.size()) throw std::logic_error("Amp::shard: one range per parameter expected");
+  if (options_.grad_stats)
+    throw std::invalid_argument("--grad-stats measures the whole gradient, which a sharded step never holds");
+  master_.shard(owned);
+  owned_ = owned;
+  total_ = std::move(total);
 }
 
 AmpStepResult Amp::step(double lr) {
@@ -157,14 +169,15 @@ AmpStepResult Amp::step(double lr) {
   if (options_.grad_stats) r.grad_stats_json = grad_stats_json(stats_format_, gradient_range_stats(stats_format_, params_));
   if (low_gradients_) round_gradients();
   // Finiteness, unscale and norm in one read of the gradients.
-  const double sumsq = scaler_.unscale_sumsq(params_);
+  const double sumsq = owned_.empty() ? scaler_.unscale_sumsq(params_)
+                                      : total_(optim::scale_grads_chunk_sumsq(params_, scaler_.unscale_factor(), &owned_));
   if (!std::isfinite(sumsq)) {
     r.skipped = true;
     r.grad_norm = std::numeric_limits<double>::infinity();
   } else {
     r.grad_norm = std::sqrt(sumsq) / scaler_.scale();
     if (!std::isfinite(r.grad_norm)) r.skipped = true;  // overflow in the unscale itself
-    else optim::clip_to_norm(params_, r.grad_norm, options_.grad_clip);
+    else optim::clip_to_norm(params_, r.grad_norm, options_.grad_clip, owned());
   }
   if (!r.skipped) {
     master_.before_update();

@@ -22,7 +22,7 @@ bool LossScaler::unscale_and_check(const std::vector<nn::Parameter*>& params) co
 double LossScaler::unscale_sumsq(const std::vector<nn::Parameter*>& params) const {
   // fp32 reciprocal as GradScaler does; scales are powers of two in practice,
   // which makes the unscale exact.
-  return optim::scale_grads_sumsq(params, static_cast<float>(1.0 / scale_));
+  return optim::scale_grads_sumsq(params, unscale_factor());
 }
 
 void LossScaler::update(bool found_inf) {

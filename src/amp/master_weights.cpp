@@ -50,9 +50,10 @@ void MasterWeights::round_into_value(size_t i, uint64_t round_seed) {
     opt.mode = formats::Round::stochastic;
     opt.seed = round_seed;
   }
-  const float* src = has_master_ ? master_[i].f32() : p.value.f32();
-  float* dst = p.value.f32();
-  const auto n = static_cast<size_t>(p.value.numel());
+  const int64_t first = owned_.empty() ? 0 : owned_[i].begin;
+  const float* src = has_master_ ? master_[i].f32() : p.value.f32() + first;
+  float* dst = p.value.f32() + first;
+  const auto n = static_cast<size_t>(owned_.empty() ? p.value.numel() : owned_[i].size());
   ++p.version;
   const auto max = static_cast<float>(format_.max());
   if (opt.mode != formats::Round::nearest_even || format_.kind != formats::Kind::floating || !std::isfinite(max)) {
@@ -86,17 +87,20 @@ void MasterWeights::initialise() {
   }
 }
 
+// Sharded, the master holds the owned elements, which start at `first`.
 void MasterWeights::before_update() {
   if (!has_master_) return;
   for (size_t i = 0; i < params_.size(); ++i)
-    if (master_[i].defined()) std::memcpy(params_[i]->value.raw(), master_[i].raw(), master_[i].bytes());
+    if (master_[i].defined() && master_[i].numel() > 0)
+      std::memcpy(params_[i]->value.f32() + (owned_.empty() ? 0 : owned_[i].begin), master_[i].raw(), master_[i].bytes());
 }
 
 void MasterWeights::after_update(int64_t step) {
   if (!active_) return;
   for (size_t i = 0; i < params_.size(); ++i) {
     if (!rounds(i)) continue;
-    if (has_master_) std::memcpy(master_[i].raw(), params_[i]->value.raw(), master_[i].bytes());
+    if (has_master_ && master_[i].numel() > 0)
+      std::memcpy(master_[i].raw(), params_[i]->value.f32() + (owned_.empty() ? 0 : owned_[i].begin), master_[i].bytes());
     const uint64_t round_seed = splitmix64(seed_ ^ splitmix64(static_cast<uint64_t>(step) * 0x10001ull + i));
     round_into_value(i, round_seed);
   }
@@ -109,14 +113,46 @@ std::map<std::string, const float*> MasterWeights::masters() const {
   return m;
 }
 
+std::map<std::string, Tensor> MasterWeights::master_tensors() const {
+  std::map<std::string, Tensor> m;
+  for (size_t i = 0; i < params_.size(); ++i)
+    if (master_[i].defined()) m[params_[i]->name] = master_[i];
+  return m;
+}
+
+size_t MasterWeights::bytes() const {
+  size_t b = 0;
+  for (const Tensor& t : master_)
+    if (t.defined()) b += t.bytes();
+  return b;
+}
+
+void MasterWeights::shard(const optim::OwnedRanges& owned) {
+  if (owned.size() != params_.size()) throw std::logic_error("MasterWeights::shard: one range per parameter expected");
+  if (active_ && rounding_ == WeightRounding::stochastic)
+    throw std::invalid_argument("stochastic weight rounding cannot be sharded (each element's random draw is indexed "
+                                "from the start of the whole tensor): use --weight-rounding nearest");
+  owned_ = owned;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (!master_[i].defined()) continue;
+    Tensor mine = Tensor::empty({owned[i].size()}, DType::f32, MemoryKind::parameter);
+    if (owned[i].size() > 0)
+      std::memcpy(mine.raw(), master_[i].f32() + owned[i].begin, static_cast<size_t>(owned[i].size()) * sizeof(float));
+    master_[i] = mine;
+  }
+}
+
 void MasterWeights::load_master(const std::string& name, const float* data, int64_t n) {
   for (size_t i = 0; i < params_.size(); ++i) {
     if (params_[i]->name != name) continue;
     if (!master_[i].defined()) throw std::invalid_argument("checkpoint has a master copy of '" + name + "' but this recipe keeps none");
-    if (master_[i].numel() != n)
+    const int64_t whole = params_[i]->value.numel();
+    if (whole != n)
       throw std::invalid_argument("master copy of '" + name + "' has " + std::to_string(n) + " values, expected " +
-                                  std::to_string(master_[i].numel()));
-    std::memcpy(master_[i].raw(), data, static_cast<size_t>(n) * sizeof(float));
+                                  std::to_string(whole));
+    const int64_t first = owned_.empty() ? 0 : owned_[i].begin;
+    if (master_[i].numel() > 0)
+      std::memcpy(master_[i].raw(), data + first, master_[i].bytes());
     return;
   }
   throw std::invalid_argument("checkpoint has a master copy of unknown parameter '" + name + "'");

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "cli/command.hpp"
+#include "mantissa/dist/group.hpp"
 #include "mantissa/kernels/kernels.hpp"
 #include "mantissa/train/experiment.hpp"
 
@@ -46,6 +47,9 @@ void experiment_command(CLI::App* cmd, Args& a) {
   if (cmd->count("--recipes") > 0) a.o.recipes = split_list(a.recipes, "--recipes");
   if (cmd->count("--mlp-recipes") > 0) a.o.mlp_recipes = split_list(a.mlp_recipes, "--mlp-recipes");
   if (a.o.threads > 0) kernels::set_num_threads(a.o.threads);
+  // Data parallel: every run trains on all ranks; rank 0 speaks and writes for the job.
+  if (dist::Group::world().rank() != 0 && !std::freopen("/dev/null", "w", stdout))
+    throw std::runtime_error("cannot silence stdout");
   const bool terminal = ::isatty(::fileno(stdout)) != 0;
   const auto outcome = train::run_experiment(a.o, stdout, terminal);
   std::printf("%s: %d runs trained, %d kept from earlier (--resume), %.1f s\n",

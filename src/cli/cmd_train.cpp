@@ -37,6 +37,10 @@ void train_command(CLI::App* cmd, train::TrainConfig& cfg, int64_t watch) {
     std::printf("  data parallel: %d ranks, %ld sequences each per micro-batch, gradients in %s%s\n", group.size(),
                 static_cast<long>(c.batch_size / group.size()), c.comm_format.c_str(),
                 c.comm_error_feedback ? " with error feedback" : "");
+  const auto mib = [](int64_t bytes) { return static_cast<double>(bytes) / (1 << 20); };
+  if (session->trainer->sharded())
+    std::printf("  sharded optimizer: optimizer state + master weights %.2f MiB on this rank (1/%d of the state)\n",
+                mib(session->trainer->state_bytes()), group.size());
   std::printf("  model %s\n  data %s", nlohmann::json::parse(model.config_json()).dump().c_str(), session->data_path.c_str());
   if (session->corpus)
     std::printf(" (%ld bytes: %ld train, %ld validation)", static_cast<long>(session->corpus->size()),
@@ -66,6 +70,8 @@ void train_command(CLI::App* cmd, train::TrainConfig& cfg, int64_t watch) {
   std::printf("done: %ld steps in %.1f s, %.0f tokens/s (%.1f ms/step), %ld skipped, final loss scale %g\n",
               static_cast<long>(s.steps_done), s.seconds, s.tokens_per_s, s.mean_step_seconds * 1e3,
               static_cast<long>(s.skipped_steps), s.final_loss_scale);
+  std::printf("memory: optimizer state + master weights %.2f MiB per rank%s\n", mib(s.state_bytes),
+              session->trainer->sharded() ? " (sharded)" : "");
   if (s.diverged) {
     std::printf("DIVERGED at step %ld\n", static_cast<long>(s.diverged_at));
     std::fflush(stdout);

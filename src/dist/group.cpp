@@ -3,13 +3,16 @@
 // instead of a hang). Without MPI, or outside a launcher, one process.
 #include "mantissa/dist/group.hpp"
 
+#include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <stdexcept>
 #include <thread>
+#include <vector>
 
 #if MANTISSA_HAVE_MPI
 #include <mpi.h>
@@ -45,6 +48,23 @@ void Group::set_timeout(double seconds) {
   if (up) MPI_Abort(MPI_COMM_WORLD, 3);
 #endif
   std::_Exit(3);
+}
+
+std::string Group::from_root(const std::string& text, const char* what) {
+  if (size_ == 1) return text;
+  // Two all-gathers of bytes: every rank's length, then texts padded to the longest.
+  const auto ranks = static_cast<size_t>(size_);
+  const uint64_t length = text.size();
+  std::vector<uint64_t> lengths(ranks);
+  allgather(&length, lengths.data(), sizeof length, what);
+  uint64_t longest = 0;
+  for (uint64_t n : lengths) longest = std::max(longest, n);
+  if (longest == 0) return {};
+  std::string mine = text;
+  mine.resize(longest, '\0');
+  std::string all(longest * ranks, '\0');
+  allgather(mine.data(), all.data(), longest, what);
+  return all.substr(0, lengths[0]);
 }
 
 #if MANTISSA_HAVE_MPI

@@ -16,9 +16,15 @@ using detail::adam_chunk;
 
 Adam::Adam(std::vector<nn::Parameter*> params, const OptimizerConfig& config, bool decoupled)
     : Optimizer(std::move(params)), cfg_(config), decoupled_(decoupled), format_(parse_state_format(config.state_format)) {
-  for (const nn::Parameter* p : params_) {
-    exp_avg_.push_back(Tensor::zeros(p->value.shape(), format_.m, MemoryKind::optimizer_state));
-    exp_avg_sq_.push_back(Tensor::zeros(p->value.shape(), format_.v, MemoryKind::optimizer_state));
+  exp_avg_.resize(params_.size());
+  exp_avg_sq_.resize(params_.size());
+  if (!config.owned.empty()) {
+    shard(config.owned);  // allocates the share only
+    return;
+  }
+  for (size_t i = 0; i < params_.size(); ++i) {
+    exp_avg_[i] = Tensor::zeros(state_shape(i), format_.m, MemoryKind::optimizer_state);
+    exp_avg_sq_[i] = Tensor::zeros(state_shape(i), format_.v, MemoryKind::optimizer_state);
   }
 }
 
@@ -47,17 +53,29 @@ void Adam::step(double lr) {
     steps_ = t;
     return;
   }
-  const auto spans = detail::make_spans(params_);
+  const auto spans = detail::make_spans(params_, false, owned());
   const auto n_spans = static_cast<int64_t>(spans.size());
 #pragma omp parallel for schedule(static)
   for (int64_t k = 0; k < n_spans; ++k) {
     const detail::Span& sp = spans[static_cast<size_t>(k)];
     nn::Parameter& prm = *params_[sp.param];
-    adam_chunk(prm.value.f32() + sp.begin, prm.grad.f32() + sp.begin, exp_avg_[sp.param].f32() + sp.begin,
-               exp_avg_sq_[sp.param].f32() + sp.begin, sp.end - sp.begin, scalars[sp.param]);
+    const int64_t at = sp.begin - state_begin(sp.param);  // the state holds the owned elements only
+    adam_chunk(prm.value.f32() + sp.begin, prm.grad.f32() + sp.begin, exp_avg_[sp.param].f32() + at,
+               exp_avg_sq_[sp.param].f32() + at, sp.end - sp.begin, scalars[sp.param]);
   }
   for (nn::Parameter* p : params_) ++p->version;
   steps_ = t;
+}
+
+void Adam::shard(const OwnedRanges& owned) {
+  if (!format_.is_fp32())
+    throw std::invalid_argument("the optimizer state cannot be sharded with moments in " + state_format_name(format_) +
+                                " (their per-tensor scales come from whole tensors): use fp32 moments");
+  Optimizer::shard(owned);
+  for (size_t i = 0; i < params_.size(); ++i) {
+    exp_avg_[i] = Tensor::zeros(state_shape(i), format_.m, MemoryKind::optimizer_state);
+    exp_avg_sq_[i] = Tensor::zeros(state_shape(i), format_.v, MemoryKind::optimizer_state);
+  }
 }
 
 std::map<std::string, Tensor> Adam::state_tensors() const {

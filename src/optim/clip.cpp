@@ -6,8 +6,9 @@
 
 namespace mantissa::optim {
 
-double scale_grads_sumsq(const std::vector<nn::Parameter*>& params, float factor) {
-  const auto spans = detail::make_spans(params, true);
+std::vector<double> scale_grads_chunk_sumsq(const std::vector<nn::Parameter*>& params, float factor,
+                                            const OwnedRanges* owned) {
+  const auto spans = detail::make_spans(params, true, owned);
   const auto n_spans = static_cast<int64_t>(spans.size());
   // One partial sum per chunk, added in chunk order afterwards: the result
   // does not depend on the thread count or scheduling.
@@ -29,15 +30,19 @@ double scale_grads_sumsq(const std::vector<nn::Parameter*>& params, float factor
     }
     partial[static_cast<size_t>(k)] = s;
   }
+  return partial;
+}
+
+double scale_grads_sumsq(const std::vector<nn::Parameter*>& params, float factor) {
   double total = 0.0;
-  for (double s : partial) total += s;
+  for (double s : scale_grads_chunk_sumsq(params, factor)) total += s;
   return total;
 }
 
 double grad_norm(const std::vector<nn::Parameter*>& params) { return std::sqrt(scale_grads_sumsq(params, 1.0f)); }
 
-void scale_grads(const std::vector<nn::Parameter*>& params, float factor) {
-  const auto spans = detail::make_spans(params, true);
+void scale_grads(const std::vector<nn::Parameter*>& params, float factor, const OwnedRanges* owned) {
+  const auto spans = detail::make_spans(params, true, owned);
   const auto n_spans = static_cast<int64_t>(spans.size());
 #pragma omp parallel for schedule(static)
   for (int64_t k = 0; k < n_spans; ++k) {
@@ -48,10 +53,10 @@ void scale_grads(const std::vector<nn::Parameter*>& params, float factor) {
   }
 }
 
-void clip_to_norm(const std::vector<nn::Parameter*>& params, double norm, double max_norm) {
+void clip_to_norm(const std::vector<nn::Parameter*>& params, double norm, double max_norm, const OwnedRanges* owned) {
   if (!std::isfinite(norm) || !(max_norm > 0)) return;
   const double coef = max_norm / (norm + 1e-6);
-  if (coef < 1.0) scale_grads(params, static_cast<float>(coef));
+  if (coef < 1.0) scale_grads(params, static_cast<float>(coef), owned);
 }
 
 double clip_grad_norm(const std::vector<nn::Parameter*>& params, double max_norm) {

@@ -72,6 +72,22 @@ void Optimizer::restore_common(const std::string& json) {
 
 void Optimizer::load_state(const std::map<std::string, Tensor>&, const std::string& json) { restore_common(json); }
 
+void Optimizer::shard(const OwnedRanges& owned) {
+  if (owned.size() != params_.size())
+    throw std::invalid_argument("optimizer: " + std::to_string(owned.size()) + " owned ranges for " +
+                                std::to_string(params_.size()) + " parameters");
+  if (steps_ != 0) throw std::logic_error("optimizer: shard() must come before the first step");
+  for (size_t i = 0; i < owned.size(); ++i)
+    if (owned[i].begin < 0 || owned[i].begin > owned[i].end || owned[i].end > params_[i]->value.numel())
+      throw std::invalid_argument("optimizer: owned range [" + std::to_string(owned[i].begin) + ", " +
+                                  std::to_string(owned[i].end) + ") is outside parameter '" + params_[i]->name + "'");
+  owned_ = owned;
+}
+
+Shape Optimizer::state_shape(size_t i) const {
+  return owned_.empty() ? params_[i]->value.shape() : Shape{owned_[i].size()};
+}
+
 void Optimizer::restore_tensor(const std::map<std::string, Tensor>& tensors, const std::string& name, Tensor& dst) {
   auto it = tensors.find(name);
   if (it == tensors.end()) throw std::invalid_argument("optimizer state: tensor '" + name + "' is missing");

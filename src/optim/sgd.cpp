@@ -31,20 +31,21 @@ void sgd_chunk(float* __restrict p, const float* __restrict g, float* __restrict
 
 SGD::SGD(std::vector<nn::Parameter*> params, const OptimizerConfig& config)
     : Optimizer(std::move(params)), cfg_(config) {
-  if (cfg_.momentum != 0)
-    for (const nn::Parameter* p : params_)
-      momentum_.push_back(Tensor::zeros(p->value.shape(), DType::f32, MemoryKind::optimizer_state));
+  if (cfg_.momentum != 0) momentum_.resize(params_.size());
+  if (!config.owned.empty()) Optimizer::shard(config.owned);
+  for (size_t i = 0; i < momentum_.size(); ++i)
+    momentum_[i] = Tensor::zeros(state_shape(i), DType::f32, MemoryKind::optimizer_state);
 }
 
 void SGD::step(double lr) {
-  const auto spans = detail::make_spans(params_);
+  const auto spans = detail::make_spans(params_, false, owned());
   const bool first = steps_ == 0;
   const auto n_spans = static_cast<int64_t>(spans.size());
 #pragma omp parallel for schedule(static)
   for (int64_t s = 0; s < n_spans; ++s) {
     const detail::Span& sp = spans[static_cast<size_t>(s)];
     nn::Parameter& prm = *params_[sp.param];
-    float* buf = momentum_.empty() ? nullptr : momentum_[sp.param].f32() + sp.begin;
+    float* buf = momentum_.empty() ? nullptr : momentum_[sp.param].f32() + (sp.begin - state_begin(sp.param));
     const double wd = prm.decay ? cfg_.weight_decay : 0.0;
     sgd_chunk(prm.value.f32() + sp.begin, prm.grad.f32() + sp.begin, buf, sp.end - sp.begin,
               static_cast<float>(lr * lr_mult_[sp.param]), static_cast<float>(wd),
@@ -52,6 +53,12 @@ void SGD::step(double lr) {
   }
   for (nn::Parameter* p : params_) ++p->version;
   ++steps_;
+}
+
+void SGD::shard(const OwnedRanges& owned) {
+  Optimizer::shard(owned);
+  for (size_t i = 0; i < momentum_.size(); ++i)
+    momentum_[i] = Tensor::zeros(state_shape(i), DType::f32, MemoryKind::optimizer_state);
 }
 
 std::map<std::string, Tensor> SGD::state_tensors() const {

@@ -1,7 +1,8 @@
 // The study loop: runs the plan one run after another, each in a temporary
 // folder renamed into <out>/runs/<id>/ once complete (so an interrupted
 // study keeps exactly the runs that finished), and rewrites the report after
-// every run.
+// every run. Under mpirun every run trains data-parallel on all ranks; rank 0
+// alone reads and writes files and tells the others which runs --resume keeps.
 #include <chrono>
 #include <cmath>
 #include <ctime>
@@ -10,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "mantissa/amp/recipe.hpp"
+#include "mantissa/dist/group.hpp"
 #include "mantissa/io/files.hpp"
 #include "mantissa/report/scales.hpp"
 #include "mantissa/report/svg.hpp"
@@ -130,9 +132,9 @@ struct Account {
 
 // The plan with its --out directory claimed and every run's data path
 // resolved (the defaults fetched by scripts/data.sh, or the given files).
-ExperimentPlan checked_plan(const ExperimentOptions& options) {
+ExperimentPlan checked_plan(const ExperimentOptions& options, bool writer) {
   ExperimentPlan plan = make_plan(options);
-  claim_out_dir(fs::path(options.out));
+  if (writer) claim_out_dir(fs::path(options.out));
   for (TaskPlan& t : plan.tasks) {
     const std::string path = resolve_data(t.base.data, t.task, t.task == "gpt" ? "--data" : "--mlp-data");
     t.base.data = path;
@@ -189,6 +191,18 @@ struct StudyRuns {
   StudyClock& clock;
   ExperimentOutcome& outcome;
   Account& account;
+  dist::Group& group;
+  bool writer;  // rank 0 (or one process): the only one touching files
+
+  // The result an earlier invocation stored for run i, as rank 0 found it.
+  std::optional<report::RunResult> stored(const fs::path& dir, const RunSpec& spec) {
+    std::string json;
+    if (writer)
+      if (const auto r = stored_result(dir, spec)) json = report::to_json(*r);
+    json = group.from_root(json, "the --resume all-gather");
+    if (json.empty()) return std::nullopt;
+    return report::run_result_from_json(json);
+  }
 
   // Run i (or its stored result with --resume); false when Ctrl-C stopped it.
   bool run(size_t i) {
@@ -199,7 +213,7 @@ struct StudyRuns {
     std::snprintf(label, sizeof label, "[%zu/%zu] %s %s%s seed %ld", i + 1, plan.runs.size(), spec.task.c_str(), spec.recipe.c_str(),
                   rate.c_str(), static_cast<long>(spec.seed));
     if (options.resume && spec.available)
-      if (auto stored = stored_result(final_dir, spec)) {
+      if (auto stored = this->stored(final_dir, spec)) {
         if (log) std::fprintf(log, "%s: finished earlier, kept (--resume)\n", label);
         outcome.results.push_back(*stored);
         ++outcome.resumed;
@@ -223,7 +237,7 @@ struct StudyRuns {
     const auto run_t = std::chrono::steady_clock::now();
     const double run_c = cpu_seconds();
     const fs::path tmp = out / "runs" / ("." + spec.id + ".tmp");
-    std::optional<report::RunResult> r = train_in(tmp, spec, progress);
+    std::optional<report::RunResult> r = train_in(writer ? tmp : fs::path(), spec, progress);
     account.add(run_t, run_c);
     if (!r) {
       if (log) std::fprintf(log, "%s%s: interrupted, not kept\n", terminal ? "\r\033[K" : "", label);
@@ -235,16 +249,19 @@ struct StudyRuns {
     return true;
   }
 
-  // Trains in the temporary folder `tmp`: the result (status "failed" when
-  // the run threw), or nullopt when Ctrl-C interrupted it (tmp removed).
+  // Trains in the temporary folder `tmp` (empty: writes nothing): the
+  // result (status "failed" when the run threw), or nullopt when Ctrl-C
+  // interrupted it (tmp removed).
   static std::optional<report::RunResult> train_in(const fs::path& tmp, const RunSpec& spec,
                                                    const RunProgress& progress) {
     std::error_code ec;
-    fs::remove_all(tmp, ec);
-    fs::create_directories(tmp, ec);
-    if (ec) throw std::runtime_error("cannot create " + tmp.string() + ": " + ec.message());
+    if (!tmp.empty()) {
+      fs::remove_all(tmp, ec);
+      fs::create_directories(tmp, ec);
+      if (ec) throw std::runtime_error("cannot create " + tmp.string() + ": " + ec.message());
+    }
     try {
-      io::write_file_atomic((tmp / "spec.json").string(), spec_json(spec));
+      if (!tmp.empty()) io::write_file_atomic((tmp / "spec.json").string(), spec_json(spec));
       return execute_run(spec, tmp.string(), progress);
     } catch (const ExperimentInterrupted&) {
       fs::remove_all(tmp, ec);
@@ -266,14 +283,16 @@ struct StudyRuns {
   void keep_or_drop(size_t i, const fs::path& tmp, const fs::path& final_dir, const report::RunResult& r) {
     std::error_code ec;
     if (r.status == "ok" || r.status == "diverged") {
-      io::write_file_atomic((tmp / "result.json").string(), report::to_json(r));
-      fs::remove_all(final_dir, ec);
-      fs::rename(tmp, final_dir, ec);
-      if (ec) throw std::runtime_error("cannot rename " + tmp.string() + " to " + final_dir.string() + ": " + ec.message());
+      if (writer) {
+        io::write_file_atomic((tmp / "result.json").string(), report::to_json(r));
+        fs::remove_all(final_dir, ec);
+        fs::rename(tmp, final_dir, ec);
+        if (ec) throw std::runtime_error("cannot rename " + tmp.string() + " to " + final_dir.string() + ": " + ec.message());
+      }
       clock.finished(i, r.seconds);
       ++outcome.ran;
     } else {
-      fs::remove_all(tmp, ec);
+      if (writer) fs::remove_all(tmp, ec);
       clock.dropped(i);
       ++outcome.failed;
     }
@@ -283,7 +302,7 @@ struct StudyRuns {
 // After the runs: the inspector on the laggards (unless interrupted or
 // turned off), then the final report.
 void finish_report(const ExperimentOptions& options, const ExperimentPlan& plan, ExperimentOutcome& outcome,
-                   report::ReportInput& input, FILE* log, Account& reports) {
+                   report::ReportInput& input, FILE* log, Account& reports, bool writer) {
   outcome.interrupted = interrupt_requested();
   input.runs = outcome.results;
   input.interrupted = outcome.interrupted;
@@ -297,7 +316,7 @@ void finish_report(const ExperimentOptions& options, const ExperimentPlan& plan,
   }
   const auto report_t = std::chrono::steady_clock::now();
   const double report_c = cpu_seconds();
-  outcome.report = report::write_report(options.out, input);
+  if (writer) outcome.report = report::write_report(options.out, input);
   reports.add(report_t, report_c);
 }
 
@@ -306,7 +325,9 @@ void finish_report(const ExperimentOptions& options, const ExperimentPlan& plan,
 ExperimentOutcome run_experiment(const ExperimentOptions& options, FILE* log, bool terminal) {
   const auto t0 = std::chrono::steady_clock::now();
   const double cpu_start = cpu_seconds();
-  const ExperimentPlan plan = checked_plan(options);
+  dist::Group& group = dist::Group::world();
+  const bool writer = group.rank() == 0;
+  const ExperimentPlan plan = checked_plan(options, writer);
   const fs::path out(options.out);
   report::ReportInput input = report_input(options, plan);
   ExperimentOutcome outcome;
@@ -325,17 +346,17 @@ ExperimentOutcome run_experiment(const ExperimentOptions& options, FILE* log, bo
   setup.add(t0, cpu_start);  // checks, versions, machine, the analysis
 
   StudyClock clock(plan.runs);
-  StudyRuns study{options, plan, out, log, terminal, clock, outcome, runs};
+  StudyRuns study{options, plan, out, log, terminal, clock, outcome, runs, group, writer};
   for (size_t i = 0; i < plan.runs.size() && !interrupt_requested(); ++i) {
     if (!study.run(i)) break;
     input.runs = outcome.results;
     const auto report_t = std::chrono::steady_clock::now();
     const double report_c = cpu_seconds();
-    outcome.report = report::write_report(out.string(), input);  // a consistent report after every run
+    if (writer) outcome.report = report::write_report(out.string(), input);  // a consistent report after every run
     clock.between_runs(since(report_t));
     reports.add(report_t, report_c);
   }
-  finish_report(options, plan, outcome, input, log, reports);
+  finish_report(options, plan, outcome, input, log, reports, writer);
   restore_interrupt_handler();  // after the last report: a Ctrl-C while writing it is not fatal
 
   outcome.seconds = since(t0);

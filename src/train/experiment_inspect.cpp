@@ -6,6 +6,7 @@
 #include <cmath>
 #include <filesystem>
 
+#include "mantissa/dist/group.hpp"
 #include "mantissa/io/files.hpp"
 #include "mantissa/train/experiment.hpp"
 #include "mantissa/train/inspect.hpp"
@@ -61,7 +62,8 @@ std::vector<report::InspectorSection> inspect_laggards(const ExperimentOptions& 
     io.config.steps = options.inspect_steps;
     io.config.warmup = std::min(io.config.warmup, options.inspect_steps);
     io.max_values = kWatchValues;  // bounded cost per cast
-    io.out = (fs::path(options.out) / sec.dir).string();
+    // Data parallel: rank 0 writes the inspection; the others only compute.
+    if (dist::Group::world().rank() == 0) io.out = (fs::path(options.out) / sec.dir).string();
     io.print = false;
     if (log) {
       std::fprintf(log, "inspect %s (%s): %ld steps beside an fp32 shadow\n", s.recipe.c_str(), reason.c_str(),

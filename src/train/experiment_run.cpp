@@ -159,8 +159,12 @@ report::RunResult execute_run(const RunSpec& spec, const std::string& dir, const
   }
   Trainer& trainer = *session->trainer;
 
-  std::ofstream metrics(dir + "/metrics.jsonl", std::ios::trunc);
-  if (!metrics) throw std::runtime_error("cannot write " + dir + "/metrics.jsonl");
+  // No directory (a data-parallel rank other than 0): nothing is written.
+  std::ofstream metrics;
+  if (!dir.empty()) {
+    metrics.open(dir + "/metrics.jsonl", std::ios::trunc);
+    if (!metrics) throw std::runtime_error("cannot write " + dir + "/metrics.jsonl");
+  }
   metrics << nlohmann::json{{"run", {{"config", nlohmann::json::parse(config_to_json(session->config))},
                                       {"recipe", nlohmann::json::parse(amp::recipe_to_json(session->recipe))},
                                       {"model", nlohmann::json::parse(session->model->config_json())},
@@ -216,7 +220,7 @@ report::RunResult execute_run(const RunSpec& spec, const std::string& dir, const
   }
   if (progress.log && progress.terminal) std::fprintf(progress.log, "\r\033[K");
   if (r.status != "diverged") evaluate();
-  if (!metrics.flush()) throw std::runtime_error("writing " + dir + "/metrics.jsonl failed (disk full?)");
+  if (!dir.empty() && !metrics.flush()) throw std::runtime_error("writing " + dir + "/metrics.jsonl failed (disk full?)");
 
   r.skipped_steps = trainer.amp().scaler().skipped_steps();
   r.final_loss_scale = trainer.amp().scaler().scale();

@@ -69,6 +69,7 @@ std::string step_metrics_json(const StepMetrics& m) {
     j["ranks"] = m.ranks;
     j["comm_ms"] = m.comm_seconds * 1e3;
     j["comm_bytes"] = m.comm_bytes;
+    j["state_bytes"] = m.state_bytes;
   }
   if (!m.grad_stats_json.empty()) j["grad_stats"] = json::parse(m.grad_stats_json);
   return j.dump();
@@ -167,6 +168,7 @@ RunSummary run(Trainer& trainer, const RunOptions& o) {
              (o.save_dir.empty() ? "" : "; nothing saved (" + o.save_dir + " keeps its previous checkpoint, if any)"));
   }
   s.steps_done = trainer.step();
+  s.state_bytes = trainer.state_bytes();
   s.steps_run = trainer.step() - first;
   s.skipped_steps = trainer.amp().scaler().skipped_steps();
   s.skipped_this_run = s.skipped_steps - skipped_before;

@@ -176,13 +176,20 @@ void IndependentDecay::step(double lr) {
   steps_ = inner_->step_count();
   const float keep = static_cast<float>(1.0 - lr / base_lr_ * decay_);
   if (decay_ == 0.0) return;
-  for (nn::Parameter* p : params_) {
+  for (size_t k = 0; k < params_.size(); ++k) {
+    nn::Parameter* p = params_[k];
     if (!p->decay) continue;
+    // Sharded: the owned elements only (the others arrive from their owners).
+    const int64_t first = owned_.empty() ? 0 : owned_[k].begin, n = owned_.empty() ? p->value.numel() : owned_[k].end;
     float* v = p->value.f32();
-    const int64_t n = p->value.numel();
-#pragma omp parallel for schedule(static) if (n > 65536)
-    for (int64_t i = 0; i < n; ++i) v[i] *= keep;
+#pragma omp parallel for schedule(static) if (n - first > 65536)
+    for (int64_t i = first; i < n; ++i) v[i] *= keep;
   }
+}
+
+void IndependentDecay::shard(const optim::OwnedRanges& owned) {
+  inner_->shard(owned);
+  Optimizer::shard(owned);
 }
 
 void IndependentDecay::load_state(const std::map<std::string, Tensor>& tensors, const std::string& json) {
@@ -283,8 +290,10 @@ void check_outputs(const TrainConfig& c, const std::string& data_path) {
   }
 }
 
-std::unique_ptr<optim::Optimizer> make_optimizer(const TrainConfig& c, nn::Model& model, const amp::Recipe& recipe) {
+std::unique_ptr<optim::Optimizer> make_optimizer(const TrainConfig& c, nn::Model& model, const amp::Recipe& recipe,
+                                                 const optim::OwnedRanges& owned) {
   optim::OptimizerConfig oc;
+  oc.owned = owned;
   oc.type = c.optimizer;
   oc.beta1 = c.beta1;
   oc.beta2 = c.beta2;
@@ -298,7 +307,9 @@ std::unique_ptr<optim::Optimizer> make_optimizer(const TrainConfig& c, nn::Model
   set_unit_lr_multipliers(model, *inner, c.optimizer);
   // Per-step decay independent of the LR: what the standard model gets at
   // its default learning rate (weight_decay x 1e-3), following the schedule.
-  return std::make_unique<IndependentDecay>(std::move(inner), c.lr, c.weight_decay * TrainConfig{}.lr);
+  auto outer = std::make_unique<IndependentDecay>(std::move(inner), c.lr, c.weight_decay * TrainConfig{}.lr);
+  if (!owned.empty()) outer->shard(owned);
+  return outer;
 }
 
 std::unique_ptr<Session> build_session(const TrainConfig& config) {
@@ -379,7 +390,19 @@ std::unique_ptr<Session> build_session(const TrainConfig& config) {
     s->val = std::make_unique<data::SequentialBatches>(*s->test_set, c.batch_size);
   }
 
-  s->optimizer = make_optimizer(c, *s->model, s->recipe);
+  // Sharded: the optimizer holds this rank's share of the state from the start.
+  const dist::CommOptions comm{c.comm_format, c.comm_block, c.comm_error_feedback};
+  dist::validate(comm);
+  dist::Group& group = dist::Group::world();
+  try {
+    s->optimizer = make_optimizer(c, *s->model, s->recipe,
+                                  c.shard_optimizer && group.distributed()
+                                      ? dist::shard_ranges(group, s->model->parameters(), comm)
+                                      : optim::OwnedRanges{});
+  } catch (const std::invalid_argument& e) {
+    if (!c.shard_optimizer) throw;
+    throw std::invalid_argument(std::string("--shard-optimizer: ") + e.what());
+  }
 
   TrainerOptions to;
   to.grad_accum = c.grad_accum;
@@ -390,10 +413,12 @@ std::unique_ptr<Session> build_session(const TrainConfig& config) {
   to.amp.grad_clip = c.grad_clip;
   to.amp.seed = static_cast<uint64_t>(c.seed);
   to.amp.grad_stats = c.grad_stats;
-  to.comm = dist::CommOptions{c.comm_format, c.comm_block, c.comm_error_feedback};
-  dist::validate(to.comm);
-  to.group = &dist::Group::world();
+  to.comm = comm;
+  to.shard_optimizer = c.shard_optimizer;
+  to.group = &group;
   to.group->set_timeout(c.comm_timeout);
+  if (c.shard_optimizer && !to.group->distributed())
+    std::fprintf(stderr, "mantissa: note: --shard-optimizer has nothing to share in one process (launch with mpirun)\n");
   if (c.batch_size % to.group->size() != 0)
     throw std::invalid_argument("--batch-size " + std::to_string(c.batch_size) + " does not split evenly across " +
                                 std::to_string(to.group->size()) + " data-parallel ranks");

@@ -7,9 +7,13 @@
 // gradients are summed in (dist::GradReducer): N ranks equal --grad-accum N.
 #include "mantissa/train/trainer.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
+#include <cstring>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <stdexcept>
 #include <vector>
 
@@ -25,6 +29,13 @@ namespace {
 constexpr const char* kStateFormat = "mantissa-trainer-state";
 constexpr int kStateVersion = 1;
 constexpr const char* kMasterPrefix = "master.";
+constexpr const char* kFeedbackResidual = "comm.residual";       // [ranks, padded size]
+constexpr const char* kFeedbackOwner = "comm.owner_residual";    // [ranks, chunk]
+
+// The error-feedback state a checkpoint keeps, by tensor name.
+std::vector<std::pair<const char*, std::vector<float>*>> feedback_parts(dist::GradReducer& r) {
+  return {{kFeedbackResidual, &r.residual()}, {kFeedbackOwner, &r.owner_residual()}};
+}
 }  // namespace
 
 Trainer::Trainer(nn::Model& model, optim::Optimizer& optimizer, data::TrainSource& train,
@@ -37,8 +48,22 @@ Trainer::Trainer(nn::Model& model, optim::Optimizer& optimizer, data::TrainSourc
       amp_(model, optimizer, recipe, options.amp) {
   if (options_.grad_accum < 1) throw std::invalid_argument("grad_accum must be >= 1");
   options_.schedule.validate();
-  if (options_.group && options_.group->distributed())
-    reducer_ = std::make_unique<dist::GradReducer>(*options_.group, amp_.parameters(), options_.comm);
+  if (!options_.group || !options_.group->distributed()) return;
+  reducer_ = std::make_unique<dist::GradReducer>(*options_.group, amp_.parameters(), options_.comm,
+                                                 options_.shard_optimizer);
+  if (!options_.shard_optimizer) return;
+  if (optimizer_.parameters() != amp_.parameters())
+    throw std::invalid_argument("--shard-optimizer: the optimizer must update exactly the model's parameters");
+  try {
+    dist::Group* g = options_.group;
+    amp_.shard(reducer_->owned(), [g](const std::vector<double>& mine) {
+      return dist::ordered_sum(*g, mine, "the gradient-norm all-gather");
+    });
+    // An optimizer built with this share (train::make_optimizer) keeps its state.
+    if (!optimizer_.owned() || *optimizer_.owned() != reducer_->owned()) optimizer_.shard(reducer_->owned());
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument(std::string("--shard-optimizer: ") + e.what());
+  }
 }
 
 void Trainer::accumulate(size_t k, size_t count) {
@@ -83,7 +108,8 @@ StepMetrics Trainer::train_step() {
     if (micro.size() > 1) accumulate(k, micro.size());
   }
   if (reducer_) {
-    const dist::CommStats c = reducer_->reduce(amp_.scaler().scale());
+    const double scale = amp_.scaler().scale();
+    const dist::CommStats c = sharded() ? reducer_->reduce_scatter(scale) : reducer_->reduce(scale);
     m.comm_seconds = c.seconds;
     m.comm_bytes = c.bytes_sent;
     std::vector<double> sums(static_cast<size_t>(ranks));
@@ -95,6 +121,12 @@ StepMetrics Trainer::train_step() {
   m.ranks = ranks;
   const amp::AmpStepResult r = amp_.step(lr);
   if (reducer_ && r.skipped) reducer_->reset_feedback();
+  if (sharded() && !r.skipped) {  // a skipped step changed no weight on any rank
+    const dist::CommStats w = reducer_->gather_values();
+    m.comm_seconds += w.seconds;
+    m.comm_bytes += w.bytes_sent;
+  }
+  m.state_bytes = state_bytes();
   ++step_;
   tokens_seen_ += tokens;
   m.step = step_;
@@ -155,6 +187,7 @@ std::string Trainer::state_json() const {
             {"data", json::parse(train_.state_json())},
             {"model_config", model_.config_json()},
             {"model_kind", model_.kind()}};
+  if (reducer_ && reducer_->options().error_feedback) j["comm_feedback"] = json::parse(feedback_json());
   return j.dump();
 }
 
@@ -195,46 +228,210 @@ void Trainer::load_state_json(const std::string& text) {
   }
 }
 
+int64_t Trainer::state_bytes() const {
+  size_t b = amp_.master_weights().bytes();
+  for (const auto& [name, t] : optimizer_.state_tensors()) b += t.bytes();
+  return static_cast<int64_t>(b);
+}
+
+namespace {
+
+constexpr size_t kVerdictBytes = 240;
+
+// The optimizer as a checkpoint sees it: on save, the whole state tensors
+// it is given (gathered when sharded); on load, the whole tensors cut to the
+// owned elements before the optimizer checks and takes them, so a
+// checkpoint from any number of ranks resumes on any other.
+class WholeState final : public optim::Optimizer {
+ public:
+  WholeState(optim::Optimizer& inner, std::map<std::string, Tensor> whole)
+      : Optimizer(inner.parameters()), inner_(inner), whole_(std::move(whole)) {}
+  void step(double) override { throw std::logic_error("WholeState only carries state"); }
+  std::string type() const override { return inner_.type(); }
+  std::map<std::string, Tensor> state_tensors() const override { return whole_; }
+  std::string state_json() const override { return inner_.state_json(); }
+  void load_state(const std::map<std::string, Tensor>& tensors, const std::string& json) override {
+    const optim::OwnedRanges* owned = inner_.owned();
+    if (!owned) return inner_.load_state(tensors, json);
+    std::map<std::string, Tensor> mine;
+    for (const auto& [key, t] : tensors) {
+      // "<parameter name>.<state name>"; anything else goes on to the
+      // optimizer's own checks, which name it.
+      const auto dot = key.rfind('.');
+      size_t i = params_.size();
+      for (size_t k = 0; dot != std::string::npos && k < params_.size(); ++k)
+        if (key.compare(0, dot, params_[k]->name) == 0 && params_[k]->name.size() == dot) i = k;
+      if (i == params_.size() || t.dtype() != DType::f32 || t.shape() != params_[i]->value.shape()) {
+        mine.emplace(key, t);
+        continue;
+      }
+      const optim::Owned& o = (*owned)[i];
+      Tensor cut = Tensor::empty({o.size()}, DType::f32, MemoryKind::optimizer_state);
+      if (o.size() > 0) std::memcpy(cut.raw(), t.f32() + o.begin, cut.bytes());
+      mine.emplace(key, cut);
+    }
+    inner_.load_state(mine, json);
+  }
+
+ private:
+  optim::Optimizer& inner_;
+  std::map<std::string, Tensor> whole_;
+};
+
+}  // namespace
+
 std::string Trainer::non_finite_state() {
   std::vector<std::pair<std::string, Tensor>> all;
   for (const nn::Parameter* p : model_.parameters()) all.emplace_back(p->name, p->value);
   for (const auto& [name, t] : optimizer_.state_tensors()) all.emplace_back("optimizer state " + name, t);
-  for (const auto& [name, t] : master_tensors()) all.emplace_back(name, t);
-  return first_non_finite(all);
+  for (const auto& [name, t] : amp_.master_weights().master_tensors()) all.emplace_back(kMasterPrefix + name, t);
+  const std::string bad = first_non_finite(all);
+  if (!sharded()) return bad;
+  // Each rank checked its own chunk of the state: all must reach one verdict.
+  std::vector<char> mine(kVerdictBytes, 0), every(kVerdictBytes * static_cast<size_t>(options_.group->size()));
+  std::copy_n(bad.begin(), std::min(bad.size(), kVerdictBytes - 1), mine.begin());
+  options_.group->allgather(mine.data(), every.data(), kVerdictBytes, "the finiteness all-gather");
+  for (int r = 0; r < options_.group->size(); ++r)
+    if (every[static_cast<size_t>(r) * kVerdictBytes] != 0)
+      return std::string(&every[static_cast<size_t>(r) * kVerdictBytes]) + " (on rank " + std::to_string(r) + ")";
+  return {};
+}
+
+std::map<std::string, Tensor> Trainer::whole_optimizer_state() {
+  std::map<std::string, Tensor> mine = optimizer_.state_tensors();
+  if (!sharded()) return mine;
+  // One all-gather per kind of state ("exp_avg", ...) over every parameter.
+  const std::vector<nn::Parameter*>& params = amp_.parameters();
+  std::set<std::string> kinds;
+  for (const auto& [key, t] : mine) kinds.insert(key.substr(key.rfind('.') + 1));
+  std::map<std::string, Tensor> whole;
+  for (const std::string& kind : kinds) {
+    std::vector<const float*> from(params.size());
+    std::vector<float*> to(params.size());
+    for (size_t i = 0; i < params.size(); ++i) {
+      const std::string key = params[i]->name + "." + kind;
+      const auto it = mine.find(key);
+      if (it == mine.end() || it->second.dtype() != DType::f32)
+        throw std::logic_error("sharded optimizer state " + key + " is missing or not fp32");
+      Tensor t = Tensor::empty(params[i]->value.shape(), DType::f32, MemoryKind::optimizer_state);
+      from[i] = it->second.f32();
+      to[i] = t.f32();
+      whole.emplace(key, t);
+    }
+    reducer_->gather(from, to, "the optimizer-state all-gather");
+  }
+  return whole;
 }
 
 std::map<std::string, Tensor> Trainer::master_tensors() {
   std::map<std::string, Tensor> extra;
   // Master copies (when the recipe keeps them) are saved beside the working
   // weights: the model file holds what the model computes with.
-  for (const auto& [name, ptr] : amp_.master_weights().masters()) {
-    nn::Parameter* p = nullptr;
-    for (nn::Parameter* q : amp_.parameters())
-      if (q->name == name) p = q;
-    Tensor t = Tensor::empty(p->value.shape(), DType::f32, MemoryKind::workspace);
-    std::copy(ptr, ptr + t.numel(), t.f32());
-    extra[kMasterPrefix + name] = t;
+  const std::map<std::string, Tensor> mine = amp_.master_weights().master_tensors();
+  if (mine.empty()) return extra;
+  const std::vector<nn::Parameter*>& params = amp_.parameters();
+  std::vector<const float*> from(params.size(), nullptr);
+  std::vector<float*> to(params.size(), nullptr);
+  for (size_t i = 0; i < params.size(); ++i) {
+    const auto it = mine.find(params[i]->name);
+    if (it == mine.end()) continue;  // no master (a norm kept in fp32)
+    if (!sharded()) {
+      extra[kMasterPrefix + params[i]->name] = it->second;
+      continue;
+    }
+    Tensor t = Tensor::empty(params[i]->value.shape(), DType::f32, MemoryKind::workspace);
+    from[i] = it->second.f32();
+    to[i] = t.f32();
+    extra[kMasterPrefix + params[i]->name] = t;
   }
+  if (sharded()) reducer_->gather(from, to, "the master-weight all-gather");
   return extra;
 }
 
+std::string Trainer::feedback_json() const {
+  const dist::CommOptions& o = reducer_->options();
+  return json{{"ranks", options_.group->size()},
+              {"format", dist::wire_format_name(dist::parse_wire_format(o.format))},
+              {"block", o.block},
+              {"sharded", reducer_->sharded()},
+              {"padded", reducer_->padded_size()},
+              {"scale", reducer_->residual_scale()}}
+      .dump();
+}
+
+void Trainer::add_feedback_tensors(std::map<std::string, Tensor>& extra) {
+  if (!reducer_ || !reducer_->options().error_feedback) return;
+  // Per rank: the residual of its whole vector and of its owned sum.
+  const auto ranks = options_.group->size();
+  for (const auto& [name, v] : feedback_parts(*reducer_)) {
+    Tensor t = Tensor::empty({ranks, static_cast<int64_t>(v->size())}, DType::f32, MemoryKind::workspace);
+    options_.group->allgather(v->data(), t.f32(), v->size() * sizeof(float), "the error-feedback all-gather");
+    extra[name] = t;
+  }
+}
+
+void Trainer::restore_feedback(const std::map<std::string, Tensor>& extra, const std::string& state_text) {
+  const bool saved = extra.count(kFeedbackResidual) != 0;
+  const bool wanted = reducer_ && reducer_->options().error_feedback;
+  const bool speak = !options_.group || options_.group->rank() == 0;
+  if (!wanted) {
+    if (saved && speak)
+      std::fprintf(stderr, "mantissa: note: the checkpoint's error-feedback residuals are not used by this run\n");
+    return;
+  }
+  const json state = io::parse_json(state_text, "trainer_state.json");
+  const json now = json::parse(feedback_json());
+  std::string why;
+  if (!saved || !state.contains("comm_feedback")) why = "the checkpoint holds none";
+  else {
+    json then = state.at("comm_feedback");
+    for (const char* key : {"ranks", "format", "block", "sharded", "padded"})
+      if (!then.contains(key) || then.at(key) != now.at(key))
+        why = std::string("they were saved with a different ") + key + " (" + io::excerpt_json(then.value(key, json())) +
+              ", this run " + now.at(key).dump() + ")";
+  }
+  const int rank = options_.group->rank();
+  for (const auto& [name, v] : feedback_parts(*reducer_)) {
+    if (!why.empty()) break;
+    const auto it = extra.find(name);
+    const auto n = static_cast<int64_t>(v->size());
+    if (it == extra.end() || it->second.dtype() != DType::f32 ||
+        it->second.shape() != Shape{options_.group->size(), n}) {
+      why = std::string("tensor ") + name + " has the wrong shape";
+      break;
+    }
+    std::copy_n(it->second.f32() + rank * n, n, v->begin());
+  }
+  if (why.empty()) {
+    reducer_->set_residual_scale(state.at("comm_feedback").at("scale").get<double>());
+    return;
+  }
+  reducer_->reset_feedback();
+  if (speak) std::fprintf(stderr, "mantissa: note: error-feedback residuals start from zero: %s\n", why.c_str());
+}
+
 void Trainer::save(const std::string& dir) {
-  // A diverged model must never replace a good checkpoint. Every rank holds
-  // the same state, so every rank checks it (none waits on a rank that threw).
+  // A diverged model must never replace a good checkpoint. Every rank takes
+  // the same verdict (none waits on a rank that threw).
   if (const std::string bad = non_finite_state(); !bad.empty())
     throw std::runtime_error("not saving to " + dir + ": " + bad + " holds non-finite values");
+  // Collective: every rank gives its chunk of the state and its residuals.
+  WholeState whole(optimizer_, whole_optimizer_state());
+  std::map<std::string, Tensor> extra = master_tensors();
+  add_feedback_tensors(extra);
   // Rank 0 writes; the others wait so a relaunch never sees a half-written
   // checkpoint as the latest.
   if (options_.group && options_.group->rank() != 0) {
     options_.group->barrier("the checkpoint barrier");
     return;
   }
-  io::save_checkpoint(dir, model_, &optimizer_, state_json(), master_tensors());
+  io::save_checkpoint(dir, model_, &whole, state_json(), extra);
   if (options_.group) options_.group->barrier("the checkpoint barrier");
 }
 
 void Trainer::resume(const std::string& dir) {
-  io::CheckpointData data = io::load_checkpoint(dir, model_, &optimizer_);
+  WholeState whole(optimizer_, {});
+  io::CheckpointData data = io::load_checkpoint(dir, model_, &whole);
   load_state_json(data.trainer_state);
   const auto masters = amp_.master_weights().masters();
   for (const auto& [name, ptr] : masters) {
@@ -251,6 +448,7 @@ void Trainer::resume(const std::string& dir) {
                                   (p ? shape_str(p->value.shape()) : std::string("?")) + " is expected");
     amp_.master_weights().load_master(name, t.f32(), t.numel());
   }
+  restore_feedback(data.extra_tensors, data.trainer_state);
   for (nn::Parameter* p : amp_.parameters()) ++p->version;  // cached casts must refresh
   model_.zero_grad();
   if (const std::string bad = non_finite_state(); !bad.empty())

@@ -19,8 +19,10 @@
 #include "mantissa/dist/reduce.hpp"
 #include "mantissa/formats/round.hpp"
 #include "mantissa/train/session.hpp"
+#include "dist/worker.hpp"
 
 using namespace mantissa;
+using namespace dist_test;
 
 namespace {
 
@@ -99,16 +101,6 @@ TEST(WireCodec, BadFlagsAreNamed) {
 
 // ---- under mpirun ---------------------------------------------------------------
 
-bool is_worker() { return std::getenv("MANTISSA_DIST_WORKER") != nullptr; }
-
-std::string corpus_text() {
-  std::string s;
-  std::mt19937_64 rng(9);
-  const char* words[] = {"the ", "sense ", "and ", "sensibility ", "of ", "Elinor ", "Marianne, ", "said. "};
-  while (s.size() < 40000) s += words[rng() % 8];
-  return s;
-}
-
 struct TrainRun {
   std::unique_ptr<nn::Model> model;
   std::unique_ptr<optim::Optimizer> opt;
@@ -139,22 +131,6 @@ TrainRun make_run(const data::TextCorpus& corpus, const train::TrainConfig& c, c
   return r;
 }
 
-uint64_t weights_hash(nn::Model& m) {
-  uint64_t h = 1469598103934665603ull;  // FNV-1a over every weight's bits
-  for (nn::Parameter* p : m.parameters()) {
-    const auto* b = p->value.data<uint8_t>();
-    for (size_t i = 0; i < p->value.bytes(); ++i) h = (h ^ b[i]) * 1099511628211ull;
-  }
-  return h;
-}
-
-// Every rank's hash, gathered on every rank.
-std::vector<uint64_t> all_hashes(dist::Group& g, uint64_t h) {
-  std::vector<uint64_t> all(static_cast<size_t>(g.size()));
-  g.allgather(&h, all.data(), sizeof h, "test hash");
-  return all;
-}
-
 train::TrainConfig small_gpt() {
   train::TrainConfig c;
   c.layers = 2;
@@ -183,7 +159,7 @@ TEST(DistWorker, TwoRanksEqualOneProcessAccumulatingEveryStep) {
       ASSERT_EQ(a.targets, b.targets);
       const uint64_t h = weights_hash(*dp.model);
       ASSERT_EQ(h, weights_hash(*ref.model)) << recipe_name << " step " << s;
-      for (uint64_t other : all_hashes(g, h)) ASSERT_EQ(other, h) << "ranks differ at step " << s;
+      for (uint64_t other : gathered(g, h)) ASSERT_EQ(other, h) << "ranks differ at step " << s;
       EXPECT_GT(a.comm_bytes, 0);
     }
     // Evaluation split across ranks adds the batches' sums in the same order.
@@ -213,7 +189,7 @@ TEST(DistWorker, LowPrecisionWireKeepsRanksIdenticalAndSkipsTogether) {
       const train::StepMetrics a = dp.trainer->train_step(), b = ref.trainer->train_step();
       EXPECT_NEAR(a.loss, b.loss, 0.02 * b.loss) << fmt << " step " << s;
       const uint64_t h = weights_hash(*dp.model);
-      for (uint64_t other : all_hashes(g, h)) ASSERT_EQ(other, h) << fmt << ": ranks differ at step " << s;
+      for (uint64_t other : gathered(g, h)) ASSERT_EQ(other, h) << fmt << ": ranks differ at step " << s;
       const std::string f = fmt;
       const int64_t expected = f == "fp32" ? 2 * 4 * chunk(16) : f == "bf16" ? 2 * 2 * chunk(16)
                                                                            : 2 * (chunk(2048) + chunk(2048) / 128);
@@ -239,20 +215,10 @@ TEST(DistWorker, LowPrecisionWireKeepsRanksIdenticalAndSkipsTogether) {
   EXPECT_EQ(skipped[1], 1);
 }
 
-std::string self_exe() { return std::filesystem::read_symlink("/proc/self/exe").string(); }
-
-int launch(const std::string& args) {
-  const std::string cmd = "MANTISSA_DIST_WORKER=1 OMP_NUM_THREADS=1 ASAN_OPTIONS=detect_leaks=0 bash '" MANTISSA_SOURCE_DIR
-                          "/scripts/mpirun-local.sh' " + args + " 2>&1";
-  return std::system(cmd.c_str());
-}
-
-bool have_mpirun() { return dist::Group::mpi_built() && std::system("command -v mpirun >/dev/null 2>&1") == 0; }
-
 TEST(DistLaunch, TwoRankWorkersPass) {
   if (is_worker()) GTEST_SKIP();
   if (!have_mpirun()) GTEST_SKIP() << "built without MPI or mpirun not installed (bash scripts/setup.sh)";
-  EXPECT_EQ(launch("-np 2 '" + self_exe() + "' --gtest_filter='DistWorker.*' --gtest_brief=1"), 0);
+  EXPECT_EQ(launch_workers("DistWorker.*"), 0);
 }
 
 }  // namespace

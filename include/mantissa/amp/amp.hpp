@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -58,6 +59,7 @@ class Amp {
   LossScaler& scaler() { return scaler_; }
   const LossScaler& scaler() const { return scaler_; }
   MasterWeights& master_weights() { return master_; }
+  const MasterWeights& master_weights() const { return master_; }
   const std::vector<nn::Parameter*>& parameters() const { return params_; }
 
   // Scaled forward + backward of one micro-batch. Gradients of all
@@ -78,6 +80,19 @@ class Amp {
   int64_t updates() const { return updates_; }
   void set_updates(int64_t n) { updates_ = n; }
 
+  // Sharded optimizer state (ZeRO stage 1; the optimizer is sharded by the
+  // caller): step() reads, rounds, unscales and clips only the gradients of
+  // the owned elements, updates their masters and rounds their working
+  // values; the caller then gathers the other elements' new values. The
+  // gradient norm is `total` of this process's chunk sums of squares
+  // (optim::scale_grads_chunk_sumsq over the owned ranges): it must add every
+  // process's chunk sums in chunk order, so that every process takes the same
+  // skip and clipping decision. Refuses (std::invalid_argument) stochastic
+  // weight rounding and --grad-stats (a whole-gradient diagnostic).
+  using SumOfChunks = std::function<double(const std::vector<double>& mine)>;
+  void shard(const optim::OwnedRanges& owned, SumOfChunks total);
+  const optim::OwnedRanges* owned() const { return owned_.empty() ? nullptr : &owned_; }
+
  private:
   void round_gradients();
 
@@ -93,6 +108,8 @@ class Amp {
   bool low_gradients_;
   std::string pending_stats_;
   int64_t updates_ = 0;
+  optim::OwnedRanges owned_;  // empty: not sharded
+  SumOfChunks total_;
 };
 
 }  // namespace mantissa::amp

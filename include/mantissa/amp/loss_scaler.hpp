@@ -31,6 +31,8 @@ class LossScaler {
   // The same pass, returning the sum of squares of the gradients before
   // unscaling (inf/NaN when one is not finite; optim::scale_grads_sumsq).
   double unscale_sumsq(const std::vector<nn::Parameter*>& params) const;
+  // The factor unscaling multiplies by: the fp32 reciprocal of the scale.
+  float unscale_factor() const { return static_cast<float>(1.0 / scale_); }
 
   // Advances the state machine after a step; found_inf means the step was skipped.
   void update(bool found_inf);

@@ -20,6 +20,7 @@
 #include "mantissa/amp/recipe.hpp"
 #include "mantissa/formats/format.hpp"
 #include "mantissa/nn/module.hpp"
+#include "mantissa/optim/owned.hpp"
 
 namespace mantissa::amp {
 
@@ -42,9 +43,20 @@ class MasterWeights {
 
   // Master copies by parameter name, for checkpoints (empty without masters).
   std::map<std::string, const float*> masters() const;
-  // Restores masters from a checkpoint (by name, same sizes) and re-derives
-  // nothing: the working values are loaded separately.
+  // The same as tensors sharing the masters' storage (sharded: 1-D, the
+  // owned elements only).
+  std::map<std::string, Tensor> master_tensors() const;
+  // Restores masters from a checkpoint (by name, the whole parameter's n
+  // values, also when sharded) and re-derives nothing: the working values
+  // are loaded separately.
   void load_master(const std::string& name, const float* data, int64_t n);
+
+  // Sharded (ZeRO stage 1): keeps the masters of, and rounds, only elements
+  // owned[i] of parameter i. Call after initialise(). Stochastic rounding is
+  // refused (its random draw is indexed from the start of the whole tensor).
+  void shard(const optim::OwnedRanges& owned);
+  // Bytes of the master copies held (0 without masters).
+  size_t bytes() const;
 
  private:
   bool rounds(size_t i) const;
@@ -52,6 +64,7 @@ class MasterWeights {
 
   std::vector<nn::Parameter*> params_;
   std::vector<Tensor> master_;  // fp32; undefined unless has_master_ and rounds(i)
+  optim::OwnedRanges owned_;    // empty: not sharded
   formats::Format format_;
   WeightRounding rounding_;
   bool norms_fp32_;

@@ -37,6 +37,8 @@ class Group {
   // recv[j * bytes ...] receives rank j's send[0 .. bytes).
   void allgather(const void* send, void* recv, size_t bytes, const char* what);
   void barrier(const char* what);
+  // Rank 0's text, on every rank (one process: the text itself).
+  std::string from_root(const std::string& text, const char* what);
   // Prints the message (naming this rank) and ends every process of the job.
   [[noreturn]] void abort(const std::string& message);
 

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "mantissa/nn/module.hpp"
+#include "mantissa/optim/owned.hpp"
 
 namespace mantissa::optim {
 
@@ -18,8 +19,9 @@ double grad_norm(const std::vector<nn::Parameter*>& params);
 // coefficient). max_norm <= 0 only measures. Non-finite norm: grads untouched.
 double clip_grad_norm(const std::vector<nn::Parameter*>& params, double max_norm);
 
-// grad *= factor for every parameter (loss-scale unscaling, accumulation).
-void scale_grads(const std::vector<nn::Parameter*>& params, float factor);
+// grad *= factor for every parameter (loss-scale unscaling, accumulation);
+// with `owned`, for the owned elements only.
+void scale_grads(const std::vector<nn::Parameter*>& params, float factor, const OwnedRanges* owned = nullptr);
 
 // One pass: the sum of squares of every grad as it is, in fp64 in a fixed
 // order, while multiplying it by `factor` (no write when factor is 1). The
@@ -27,8 +29,16 @@ void scale_grads(const std::vector<nn::Parameter*>& params, float factor);
 // overflow an fp64 sum of fewer than 1e230 terms). The optimizer step's
 // finiteness check, unscale and norm in one read of the gradients.
 double scale_grads_sumsq(const std::vector<nn::Parameter*>& params, float factor);
+// The same pass, returning the fp64 sum of each chunk of kSpanElems elements
+// (in chunk order; scale_grads_sumsq adds them up from 0 in that order), of
+// the owned elements only when `owned` is given. A sharded run adds every
+// rank's chunk sums in rank order and gets scale_grads_sumsq's value bit for
+// bit, as long as its shards start and end on chunk boundaries.
+std::vector<double> scale_grads_chunk_sumsq(const std::vector<nn::Parameter*>& params, float factor,
+                                            const OwnedRanges* owned = nullptr);
 
 // The clipping of clip_grad_norm for an already measured finite `norm`.
-void clip_to_norm(const std::vector<nn::Parameter*>& params, double norm, double max_norm);
+void clip_to_norm(const std::vector<nn::Parameter*>& params, double norm, double max_norm,
+                  const OwnedRanges* owned = nullptr);
 
 }  // namespace mantissa::optim

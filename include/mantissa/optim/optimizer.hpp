@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "mantissa/nn/module.hpp"
+#include "mantissa/optim/owned.hpp"
 #include "mantissa/optim/state_format.hpp"
 #include "mantissa/tensor/tensor.hpp"
 
@@ -46,6 +47,9 @@ struct OptimizerConfig {
   double momentum = 0.0;
   double dampening = 0.0;
   bool nesterov = false;
+  // Non-empty: built sharded (Optimizer::shard), allocating only this share
+  // of the state.
+  OwnedRanges owned;
 };
 
 class Optimizer {
@@ -84,7 +88,19 @@ class Optimizer {
   // mismatch. Hyper-parameters stay those given at construction.
   virtual void load_state(const std::map<std::string, Tensor>& tensors, const std::string& json);
 
+  // Sharded state (ZeRO stage 1): from now on the optimizer keeps state for,
+  // and updates, only elements owned[i] of parameter i; its state tensors are
+  // 1-D with owned[i].size() values (same names). Call before the first
+  // step. Throws std::invalid_argument naming what cannot be sharded.
+  virtual void shard(const OwnedRanges& owned);
+  // The owned ranges, or null when not sharded (every element).
+  const OwnedRanges* owned() const { return owned_.empty() ? nullptr : &owned_; }
+
  protected:
+  // Where parameter i's owned elements start (its state's element 0).
+  int64_t state_begin(size_t i) const { return owned_.empty() ? 0 : owned_[i].begin; }
+  // Shape of parameter i's state tensors: the parameter's, or [owned size].
+  Shape state_shape(size_t i) const;
   // Copies tensors[name] into dst after checking its presence, dtype and
   // shape; throws std::invalid_argument naming the tensor.
   static void restore_tensor(const std::map<std::string, Tensor>& tensors, const std::string& name,
@@ -96,6 +112,7 @@ class Optimizer {
   std::vector<nn::Parameter*> params_;
   std::vector<double> lr_mult_;
   int64_t steps_ = 0;
+  OwnedRanges owned_;  // empty: not sharded
 };
 
 // Builds the optimizer named by config.type; throws std::invalid_argument for
@@ -114,6 +131,7 @@ class SGD final : public Optimizer {
   std::map<std::string, Tensor> state_tensors() const override;
   std::string state_json() const override;
   void load_state(const std::map<std::string, Tensor>& tensors, const std::string& json) override;
+  void shard(const OwnedRanges& owned) override;
 
  private:
   OptimizerConfig cfg_;
@@ -144,6 +162,8 @@ class Adam final : public Optimizer {
   std::map<std::string, Tensor> state_tensors() const override;
   std::string state_json() const override;
   void load_state(const std::map<std::string, Tensor>& tensors, const std::string& json) override;
+  // fp32 moments only: low-precision ones take per-tensor scales from the whole tensor.
+  void shard(const OwnedRanges& owned) override;
   const StateFormat& state_format() const { return format_; }
 
   // One moment's rounding into its low-precision storage, seen after a step:

@@ -64,6 +64,7 @@ struct TrainConfig {
   int64_t comm_block = 128;          // fp8: values per power-of-two scale
   bool comm_error_feedback = false;  // carry what the wire format dropped into the next step
   double comm_timeout = 300;         // seconds a collective may wait before the job stops
+  bool shard_optimizer = false;      // ZeRO stage 1: optimizer state and masters split across ranks
   // Memory.
   int64_t checkpoint_activations = 0;  // gpt: recompute every k-th block in backward (0: off)
   // Evaluation, logging, checkpoints.

@@ -136,6 +136,7 @@ struct RunProgress {
   size_t index = 0;                   // this run's place in the plan, for `clock`
   RunTimes* times = nullptr;          // filled in when given
 };
+// dir: where metrics.jsonl goes; empty: nowhere (a data-parallel rank other than 0).
 report::RunResult execute_run(const RunSpec& spec, const std::string& dir, const RunProgress& progress);
 
 // Ctrl-C handling: install() makes SIGINT/SIGTERM set a flag that

@@ -51,6 +51,7 @@ struct RunSummary {
   double seconds = 0;
   double mean_step_seconds = 0;  // excluding the first (warm-up) step
   double tokens_per_s = 0;
+  int64_t state_bytes = 0;       // optimizer state + separate master weights held by this process
 };
 
 std::string step_metrics_json(const StepMetrics& m);

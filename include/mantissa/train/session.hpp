@@ -79,6 +79,7 @@ class IndependentDecay final : public optim::Optimizer {
   std::map<std::string, Tensor> state_tensors() const override { return inner_->state_tensors(); }
   std::string state_json() const override { return inner_->state_json(); }
   void load_state(const std::map<std::string, Tensor>& tensors, const std::string& json) override;
+  void shard(const optim::OwnedRanges& owned) override;
   optim::Optimizer& inner() { return *inner_; }
 
  private:
@@ -102,7 +103,9 @@ std::unique_ptr<nn::Model> model_from_config(const std::string& kind, const std:
 // The optimizer `mantissa train` uses for this model: c.optimizer with the
 // recipe's state format; unit-scaled models get the u-muP per-parameter LR
 // multipliers and weight decay independent of them (IndependentDecay).
-std::unique_ptr<optim::Optimizer> make_optimizer(const TrainConfig& c, nn::Model& model, const amp::Recipe& recipe);
+// owned non-empty: built with that share of the state only (sharded).
+std::unique_ptr<optim::Optimizer> make_optimizer(const TrainConfig& c, nn::Model& model, const amp::Recipe& recipe,
+                                                 const optim::OwnedRanges& owned = {});
 
 // The default data of a model kind (gpt: austen.txt; mlp: the Fashion-MNIST
 // directory), looked up in $MANTISSA_DATA, <repo>/.cache/data next to the

@@ -32,6 +32,11 @@ struct TrainerOptions {
   // rank order (dist::GradReducer); only rank 0 writes checkpoints.
   dist::Group* group = nullptr;
   dist::CommOptions comm;
+  // ZeRO stage 1 over the group: each rank keeps the optimizer state and
+  // master weights of its chunk of the parameters, updates it and
+  // all-gathers the new weights (dist/reduce.hpp). Checkpoints hold the
+  // whole state, as unsharded ones, so any number of ranks resumes them.
+  bool shard_optimizer = false;
 };
 
 struct StepMetrics {
@@ -47,8 +52,9 @@ struct StepMetrics {
   double grad_norm = 0;
   std::string grad_stats_json;
   int ranks = 1;
-  double comm_seconds = 0;  // gradient reduction (encode, collectives, decode)
+  double comm_seconds = 0;  // gradient reduction (encode, collectives, decode) and weight all-gather
   int64_t comm_bytes = 0;   // sent by this rank
+  int64_t state_bytes = 0;  // optimizer state + separate master weights held by this rank
 };
 
 struct EvalMetrics {
@@ -91,6 +97,14 @@ class Trainer {
   // or an infinity, or a non-positive scale, by name; empty if all are finite.
   std::string non_finite_state();
 
+  // The data-parallel gradient reduction (null in one process).
+  dist::GradReducer* reducer() { return reducer_.get(); }
+  // True when the optimizer state is sharded across ranks.
+  bool sharded() const { return reducer_ && reducer_->sharded(); }
+  // Bytes of optimizer state and separate master weights this process holds
+  // (sharded: its chunk's; about 1/ranks of the unsharded figure).
+  int64_t state_bytes() const;
+
  private:
   // Moves micro-batch k's gradient (of `count`) into the step's running sum
   // and leaves the gradients zero, or the sum after the last one.
@@ -105,7 +119,15 @@ class Trainer {
   int64_t step_ = 0;
   int64_t tokens_seen_ = 0;
 
+  // The whole optimizer state and master copies (sharded: gathered from
+  // every rank, a collective call) as a checkpoint holds them.
+  std::map<std::string, Tensor> whole_optimizer_state();
   std::map<std::string, Tensor> master_tensors();
+  // Every rank's error-feedback residuals for the checkpoint (collective),
+  // and their restoration on resume when the job's layout matches.
+  void add_feedback_tensors(std::map<std::string, Tensor>& extra);
+  void restore_feedback(const std::map<std::string, Tensor>& extra, const std::string& state_json);
+  std::string feedback_json() const;
   std::unique_ptr<dist::GradReducer> reducer_;  // data parallel only
   std::vector<Tensor> accum_;                   // grad_accum > 1: the step's running sum
 };

@@ -1,0 +1,119 @@
+// The 16-point Hadamard transform (formats/hadamard16.hpp). Along rows a
+// vector holds one row of 16 columns and a group is 16 vectors; along columns
+// a vector holds one group and the butterflies pair lanes by permutes.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#include <immintrin.h>
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+#include "formats/hadamard16_internal.hpp"
+#include "mantissa/cpu/isa.hpp"
+#include "mantissa/formats/hadamard16.hpp"
+
+namespace mantissa::formats {
+namespace {
+
+// ---- along rows: rows 0..15 of `in` into `out`, per column -----------------------------------
+__attribute__((target("avx512f"))) void rows_group_avx512(const float* in, float* out, int64_t cols,
+                                                          const float* s) {
+  for (int64_t j = 0; j < cols; j += 16) {
+    const __mmask16 m = cols - j >= 16 ? __mmask16{0xFFFF} : static_cast<__mmask16>((1u << (cols - j)) - 1);
+    __m512 v[16];
+    for (int r = 0; r < 16; ++r) v[r] = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, in + r * cols + j), _mm512_set1_ps(s[r]));
+    for (int h = 1; h < 16; h *= 2)
+      for (int i = 0; i < 16; i += 2 * h)
+        for (int k = i; k < i + h; ++k) {
+          const __m512 a = v[k], b = v[k + h];
+          v[k] = _mm512_add_ps(a, b);
+          v[k + h] = _mm512_sub_ps(a, b);
+        }
+    for (int r = 0; r < 16; ++r) _mm512_mask_storeu_ps(out + r * cols + j, m, _mm512_mul_ps(v[r], _mm512_set1_ps(0.25f)));
+  }
+}
+
+// The transform of 16 values g[0], g[stride], ..., g[15 stride], in place.
+void group_scalar(float* g, int64_t stride, const float* s) {
+  float v[16];
+  for (int r = 0; r < 16; ++r) v[r] = g[r * stride] * s[r];
+  for (int h = 1; h < 16; h *= 2)
+    for (int i = 0; i < 16; i += 2 * h)
+      for (int k = i; k < i + h; ++k) {
+        const float a = v[k], b = v[k + h];
+        v[k] = a + b;
+        v[k + h] = a - b;
+      }
+  for (int r = 0; r < 16; ++r) g[r * stride] = v[r] * 0.25f;
+}
+
+void rows_group_scalar(const float* in, float* out, int64_t cols, const float* s) {
+  if (in != out) std::copy(in, in + 16 * cols, out);
+  for (int64_t j = 0; j < cols; ++j) group_scalar(out + j, cols, s);
+}
+
+// ---- along columns: one row, 16 lanes a group ------------------------------------------------
+// Lane k with bit h clear becomes v[k] + v[k + h]; lane k + h becomes
+// v[k] - v[k + h] (the partner minus itself), as the scalar butterfly.
+__attribute__((target("avx512f"))) inline __m512 butterflies16(__m512 v) {
+  __m512 p = _mm512_permute_ps(v, 0xB1);  // distance 1
+  v = _mm512_mask_blend_ps(0xAAAA, _mm512_add_ps(v, p), _mm512_sub_ps(p, v));
+  p = _mm512_permute_ps(v, 0x4E);  // distance 2
+  v = _mm512_mask_blend_ps(0xCCCC, _mm512_add_ps(v, p), _mm512_sub_ps(p, v));
+  p = _mm512_shuffle_f32x4(v, v, 0xB1);  // distance 4
+  v = _mm512_mask_blend_ps(0xF0F0, _mm512_add_ps(v, p), _mm512_sub_ps(p, v));
+  p = _mm512_shuffle_f32x4(v, v, 0x4E);  // distance 8
+  return _mm512_mask_blend_ps(0xFF00, _mm512_add_ps(v, p), _mm512_sub_ps(p, v));
+}
+
+__attribute__((target("avx512f"))) void cols_row_avx512(const float* in, float* out, int64_t cols, const float* s) {
+  const __m512 sv = _mm512_loadu_ps(s);
+  const int64_t full = cols / 16 * 16;
+  for (int64_t j = 0; j < full; j += 16)
+    _mm512_storeu_ps(out + j,
+                     _mm512_mul_ps(butterflies16(_mm512_mul_ps(_mm512_loadu_ps(in + j), sv)), _mm512_set1_ps(0.25f)));
+  if (in != out) std::copy(in + full, in + cols, out + full);
+}
+
+void cols_row_scalar(const float* in, float* out, int64_t cols, const float* s) {
+  if (in != out) std::copy(in, in + cols, out);
+  for (int64_t j = 0; j + 16 <= cols; j += 16) group_scalar(out + j, 1, s);
+}
+
+bool vector_path() { return cpu::active_isa() >= cpu::Isa::avx512; }
+
+// Rows [r0, r1) of the result (r0 a multiple of 16 along rows).
+void transform_rows(const float* in, float* out, int64_t r0, int64_t r1, int64_t rows, int64_t cols, int axis,
+                    const float* s, bool vec) {
+  if (axis == 2) {
+    for (int64_t i = r0; i < r1; ++i)
+      (vec ? cols_row_avx512 : cols_row_scalar)(in + i * cols, out + i * cols, cols, s);
+    return;
+  }
+  for (int64_t i = r0; i < r1; i += 16) {
+    if (i + 16 <= rows) (vec ? rows_group_avx512 : rows_group_scalar)(in + i * cols, out + i * cols, cols, s);
+    else if (in != out) std::copy(in + i * cols, in + rows * cols, out + i * cols);
+  }
+}
+
+}  // namespace
+
+namespace detail {
+void hadamard16_serial(const float* in, float* out, int64_t rows, int64_t cols, int axis, const float* signs) {
+  transform_rows(in, out, 0, rows, rows, cols, axis, signs, vector_path());
+}
+}  // namespace detail
+
+void hadamard16(const float* in, float* out, int64_t rows, int64_t cols, int axis, const float* signs) {
+  if (axis != 1 && axis != 2)
+    throw std::invalid_argument("hadamard16: axis must be 1 (rows) or 2 (columns), got " + std::to_string(axis));
+  if (rows < 0 || cols < 0) throw std::invalid_argument("hadamard16: negative shape");
+  const bool vec = vector_path();
+  const int64_t chunks = (rows + 15) / 16;  // 16 rows a chunk on either axis
+#pragma omp parallel for schedule(static) if (rows * cols >= 65536)
+  for (int64_t c = 0; c < chunks; ++c)
+    transform_rows(in, out, c * 16, std::min(rows, c * 16 + 16), rows, cols, axis, signs, vec);
+}
+
+}  // namespace mantissa::formats

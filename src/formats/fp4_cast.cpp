@@ -199,22 +199,20 @@ uint8_t e4m3_positive(float v, float* value) {
 }
 
 // Largest |value| of the rotated x (spec.rht_signs), 16 rows at a time
-// through a buffer in cache; the rotation is not kept.
+// rotated in registers; the rotation is not kept.
 float rotated_amax(const Fp4Spec& spec, const float* x, int64_t rows, int64_t cols, bool* nonfinite) {
   const int64_t chunks = (rows + 15) / 16;
   float amax = 0;
   bool bad = false;
 #pragma omp parallel if (rows * cols >= (int64_t{1} << 16))
   {
-    std::vector<float> buf(static_cast<size_t>(16 * cols));
     float m = 0;
     bool b = false;
 #pragma omp for schedule(static)
     for (int64_t c = 0; c < chunks; ++c) {
       const int64_t r0 = c * 16, h = std::min<int64_t>(16, rows - r0);
-      detail::hadamard16_serial(x + r0 * cols, buf.data(), h, cols, spec.rht_axis, spec.rht_signs);
       bool nf = false;
-      m = std::max(m, amax16(buf.data(), h * cols, &nf));
+      m = std::max(m, detail::hadamard16_amax(x + r0 * cols, h, cols, spec.rht_axis, spec.rht_signs, &nf));
       b = b || nf;
     }
 #pragma omp critical

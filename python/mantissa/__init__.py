@@ -11,6 +11,7 @@ values up) and run on the library's threads (``set_num_threads``).
     codes = mantissa.encode(x, "e4m3fn")                # uint8 codes
     codes8 = mantissa.as_ml_dtypes(codes, "e4m3fn")     # ml_dtypes.float8_e4m3fn view
     q, s = mantissa.mx_quantize(x.reshape(-1, 64), "mxfp8_e4m3")
+    c, s, t = mantissa.nvfp4_quantize(x.reshape(-1, 64))     # E2M1 codes, E4M3 scales, tensor scale
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ from . import _core
 from ._engine import experiment, load_weights, train
 
 __all__ = [
-    "quantize", "encode", "decode", "mx_quantize", "mx_dequantize", "formats", "format_info",
+    "quantize", "encode", "decode", "mx_quantize", "mx_dequantize", "nvfp4_quantize", "nvfp4_dequantize",
+    "NVFP4_BLOCKS", "rht", "formats", "format_info",
     "as_ml_dtypes", "from_ml_dtypes", "recipes", "recipe", "num_threads", "set_num_threads",
     "train", "experiment", "load_weights", "ROUNDING_MODES", "MX_FORMATS",
 ]
@@ -153,6 +155,96 @@ def mx_dequantize(codes: Any, scales: Any, format: str = "mxfp8_e4m3", block: in
     """MX element codes and E8M0 scales (as mx_quantize returns them) -> fp32 values."""
     result = _core.mx_dequantize(_moveaxis_in(codes, axis), _moveaxis_in(scales, axis), format, block)
     return _like(codes, _moveaxis_out(result, axis))
+
+
+NVFP4_BLOCKS = ("1x16", "16x16")
+
+
+def _nvfp4_tiles(block: str) -> Tuple[int, int]:
+    if block not in NVFP4_BLOCKS:
+        raise ValueError(f"block: expected one of {', '.join(NVFP4_BLOCKS)}, got '{block}'")
+    return (1, 16) if block == "1x16" else (16, 16)
+
+
+def _as_numpy(x: Any) -> _np.ndarray:
+    return x if _is_numpy(x) else _np.from_dlpack(x)
+
+
+def nvfp4_quantize(x: Any, block: str = "1x16", axis: int = -1, round: str = "nearest-even", *, seed: int = 0,
+                   packed: bool = False) -> Tuple[Any, Any, float]:
+    """NVFP4 (NVIDIA; torchao's nvfp4 rule): E2M1 values, an E4M3 scale per block, an fp32 tensor scale.
+
+    tensor scale t = max(amax / (6 * 448), 2^-117); block scale s = e4m3(clip((amax_b / 6) / t, 2^-9, 448));
+    element code = e2m1(clip(x / (t s), -6, 6)); value = e2m1 x s x t.
+
+    block "1x16": 16 consecutive values along `axis` share a scale (the last block of a row may be shorter);
+    codes have x's shape (one per byte, sign in bit 3; packed: two per byte along `axis`, the low nibble
+    first, ceil(K / 2) bytes), scales x's shape with `axis` of length ceil(K / 16).
+    block "16x16": x must be 2-D; 16 x 16 tiles share a scale (a matrix and its transpose quantise to the
+    same values), scales [ceil(R / 16), ceil(C / 16)], `axis` must be -1 (packing runs along the rows).
+    round: "nearest-even" or "stochastic" (up with probability equal to the distance from the value below,
+    from a counter-based draw of (seed, element index in the [rows, K] view with `axis` last)).
+    Returns (codes uint8, scales uint8 E4M3 codes, tensor scale). x holding inf/NaN is a ValueError.
+    """
+    tr, tc = _nvfp4_tiles(block)
+    if tr == 16:
+        if _ndim(x) != 2 or axis not in (-1, 1):
+            raise ValueError("block 16x16: x must be a 2-D array and axis -1")
+        codes, scales, t = _core.nvfp4_quantize(x, tr, tc, round, seed, packed)
+        return _like(x, codes), _like(x, scales), t
+    moved = _as_numpy(_moveaxis_in(x, axis))
+    if moved.ndim == 0:
+        raise ValueError("x needs at least one dimension")
+    k = moved.shape[-1]
+    codes, scales, t = _core.nvfp4_quantize(moved.reshape(-1, k), tr, tc, round, seed, packed)
+    lead = moved.shape[:-1]
+    codes = codes.reshape(lead + (codes.shape[-1],))
+    scales = scales.reshape(lead + (scales.shape[-1],))
+    return _like(x, _moveaxis_out(codes, axis)), _like(x, _moveaxis_out(scales, axis)), t
+
+
+def nvfp4_dequantize(codes: Any, scales: Any, tensor_scale: float, block: str = "1x16", axis: int = -1, *,
+                     packed: bool = False, count: Optional[int] = None) -> Any:
+    """NVFP4 codes, E4M3 block scales and tensor scale (as nvfp4_quantize returns them) -> float32 values.
+
+    Each value is e2m1 x s (exact) times the tensor scale, rounded once to float32. With packed codes,
+    `count` is the number of values along `axis` (default 2 x the bytes).
+    """
+    tr, tc = _nvfp4_tiles(block)
+    if tr == 16:
+        if _ndim(codes) != 2 or axis not in (-1, 1):
+            raise ValueError("block 16x16: codes must be a 2-D array and axis -1")
+        k = count if count is not None else (2 * codes.shape[1] if packed else codes.shape[1])
+        return _like(codes, _core.nvfp4_dequantize(codes, scales, float(tensor_scale), tr, tc, packed, k))
+    c = _as_numpy(_moveaxis_in(codes, axis))
+    s = _as_numpy(_moveaxis_in(scales, axis))
+    if c.ndim == 0:
+        raise ValueError("codes need at least one dimension")
+    if s.shape[:-1] != c.shape[:-1]:
+        raise ValueError("scales: shape must be the codes' with the block axis of length ceil(K / 16)")
+    width = c.shape[-1]
+    if count is not None and not packed:
+        raise ValueError("count: only for packed codes")
+    k = count if count is not None else (2 * width if packed else width)
+    values = _core.nvfp4_dequantize(c.reshape(-1, width), s.reshape(-1, s.shape[-1]), float(tensor_scale), tr, tc,
+                                    packed, k)
+    return _like(codes, _moveaxis_out(values.reshape(c.shape[:-1] + (k,)), axis))
+
+
+def rht(x: Any, axis: int = 0, seed: int = 0, random: bool = True) -> Any:
+    """The FP4 recipes' 16-point Hadamard transform of a 2-D float32 array (mantissa's own, bit for bit).
+
+    Every group of 16 consecutive entries along `axis` is replaced by H D g / 4 (H the 16 x 16
+    Sylvester-Hadamard matrix, D the signs drawn from `seed` as the recipes' ``rht_seed``, all +1 with
+    random=False); a last shorter group is unchanged. Orthogonal: rotating both operands of a product
+    along its contraction leaves the product unchanged in exact arithmetic.
+    """
+    if _ndim(x) != 2:
+        raise ValueError("x: expected a 2-D array")
+    a = axis + 2 if axis < 0 else axis
+    if a not in (0, 1):
+        raise ValueError(f"axis {axis} is out of range for a 2-D array")
+    return _like(x, _core.rht(x, a, seed, random))
 
 
 def _ndim(x: Any) -> int:

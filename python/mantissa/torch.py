@@ -19,6 +19,8 @@ the format's max), ``delayed`` (the same from the max of the last
 ``amax_history`` amaxes of that layer's operand, the tensor's own amax on the
 first call), ``mx`` (E8M0 block scales over ``block`` = 32 values along the
 last axis: the contraction axis of x and W, the output features of dy).
+NVFP4 recipes (``nvfp4``, ``nvfp4-naive``) cast as ``Fp4Caster`` says: each of the
+three products with its own blocks, the Hadamard transform on the Wgrad inputs.
 Recipes without casts but with a 16-bit ``matmul_format`` (bf16-amp, fp16-amp)
 round x, W and dy to it. The arrays are cast by mantissa's kernels (zero-copy
 through DLPack). Per-tensor casts saturate; a tensor holding inf/NaN keeps them
@@ -107,6 +109,100 @@ class Caster:
         return y * 2.0 ** e
 
 
+class Fp4Caster:
+    """An NVFP4 recipe's casts for one layer (``fp4_format`` nvfp4), as mantissa's FP4 quantiser does them.
+
+    Per product of y = x W^T (x [M, in], W [out, in]):
+    forward x W^T: x in 1x16 blocks along `in`; W in 16x16 blocks (``fp4_weight_2d``) or 1x16 along `in`;
+    dgrad dy W: dy 1x16 along `out`; W the forward cast when 2-D (else 1x16 along `out`), with
+    ``rht_dgrad`` both rotated along `out` first; wgrad dy^T x: dy and x in blocks of 16 rows along M,
+    both rotated first by the 16-row Hadamard transform (``rht``, signs from ``rht_seed``). Rounding:
+    nearest-even, stochastic for dy (``fp4_sr`` gradients) and for x and W in backward too (backward),
+    each cast drawing from its own seed (rht_seed and a per-layer call count). ``fp4_forward`` false: the
+    forward product rounds x and W to bf16 instead. ``fp4_until`` is not applied (a module has no step
+    count).
+    """
+
+    def __init__(self, recipe: Dict[str, Any], readout: bool = False, layer: int = 0):
+        if recipe.get("fp4_format") != "nvfp4":
+            raise ValueError(f"recipe '{recipe['name']}': fp4_format '{recipe.get('fp4_format')}' is not supported on "
+                             "PyTorch modules (nvfp4 is)")
+        self.recipe = recipe
+        self.readout = readout  # a bf16 layer ("head" in bf16_layers)
+        on = lambda k: str(recipe.get(k, "false")) == "true"  # noqa: E731
+        self.forward, self.backward, self.weight_2d = on("fp4_forward"), on("fp4_backward"), on("fp4_weight_2d")
+        self.rht_mode, self.rht_dgrad, self.sr = recipe.get("rht", "none"), on("rht_dgrad"), recipe.get("fp4_sr", "none")
+        self.seed = int(recipe.get("rht_seed", 0))
+        self.layer = layer
+        self.calls = 0
+
+    def _seed(self) -> int:
+        self.calls += 1
+        return (self.seed * 0x9E3779B97F4A7C15 ^ (self.layer << 40) ^ self.calls) & ((1 << 64) - 1)
+
+    def cast(self, a: torch.Tensor, block: str = "1x16", axis: int = -1, stochastic: bool = False) -> torch.Tensor:
+        """a (2-D, fp32) cast to NVFP4 and decoded back to fp32 values."""
+        a = a.detach().to(torch.float32).contiguous()
+        if not torch.isfinite(a).all():
+            return _m.quantize(a, "bf16")  # inf/NaN pass through, as mantissa's casts do
+        rnd = "stochastic" if stochastic else "nearest-even"
+        if block == "16x16":
+            c, s, t = _m.nvfp4_quantize(a, "16x16", round=rnd, seed=self._seed() if stochastic else 0)
+            return _m.nvfp4_dequantize(c, s, t, "16x16")
+        c, s, t = _m.nvfp4_quantize(a, "1x16", axis, rnd, seed=self._seed() if stochastic else 0)
+        return _m.nvfp4_dequantize(c, s, t, "1x16", axis)
+
+    def rotate(self, a: torch.Tensor, axis: int) -> torch.Tensor:
+        if self.rht_mode == "none":
+            return a.detach().to(torch.float32).contiguous()
+        return _m.rht(a.detach().to(torch.float32).contiguous(), axis, self.seed, self.rht_mode == "random")
+
+    def weight(self, w: torch.Tensor, dgrad: bool) -> torch.Tensor:
+        sr = dgrad and self.sr == "backward"
+        if dgrad and self.rht_dgrad and self.rht_mode != "none":
+            w = self.rotate(w, 0)
+        if self.weight_2d:
+            return self.cast(w, "16x16", stochastic=sr)
+        return self.cast(w, "1x16", 0 if dgrad else -1, stochastic=sr)
+
+
+class _Fp4LinearFn(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
+                caster: Fp4Caster) -> torch.Tensor:
+        x2 = x.detach().reshape(-1, x.shape[-1]).to(torch.float32)  # (M, in)
+        w = weight.detach().to(torch.float32)  # (out, in)
+        if caster.readout or not caster.forward:
+            xq, wq = _m.quantize(x2.contiguous(), "bf16"), _m.quantize(w.contiguous(), "bf16")
+        else:
+            xq, wq = caster.cast(x2), caster.weight(w, dgrad=False)
+        ctx.save_for_backward(x2, w, wq)
+        ctx.caster, ctx.has_bias, ctx.shape = caster, bias is not None, x.shape
+        y = F.linear(xq, wq, bias)  # (M, out)
+        return y.reshape(*x.shape[:-1], y.shape[-1])
+
+    @staticmethod
+    def backward(ctx: Any, dy: torch.Tensor) -> Any:
+        x2, w, wq = ctx.saved_tensors
+        c: Fp4Caster = ctx.caster
+        dy2 = dy.reshape(-1, dy.shape[-1]).to(torch.float32).contiguous()  # (M, out)
+        if c.readout or not c.backward:
+            dyb, xb, wb = _m.quantize(dy2, "bf16"), _m.quantize(x2.contiguous(), "bf16"), _m.quantize(w.contiguous(), "bf16")
+            dx, dw = dyb @ wb, dyb.t() @ xb
+        else:
+            sr_dy, sr_op = c.sr != "none", c.sr == "backward"
+            rotated = c.rht_dgrad and c.rht_mode != "none"
+            dyd = c.cast(c.rotate(dy2, 1) if rotated else dy2, stochastic=sr_dy)  # 1x16 along out
+            same = c.forward and c.weight_2d and not sr_op and not rotated
+            wd = wq if same else c.weight(w, dgrad=True)
+            dx = dyd @ wd  # (M, in)
+            dyw = c.cast(c.rotate(dy2, 0), axis=0, stochastic=sr_dy)  # blocks of 16 rows
+            xw = c.cast(c.rotate(x2, 0), axis=0, stochastic=sr_op)
+            dw = dyw.t() @ xw  # (out, in)
+        db = dy2.sum(0) if ctx.has_bias else None
+        return dx.reshape(ctx.shape).to(dy.dtype), dw, db, None
+
+
 class _CastLinearFn(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
@@ -131,7 +227,7 @@ class _CastLinearFn(torch.autograd.Function):
 class CastLinear(nn.Linear):
     """nn.Linear whose product sees a mantissa recipe's casts (shares the wrapped layer's parameters)."""
 
-    def __init__(self, linear: nn.Linear, caster: Caster):
+    def __init__(self, linear: nn.Linear, caster: Any):
         nn.Module.__init__(self)
         self.in_features, self.out_features = linear.in_features, linear.out_features
         self.weight = linear.weight
@@ -139,7 +235,8 @@ class CastLinear(nn.Linear):
         self.caster = caster
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return _CastLinearFn.apply(x, self.weight, self.bias, self.caster)
+        fn = _Fp4LinearFn if isinstance(self.caster, Fp4Caster) else _CastLinearFn
+        return fn.apply(x, self.weight, self.bias, self.caster)
 
     def extra_repr(self) -> str:
         return super().extra_repr() + f", recipe={self.caster.recipe['name']}"
@@ -156,10 +253,20 @@ def wrap(module: nn.Module, recipe: str = "fp8-delayed", set: Sequence[str] = ()
     r = _m.recipe(recipe, set)
     if isinstance(module, nn.Linear):
         raise ValueError("wrap: pass the module that holds the nn.Linear layers, not a layer itself")
+    fp4 = r.get("fp4_format", "none") != "none"
+    if fp4:
+        layers = [v for v in str(r.get("bf16_layers", "none")).split(",") if v not in ("none", "")]
+        if any(v != "head" for v in layers):
+            raise ValueError(f"recipe '{recipe}': bf16_layers '{r['bf16_layers']}' names blocks, which a PyTorch "
+                             "module does not have; pass set=['bf16_layers=head'] (the last nn.Linear) or 'none'")
     names = [n for n, m in module.named_modules() if isinstance(m, nn.Linear) and not isinstance(m, CastLinear)]
     for i, name in enumerate(names):  # definition order: the last one is the readout
         parent_name, _, attr = name.rpartition(".")
         parent = module.get_submodule(parent_name) if parent_name else module
-        readout = i == len(names) - 1 and not r.get("cast_readout", True)
-        setattr(parent, attr, CastLinear(getattr(parent, attr), Caster(r, block, readout)))
+        last = i == len(names) - 1
+        if fp4:
+            caster: Any = Fp4Caster(r, last and "head" in str(r.get("bf16_layers", "")), i)
+        else:
+            caster = Caster(r, block, last and not r.get("cast_readout", True))
+        setattr(parent, attr, CastLinear(getattr(parent, attr), caster))
     return module

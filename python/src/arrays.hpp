@@ -62,6 +62,13 @@ void check_codes(const A& a, const char* name, int bytes) {
                              .c_str());
 }
 
+// x's float32 values, after the layout and dtype checks.
+inline const float* f32_input(const In& x) {
+  check_layout(x, "x");
+  check_dtype(x, "x", nb::dtype<float>(), "float32");
+  return static_cast<const float*>(x.data());
+}
+
 inline std::vector<size_t> shape_of(const In& a) {
   std::vector<size_t> s(a.ndim());
   for (size_t d = 0; d < a.ndim(); ++d) s[d] = a.shape(d);

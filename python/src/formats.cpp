@@ -61,12 +61,6 @@ mf::RoundOptions round_options(const std::string& round, bool saturate, bool flu
   return o;
 }
 
-const float* f32_input(const In& x) {
-  check_layout(x, "x");
-  check_dtype(x, "x", nb::dtype<float>(), "float32");
-  return static_cast<const float*>(x.data());
-}
-
 nb::object quantize(const In& x, const std::string& spec, const std::string& round, bool saturate, bool flush,
                     uint64_t seed, int random_bits, std::optional<Out> out) {
   const float* in = f32_input(x);

@@ -26,6 +26,7 @@
 namespace mantissa::py {
 
 void bind_formats(nb::module_& m);
+void bind_fp4(nb::module_& m);
 
 namespace {
 
@@ -172,6 +173,7 @@ nb::dict experiment(const nb::dict& settings, bool log) {
 NB_MODULE(_core, m) {
   using namespace nb::literals;
   bind_formats(m);
+  bind_fp4(m);
   m.def("num_threads", &kernels::num_threads, "Threads the library's kernels use.");
   m.def("set_num_threads", [](int n) {
     if (n < 1) throw nb::value_error(("threads must be >= 1, got " + std::to_string(n)).c_str());

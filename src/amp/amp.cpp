@@ -56,6 +56,8 @@ scaling::Fp4Config fp4_config(const Fp4Settings& f, nn::Model* model) {
                           : f.rht == "random" ? scaling::RhtMode::random : scaling::RhtMode::deterministic;
   c.sr_gradients = f.sr != "none";
   c.sr_operands = f.sr == "backward";
+  c.rht_dgrad = f.rht_dgrad;
+  c.pack_saved = f.pack_saved;
   c.until = f.until;
   c.seed = static_cast<uint64_t>(f.seed);
   scaling::parse_bf16_layers(f.bf16_layers, c);

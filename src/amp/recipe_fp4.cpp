@@ -63,6 +63,8 @@ bool set_fp4_field(Fp4Settings& s, std::string_view key, std::string_view value)
   else if (key == "fp4_backward") s.backward = parse_bool(key, value);
   else if (key == "fp4_weight_2d") s.weight_2d = parse_bool(key, value);
   else if (key == "rht") s.rht = one_of(key, value, {"none", "random", "deterministic"});
+  else if (key == "rht_dgrad") s.rht_dgrad = parse_bool(key, value);
+  else if (key == "fp4_pack_saved") s.pack_saved = parse_bool(key, value);
   else if (key == "fp4_sr") s.sr = one_of(key, value, {"none", "gradients", "backward"});
   else if (key == "bf16_layers") s.bf16_layers = layer_list(key, value);
   else if (key == "fp4_until" || key == "rht_seed") {
@@ -95,15 +97,17 @@ std::vector<std::pair<std::string, std::string>> fp4_fields(const Fp4Settings& s
   char until[32];
   std::snprintf(until, sizeof until, "%.17g", s.until);
   return {{"fp4_format", s.format}, {"fp4_forward", b(s.forward)},       {"fp4_backward", b(s.backward)},
-          {"fp4_weight_2d", b(s.weight_2d)}, {"rht", s.rht},             {"fp4_sr", s.sr},
-          {"bf16_layers", s.bf16_layers},    {"fp4_until", until},       {"rht_seed", std::to_string(s.seed)}};
+          {"fp4_weight_2d", b(s.weight_2d)}, {"rht", s.rht},             {"rht_dgrad", b(s.rht_dgrad)},
+          {"fp4_sr", s.sr},                  {"bf16_layers", s.bf16_layers}, {"fp4_until", until},
+          {"rht_seed", std::to_string(s.seed)}, {"fp4_pack_saved", b(s.pack_saved)}};
 }
 
 std::string fp4_summary(const Fp4Settings& s) {
   if (s.format == "none") return "-";
   std::string f = s.format + (s.forward ? " fwd" : "") + (s.backward ? " bwd" : "");
   f += s.weight_2d ? ", 2-D weights" : ", 1-D weights";
-  f += ", rht " + s.rht + ", sr " + s.sr + ", bf16 layers " + s.bf16_layers;
+  f += ", rht " + s.rht + (s.rht_dgrad && s.rht != "none" ? " (wgrad+dgrad)" : "") + ", sr " + s.sr +
+       ", bf16 layers " + s.bf16_layers;
   if (s.until < 1) {
     char u[32];
     std::snprintf(u, sizeof u, ", bf16 after %g", s.until);
@@ -124,9 +128,10 @@ void add_fp4_recipes(std::vector<Recipe>& v) {
   nvn.fp4 = {.format = "nvfp4", .weight_2d = false, .rht = "none", .sr = "none", .bf16_layers = "none"};
   v.push_back(nvn);
   Recipe mx = fp4_recipe("mxfp4", "MXFP4 (E2M1, E8M0 scale per 32) in the backward products with stochastic "
-                                  "rounding (blocks x 3/4) and random Hadamard on the Wgrad inputs, bf16 forward "
-                                  "(Tseng et al.)");
-  mx.fp4 = {.format = "mxfp4", .forward = false, .weight_2d = false, .sr = "backward", .bf16_layers = "none"};
+                                  "rounding (blocks x 3/4) and random Hadamard on the inputs of both backward "
+                                  "products, bf16 forward (Tseng et al.)");
+  mx.fp4 = {.format = "mxfp4", .forward = false, .weight_2d = false, .rht_dgrad = true, .sr = "backward",
+            .bf16_layers = "none"};
   v.push_back(mx);
   Recipe mxf = mx;
   mxf.name = "mxfp4-fwd";

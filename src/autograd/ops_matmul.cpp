@@ -115,6 +115,7 @@ CastOperand kept_operand(const Tape& t, const Var& x, CastOperand op) {
 // The operand for a backward GEMM (the decode or the kept plain operand).
 Tensor backward_operand(const OperandQuantiser& q, const CastOperand& op) {
   if (!op.q.defined()) return op.plain;
+  if (op.q.packed) return q.decode(op.q);
   if (op.q.backward.defined()) return op.q.backward;
   return op.decoded.defined() ? op.decoded : q.decode(op.q);
 }

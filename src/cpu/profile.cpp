@@ -28,6 +28,7 @@ const char* category_name(Category c) {
     case Category::embedding: return "embedding";
     case Category::conversion: return "conversion";
     case Category::communication: return "communication";
+    case Category::fp4_cast: return "fp4_cast";
     default: return "?";
   }
 }

@@ -1,5 +1,6 @@
 // The FP4 block casts' fast path (formats/fp4.hpp). One pass for the tensor
-// amax, then the tensor goes one band of tile rows at a time: the band's
+// amax, then the tensor goes one band of tile rows at a time (with a Hadamard
+// transform, both passes rotate 16 rows or one band into a buffer first): the band's
 // column maxima (16 columns per vector, so 16 x 1 tiles get 16 amaxes per
 // vector and 1 x 16 tiles one horizontal max each), the tiles' scales, then
 // the band's rows with a per-column factor and block scale while the band is
@@ -20,8 +21,10 @@
 #include <vector>
 
 #include "formats/fp4_internal.hpp"
+#include "formats/hadamard16_internal.hpp"
 #include "mantissa/cpu/isa.hpp"
 #include "mantissa/formats/fp4.hpp"
+#include "mantissa/formats/hadamard16.hpp"
 
 #define MANTISSA_FP4_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq")))
 
@@ -36,10 +39,22 @@ void check_fp4_spec(const Fp4Spec& spec, int64_t rows, int64_t cols) {
     throw std::invalid_argument("fp4_cast: tile_cols must be 1, 16 or 32, got " + std::to_string(spec.tile_cols));
   if (spec.headroom && spec.scale != Fp4Scale::mxfp4)
     throw std::invalid_argument("fp4_cast: headroom (3/4 block scaling) is an mxfp4 option");
+  if (spec.rht_signs && spec.rht_axis != 1 && spec.rht_axis != 2)
+    throw std::invalid_argument("fp4_cast: rht_axis must be 1 (rows) or 2 (columns), got " +
+                                std::to_string(spec.rht_axis));
+  if (spec.rht_signs && spec.rht_axis == 1 && spec.tile_rows % 16 != 0)
+    throw std::invalid_argument("fp4_cast: a Hadamard transform along rows needs tile_rows a multiple of 16, got " +
+                                std::to_string(spec.tile_rows));
 }
 
-void fp4_passthrough(const float* x, int64_t n, uint8_t* codes, uint8_t* scales, int64_t tiles, uint16_t* decoded) {
-  if (codes) std::memset(codes, 0, static_cast<size_t>(n));
+void pack_nibbles(const uint8_t* codes, int64_t n, uint8_t* packed) {
+  for (int64_t k = 0; k + 1 < n; k += 2) packed[k / 2] = static_cast<uint8_t>((codes[k] & 0xF) | (codes[k + 1] << 4));
+  if (n % 2) packed[n / 2] = codes[n - 1] & 0xF;
+}
+
+void fp4_passthrough(const float* x, int64_t n, uint8_t* codes, int64_t code_bytes, uint8_t* scales, int64_t tiles,
+                     uint16_t* decoded) {
+  if (codes) std::memset(codes, 0, static_cast<size_t>(code_bytes));
   if (scales) std::memset(scales, 0, static_cast<size_t>(tiles));
   if (!decoded) return;
   for (int64_t i = 0; i < n; ++i) {
@@ -116,11 +131,17 @@ MANTISSA_FP4_AVX512 inline Lanes round16(__m512 y, bool stochastic, __m512i draw
   return r;
 }
 
+// Codes of 16 lanes two per byte (even lane low): 8 bytes.
+MANTISSA_FP4_AVX512 inline __m128i pack16(__m512i codes) {
+  return _mm512_cvtepi64_epi8(_mm512_or_si512(codes, _mm512_srli_epi64(codes, 28)));
+}
+
 // One row of the band: y = x / factor (nvfp4) or x (x 3/4) x factor (mxfp4);
-// lanes beyond `n` untouched.
+// lanes beyond `n` untouched. packed: `codes` is the row's first byte (the
+// row starts at an even element and n is even).
 MANTISSA_FP4_AVX512 void round_row(bool nv, bool headroom, bool stochastic, detail::DrawKey key, const float* x,
                                    const float* factor, const float* block, int64_t n, uint64_t first_index,
-                                   uint8_t* codes, uint16_t* decoded) {
+                                   uint8_t* codes, bool packed, uint16_t* decoded) {
   for (int64_t j = 0; j < n; j += 16) {
     const __mmask16 m = n - j >= 16 ? __mmask16{0xFFFF} : static_cast<__mmask16>((1u << (n - j)) - 1);
     __m512 xv = _mm512_maskz_loadu_ps(m, x + j);
@@ -129,7 +150,10 @@ MANTISSA_FP4_AVX512 void round_row(bool nv, bool headroom, bool stochastic, deta
     const __m512 y = nv ? _mm512_div_ps(xv, f) : _mm512_mul_ps(xv, f);
     const __m512i d = stochastic ? draws16(key, first_index + static_cast<uint64_t>(j)) : _mm512_setzero_si512();
     const Lanes r = round16(y, stochastic, d);
-    if (codes) _mm_mask_storeu_epi8(codes + j, m, _mm512_cvtepi32_epi8(r.codes));
+    if (codes && packed)
+      _mm_mask_storeu_epi8(codes + j / 2, static_cast<__mmask16>((1u << (std::min<int64_t>(16, n - j) / 2)) - 1),
+                           pack16(r.codes));
+    else if (codes) _mm_mask_storeu_epi8(codes + j, m, _mm512_cvtepi32_epi8(r.codes));
     if (decoded) {
       const __m512 v = _mm512_mul_ps(r.value, _mm512_maskz_loadu_ps(m, block + j));
       _mm256_mask_storeu_epi16(decoded + j, m, _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_castps_si512(v), 16)));
@@ -174,13 +198,47 @@ uint8_t e4m3_positive(float v, float* value) {
   return static_cast<uint8_t>((((b >> 23) - 127 + 7) << 3) | ((b >> 20) & 7u));
 }
 
+// Largest |value| of the rotated x (spec.rht_signs), 16 rows at a time
+// rotated in registers; the rotation is not kept.
+float rotated_amax(const Fp4Spec& spec, const float* x, int64_t rows, int64_t cols, bool* nonfinite) {
+  const int64_t chunks = (rows + 15) / 16;
+  float amax = 0;
+  bool bad = false;
+#pragma omp parallel if (rows * cols >= (int64_t{1} << 16))
+  {
+    float m = 0;
+    bool b = false;
+#pragma omp for schedule(static)
+    for (int64_t c = 0; c < chunks; ++c) {
+      const int64_t r0 = c * 16, h = std::min<int64_t>(16, rows - r0);
+      bool nf = false;
+      m = std::max(m, detail::hadamard16_amax(x + r0 * cols, h, cols, spec.rht_axis, spec.rht_signs, &nf));
+      b = b || nf;
+    }
+#pragma omp critical
+    {
+      amax = std::max(amax, m);
+      bad = bad || b;
+    }
+  }
+  *nonfinite = bad;
+  return amax;
+}
+
 Fp4Result cast_vector(const Fp4Spec& spec, const float* x, int64_t rows, int64_t cols, uint8_t* codes,
                       uint8_t* scales, uint16_t* decoded) {
   const int64_t n = rows * cols;
+  const bool rht = spec.rht_signs != nullptr;
   Fp4Result r;
-  const float amax = amax16(x, n, &r.nonfinite);
+  const float amax = rht ? rotated_amax(spec, x, rows, cols, &r.nonfinite) : amax16(x, n, &r.nonfinite);
   if (r.nonfinite) {
-    detail::fp4_passthrough(x, n, codes, scales, fp4_tile_count(spec, rows, cols), decoded);
+    std::vector<float> rotated;
+    if (rht) {
+      rotated.resize(static_cast<size_t>(n));
+      hadamard16(x, rotated.data(), rows, cols, spec.rht_axis, spec.rht_signs);
+    }
+    detail::fp4_passthrough(rht ? rotated.data() : x, n, codes, detail::fp4_code_bytes(spec, n), scales,
+                            fp4_tile_count(spec, rows, cols), decoded);
     return r;
   }
   const bool nv = spec.scale == Fp4Scale::nvfp4;
@@ -195,11 +253,16 @@ Fp4Result cast_vector(const Fp4Spec& spec, const float* x, int64_t rows, int64_t
 #pragma omp parallel if (n >= (int64_t{1} << 16))
   {
     std::vector<float> colmax(static_cast<size_t>(cols)), factor(static_cast<size_t>(cols)),
-        block(static_cast<size_t>(cols));
+        block(static_cast<size_t>(cols)), band(rht ? static_cast<size_t>(tr * cols) : 0);
 #pragma omp for schedule(static)
     for (int64_t ti = 0; ti < down; ++ti) {
       const int64_t r0 = ti * tr, r1 = std::min(rows, r0 + tr);
-      column_max(x, cols, r0, r1, colmax.data());
+      const float* xb = x + r0 * cols;  // the band's rows, rotated in cache with rht
+      if (rht) {
+        detail::hadamard16_serial(xb, band.data(), r1 - r0, cols, spec.rht_axis, spec.rht_signs);
+        xb = band.data();
+      }
+      column_max(xb, cols, 0, r1 - r0, colmax.data());
       for (int64_t tj = 0; tj < across; ++tj) {
         const int64_t c0 = tj * tc, c1 = std::min(cols, c0 + tc);
         const float amax_b = *std::max_element(colmax.begin() + c0, colmax.begin() + c1);
@@ -219,9 +282,9 @@ Fp4Result cast_vector(const Fp4Spec& spec, const float* x, int64_t rows, int64_t
         std::fill(block.begin() + c0, block.begin() + c1, s);
       }
       for (int64_t i = r0; i < r1; ++i)
-        round_row(nv, headroom, sr, key, x + i * cols, factor.data(), block.data(), cols,
-                  static_cast<uint64_t>(i * cols), codes ? codes + i * cols : nullptr,
-                  decoded ? decoded + i * cols : nullptr);
+        round_row(nv, headroom, sr, key, xb + (i - r0) * cols, factor.data(), block.data(), cols,
+                  static_cast<uint64_t>(i * cols), codes ? codes + (spec.packed ? i * cols / 2 : i * cols) : nullptr,
+                  spec.packed, decoded ? decoded + i * cols : nullptr);
     }
   }
   return r;
@@ -237,13 +300,21 @@ void fp4_round_elements(Fp4Scale scale, const float* x, const float* factor, int
   }
   std::vector<float> ones(static_cast<size_t>(n), 1.0f);
   round_row(scale == Fp4Scale::nvfp4, false, rounding == Fp4Rounding::stochastic, detail::draw_key(seed), x, factor,
-            ones.data(), n, first_index, codes, nullptr);
+            ones.data(), n, first_index, codes, false, nullptr);
 }
 
 Fp4Result fp4_cast(const Fp4Spec& spec, const float* x, int64_t rows, int64_t cols, uint8_t* codes,
                    uint8_t* scales, uint16_t* decoded) {
   detail::check_fp4_spec(spec, rows, cols);
   if (!fp4_vector_available() || rows * cols == 0) return fp4_cast_reference(spec, x, rows, cols, codes, scales, decoded);
+  if (codes && spec.packed && cols % 2) {  // rows straddle bytes: one code a byte first
+    Fp4Spec bytes = spec;
+    bytes.packed = false;
+    std::vector<uint8_t> tmp(static_cast<size_t>(rows * cols));
+    const Fp4Result r = cast_vector(bytes, x, rows, cols, tmp.data(), scales, decoded);
+    detail::pack_nibbles(tmp.data(), rows * cols, codes);
+    return r;
+  }
   return cast_vector(spec, x, rows, cols, codes, scales, decoded);
 }
 

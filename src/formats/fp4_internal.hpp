@@ -11,8 +11,13 @@ namespace mantissa::formats::detail {
 // Throws std::invalid_argument naming the bad field.
 void check_fp4_spec(const Fp4Spec& spec, int64_t rows, int64_t cols);
 // A tensor holding inf/NaN: decoded = bf16(x) (round to nearest even, NaN
-// kept), codes and scales zero.
-void fp4_passthrough(const float* x, int64_t n, uint8_t* codes, uint8_t* scales, int64_t tiles, uint16_t* decoded);
+// kept), codes (code_bytes of them) and scales zero.
+void fp4_passthrough(const float* x, int64_t n, uint8_t* codes, int64_t code_bytes, uint8_t* scales, int64_t tiles,
+                     uint16_t* decoded);
+// Codes one per byte -> two per byte (Fp4Spec::packed).
+void pack_nibbles(const uint8_t* codes, int64_t n, uint8_t* packed);
+// Bytes of the codes output.
+inline int64_t fp4_code_bytes(const Fp4Spec& s, int64_t n) { return s.packed ? (n + 1) / 2 : n; }
 
 // The draw of element i: a murmur3 finaliser of the index mixed with a
 // per-seed key (two 32-bit halves), so a vector of 16 lanes computes it with

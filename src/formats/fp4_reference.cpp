@@ -7,9 +7,11 @@
 #include <cmath>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "formats/fp4_internal.hpp"
 #include "mantissa/formats/fp4.hpp"
+#include "mantissa/formats/hadamard16.hpp"
 #include "mantissa/formats/round.hpp"
 
 namespace mantissa::formats {
@@ -61,6 +63,21 @@ Fp4Result fp4_cast_reference(const Fp4Spec& spec, const float* x, int64_t rows, 
                              uint8_t* scales, uint16_t* decoded) {
   detail::check_fp4_spec(spec, rows, cols);
   const int64_t n = rows * cols;
+  if (spec.rht_signs || (codes && spec.packed)) {  // rotate a copy, cast it one code a byte, pack
+    Fp4Spec plain = spec;
+    plain.rht_signs = nullptr;
+    plain.packed = false;
+    std::vector<float> rotated;
+    if (spec.rht_signs) {
+      rotated.resize(static_cast<size_t>(n));
+      hadamard16(x, rotated.data(), rows, cols, spec.rht_axis, spec.rht_signs);
+    }
+    std::vector<uint8_t> bytes(codes && spec.packed ? static_cast<size_t>(n) : 0);
+    const Fp4Result r = fp4_cast_reference(plain, spec.rht_signs ? rotated.data() : x, rows, cols,
+                                           spec.packed ? (codes ? bytes.data() : nullptr) : codes, scales, decoded);
+    if (codes && spec.packed) detail::pack_nibbles(bytes.data(), n, codes);
+    return r;
+  }
   Fp4Result r;
   float amax = 0;
   for (int64_t i = 0; i < n; ++i) {
@@ -68,7 +85,7 @@ Fp4Result fp4_cast_reference(const Fp4Spec& spec, const float* x, int64_t rows, 
     amax = std::max(amax, std::fabs(x[i]));
   }
   if (r.nonfinite) {
-    detail::fp4_passthrough(x, n, codes, scales, fp4_tile_count(spec, rows, cols), decoded);
+    detail::fp4_passthrough(x, n, codes, n, scales, fp4_tile_count(spec, rows, cols), decoded);
     return r;
   }
   const bool nv = spec.scale == Fp4Scale::nvfp4;

@@ -3,6 +3,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "mantissa/cpu/profile.hpp"
 #include "mantissa/kernels/matmul.hpp"
 #include "mantissa/nn/module.hpp"
 #include "mantissa/scaling/fp4.hpp"
@@ -12,6 +13,19 @@ namespace mantissa::scaling {
 using autograd::OperandRole;
 using autograd::QuantisedOperand;
 using autograd::QuantSite;
+
+// A saved operand's codes (two per byte) and block scales, counted as activation memory.
+struct Fp4Quantiser::Packed final : autograd::PackedOperand {
+  formats::Fp4Spec spec;  // as cast (the rotation already applied: not needed to decode)
+  int64_t rows, cols;
+  mutable Storage codes, scales;  // mutable: Storage hands out its bytes non-const only
+  Packed(const formats::Fp4Spec& s, int64_t r, int64_t c)
+      : spec(s), rows(r), cols(c), codes(static_cast<size_t>((r * c + 1) / 2), MemoryKind::activation),
+        scales(static_cast<size_t>(formats::fp4_tile_count(s, r, c)), MemoryKind::activation) {
+    spec.rht_signs = nullptr;
+  }
+  size_t bytes() const override { return codes.bytes() + scales.bytes(); }
+};
 
 struct Fp4Quantiser::CachedWeight {
   int version = -1;
@@ -92,7 +106,8 @@ bool Fp4Quantiser::active(const nn::Parameter& p) const {
 }
 
 Tensor Fp4Quantiser::cast(const float* x, int64_t rows, int64_t cols, int64_t tr, int64_t tc, bool stochastic,
-                          MemoryKind kind) {
+                          MemoryKind kind, int rht_axis, std::shared_ptr<const autograd::PackedOperand>* packed) {
+  const cpu::profile::Scope profile_scope(cpu::profile::Category::fp4_cast);
   formats::Fp4Spec spec;
   spec.scale = config_.format;
   spec.tile_rows = tr;
@@ -100,9 +115,27 @@ Tensor Fp4Quantiser::cast(const float* x, int64_t rows, int64_t cols, int64_t tr
   spec.rounding = stochastic ? formats::Fp4Rounding::stochastic : formats::Fp4Rounding::nearest_even;
   spec.headroom = stochastic && config_.format == formats::Fp4Scale::mxfp4;
   if (stochastic) spec.seed = next_seed();
-  Tensor out = Tensor::empty({rows, cols}, DType::bf16, kind);
-  const formats::Fp4Result r = formats::fp4_cast(spec, x, rows, cols, nullptr, nullptr, out.data<uint16_t>());
-  out.set_scale(r.tensor_scale);
+  if (rht_axis) {
+    spec.rht_signs = signs_.data();
+    spec.rht_axis = rht_axis;
+  }
+  Tensor out;
+  formats::Fp4Result r;
+  if (packed) {
+    spec.packed = true;
+    auto p = std::make_shared<Packed>(spec, rows, cols);
+    r = formats::fp4_cast(spec, x, rows, cols, static_cast<uint8_t*>(p->codes.data()),
+                          static_cast<uint8_t*>(p->scales.data()), nullptr);
+    if (!r.nonfinite) {
+      *packed = std::move(p);
+      out = scale_only(r.tensor_scale);
+    }
+  }
+  if (!out.defined()) {
+    out = Tensor::empty({rows, cols}, DType::bf16, kind);
+    r = formats::fp4_cast(spec, x, rows, cols, nullptr, nullptr, out.data<uint16_t>());
+    out.set_scale(r.tensor_scale);
+  }
   std::lock_guard lock(mutex_);
   ++stats_.casts;
   if (r.nonfinite) ++stats_.nonfinite_casts;
@@ -110,14 +143,10 @@ Tensor Fp4Quantiser::cast(const float* x, int64_t rows, int64_t cols, int64_t tr
 }
 
 Tensor Fp4Quantiser::cast_along(const Tensor& x32, int64_t rows, int64_t cols, int axis, bool stochastic, bool rht,
-                                MemoryKind kind) {
+                                MemoryKind kind, std::shared_ptr<const autograd::PackedOperand>* packed) {
   const int64_t b = block();
-  if (!(rht && config_.rht != RhtMode::none))
-    return cast(x32.f32(), rows, cols, axis == 1 ? b : 1, axis == 2 ? b : 1, stochastic, kind);
-  if (axis != 1) throw std::logic_error("Fp4Quantiser: the Hadamard transform runs along rows only");
-  Tensor rotated = Tensor::empty({rows, cols}, DType::f32, MemoryKind::workspace);
-  rht_rows(x32.f32(), rotated.f32(), rows, cols, signs_);
-  return cast(rotated.f32(), rows, cols, b, 1, stochastic, kind);
+  return cast(x32.f32(), rows, cols, axis == 1 ? b : 1, axis == 2 ? b : 1, stochastic, kind,
+              rht && config_.rht != RhtMode::none ? axis : 0, packed);
 }
 
 QuantisedOperand Fp4Quantiser::quantise(const Tensor& x, int64_t batch, int64_t rows, int64_t cols,
@@ -139,8 +168,9 @@ QuantisedOperand Fp4Quantiser::quantise(const Tensor& x, int64_t batch, int64_t 
     return q;
   }
   const Tensor x32 = x.dtype() == DType::f32 ? x : x.to(DType::f32, MemoryKind::workspace);
-  if (grad) {  // dgrad: along N (contraction_axis 2); wgrad: along M, rotated
-    Tensor d = cast_along(x32, rows, cols, contraction_axis, config_.sr_gradients, site.wgrad, MemoryKind::workspace);
+  if (grad) {  // dgrad: along N (contraction_axis 2; rotated with rht_dgrad); wgrad: along M, rotated
+    Tensor d = cast_along(x32, rows, cols, contraction_axis, config_.sr_gradients, site.wgrad || config_.rht_dgrad,
+                          MemoryKind::workspace);
     q.codes = scale_only(d.scale());
     if (decoded) *decoded = std::move(d);
     return q;
@@ -150,7 +180,8 @@ QuantisedOperand Fp4Quantiser::quantise(const Tensor& x, int64_t batch, int64_t 
                              : bf16_copy(x, MemoryKind::workspace);
   if (config_.backward && site.record) {
     q.codes = scale_only(f.scale());
-    q.backward = cast_along(x32, rows, cols, 3 - contraction_axis, config_.sr_operands, true, MemoryKind::activation);
+    q.backward = cast_along(x32, rows, cols, 3 - contraction_axis, config_.sr_operands, true, MemoryKind::activation,
+                            config_.pack_saved ? &q.packed : nullptr);
   } else {
     q.codes = f;  // kept: the backward product reuses the forward decode
   }
@@ -178,15 +209,18 @@ autograd::OperandQuantiser::Weight Fp4Quantiser::quantise_weight(const nn::Param
       w.decoded = bf16_copy(p.value, MemoryKind::workspace);
       w.operand.codes = scale_only(1.0f);
     } else {
-      const auto cast_w = [&](int axis, bool stochastic) {
-        return config_.weight_2d ? cast(x32.f32(), rows, cols, b, b, stochastic, MemoryKind::workspace)
-                                 : cast_along(x32, rows, cols, axis, stochastic, false, MemoryKind::workspace);
+      const auto cast_w = [&](int axis, bool stochastic, bool rht) {
+        return config_.weight_2d
+                   ? cast(x32.f32(), rows, cols, b, b, stochastic, MemoryKind::workspace,
+                          rht && config_.rht != RhtMode::none ? axis : 0)
+                   : cast_along(x32, rows, cols, axis, stochastic, rht, MemoryKind::workspace);
       };
-      w.decoded = config_.forward ? cast_w(contraction_axis, false) : bf16_copy(p.value, MemoryKind::workspace);
+      w.decoded = config_.forward ? cast_w(contraction_axis, false, false) : bf16_copy(p.value, MemoryKind::workspace);
       w.operand.codes = scale_only(w.decoded.scale());
-      // dgrad multiplies its own cast unless it is the forward one (2-D blocks, same rounding).
-      if (config_.backward && !(config_.forward && config_.weight_2d && !config_.sr_operands))
-        w.operand.backward = cast_w(3 - contraction_axis, config_.sr_operands);
+      // dgrad multiplies its own cast unless it is the forward one (2-D blocks, same rounding, no rotation).
+      const bool rotated = config_.rht_dgrad && config_.rht != RhtMode::none;
+      if (config_.backward && !(config_.forward && config_.weight_2d && !config_.sr_operands && !rotated))
+        w.operand.backward = cast_w(3 - contraction_axis, config_.sr_operands, config_.rht_dgrad);
     }
     w.version = p.version;
     w.axis = contraction_axis;
@@ -199,6 +233,16 @@ autograd::OperandQuantiser::Weight Fp4Quantiser::quantise_weight(const nn::Param
 }
 
 Tensor Fp4Quantiser::decode(const QuantisedOperand& q) const {
+  if (q.packed) {
+    const cpu::profile::Scope profile_scope(cpu::profile::Category::fp4_cast);
+    const auto* p = dynamic_cast<const Packed*>(q.packed.get());
+    if (!p) throw std::logic_error("Fp4Quantiser::decode: the packed operand is not an FP4 one");
+    Tensor out = Tensor::empty({p->rows, p->cols}, DType::bf16, MemoryKind::workspace);
+    formats::fp4_decode(p->spec, static_cast<const uint8_t*>(p->codes.data()),
+                        static_cast<const uint8_t*>(p->scales.data()), p->rows, p->cols, out.data<uint16_t>());
+    out.set_scale(q.backward.scale());
+    return out;
+  }
   if (q.backward.defined()) return q.backward;
   if (q.codes.dtype() != DType::bf16 || q.codes.numel() == 0)
     throw std::logic_error("Fp4Quantiser::decode: the operand keeps no decode");

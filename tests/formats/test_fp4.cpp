@@ -13,38 +13,18 @@
 #include <stdexcept>
 #include <vector>
 
+#include "formats/fp4_cases.hpp"
 #include "mantissa/formats/fp4.hpp"
 
 namespace mf = mantissa::formats;
 
 namespace {
 
-struct Out {
-  std::vector<uint8_t> codes, scales;
-  std::vector<uint16_t> dec;
-  mf::Fp4Result r;
-};
-
-Out run(bool vector, const mf::Fp4Spec& s, const std::vector<float>& x, int64_t rows, int64_t cols) {
-  Out o;
-  o.codes.assign(x.size(), 0xEE);
-  o.scales.assign(static_cast<size_t>(mf::fp4_tile_count(s, rows, cols)), 0xEE);
-  o.dec.assign(x.size(), 0xEEEE);
-  o.r = vector ? mf::fp4_cast(s, x.data(), rows, cols, o.codes.data(), o.scales.data(), o.dec.data())
-               : mf::fp4_cast_reference(s, x.data(), rows, cols, o.codes.data(), o.scales.data(), o.dec.data());
-  return o;
-}
+using fp4_cases::heavy_tailed;
+using fp4_cases::Out;
+using fp4_cases::run;
 
 float bf16(uint16_t b) { return std::bit_cast<float>(static_cast<uint32_t>(b) << 16); }
-
-std::vector<float> heavy_tailed(size_t n, uint32_t seed) {
-  std::mt19937 g(seed);
-  std::student_t_distribution<float> t(2.0f);
-  std::uniform_int_distribution<int> e(-20, 20);
-  std::vector<float> x(n);
-  for (auto& v : x) v = std::ldexp(t(g), e(g) / 4);
-  return x;
-}
 
 }  // namespace
 

@@ -16,6 +16,7 @@
 #include "mantissa/formats/fp4.hpp"
 #include "mantissa/nn/module.hpp"
 #include "mantissa/scaling/fp4.hpp"
+#include "mantissa/tensor/memory.hpp"
 
 using namespace mantissa;
 using namespace mantissa::autograd;
@@ -32,11 +33,13 @@ Tensor random_tensor(const Shape& s, uint64_t seed, float sd, MemoryKind kind = 
   return t;
 }
 
-// Dequantised values of x [rows, cols] under the reference cast (rotated first if `signs`).
+// Dequantised values of x [rows, cols] under the reference cast (rotated
+// first along rows, or along columns with `along_cols`, if `signs`).
 std::vector<float> ref_cast(const Tensor& x, int64_t rows, int64_t cols, int64_t tr, int64_t tc,
-                            const ms::RhtSigns* signs = nullptr) {
+                            const ms::RhtSigns* signs = nullptr, bool along_cols = false) {
   std::vector<float> in(x.f32(), x.f32() + rows * cols);
-  if (signs) ms::rht_rows(in.data(), rows, cols, *signs);
+  if (signs && along_cols) ms::rht_cols(in.data(), in.data(), rows, cols, *signs);
+  else if (signs) ms::rht_rows(in.data(), rows, cols, *signs);
   std::vector<uint16_t> dec(in.size());
   const mf::Fp4Spec s{.tile_rows = tr, .tile_cols = tc};
   const mf::Fp4Result r = mf::fp4_cast_reference(s, in.data(), rows, cols, nullptr, nullptr, dec.data());
@@ -147,4 +150,68 @@ TEST(Fp4Linear, Bf16LayersAndTheLateSwitch) {
   EXPECT_FALSE(q.active(w));
   ms::parse_bf16_layers("none", c);
   EXPECT_TRUE(ms::Fp4Quantiser(c).active(w));
+}
+
+// rht_dgrad: dgrad's dy and W are both rotated along N before their casts
+// (dy 1 x 16, W in its 16 x 16 blocks), so dx = (dy Q^T)(W Q^T)^T; the
+// forward and Wgrad products stay as without it.
+TEST(Fp4Linear, DgradRotationAlongTheContraction) {
+  const int64_t M = 32, K = 48, N = 40;  // N = 40: a last group of 8 columns stays unrotated
+  nn::Parameter w;
+  w.name = "transformer.h.1.mlp.c_fc.weight";
+  w.value = random_tensor({K, N}, 21, 0.05f, MemoryKind::parameter);
+  const Tensor x = random_tensor({M, K}, 22, 2.0f), g = random_tensor({M, N}, 23, 1e-3f);
+  ms::Fp4Config c;
+  c.sr_gradients = false;
+  c.rht_dgrad = true;
+  c.seed = 9;
+  const LinearRun r = run_linear(std::make_shared<ms::Fp4Quantiser>(c), w, x, g);
+  const ms::RhtSigns s = ms::rht_signs(9);
+  const auto xd = ref_cast(x, M, K, 1, 16), wd = ref_cast(w.value, K, N, 16, 16);
+  const auto gq = ref_cast(g, M, N, 1, 16, &s, true), wq = ref_cast(w.value, K, N, 16, 16, &s, true);
+  std::vector<double> ref, mag;
+  ref_product(xd, wd, M, N, K, false, false, ref, mag);
+  expect_close(r.y.f32(), ref, mag, K, "y");
+  ref_product(gq, wq, M, K, N, false, true, ref, mag);
+  expect_close(r.dx.f32(), ref, mag, N, "dx");
+  const auto xr = ref_cast(x, M, K, 16, 1, &s), gr = ref_cast(g, M, N, 16, 1, &s);
+  ref_product(xr, gr, K, N, M, true, false, ref, mag);
+  expect_close(r.dw.f32(), ref, mag, M, "dw");
+}
+
+// The saved Wgrad operand of an activation: packed codes and block scales
+// (n / 2 + tiles bytes, counted as activation memory) whose decode is the
+// bf16 decode kept without packing, bit for bit, scale included.
+TEST(Fp4Linear, PackedSavedOperandDecodesToTheBf16One) {
+  const int64_t M = 40, K = 24;
+  nn::Parameter w;
+  w.name = "transformer.h.1.mlp.c_fc.weight";
+  w.block = 1;
+  const Tensor x = random_tensor({M, K}, 31, 1.5f);
+  QuantSite site;
+  site.key = &w;
+  for (auto format : {mf::Fp4Scale::nvfp4, mf::Fp4Scale::mxfp4}) {
+    ms::Fp4Config c;
+    c.format = format;
+    c.sr_operands = true;  // stochastic: the two quantisers draw the same
+    ms::Fp4Quantiser packed(c);
+    c.pack_saved = false;
+    ms::Fp4Quantiser plain(c);
+    const size_t before = memory_stats().of(MemoryKind::activation);
+    const QuantisedOperand qp = packed.quantise(x, 1, M, K, 2, site, nullptr);
+    const size_t held = memory_stats().of(MemoryKind::activation) - before;
+    const QuantisedOperand qb = plain.quantise(x, 1, M, K, 2, site, nullptr);
+    ASSERT_TRUE(qp.packed);
+    ASSERT_FALSE(qb.packed);
+    const int64_t b = format == mf::Fp4Scale::nvfp4 ? 16 : 32;
+    const size_t want = static_cast<size_t>(M * K / 2 + (M + b - 1) / b * K);
+    EXPECT_EQ(qp.bytes(), want);
+    EXPECT_EQ(qb.bytes(), static_cast<size_t>(2 * M * K));
+    EXPECT_GE(held, want);  // the allocator rounds blocks up
+    EXPECT_LT(held, want + 256);
+    const Tensor a = packed.decode(qp), d = plain.decode(qb);
+    ASSERT_EQ(a.numel(), d.numel());
+    EXPECT_EQ(a.scale(), d.scale());
+    for (int64_t i = 0; i < a.numel(); ++i) ASSERT_EQ(a.data<uint16_t>()[i], d.data<uint16_t>()[i]) << i;
+  }
 }

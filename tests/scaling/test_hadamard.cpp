@@ -85,3 +85,36 @@ TEST(Hadamard, PreservesTheWgradProduct) {
       for (int64_t n = 0; n < N; ++n) got[k * N + n] += double(x[m * K + k]) * y[m * N + n];
   for (int64_t i = 0; i < K * N; ++i) EXPECT_NEAR(got[i], want[i], 1e-4) << i;
 }
+
+// Along columns: every 16 consecutive values of a row, Q applied to them (the
+// dense transform of the transpose), a last shorter group unchanged, the
+// same bits in place and out of place; and x Q^T (y Q^T)^T = x y^T, the
+// invariance of a dgrad product rotated along its contraction.
+TEST(Hadamard, AlongColumnsMatchesTheDenseTransform) {
+  const int64_t rows = 9, cols = 37;
+  const ms::RhtSigns s = ms::rht_signs(5);
+  const std::vector<float> x = randn(rows * cols, 6);
+  std::vector<float> xt(x.size());
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < cols; ++j) xt[j * rows + i] = x[i * cols + j];
+  const std::vector<double> want_t = dense(xt, cols, rows, s);
+  std::vector<float> out(x.size(), NAN), in_place = x;
+  ms::rht_cols(x.data(), out.data(), rows, cols, s);
+  ms::rht_cols(in_place.data(), in_place.data(), rows, cols, s);
+  EXPECT_EQ(0, std::memcmp(out.data(), in_place.data(), x.size() * sizeof(float)));
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < cols; ++j)
+      ASSERT_NEAR(out[i * cols + j], want_t[j * rows + i], 1e-6 * (1 + std::fabs(want_t[j * rows + i]))) << i << "," << j;
+  const int64_t N = 48, M = 3, K = 4;
+  std::vector<float> a = randn(M * N, 7), b = randn(K * N, 8);
+  std::vector<double> want(M * K, 0.0), got(M * K, 0.0);
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t k = 0; k < K; ++k)
+      for (int64_t n = 0; n < N; ++n) want[m * K + k] += double(a[m * N + n]) * b[k * N + n];
+  ms::rht_cols(a.data(), a.data(), M, N, s);
+  ms::rht_cols(b.data(), b.data(), K, N, s);
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t k = 0; k < K; ++k)
+      for (int64_t n = 0; n < N; ++n) got[m * K + k] += double(a[m * N + n]) * b[k * N + n];
+  for (int64_t i = 0; i < M * K; ++i) EXPECT_NEAR(got[i], want[i], 1e-4) << i;
+}

@@ -54,6 +54,14 @@ struct BlockScales {
   int64_t tiles_across() const { return (cols + tile_cols - 1) / tile_cols; }
 };
 
+// An operand a quantiser keeps for the backward product in a form of its own
+// (FP4: codes two per byte and block scales, in counted activation memory);
+// OperandQuantiser::decode() turns it into what the GEMM multiplies.
+struct PackedOperand {
+  virtual ~PackedOperand() = default;
+  virtual size_t bytes() const = 0;
+};
+
 // A cast operand: real low-precision codes (1-byte dtype e4m3fn, e5m2, ...)
 // in the source's shape. value = decode(code) x codes.scale() x block scale
 // (blocks: null for per-tensor scaling).
@@ -66,9 +74,12 @@ struct QuantisedOperand {
   // its per-tensor scale in backward.scale(). The backward product then
   // multiplies it instead of the forward decode.
   Tensor backward;
+  // When set, the backward operand kept packed: `backward` is then an empty
+  // tensor carrying only its scale, and decode() unpacks it.
+  std::shared_ptr<const PackedOperand> packed;
   bool defined() const { return codes.defined(); }
   size_t bytes() const {
-    return codes.bytes() + backward.bytes() + (blocks ? blocks->exponents.size() : 0);
+    return codes.bytes() + backward.bytes() + (blocks ? blocks->exponents.size() : 0) + (packed ? packed->bytes() : 0);
   }
 };
 
@@ -99,7 +110,7 @@ class OperandQuantiser {
     int cache_version = 0;
   };
   virtual Weight quantise_weight(const nn::Parameter& p, int contraction_axis, const QuantSite& site) = 0;
-  // The values the GEMM multiplies: the codes with block scales folded in,
+  // The values the GEMM multiplies (of q.packed when set): the codes with block scales folded in,
   // exactly, in bf16 (every FP8 value times a power of two within bf16's
   // range is a bf16 value) or in f32 for formats bf16 cannot hold (fp16);
   // the per-tensor scale is left to the GEMM's alpha.

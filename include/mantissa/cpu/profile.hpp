@@ -9,7 +9,9 @@
 
 namespace mantissa::cpu::profile {
 
-enum class Category : int { matmul, attention, norms, elementwise, embedding, conversion, communication, count };
+// fp4_cast: the FP4 recipes' block casts, their Hadamard rotations and the
+// decodes of packed saved operands.
+enum class Category : int { matmul, attention, norms, elementwise, embedding, conversion, communication, fp4_cast, count };
 inline constexpr int kCategories = static_cast<int>(Category::count);
 const char* category_name(Category c);
 

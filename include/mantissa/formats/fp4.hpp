@@ -29,6 +29,17 @@
 // values). decoded = q x s (or q x 2^e) is exact in bf16 (at most 2 + 4
 // significant bits); the tensor scale is left to the GEMM's alpha.
 //
+// With rht_signs, x is first rotated by the 16-point Hadamard transform
+// (formats/hadamard16.hpp) along rows (rht_axis 1: groups of 16 rows, which
+// tile_rows must be a multiple of) or along columns (rht_axis 2), and the
+// rotated tensor is cast as above. The vector path rotates one band of tile
+// rows at a time in cache, reading x twice (tensor amax, band) instead of
+// writing and reading a rotated copy; the bits are those of hadamard16
+// followed by the cast.
+//
+// Packed codes hold two per byte: element k of the [rows, cols] view in byte
+// k / 2, the low nibble for even k (the last byte's high nibble 0 for odd n).
+//
 // A tensor holding inf or NaN is not quantised: decoded is x rounded to bf16
 // (so the non-finite values survive and the step is skipped downstream),
 // codes and scales are 0, tensor scale 1, and `nonfinite` is set.
@@ -47,6 +58,9 @@ struct Fp4Spec {
   Fp4Rounding rounding = Fp4Rounding::nearest_even;
   uint64_t seed = 0;       // stochastic draws
   bool headroom = false;   // mxfp4: blocks scaled by 3/4 first
+  bool packed = false;     // codes two per byte
+  const float* rht_signs = nullptr;  // 16 signs (+-1): rotate first
+  int rht_axis = 1;                  // 1 rows, 2 columns
 };
 
 struct Fp4Result {
@@ -60,7 +74,7 @@ inline int64_t fp4_tile_count(const Fp4Spec& s, int64_t rows, int64_t cols) {
 }
 
 // x [rows, cols] row-major. Any output may be null: codes [rows*cols] (one
-// E2M1 code per byte, sign in bit 3), scales [fp4_tile_count] (E4M3 or E8M0
+// E2M1 code per byte, sign in bit 3; packed: [(rows*cols+1)/2]), scales [fp4_tile_count] (E4M3 or E8M0
 // codes, tiles row-major), decoded [rows*cols] bf16 bits of q x block scale.
 // The AVX-512 path where the CPU has it, else fp4_cast_reference; both give
 // the same bits. Throws std::invalid_argument for a bad spec or shape.
@@ -70,6 +84,16 @@ Fp4Result fp4_cast(const Fp4Spec& spec, const float* x, int64_t rows, int64_t co
 Fp4Result fp4_cast_reference(const Fp4Spec& spec, const float* x, int64_t rows, int64_t cols, uint8_t* codes,
                              uint8_t* scales, uint16_t* decoded);
 bool fp4_vector_available();
+
+// decoded [rows*cols] = bf16 bits of q x block scale from the codes (packed
+// or not, per spec.packed) and block scales of a cast with the same spec:
+// the decoded output fp4_cast gave (not for a non-finite tensor's pass-through).
+// Any code and scale byte is accepted (E4M3 0x7F/0xFF and E8M0 0xFF decode
+// to NaN); AVX-512 where the CPU has it, same bits.
+void fp4_decode(const Fp4Spec& spec, const uint8_t* codes, const uint8_t* scales, int64_t rows, int64_t cols,
+                uint16_t* decoded);
+// The value of a block-scale code: E4M3 (nvfp4) or E8M0 (mxfp4).
+float fp4_scale_value(Fp4Scale scale, uint8_t code);
 
 // The E2M1 value of a code (sign in bit 3) and the 24-bit stochastic draw of
 // element `index` (the fraction compared is draw x 2^-24).

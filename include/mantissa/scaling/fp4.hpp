@@ -8,7 +8,10 @@
 //                            1 x b along N (1-D)
 //   wgrad    dW = x^T dy     x and dy: b x 1 along M, both rotated first by
 //                            the same 16-row Hadamard transform (hadamard.hpp)
+//   with rht_dgrad, dgrad's dy and W are rotated along N too (Tseng et al.
+//   rotate both backward products' operands).
 //
+// Each rotation runs inside its cast (Fp4Spec::rht_signs), in cache.
 // (b = 16 for NVFP4, 32 for MXFP4). Rounding: nearest-even for the forward
 // inputs; stochastic for the output gradients (fp4_sr = gradients) or for
 // every backward-product input (fp4_sr = backward; MXFP4 blocks then scaled
@@ -21,10 +24,11 @@
 // residual blocks (by nn::Parameter::block) and, with "head", the
 // readout; everything from fp4_until x the run's steps on.
 //
-// Storage: what the backward pass keeps of a cast activation is the exact
-// bf16 decode of its Wgrad cast (2 bytes a value, as bf16-amp): the GEMM
-// multiplies bf16, so codes kept as 4-bit nibbles would be decoded again each
-// step for a memory saving the engine's tensors (no 4-bit dtype) cannot hold.
+// Storage: what the backward pass keeps of a cast activation is its Wgrad
+// cast as codes two per byte plus one scale byte per block
+// (autograd::PackedOperand, 0.5 + 1/b bytes a value instead of the bf16
+// decode's 2), decoded to bf16 when the Wgrad product runs: the same values,
+// so the same losses. pack_saved = false keeps the decode instead.
 //
 // Draws: the stochastic-rounding seed of a cast is a hash of (rht_seed, the
 // step's update count, the cast's index within the step), so a run replays
@@ -54,6 +58,8 @@ struct Fp4Config {
   RhtMode rht = RhtMode::random;
   bool sr_gradients = true;
   bool sr_operands = false;  // weights and activations of the backward products too
+  bool rht_dgrad = false;    // the Hadamard transform on dgrad's inputs too (along N)
+  bool pack_saved = true;    // saved Wgrad operands as packed codes + block scales
   std::vector<int> bf16_blocks;  // negative: from the end (needs n_blocks)
   bool bf16_head = true;
   int n_blocks = 0;
@@ -92,12 +98,17 @@ class Fp4Quantiser final : public autograd::OperandQuantiser {
 
  private:
   struct CachedWeight;
+  struct Packed;
   int64_t block() const { return config_.format == formats::Fp4Scale::nvfp4 ? 16 : 32; }
-  // x [rows, cols] cast with tiles (tr, tc); the exact bf16 decode, scale() = tensor scale.
-  Tensor cast(const float* x, int64_t rows, int64_t cols, int64_t tr, int64_t tc, bool stochastic, MemoryKind kind);
-  // Along `axis` (1 rows, 2 cols) in 1 x b / b x 1 tiles; rht: rotate 16-row groups first (axis 1 only).
+  // x [rows, cols] cast with tiles (tr, tc), rotated first along rht_axis (0: not);
+  // the exact bf16 decode, scale() = tensor scale. With `packed`, the codes and
+  // block scales go there instead and the result only carries the scale
+  // (a tensor holding inf/NaN keeps its pass-through decode, packed left null).
+  Tensor cast(const float* x, int64_t rows, int64_t cols, int64_t tr, int64_t tc, bool stochastic, MemoryKind kind,
+              int rht_axis = 0, std::shared_ptr<const autograd::PackedOperand>* packed = nullptr);
+  // Along `axis` (1 rows, 2 cols) in b x 1 / 1 x b tiles; rht: rotate 16-groups along it first.
   Tensor cast_along(const Tensor& x32, int64_t rows, int64_t cols, int axis, bool stochastic, bool rht,
-                    MemoryKind kind);
+                    MemoryKind kind, std::shared_ptr<const autograd::PackedOperand>* packed = nullptr);
   uint64_t next_seed();
 
   Fp4Config config_;

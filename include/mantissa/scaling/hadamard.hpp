@@ -22,9 +22,12 @@ RhtSigns rht_signs(uint64_t seed, bool random = true);
 // fewer than 16 rows is left as it is (the identity is orthogonal too).
 // In place, O(16 log 16) per column of a group, 16 columns per AVX-512
 // vector; the scalar fallback does the same operations in the same order,
-// so both give the same bits.
+// so both give the same bits (formats/hadamard16.hpp).
 void rht_rows(float* x, int64_t rows, int64_t cols, const RhtSigns& signs);
 // The same from `in` into `out` (in == out allowed): one pass instead of a copy and a transform.
 void rht_rows(const float* in, float* out, int64_t rows, int64_t cols, const RhtSigns& signs);
+// Along columns: every group of 16 consecutive values within a row (cols
+// 16g .. 16g+15) is replaced by Q applied to it; a last shorter group stays.
+void rht_cols(const float* in, float* out, int64_t rows, int64_t cols, const RhtSigns& signs);
 
 }  // namespace mantissa::scaling

@@ -1,8 +1,11 @@
 // The FP4 operand quantiser (scaling/fp4.hpp).
 #include <algorithm>
+#include <cmath>
 #include <stdexcept>
 #include <string>
 
+#include "mantissa/formats/format.hpp"
+#include "mantissa/formats/round.hpp"
 #include "mantissa/kernels/matmul.hpp"
 #include "mantissa/nn/module.hpp"
 #include "mantissa/scaling/fp4.hpp"
@@ -33,6 +36,26 @@ Tensor bf16_copy(const Tensor& x, MemoryKind kind) { return x.to(DType::bf16, ki
 Tensor scale_only(float s) {
   Tensor t = Tensor::empty({0}, DType::bf16, MemoryKind::workspace);
   t.set_scale(s);
+  return t;
+}
+
+// The block scales of a cast as factors (E4M3 for NVFP4, E8M0 for MXFP4).
+std::shared_ptr<const autograd::TileScales> tile_scales(formats::Fp4Scale format, int64_t rows, int64_t cols,
+                                                        int64_t tr, int64_t tc, const std::vector<uint8_t>& codes) {
+  auto t = std::make_shared<autograd::TileScales>();
+  t->rows = rows;
+  t->cols = cols;
+  t->tile_rows = tr;
+  t->tile_cols = tc;
+  t->element = "e2m1fn";
+  t->element_max = 6;
+  const bool nv = format == formats::Fp4Scale::nvfp4;
+  const formats::Format& e4m3 = formats::preset("e4m3fn");
+  t->floor = nv ? 0x1p-9 : 0x1p-127;
+  t->ceiling = nv ? 448 : 0x1p127;
+  t->scale.reserve(codes.size());
+  for (uint8_t c : codes)
+    t->scale.push_back(nv ? formats::decode_f32(e4m3, c) : std::ldexp(1.0f, static_cast<int>(c) - 127));
   return t;
 }
 
@@ -92,7 +115,7 @@ bool Fp4Quantiser::active(const nn::Parameter& p) const {
 }
 
 Tensor Fp4Quantiser::cast(const float* x, int64_t rows, int64_t cols, int64_t tr, int64_t tc, bool stochastic,
-                          MemoryKind kind) {
+                          MemoryKind kind, Tiles* tiles) {
   formats::Fp4Spec spec;
   spec.scale = config_.format;
   spec.tile_rows = tr;
@@ -101,8 +124,11 @@ Tensor Fp4Quantiser::cast(const float* x, int64_t rows, int64_t cols, int64_t tr
   spec.headroom = stochastic && config_.format == formats::Fp4Scale::mxfp4;
   if (stochastic) spec.seed = next_seed();
   Tensor out = Tensor::empty({rows, cols}, DType::bf16, kind);
-  const formats::Fp4Result r = formats::fp4_cast(spec, x, rows, cols, nullptr, nullptr, out.data<uint16_t>());
+  std::vector<uint8_t> scales(tiles ? static_cast<size_t>(formats::fp4_tile_count(spec, rows, cols)) : 0);
+  const formats::Fp4Result r =
+      formats::fp4_cast(spec, x, rows, cols, nullptr, tiles ? scales.data() : nullptr, out.data<uint16_t>());
   out.set_scale(r.tensor_scale);
+  if (tiles && !r.nonfinite) *tiles = tile_scales(config_.format, rows, cols, tr, tc, scales);
   std::lock_guard lock(mutex_);
   ++stats_.casts;
   if (r.nonfinite) ++stats_.nonfinite_casts;
@@ -110,10 +136,10 @@ Tensor Fp4Quantiser::cast(const float* x, int64_t rows, int64_t cols, int64_t tr
 }
 
 Tensor Fp4Quantiser::cast_along(const Tensor& x32, int64_t rows, int64_t cols, int axis, bool stochastic, bool rht,
-                                MemoryKind kind) {
+                                MemoryKind kind, Tiles* tiles) {
   const int64_t b = block();
   if (!(rht && config_.rht != RhtMode::none))
-    return cast(x32.f32(), rows, cols, axis == 1 ? b : 1, axis == 2 ? b : 1, stochastic, kind);
+    return cast(x32.f32(), rows, cols, axis == 1 ? b : 1, axis == 2 ? b : 1, stochastic, kind, tiles);
   if (axis != 1) throw std::logic_error("Fp4Quantiser: the Hadamard transform runs along rows only");
   Tensor rotated = Tensor::empty({rows, cols}, DType::f32, MemoryKind::workspace);
   rht_rows(x32.f32(), rotated.f32(), rows, cols, signs_);
@@ -140,13 +166,15 @@ QuantisedOperand Fp4Quantiser::quantise(const Tensor& x, int64_t batch, int64_t 
   }
   const Tensor x32 = x.dtype() == DType::f32 ? x : x.to(DType::f32, MemoryKind::workspace);
   if (grad) {  // dgrad: along N (contraction_axis 2); wgrad: along M, rotated
-    Tensor d = cast_along(x32, rows, cols, contraction_axis, config_.sr_gradients, site.wgrad, MemoryKind::workspace);
+    Tensor d = cast_along(x32, rows, cols, contraction_axis, config_.sr_gradients, site.wgrad, MemoryKind::workspace,
+                          site.report_tiles && !site.wgrad ? &q.tiles : nullptr);
     q.codes = scale_only(d.scale());
     if (decoded) *decoded = std::move(d);
     return q;
   }
   // The forward product's operand, and (when gradients will flow) the Wgrad one.
-  Tensor f = config_.forward ? cast_along(x32, rows, cols, contraction_axis, false, false, MemoryKind::workspace)
+  Tensor f = config_.forward ? cast_along(x32, rows, cols, contraction_axis, false, false, MemoryKind::workspace,
+                                          site.report_tiles ? &q.tiles : nullptr)
                              : bf16_copy(x, MemoryKind::workspace);
   if (config_.backward && site.record) {
     q.codes = scale_only(f.scale());
@@ -160,7 +188,6 @@ QuantisedOperand Fp4Quantiser::quantise(const Tensor& x, int64_t batch, int64_t 
 
 autograd::OperandQuantiser::Weight Fp4Quantiser::quantise_weight(const nn::Parameter& p, int contraction_axis,
                                                                  const QuantSite& site) {
-  (void)site;
   if (p.value.ndim() != 2) throw std::invalid_argument("Fp4Quantiser: weight " + p.name + " is not 2-D");
   std::unique_ptr<CachedWeight>* slot = nullptr;
   {
@@ -178,15 +205,18 @@ autograd::OperandQuantiser::Weight Fp4Quantiser::quantise_weight(const nn::Param
       w.decoded = bf16_copy(p.value, MemoryKind::workspace);
       w.operand.codes = scale_only(1.0f);
     } else {
-      const auto cast_w = [&](int axis, bool stochastic) {
-        return config_.weight_2d ? cast(x32.f32(), rows, cols, b, b, stochastic, MemoryKind::workspace)
-                                 : cast_along(x32, rows, cols, axis, stochastic, false, MemoryKind::workspace);
+      const auto cast_w = [&](int axis, bool stochastic, Tiles* tiles) {
+        return config_.weight_2d ? cast(x32.f32(), rows, cols, b, b, stochastic, MemoryKind::workspace, tiles)
+                                 : cast_along(x32, rows, cols, axis, stochastic, false, MemoryKind::workspace, tiles);
       };
-      w.decoded = config_.forward ? cast_w(contraction_axis, false) : bf16_copy(p.value, MemoryKind::workspace);
+      Tiles tiles;
+      w.decoded = config_.forward ? cast_w(contraction_axis, false, site.report_tiles ? &tiles : nullptr)
+                                  : bf16_copy(p.value, MemoryKind::workspace);
       w.operand.codes = scale_only(w.decoded.scale());
       // dgrad multiplies its own cast unless it is the forward one (2-D blocks, same rounding).
       if (config_.backward && !(config_.forward && config_.weight_2d && !config_.sr_operands))
-        w.operand.backward = cast_w(3 - contraction_axis, config_.sr_operands);
+        w.operand.backward = cast_w(3 - contraction_axis, config_.sr_operands, nullptr);
+      w.operand.tiles = std::move(tiles);
     }
     w.version = p.version;
     w.axis = contraction_axis;

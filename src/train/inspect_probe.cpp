@@ -5,6 +5,7 @@
 #include <array>
 #include <bit>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <stdexcept>
 #include <string_view>
@@ -17,15 +18,17 @@
 namespace mantissa::train {
 namespace {
 
-constexpr int kSavedRole = 3, kGradRole = 4, kWeightRole = 5, kExpAvgRole = 6, kExpAvgSqRole = 7;
-bool per_parameter(int role) { return role >= kGradRole; }
+constexpr int kSavedRole = 3, kGradRole = 4, kWeightRole = 5, kExpAvgRole = 6, kExpAvgSqRole = 7, kCopyRole = 8;
+bool per_parameter(int role) { return role >= kGradRole && role != kCopyRole; }
+bool saved_role(int role) { return role == kSavedRole || role == kCopyRole; }
 
 const char* role_name(int role) {
   switch (role) {
     case 0: return "forward X";
     case 1: return "forward W";
     case 2: return "backward dY";
-    case kSavedRole: return "saved";
+    case kSavedRole:
+    case kCopyRole: return "saved";
     case kWeightRole: return "weight";
     case kExpAvgRole: return "exp_avg";
     case kExpAvgSqRole: return "exp_avg_sq";
@@ -42,30 +45,60 @@ const formats::Format* format_of(DType t) {
   }
 }
 
-// Elements 0, stride, 2 stride, ... of t (f32, bf16 or f16) as f32, times
-// `scale`: the probe reads only the values it looks at.
-std::vector<float> values_f32(const Tensor& t, float scale, int64_t stride) {
-  const int64_t n = t.numel();
-  std::vector<float> v;
-  v.reserve(static_cast<size_t>((n + stride - 1) / stride));
+// Element i of an f32, bf16 or f16 tensor, times scale.
+std::function<double(int64_t)> element_reader(const Tensor& t, float scale) {
   if (t.dtype() == DType::bf16) {
     const uint16_t* b = t.data<uint16_t>();
-    for (int64_t i = 0; i < n; i += stride) v.push_back(std::bit_cast<float>(static_cast<uint32_t>(b[i]) << 16) * scale);
-    return v;
+    return [b, scale](int64_t i) {
+      return static_cast<double>(std::bit_cast<float>(static_cast<uint32_t>(b[i]) << 16) * scale);
+    };
   }
   const Tensor f = t.dtype() == DType::f32 ? t : t.to(DType::f32, MemoryKind::workspace);
-  for (int64_t i = 0; i < n; i += stride) v.push_back(f.f32()[i] * scale);
+  return [f, scale](int64_t i) { return static_cast<double>(f.f32()[i] * scale); };
+}
+
+// Elements 0, stride, 2 stride, ... of t as f32, times `scale`: the probe
+// reads only the values it looks at.
+std::vector<float> values_f32(const Tensor& t, float scale, int64_t stride) {
+  const std::function<double(int64_t)> at = element_reader(t, scale);
+  std::vector<float> v;
+  v.reserve(static_cast<size_t>((t.numel() + stride - 1) / stride));
+  for (int64_t i = 0; i < t.numel(); i += stride) v.push_back(static_cast<float>(at(i)));
   return v;
 }
 
-// For elements 0, stride, ...: the largest magnitude its block can hold (max x 2^e).
-std::vector<float> block_limits(const autograd::BlockScales& b, double max, float scale, int64_t stride) {
+// An operand's block scales as TileScales: the FP8 BlockScales (powers of
+// two clamped to [2^-127, 2^127], elements in the codes' format) or the
+// quantiser's own report (FP4); null for per-tensor scalings.
+std::shared_ptr<const autograd::TileScales> tiles_of(const autograd::QuantisedOperand& q, const formats::Format* f) {
+  if (q.tiles) return q.tiles;
+  if (!q.blocks) return nullptr;
+  const autograd::BlockScales& b = *q.blocks;
+  auto t = std::make_shared<autograd::TileScales>();
+  t->batch = b.batch;
+  t->rows = b.rows;
+  t->cols = b.cols;
+  t->tile_rows = b.tile_rows;
+  t->tile_cols = b.tile_cols;
+  t->floor = 0x1p-127;
+  t->ceiling = 0x1p127;
+  t->element = f ? f->name.c_str() : "";
+  t->element_max = f ? f->max() : std::numeric_limits<double>::infinity();
+  t->scale.reserve(b.exponents.size());
+  for (int8_t e : b.exponents) t->scale.push_back(std::ldexp(1.0f, e));
+  return t;
+}
+
+// For elements 0, stride, ...: the largest magnitude its tile can hold
+// (element max x the tile's scale x the per-tensor scale).
+std::vector<float> tile_limits(const autograd::TileScales& b, float scale, int64_t stride) {
   std::vector<float> lim;
-  const int64_t down = b.tiles_down(), across = b.tiles_across(), n = b.batch * b.rows * b.cols;
+  const int64_t down = (b.rows + b.tile_rows - 1) / b.tile_rows, across = (b.cols + b.tile_cols - 1) / b.tile_cols;
+  const int64_t n = b.batch * b.rows * b.cols;
   for (int64_t i = 0; i < n; i += stride) {
     const int64_t c = i % b.cols, r = (i / b.cols) % b.rows, m = i / (b.cols * b.rows);
-    const int e = b.exponents[static_cast<size_t>((m * down + r / b.tile_rows) * across + c / b.tile_cols)];
-    lim.push_back(static_cast<float>(std::ldexp(max, e) * scale));
+    const float s = b.scale[static_cast<size_t>((m * down + r / b.tile_rows) * across + c / b.tile_cols)];
+    lim.push_back(static_cast<float>(b.element_max * s * scale));
   }
   return lim;
 }
@@ -78,20 +111,29 @@ class ProbeQuantiser final : public autograd::OperandQuantiser {
   bool casts_backward() const override { return inner_->casts_backward(); }
   Tensor decode(const autograd::QuantisedOperand& q) const override { return inner_->decode(q); }
   void end_step() override { inner_->end_step(); }
+  bool separate_wgrad() const override { return inner_->separate_wgrad(); }
+  void set_progress(int64_t updates, int64_t total) override { inner_->set_progress(updates, total); }
 
+  // The weight-gradient product's own cast of an output gradient (FP4:
+  // Hadamard-rotated, so x is not its reference) is not looked at.
   autograd::QuantisedOperand quantise(const Tensor& x, int64_t batch, int64_t rows, int64_t cols, int axis,
                                       const autograd::QuantSite& site, Tensor* decoded) override {
-    if (!probe_.active()) return inner_->quantise(x, batch, rows, cols, axis, site, decoded);
+    if (!probe_.active() || site.wgrad) return inner_->quantise(x, batch, rows, cols, axis, site, decoded);
     Tensor local;
-    autograd::QuantisedOperand q = inner_->quantise(x, batch, rows, cols, axis, site, decoded ? decoded : &local);
+    autograd::QuantSite asked = site;
+    asked.report_tiles = true;
+    autograd::QuantisedOperand q = inner_->quantise(x, batch, rows, cols, axis, asked, decoded ? decoded : &local);
     const Tensor& dec = decoded ? *decoded : local;
     look(x, q, dec.defined() ? dec : inner_->decode(q), site, "product" + std::to_string(site.ordinal));
     return q;
   }
 
   Weight quantise_weight(const nn::Parameter& p, int axis, const autograd::QuantSite& site) override {
-    Weight w = inner_->quantise_weight(p, axis, site);
-    if (probe_.active()) look(p.value, w.operand, w.decoded.defined() ? w.decoded : inner_->decode(w.operand), site, p.name);
+    if (!probe_.active()) return inner_->quantise_weight(p, axis, site);
+    autograd::QuantSite asked = site;
+    asked.report_tiles = true;
+    Weight w = inner_->quantise_weight(p, axis, asked);
+    look(p.value, w.operand, w.decoded.defined() ? w.decoded : inner_->decode(w.operand), site, p.name);
     return w;
   }
 
@@ -103,13 +145,16 @@ class ProbeQuantiser final : public autograd::OperandQuantiser {
     const float s = q.codes.scale();
     const std::vector<float> got = values_f32(decoded, s, stride);
     const formats::Format* f = format_of(q.codes.dtype());
-    const double max = f ? f->max() : std::numeric_limits<double>::infinity();
+    std::shared_ptr<const autograd::TileScales> tiles = tiles_of(q, f);
+    if (tiles && x.numel() != tiles->batch * tiles->rows * tiles->cols) tiles = nullptr;
+    const std::string format = tiles && *tiles->element ? tiles->element : f ? f->name : dtype_name(q.codes.dtype());
+    const double max = tiles ? tiles->element_max : f ? f->max() : std::numeric_limits<double>::infinity();
     std::vector<float> lim;
-    if (q.blocks && x.numel() == q.blocks->batch * q.blocks->rows * q.blocks->cols)
-      lim = block_limits(*q.blocks, max, s, stride);
-    probe_.add(site.key, site.ordinal, static_cast<int>(site.role), fallback, f ? f->name : dtype_name(q.codes.dtype()),
-               ref.data(), got.data(), static_cast<int64_t>(ref.size()), max * s, lim.empty() ? nullptr : lim.data(),
-               q.blocks ? 1.0f : s);
+    if (tiles) lim = tile_limits(*tiles, s, stride);
+    CastTally& t = probe_.add(site.key, site.ordinal, static_cast<int>(site.role), fallback, format, ref.data(),
+                              got.data(), static_cast<int64_t>(ref.size()), max * s, lim.empty() ? nullptr : lim.data(),
+                              q.blocks ? 1.0f : s);
+    if (tiles) tally_tiles(t, *tiles, element_reader(x, 1.0f), element_reader(decoded, s), probe_.max_values());
   }
 
   std::shared_ptr<autograd::OperandQuantiser> inner_;
@@ -133,6 +178,16 @@ class ProbeSaves final : public autograd::SaveObserver {
     probe_.add(nullptr, site, kSavedRole, "save" + std::to_string(site), f ? f->name : dtype_name(codes.dtype()),
                ref.data(), back.data(), static_cast<int64_t>(ref.size()), max * codes.scale(), nullptr, codes.scale());
   }
+  // A 16-bit save: x rounded to bf16 or fp16 at scale 1.
+  void saved_copy(uint64_t site, const Tensor& x, const Tensor& copy) override {
+    if (!probe_.active()) return;
+    const int64_t stride = sample_stride(x.numel(), probe_.max_values());
+    const std::vector<float> ref = values_f32(x, 1.0f, stride), back = values_f32(copy, 1.0f, stride);
+    const formats::Format* f = format_of(copy.dtype());
+    probe_.add(nullptr, site, kCopyRole, "copy" + std::to_string(site), f ? f->name : dtype_name(copy.dtype()),
+               ref.data(), back.data(), static_cast<int64_t>(ref.size()),
+               f ? f->max() : std::numeric_limits<double>::infinity(), nullptr, 1.0f);
+  }
 
  private:
   Probe& probe_;
@@ -151,7 +206,7 @@ std::shared_ptr<Probe> attach_probe(nn::Model& model, int64_t max_values) {
   if (p.quantiser)
     p.quantiser = std::shared_ptr<autograd::OperandQuantiser>(
         new ProbeQuantiser(p.quantiser, *probe), [probe](autograd::OperandQuantiser* q) { delete q; });
-  if (dtype_size(p.saved) == 1)
+  if (p.saved != DType::f32)
     p.save_observer = std::shared_ptr<autograd::SaveObserver>(new ProbeSaves(*probe),
                                                               [probe](autograd::SaveObserver* o) { delete o; });
   model.set_precision(p);
@@ -171,18 +226,18 @@ nn::Model::Observer Probe::observer() {
   };
 }
 
-void Probe::add(const void* key, uint64_t ordinal, int role, const std::string& fallback, const std::string& format,
+CastTally& Probe::add(const void* key, uint64_t ordinal, int role, const std::string& fallback, const std::string& format,
                 const float* ref, const float* q, int64_t n, double limit, const float* limit_per_elem, float scale) {
   const Key k{key, key ? 0 : ordinal, role};
   const bool per_param = per_parameter(role);
   if (role != static_cast<int>(autograd::OperandRole::grad_output) && !per_param) {
-    const Key op{k.key, k.ordinal, role == kSavedRole ? kSavedRole : 0};
+    const Key op{k.key, k.ordinal, saved_role(role) ? role : 0};
     if (!names_.count(op)) pending_.push_back(op);
   }
   auto [it, fresh] = index_.emplace(k, entries_.size());
   if (fresh) {
     Entry e{k, fallback, {}, {}};
-    e.info.kind = role == kSavedRole ? "saved" : role >= kExpAvgRole ? "optimizer state" : per_param ? role_name(role) : "matmul";
+    e.info.kind = saved_role(role) ? "saved" : role >= kExpAvgRole ? "optimizer state" : per_param ? role_name(role) : "matmul";
     e.info.format = format;
     try {
       const formats::Format& f = formats::preset(format);
@@ -195,6 +250,7 @@ void Probe::add(const void* key, uint64_t ordinal, int role, const std::string& 
   CastTally& t = entries_[it->second].tally;
   tally(t, ref, q, n, sample_stride(n, max_values_), limit, limit_per_elem);
   t.scale_log2 = static_cast<int>(std::lround(std::log2(static_cast<double>(scale))));
+  return t;
 }
 
 void Probe::tally_gradients(const std::vector<nn::Parameter*>& params, const std::string& format, double loss_scale) {
@@ -239,8 +295,9 @@ void Probe::tally_state(const optim::Adam::StateCast& c) {
 std::vector<std::pair<SiteInfo, CastTally>> Probe::take() {
   std::vector<std::pair<SiteInfo, CastTally>> out;
   out.reserve(entries_.size());
+  std::map<std::string, int> seen;  // a name given twice (a 1-byte and a 16-bit save of one op) gets " #2"
   for (Entry& e : entries_) {
-    const Key op{e.key.key, e.key.ordinal, e.key.role == kSavedRole ? kSavedRole : 0};
+    const Key op{e.key.key, e.key.ordinal, saved_role(e.key.role) ? e.key.role : 0};
     const bool per_param = per_parameter(e.key.role);
     auto it = per_param ? names_.end() : names_.find(op);
     std::string base = it != names_.end() ? it->second : e.fallback;
@@ -250,6 +307,7 @@ std::vector<std::pair<SiteInfo, CastTally>> Probe::take() {
       if (!per_param && base.size() > 7 && base.ends_with(".weight")) base.resize(base.size() - 7);
     }
     e.info.name = base + " " + role_name(e.key.role);
+    if (const int k = ++seen[e.info.name]; k > 1) e.info.name += " #" + std::to_string(k);
     out.emplace_back(e.info, e.tally);
   }
   entries_.clear();

@@ -11,6 +11,7 @@
 #include <fstream>
 #include <random>
 
+#include "format_grid.hpp"
 #include "toy_model.hpp"
 #include "mantissa/autograd/tape.hpp"
 #include "mantissa/formats/format.hpp"
@@ -23,23 +24,10 @@ namespace fs = std::filesystem;
 
 namespace {
 
+using format_grid::finite_values;
+using format_grid::nearest;
+
 // Every finite value of a format, from its codes (the reference decoder).
-std::vector<double> finite_values(const formats::Format& f) {
-  std::vector<double> v;
-  for (uint32_t c = 0; c < f.code_count(); ++c) {
-    const double x = formats::decode_f32(f, c);
-    if (std::isfinite(x)) v.push_back(x);
-  }
-  return v;
-}
-
-double nearest(const std::vector<double>& grid, double x) {
-  double best = grid[0];
-  for (double g : grid)
-    if (std::fabs(g - x) < std::fabs(best - x)) best = g;
-  return best;
-}
-
 struct Expected {
   double sqnr_db, underflow, saturation, amax;
 };

@@ -94,10 +94,13 @@ class Fp4Quantiser final : public autograd::OperandQuantiser {
   struct CachedWeight;
   int64_t block() const { return config_.format == formats::Fp4Scale::nvfp4 ? 16 : 32; }
   // x [rows, cols] cast with tiles (tr, tc); the exact bf16 decode, scale() = tensor scale.
-  Tensor cast(const float* x, int64_t rows, int64_t cols, int64_t tr, int64_t tc, bool stochastic, MemoryKind kind);
+  // With `tiles`, also the block scales (QuantSite::report_tiles).
+  using Tiles = std::shared_ptr<const autograd::TileScales>;
+  Tensor cast(const float* x, int64_t rows, int64_t cols, int64_t tr, int64_t tc, bool stochastic, MemoryKind kind,
+              Tiles* tiles = nullptr);
   // Along `axis` (1 rows, 2 cols) in 1 x b / b x 1 tiles; rht: rotate 16-row groups first (axis 1 only).
   Tensor cast_along(const Tensor& x32, int64_t rows, int64_t cols, int axis, bool stochastic, bool rht,
-                    MemoryKind kind);
+                    MemoryKind kind, Tiles* tiles = nullptr);
   uint64_t next_seed();
 
   Fp4Config config_;

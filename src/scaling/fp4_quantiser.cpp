@@ -48,7 +48,6 @@ std::shared_ptr<const autograd::TileScales> tile_scales(formats::Fp4Scale format
   t->tile_rows = tr;
   t->tile_cols = tc;
   t->element = "e2m1fn";
-  t->element_max = 6;
   const bool nv = format == formats::Fp4Scale::nvfp4;
   const formats::Format& e4m3 = formats::preset("e4m3fn");
   t->floor = nv ? 0x1p-9 : 0x1p-127;

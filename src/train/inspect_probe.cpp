@@ -5,7 +5,6 @@
 #include <array>
 #include <bit>
 #include <cmath>
-#include <functional>
 #include <limits>
 #include <stdexcept>
 #include <string_view>
@@ -14,6 +13,7 @@
 #include "mantissa/formats/convert.hpp"
 #include "mantissa/formats/format.hpp"
 #include "mantissa/train/inspect.hpp"
+#include "train/inspect_read.hpp"
 
 namespace mantissa::train {
 namespace {
@@ -36,34 +36,36 @@ const char* role_name(int role) {
   }
 }
 
-// The format of a tensor's dtype, or null (no preset for it).
-const formats::Format* format_of(DType t) {
+// The preset of that name, or null.
+const formats::Format* format_named(const std::string& name) {
   try {
-    return &formats::preset(dtype_format_name(t));
+    return &formats::preset(name);
   } catch (const std::invalid_argument&) {
     return nullptr;
   }
 }
 
-// Element i of an f32, bf16 or f16 tensor, times scale.
-std::function<double(int64_t)> element_reader(const Tensor& t, float scale) {
-  if (t.dtype() == DType::bf16) {
-    const uint16_t* b = t.data<uint16_t>();
-    return [b, scale](int64_t i) {
-      return static_cast<double>(std::bit_cast<float>(static_cast<uint32_t>(b[i]) << 16) * scale);
-    };
-  }
-  const Tensor f = t.dtype() == DType::f32 ? t : t.to(DType::f32, MemoryKind::workspace);
-  return [f, scale](int64_t i) { return static_cast<double>(f.f32()[i] * scale); };
+// The format of a tensor's dtype, or null (no preset for it).
+const formats::Format* format_of(DType t) { return t == DType::i32 ? nullptr : format_named(dtype_format_name(t)); }
+
+// The largest magnitude that rounds to nearest no higher than the format's
+// max: max plus half the spacing below it. Beyond it a value overflows (to
+// +-max or inf) instead of rounding: "saturated". (NVFP4's E4M3 block scale,
+// rounded down, leaves a block's largest value up to 1/16 above 6 x scale,
+// where it would round to 6 anyway: not counted.)
+double clip_limit(const formats::Format* f) {
+  if (!f) return std::numeric_limits<double>::infinity();
+  return f->max() + std::ldexp(1.0, f->max_exponent() - f->mantissa_bits - 1);
 }
 
 // Elements 0, stride, 2 stride, ... of t as f32, times `scale`: the probe
 // reads only the values it looks at.
 std::vector<float> values_f32(const Tensor& t, float scale, int64_t stride) {
-  const std::function<double(int64_t)> at = element_reader(t, scale);
   std::vector<float> v;
   v.reserve(static_cast<size_t>((t.numel() + stride - 1) / stride));
-  for (int64_t i = 0; i < t.numel(); i += stride) v.push_back(static_cast<float>(at(i)));
+  detail::with_reader(t, scale, [&](auto at) {
+    for (int64_t i = 0; i < t.numel(); i += stride) v.push_back(static_cast<float>(at(i)));
+  });
   return v;
 }
 
@@ -83,22 +85,21 @@ std::shared_ptr<const autograd::TileScales> tiles_of(const autograd::QuantisedOp
   t->floor = 0x1p-127;
   t->ceiling = 0x1p127;
   t->element = f ? f->name.c_str() : "";
-  t->element_max = f ? f->max() : std::numeric_limits<double>::infinity();
   t->scale.reserve(b.exponents.size());
   for (int8_t e : b.exponents) t->scale.push_back(std::ldexp(1.0f, e));
   return t;
 }
 
 // For elements 0, stride, ...: the largest magnitude its tile can hold
-// (element max x the tile's scale x the per-tensor scale).
-std::vector<float> tile_limits(const autograd::TileScales& b, float scale, int64_t stride) {
+// (the element format's clip limit x the tile's scale x the per-tensor scale).
+std::vector<float> tile_limits(const autograd::TileScales& b, double limit, float scale, int64_t stride) {
   std::vector<float> lim;
   const int64_t down = (b.rows + b.tile_rows - 1) / b.tile_rows, across = (b.cols + b.tile_cols - 1) / b.tile_cols;
   const int64_t n = b.batch * b.rows * b.cols;
   for (int64_t i = 0; i < n; i += stride) {
     const int64_t c = i % b.cols, r = (i / b.cols) % b.rows, m = i / (b.cols * b.rows);
     const float s = b.scale[static_cast<size_t>((m * down + r / b.tile_rows) * across + c / b.tile_cols)];
-    lim.push_back(static_cast<float>(b.element_max * s * scale));
+    lim.push_back(static_cast<float>(limit * s * scale));
   }
   return lim;
 }
@@ -148,13 +149,13 @@ class ProbeQuantiser final : public autograd::OperandQuantiser {
     std::shared_ptr<const autograd::TileScales> tiles = tiles_of(q, f);
     if (tiles && x.numel() != tiles->batch * tiles->rows * tiles->cols) tiles = nullptr;
     const std::string format = tiles && *tiles->element ? tiles->element : f ? f->name : dtype_name(q.codes.dtype());
-    const double max = tiles ? tiles->element_max : f ? f->max() : std::numeric_limits<double>::infinity();
+    const double limit = clip_limit(format_named(format));
     std::vector<float> lim;
-    if (tiles) lim = tile_limits(*tiles, s, stride);
+    if (tiles) lim = tile_limits(*tiles, limit, s, stride);
     CastTally& t = probe_.add(site.key, site.ordinal, static_cast<int>(site.role), fallback, format, ref.data(),
-                              got.data(), static_cast<int64_t>(ref.size()), max * s, lim.empty() ? nullptr : lim.data(),
+                              got.data(), static_cast<int64_t>(ref.size()), limit * s, lim.empty() ? nullptr : lim.data(),
                               q.blocks ? 1.0f : s);
-    if (tiles) tally_tiles(t, *tiles, element_reader(x, 1.0f), element_reader(decoded, s), probe_.max_values());
+    if (tiles) tally_tiles(t, *tiles, x, decoded, s, probe_.max_values());
   }
 
   std::shared_ptr<autograd::OperandQuantiser> inner_;
@@ -174,9 +175,9 @@ class ProbeSaves final : public autograd::SaveObserver {
       back.push_back(std::bit_cast<float>(static_cast<uint32_t>(table[codes.data<uint8_t>()[i]]) << 16) * codes.scale());
     }
     const formats::Format* f = format_of(codes.dtype());
-    const double max = f ? f->max() : std::numeric_limits<double>::infinity();
     probe_.add(nullptr, site, kSavedRole, "save" + std::to_string(site), f ? f->name : dtype_name(codes.dtype()),
-               ref.data(), back.data(), static_cast<int64_t>(ref.size()), max * codes.scale(), nullptr, codes.scale());
+               ref.data(), back.data(), static_cast<int64_t>(ref.size()), clip_limit(f) * codes.scale(), nullptr,
+               codes.scale());
   }
   // A 16-bit save: x rounded to bf16 or fp16 at scale 1.
   void saved_copy(uint64_t site, const Tensor& x, const Tensor& copy) override {
@@ -185,8 +186,7 @@ class ProbeSaves final : public autograd::SaveObserver {
     const std::vector<float> ref = values_f32(x, 1.0f, stride), back = values_f32(copy, 1.0f, stride);
     const formats::Format* f = format_of(copy.dtype());
     probe_.add(nullptr, site, kCopyRole, "copy" + std::to_string(site), f ? f->name : dtype_name(copy.dtype()),
-               ref.data(), back.data(), static_cast<int64_t>(ref.size()),
-               f ? f->max() : std::numeric_limits<double>::infinity(), nullptr, 1.0f);
+               ref.data(), back.data(), static_cast<int64_t>(ref.size()), clip_limit(f), nullptr, 1.0f);
   }
 
  private:
@@ -255,7 +255,7 @@ CastTally& Probe::add(const void* key, uint64_t ordinal, int role, const std::st
 
 void Probe::tally_gradients(const std::vector<nn::Parameter*>& params, const std::string& format, double loss_scale) {
   const formats::Format& f = formats::parse_format(format);
-  const double limit = f.max() / loss_scale;
+  const double limit = clip_limit(&f) / loss_scale;
   for (nn::Parameter* p : params) {
     const int64_t n = p->grad.numel(), stride = sample_stride(n, max_values_);
     std::vector<float> g, r;
@@ -280,7 +280,7 @@ void Probe::tally_weights(const std::vector<nn::Parameter*>& params, const std::
     const auto m = masters.find(p->name);
     if (m == masters.end()) continue;  // kept in fp32 (norms, or no master at all)
     const std::vector<float> q = values_f32(p->value, 1.0f, 1);
-    add(p, 0, kWeightRole, p->name, working.name, m->second, q.data(), static_cast<int64_t>(q.size()), working.max(),
+    add(p, 0, kWeightRole, p->name, working.name, m->second, q.data(), static_cast<int64_t>(q.size()), clip_limit(&working),
         nullptr, 1.0f);
   }
 }
@@ -289,7 +289,7 @@ void Probe::tally_state(const optim::Adam::StateCast& c) {
   const formats::Format& f = formats::preset(dtype_format_name(c.dtype));
   const bool m = std::string_view(c.moment) == "exp_avg";
   add(c.param, 0, m ? kExpAvgRole : kExpAvgSqRole, c.param->name, f.name, c.ref, c.q, c.n,
-      f.max() * static_cast<double>(c.scale), nullptr, c.scale);
+      clip_limit(&f) * static_cast<double>(c.scale), nullptr, c.scale);
 }
 
 std::vector<std::pair<SiteInfo, CastTally>> Probe::take() {

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "mantissa/train/inspect.hpp"
+#include "train/inspect_read.hpp"
 
 namespace mantissa::train {
 
@@ -68,8 +69,9 @@ void tally(CastTally& t, const float* ref, const float* q, int64_t n, int64_t st
   ++t.casts;
 }
 
-void tally_tiles(CastTally& t, const autograd::TileScales& s, const std::function<double(int64_t)>& ref,
-                 const std::function<double(int64_t)>& q, int64_t max_values) {
+namespace {
+template <class Ref, class Q>
+void tiles(CastTally& t, const autograd::TileScales& s, Ref ref, Q q, int64_t max_values) {
   const int64_t down = (s.rows + s.tile_rows - 1) / s.tile_rows, across = (s.cols + s.tile_cols - 1) / s.tile_cols;
   const int64_t tiles = s.batch * down * across;
   if (static_cast<int64_t>(s.scale.size()) != tiles)
@@ -98,6 +100,19 @@ void tally_tiles(CastTally& t, const autograd::TileScales& s, const std::functio
     t.blocks_at_ceiling += scale >= s.ceiling;
     t.worst_block_sqnr_db = std::min(t.worst_block_sqnr_db, sqnr(signal, noise));
   }
+}
+}  // namespace
+
+void tally_tiles(CastTally& t, const autograd::TileScales& s, const std::function<double(int64_t)>& ref,
+                 const std::function<double(int64_t)>& q, int64_t max_values) {
+  tiles(t, s, ref, q, max_values);
+}
+
+void tally_tiles(CastTally& t, const autograd::TileScales& s, const Tensor& ref, const Tensor& q, float q_scale,
+                 int64_t max_values) {
+  detail::with_reader(ref, 1.0f, [&](auto r) {
+    detail::with_reader(q, q_scale, [&](auto v) { tiles(t, s, r, v, max_values); });
+  });
 }
 
 }  // namespace mantissa::train

@@ -27,6 +27,7 @@ namespace {
 
 using format_grid::finite_values;
 using format_grid::nearest;
+using format_grid::saturation_threshold;
 
 using Sites = std::vector<std::pair<train::SiteInfo, train::CastTally>>;
 
@@ -161,7 +162,7 @@ TEST(InspectTiles, MxTilesMatchFloat64) {
         q.push_back(std::ldexp(nearest(grid, std::ldexp(v, -e)), e));
         signal += v * v;
         noise += (v - q.back()) * (v - q.back());
-        saturated += std::fabs(v) > std::ldexp(448.0, e);
+        saturated += std::fabs(v) > std::ldexp(saturation_threshold(grid), e);  // 464 x 2^e
       }
       want.add(ref, q, std::ldexp(1.0, e), 0x1p-127, 0x1p127);
     }
@@ -220,6 +221,7 @@ TEST(InspectTiles, Nvfp4TilesMatchFloat64) {
   const float ts = std::max(amax / (6.0f * 448.0f), 0x1p-117f);
   TileWant want;
   long double signal = 0, noise = 0;
+  int64_t saturated = 0;  // beyond 7 x s x t, where e2m1 would round above 6
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t b = 0; b < cols / 16; ++b) {
       float amax_b = 0;
@@ -231,6 +233,7 @@ TEST(InspectTiles, Nvfp4TilesMatchFloat64) {
         const float code = static_cast<float>(nearest(e2m1, std::clamp(v / (ts * s), -6.0f, 6.0f)));
         ref.push_back(v);
         q.push_back(code * s * ts);
+        saturated += std::fabs(v) > 7.0 * s * ts;
         signal += static_cast<long double>(v) * v;
         noise += (v - q.back()) * (v - q.back());
       }
@@ -240,6 +243,8 @@ TEST(InspectTiles, Nvfp4TilesMatchFloat64) {
   EXPECT_EQ(want.blocks, 16);
   EXPECT_EQ(want.floor, 4);
   EXPECT_GE(want.ceiling, 1);
+  EXPECT_EQ(saturated, 0);  // the E4M3 scale, rounded down, leaves the block max below 6 x 17/16
+  EXPECT_EQ(t.saturated, saturated);
   EXPECT_NEAR(t.sqnr_db(), static_cast<double>(10 * std::log10(signal / noise)), 1e-9);
   EXPECT_EQ(t.scale_log2, static_cast<int>(std::lround(std::log2(ts))));
 }

@@ -62,14 +62,13 @@ struct BlockScales {
 // tiles as in BlockScales, scale[t] the factor of tile t's elements (the
 // per-tensor scale, codes.scale(), apart); floor and ceiling the smallest and
 // largest factor the scale format holds (the clamps of the scale rule);
-// element / element_max the elements' format and its largest value.
+// element: the elements' format (a formats preset name).
 struct TileScales {
   int64_t batch = 1, rows = 0, cols = 0;
   int64_t tile_rows = 1, tile_cols = 1;
   std::vector<float> scale;
   double floor = 0, ceiling = 0;
   const char* element = "";
-  double element_max = 0;
 };
 
 // A cast operand: real low-precision codes (1-byte dtype e4m3fn, e5m2, ...)

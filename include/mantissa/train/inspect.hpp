@@ -29,9 +29,10 @@
 //   SQNR dB   = 10 log10(sum r^2 / sum (r - q)^2) (inf when exact; -inf when
 //               a value overflowed to inf)
 //   underflow = #(r != 0 and q == 0) / #(r != 0)
-//   saturated = #(|r| > max x s) / n, where s is the element's scale (the
-//               tensor's, times its block's): values beyond the format's
-//               range at the scale used, clipped to max or overflowed to inf
+//   saturated = #(|r| > (max + half the spacing below max) x s) / n, where
+//               s is the element's scale (the tensor's, times its block's):
+//               values that round beyond the format's largest value at the
+//               scale used, clipped to max or overflowed to inf
 //   amax = max |r|; scale_log2 = log2 of the per-tensor scale (0 for block
 //   scalings, whose scales are per tile); exponent histogram of floor(log2|r|).
 // Block-scaled casts (MX, blockwise FP8, NVFP4, MXFP4) add, over whole tiles
@@ -93,8 +94,9 @@ struct CastTally {
 };
 
 // Adds ref[i] against q[i] (i = 0, stride, 2 stride, ... < n) to t. limit:
-// the largest magnitude representable at element i's scale (format max x
-// scale); one value for all (limit_per_elem null) or one per element.
+// the largest magnitude that rounds within the format at element i's scale
+// (the saturation threshold above x scale); one value for all
+// (limit_per_elem null) or one per element.
 void tally(CastTally& t, const float* ref, const float* q, int64_t n, int64_t stride, double limit,
            const float* limit_per_elem = nullptr);
 // The stride that looks at about max_values of n (1 when max_values <= 0).
@@ -105,6 +107,9 @@ int64_t sample_stride(int64_t n, int64_t max_values);
 // view. Tiles whose finite references are all zero are left out.
 void tally_tiles(CastTally& t, const autograd::TileScales& s, const std::function<double(int64_t)>& ref,
                  const std::function<double(int64_t)>& q, int64_t max_values);
+// The same over tensors: ref (f32 or bf16) against q x q_scale.
+void tally_tiles(CastTally& t, const autograd::TileScales& s, const Tensor& ref, const Tensor& q, float q_scale,
+                 int64_t max_values);
 
 // ---- the probe ------------------------------------------------------------------------------
 struct SiteInfo {
@@ -138,7 +143,7 @@ class Probe {
                      const formats::Format& working);
   // A low-precision Adam moment rounded after the update: the site
   // "<param> exp_avg" / "<param> exp_avg_sq" (kind "optimizer state"), the
-  // unrounded fp32 moment as reference, limit = format max x the moment's scale.
+  // unrounded fp32 moment as reference, saturation relative to the moment's scale.
   void tally_state(const optim::Adam::StateCast& c);
   // This step's sites, in the order first seen, and a fresh start.
   std::vector<std::pair<SiteInfo, CastTally>> take();

@@ -58,7 +58,7 @@ void gemm(DType compute, int64_t batch, int64_t M, int64_t N, int64_t K, bool ta
 // What a product keeps of an operand for the backward pass: the operand in
 // the matmul dtype when that is low precision (it was made anyway), otherwise
 // the fp32 value under the saved-activation policy.
-Tensor keep_operand(const Tape& t, const Tensor& fp32, const Tensor& compute_operand) {
+Tensor keep_operand(Tape& t, const Tensor& fp32, const Tensor& compute_operand) {
   if (compute_operand.dtype() != DType::f32) return compute_operand;
   return t.save(fp32);
 }
@@ -102,7 +102,7 @@ CastOperand forward_operand(Tape& t, OperandQuantiser& q, const Var& x, int64_t 
 
 // What the backward pass keeps of an operand: the codes (1 byte) of a cast
 // activation, the cached decode of a cast weight, else as keep_operand.
-CastOperand kept_operand(const Tape& t, const Var& x, CastOperand op) {
+CastOperand kept_operand(Tape& t, const Var& x, CastOperand op) {
   if (op.q.defined()) {
     if (op.q.backward.defined()) op.cache_key = nullptr;  // the backward product multiplies q.backward
     if (!(x.param && op.cache_key)) op.decoded = Tensor();  // decoded again in backward

@@ -11,6 +11,8 @@
 // (SavedScaleHints), again only when the pass's amax calls for another one
 // (a first save scans the amax first); decoding a table lookup with the scale
 // folded in (formats::lookup16), both in L1-sized chunks across threads.
+// Every save that rounds (16-bit copies, 1-byte codes) is shown to the
+// policy's SaveObserver, if any, after it is made.
 #include <algorithm>
 #include <array>
 #include <bit>
@@ -126,11 +128,14 @@ int scale_exponent(double amax, double max) {
 // A 1-byte policy gives a bf16 copy here: callers that read the copy without
 // its scale (a matrix product's kept operand) stay correct; the ops that
 // restore through Tape call save_compact.
-Tensor Tape::save(const Tensor& x) const {
+Tensor Tape::save(const Tensor& x) {
   const DType s = dtype_size(ctx_.policy.saved) == 1 ? DType::bf16 : ctx_.policy.saved;
   if (s == DType::f32 || x.dtype() != DType::f32) return x;
   MemoryLabel label("saved");
-  return x.to(s, MemoryKind::activation);
+  Tensor out = x.to(s, MemoryKind::activation);
+  const uint64_t site = ctx_.copy_saves++;
+  if (SaveObserver* o = ctx_.policy.save_observer.get()) o->saved_copy(site, x, out);
+  return out;
 }
 
 namespace {

@@ -57,7 +57,8 @@ void train_command(CLI::App* cmd, train::TrainConfig& cfg, int64_t watch) {
   ro.terminal = ::isatty(::fileno(stdout)) != 0;
   std::unique_ptr<train::Watch> watcher;
   if (watch > 0) {
-    watcher = std::make_unique<train::Watch>(model, watch, train::kWatchValues, train::VerdictOptions{}, stdout);
+    watcher = std::make_unique<train::Watch>(model, watch, train::kWatchValues, train::VerdictOptions{}, stdout,
+                                             session->optimizer.get());
     ro.before_step = [&](int64_t step) { watcher->before_step(step); };
     ro.after_step = [&](const train::StepMetrics& m) { watcher->after_step(m.step); };
   }

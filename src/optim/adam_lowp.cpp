@@ -95,14 +95,24 @@ void Adam::update_low_precision(const std::vector<detail::AdamScalars>& scalars)
     scale_v[i] = state_scale_for(format_.v, pv[i], exp_avg_sq_[i].scale());
   }
 
-  // The observer's references: the unrounded moments (disjoint spans, so no race).
+  // The observer's references: the unrounded moments at elements 0, stride,
+  // ... (disjoint spans, so no race).
   std::vector<std::vector<float>> ref_m(params_.size()), ref_v(params_.size());
+  std::vector<int64_t> stride(params_.size(), 1);
   if (observer_)
     for (size_t i = 0; i < params_.size(); ++i) {
-      const auto n = static_cast<size_t>(params_[i]->value.numel());
-      if (exp_avg_[i].dtype() != DType::f32) ref_m[i].resize(n);
-      if (exp_avg_sq_[i].dtype() != DType::f32) ref_v[i].resize(n);
+      const int64_t n = params_[i]->value.numel();
+      if (observer_values_ > 0 && n > observer_values_) stride[i] = (n + observer_values_ - 1) / observer_values_;
+      const auto seen = static_cast<size_t>((n + stride[i] - 1) / stride[i]);
+      if (exp_avg_[i].dtype() != DType::f32) ref_m[i].resize(seen);
+      if (exp_avg_sq_[i].dtype() != DType::f32) ref_v[i].resize(seen);
     }
+  // Elements of [begin, begin + n) at the parameter's stride, from buf into its reference.
+  const auto keep = [&](std::vector<float>& ref, size_t param, int64_t begin, int64_t n, const float* buf) {
+    if (ref.empty()) return;
+    const int64_t s = stride[param];
+    for (int64_t j = (begin + s - 1) / s * s; j < begin + n; j += s) ref[static_cast<size_t>(j / s)] = buf[j - begin];
+  };
 
   // Pass 2: the same moments again, the parameter update, re-encoding.
 #pragma omp parallel
@@ -117,8 +127,8 @@ void Adam::update_low_precision(const std::vector<detail::AdamScalars>& scalars)
       load_chunk(exp_avg_sq_[sp.param], sp.begin, n, vb.data());
       detail::adam_chunk(prm.value.f32() + sp.begin, prm.grad.f32() + sp.begin, mb.data(), vb.data(), n,
                          scalars[sp.param]);
-      if (!ref_m[sp.param].empty()) std::copy(mb.begin(), mb.begin() + n, ref_m[sp.param].begin() + sp.begin);
-      if (!ref_v[sp.param].empty()) std::copy(vb.begin(), vb.begin() + n, ref_v[sp.param].begin() + sp.begin);
+      keep(ref_m[sp.param], sp.param, sp.begin, n, mb.data());
+      keep(ref_v[sp.param], sp.param, sp.begin, n, vb.data());
       store_chunk(exp_avg_[sp.param], sp.begin, n, mb.data(), scale_m[sp.param]);
       store_chunk(exp_avg_sq_[sp.param], sp.begin, n, vb.data(), scale_v[sp.param]);
     }
@@ -134,9 +144,11 @@ void Adam::update_low_precision(const std::vector<detail::AdamScalars>& scalars)
         if (ref.empty()) continue;
         const Tensor& t = k == 0 ? exp_avg_[i] : exp_avg_sq_[i];
         std::vector<float> q(ref.size());
-        load_chunk(t, 0, static_cast<int64_t>(q.size()), q.data());
+        if (stride[i] == 1) load_chunk(t, 0, static_cast<int64_t>(q.size()), q.data());
+        else
+          for (size_t j = 0; j < q.size(); ++j) load_chunk(t, static_cast<int64_t>(j) * stride[i], 1, &q[j]);
         observer_({params_[i], k == 0 ? "exp_avg" : "exp_avg_sq", t.dtype(), ref.data(), q.data(),
-                   static_cast<int64_t>(q.size()), t.scale()});
+                   static_cast<int64_t>(q.size()), t.scale(), stride[i]});
       }
 }
 

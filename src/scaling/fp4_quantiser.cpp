@@ -1,9 +1,12 @@
 // The FP4 operand quantiser (scaling/fp4.hpp).
 #include <algorithm>
+#include <cmath>
 #include <stdexcept>
 #include <string>
 
 #include "mantissa/cpu/profile.hpp"
+#include "mantissa/formats/format.hpp"
+#include "mantissa/formats/round.hpp"
 #include "mantissa/kernels/matmul.hpp"
 #include "mantissa/nn/module.hpp"
 #include "mantissa/scaling/fp4.hpp"
@@ -47,6 +50,25 @@ Tensor bf16_copy(const Tensor& x, MemoryKind kind) { return x.to(DType::bf16, ki
 Tensor scale_only(float s) {
   Tensor t = Tensor::empty({0}, DType::bf16, MemoryKind::workspace);
   t.set_scale(s);
+  return t;
+}
+
+// The block scales of a cast as factors (E4M3 for NVFP4, E8M0 for MXFP4).
+std::shared_ptr<const autograd::TileScales> tile_scales(formats::Fp4Scale format, int64_t rows, int64_t cols,
+                                                        int64_t tr, int64_t tc, const std::vector<uint8_t>& codes) {
+  auto t = std::make_shared<autograd::TileScales>();
+  t->rows = rows;
+  t->cols = cols;
+  t->tile_rows = tr;
+  t->tile_cols = tc;
+  t->element = "e2m1fn";
+  const bool nv = format == formats::Fp4Scale::nvfp4;
+  const formats::Format& e4m3 = formats::preset("e4m3fn");
+  t->floor = nv ? 0x1p-9 : 0x1p-127;
+  t->ceiling = nv ? 448 : 0x1p127;
+  t->scale.reserve(codes.size());
+  for (uint8_t c : codes)
+    t->scale.push_back(nv ? formats::decode_f32(e4m3, c) : std::ldexp(1.0f, static_cast<int>(c) - 127));
   return t;
 }
 
@@ -106,7 +128,8 @@ bool Fp4Quantiser::active(const nn::Parameter& p) const {
 }
 
 Tensor Fp4Quantiser::cast(const float* x, int64_t rows, int64_t cols, int64_t tr, int64_t tc, bool stochastic,
-                          MemoryKind kind, int rht_axis, std::shared_ptr<const autograd::PackedOperand>* packed) {
+                          MemoryKind kind, int rht_axis, std::shared_ptr<const autograd::PackedOperand>* packed,
+                          Tiles* tiles) {
   const cpu::profile::Scope profile_scope(cpu::profile::Category::fp4_cast);
   formats::Fp4Spec spec;
   spec.scale = config_.format;
@@ -127,14 +150,22 @@ Tensor Fp4Quantiser::cast(const float* x, int64_t rows, int64_t cols, int64_t tr
     r = formats::fp4_cast(spec, x, rows, cols, static_cast<uint8_t*>(p->codes.data()),
                           static_cast<uint8_t*>(p->scales.data()), nullptr);
     if (!r.nonfinite) {
+      if (tiles) {
+        const auto* sc = static_cast<const uint8_t*>(p->scales.data());
+        *tiles = tile_scales(config_.format, rows, cols, tr, tc,
+                             std::vector<uint8_t>(sc, sc + formats::fp4_tile_count(spec, rows, cols)));
+      }
       *packed = std::move(p);
       out = scale_only(r.tensor_scale);
     }
   }
   if (!out.defined()) {
+    spec.packed = false;
     out = Tensor::empty({rows, cols}, DType::bf16, kind);
-    r = formats::fp4_cast(spec, x, rows, cols, nullptr, nullptr, out.data<uint16_t>());
+    std::vector<uint8_t> scales(tiles ? static_cast<size_t>(formats::fp4_tile_count(spec, rows, cols)) : 0);
+    r = formats::fp4_cast(spec, x, rows, cols, nullptr, tiles ? scales.data() : nullptr, out.data<uint16_t>());
     out.set_scale(r.tensor_scale);
+    if (tiles && !r.nonfinite) *tiles = tile_scales(config_.format, rows, cols, tr, tc, scales);
   }
   std::lock_guard lock(mutex_);
   ++stats_.casts;
@@ -143,10 +174,12 @@ Tensor Fp4Quantiser::cast(const float* x, int64_t rows, int64_t cols, int64_t tr
 }
 
 Tensor Fp4Quantiser::cast_along(const Tensor& x32, int64_t rows, int64_t cols, int axis, bool stochastic, bool rht,
-                                MemoryKind kind, std::shared_ptr<const autograd::PackedOperand>* packed) {
+                                MemoryKind kind, std::shared_ptr<const autograd::PackedOperand>* packed,
+                                Tiles* tiles) {
   const int64_t b = block();
-  return cast(x32.f32(), rows, cols, axis == 1 ? b : 1, axis == 2 ? b : 1, stochastic, kind,
-              rht && config_.rht != RhtMode::none ? axis : 0, packed);
+  const bool rotate = rht && config_.rht != RhtMode::none;
+  return cast(x32.f32(), rows, cols, axis == 1 ? b : 1, axis == 2 ? b : 1, stochastic, kind, rotate ? axis : 0, packed,
+              rotate ? nullptr : tiles);
 }
 
 QuantisedOperand Fp4Quantiser::quantise(const Tensor& x, int64_t batch, int64_t rows, int64_t cols,
@@ -170,13 +203,14 @@ QuantisedOperand Fp4Quantiser::quantise(const Tensor& x, int64_t batch, int64_t 
   const Tensor x32 = x.dtype() == DType::f32 ? x : x.to(DType::f32, MemoryKind::workspace);
   if (grad) {  // dgrad: along N (contraction_axis 2; rotated with rht_dgrad); wgrad: along M, rotated
     Tensor d = cast_along(x32, rows, cols, contraction_axis, config_.sr_gradients, site.wgrad || config_.rht_dgrad,
-                          MemoryKind::workspace);
+                          MemoryKind::workspace, nullptr, site.report_tiles ? &q.tiles : nullptr);
     q.codes = scale_only(d.scale());
     if (decoded) *decoded = std::move(d);
     return q;
   }
   // The forward product's operand, and (when gradients will flow) the Wgrad one.
-  Tensor f = config_.forward ? cast_along(x32, rows, cols, contraction_axis, false, false, MemoryKind::workspace)
+  Tensor f = config_.forward ? cast_along(x32, rows, cols, contraction_axis, false, false, MemoryKind::workspace,
+                                          nullptr, site.report_tiles ? &q.tiles : nullptr)
                              : bf16_copy(x, MemoryKind::workspace);
   if (config_.backward && site.record) {
     q.codes = scale_only(f.scale());
@@ -191,7 +225,6 @@ QuantisedOperand Fp4Quantiser::quantise(const Tensor& x, int64_t batch, int64_t 
 
 autograd::OperandQuantiser::Weight Fp4Quantiser::quantise_weight(const nn::Parameter& p, int contraction_axis,
                                                                  const QuantSite& site) {
-  (void)site;
   if (p.value.ndim() != 2) throw std::invalid_argument("Fp4Quantiser: weight " + p.name + " is not 2-D");
   std::unique_ptr<CachedWeight>* slot = nullptr;
   {
@@ -209,18 +242,21 @@ autograd::OperandQuantiser::Weight Fp4Quantiser::quantise_weight(const nn::Param
       w.decoded = bf16_copy(p.value, MemoryKind::workspace);
       w.operand.codes = scale_only(1.0f);
     } else {
-      const auto cast_w = [&](int axis, bool stochastic, bool rht) {
+      const auto cast_w = [&](int axis, bool stochastic, bool rht, Tiles* tiles) {
         return config_.weight_2d
                    ? cast(x32.f32(), rows, cols, b, b, stochastic, MemoryKind::workspace,
-                          rht && config_.rht != RhtMode::none ? axis : 0)
-                   : cast_along(x32, rows, cols, axis, stochastic, rht, MemoryKind::workspace);
+                          rht && config_.rht != RhtMode::none ? axis : 0, nullptr, tiles)
+                   : cast_along(x32, rows, cols, axis, stochastic, rht, MemoryKind::workspace, nullptr, tiles);
       };
-      w.decoded = config_.forward ? cast_w(contraction_axis, false, false) : bf16_copy(p.value, MemoryKind::workspace);
+      Tiles tiles;
+      w.decoded = config_.forward ? cast_w(contraction_axis, false, false, site.report_tiles ? &tiles : nullptr)
+                                  : bf16_copy(p.value, MemoryKind::workspace);
       w.operand.codes = scale_only(w.decoded.scale());
       // dgrad multiplies its own cast unless it is the forward one (2-D blocks, same rounding, no rotation).
       const bool rotated = config_.rht_dgrad && config_.rht != RhtMode::none;
       if (config_.backward && !(config_.forward && config_.weight_2d && !config_.sr_operands && !rotated))
-        w.operand.backward = cast_w(3 - contraction_axis, config_.sr_operands, config_.rht_dgrad);
+        w.operand.backward = cast_w(3 - contraction_axis, config_.sr_operands, config_.rht_dgrad, nullptr);
+      w.operand.tiles = std::move(tiles);
     }
     w.version = p.version;
     w.axis = contraction_axis;

@@ -96,10 +96,7 @@ InspectResult inspect(const InspectOptions& o) {
   const optim::LrSchedule schedule = run->trainer->options().schedule;
   const int64_t accum = run->trainer->options().grad_accum;
   std::shared_ptr<Probe> probe = attach_probe(*run->model, o.max_values);
-  optim::Optimizer* opt = run->optimizer.get();
-  if (auto* d = dynamic_cast<IndependentDecay*>(opt)) opt = &d->inner();
-  auto* adam = dynamic_cast<optim::Adam*>(opt);
-  if (adam && adam->state_format().is_fp32()) adam = nullptr;  // no moment is rounded
+  optim::Adam* adam = low_precision_adam(run->optimizer.get());
   Verdicts verdicts(o.verdicts);
 
   InspectResult res;
@@ -121,6 +118,7 @@ InspectResult inspect(const InspectOptions& o) {
       total += amp::count_targets(micro.back());
     }
     const double lr = schedule.at(ra.updates());
+    if (const auto& q = run->model->precision().quantiser) q->set_progress(ra.updates(), schedule.decay_steps);  // as Trainer
 
     // The run, probed on sampled steps.
     auto t0 = Clock::now();
@@ -139,7 +137,8 @@ InspectResult inspect(const InspectOptions& o) {
         rv.push_back(copy_of(p->value));
       }
     }
-    if (adam && rec.sampled) adam->set_state_observer([&probe](const optim::Adam::StateCast& c) { probe->tally_state(c); });
+    if (adam && rec.sampled)
+      adam->set_state_observer([&probe](const optim::Adam::StateCast& c) { probe->tally_state(c); }, o.max_values);
     const amp::AmpStepResult r = ra.step(lr);
     if (adam) adam->set_state_observer({});
     const amp::MasterWeights& mw = ra.master_weights();

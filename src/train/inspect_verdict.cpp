@@ -32,10 +32,24 @@ double mean(const std::vector<double>& v) {
   return v.empty() ? 0 : s / static_cast<double>(v.size());
 }
 
+// The tile figures of b added to a's.
+void pool_tiles(CastTally& a, const CastTally& b) {
+  a.blocks += b.blocks;
+  a.blocks_at_floor += b.blocks_at_floor;
+  a.blocks_at_ceiling += b.blocks_at_ceiling;
+  for (const auto& [e, n] : b.block_exp) a.block_exp[e] += n;
+  a.worst_block_sqnr_db = std::min(a.worst_block_sqnr_db, b.worst_block_sqnr_db);
+}
+
+std::string exp_range(const CastTally& t) {
+  return "2^" + std::to_string(t.block_exp_min()) + "..2^" + std::to_string(t.block_exp_max());
+}
+
 }  // namespace
 
 std::string cause_text(const Verdicts::Ranked& r) {
-  const std::string scale = "at scale 2^" + std::to_string(r.scale_log2);
+  const std::string scale = r.tiles.blocks ? "with tile scales " + exp_range(r.tiles)
+                                           : "at scale 2^" + std::to_string(r.scale_log2);
   if (r.underflow >= 0.05 || (r.underflow >= 0.001 && r.saturation < 1e-4))
     return num("%.1f%%", 100 * r.underflow) + " of nonzero values flushed to zero, below " + r.format +
            "'s smallest subnormal" + (r.min_subnormal > 0 ? " 2^" + std::to_string(std::ilogb(r.min_subnormal)) : "") +
@@ -66,12 +80,14 @@ std::vector<Warning> Verdicts::feed(int64_t step, const std::vector<std::pair<Si
     h.saturation.push_back(t.saturation());
     h.amax = std::max(h.amax, t.amax);
     h.scale_log2 = t.scale_log2;
+    pool_tiles(h.tiles, t);
     h.saturated_run = t.saturated > 0 ? h.saturated_run + 1 : 0;
     Ranked r;
     r.format = info.format;
     r.underflow = t.underflow();
     r.saturation = t.saturation();
     r.scale_log2 = t.scale_log2;
+    pool_tiles(r.tiles, t);
     r.min_subnormal = info.min_subnormal;
     r.max = info.max;
     // One line per site for the first of: SQNR below the floor, too much underflow.
@@ -87,7 +103,9 @@ std::vector<Warning> Verdicts::feed(int64_t step, const std::vector<std::pair<Si
       h.warned_sat = true;
       warn(info.name, "saturated in " + std::to_string(h.saturated_run) + " sampled steps in a row (" +
                           num("%.3g%%", 100 * r.saturation) + " of values beyond " + info.format + "'s max " +
-                          num("%g", info.max) + " at scale 2^" + std::to_string(t.scale_log2) + ")");
+                          num("%g", info.max) + " " +
+                          (t.blocks ? "with tile scales " + exp_range(t) : "at scale 2^" + std::to_string(t.scale_log2)) +
+                          ")");
     }
   }
   if (loss_gap) {
@@ -128,6 +146,7 @@ std::vector<Verdicts::Ranked> Verdicts::ranking() const {
     r.saturation = mean(h.saturation);
     r.amax = h.amax;
     r.scale_log2 = h.scale_log2;
+    r.tiles = h.tiles;
     r.min_subnormal = h.info.min_subnormal;
     r.max = h.info.max;
     r.cause = cause_text(r);
@@ -141,17 +160,28 @@ std::vector<Verdicts::Ranked> Verdicts::ranking() const {
   return out;
 }
 
+// The table: per-tensor sites show their scale's exponent; block-scaled
+// ones the min|median|max exponent of their tiles' scales, the share of
+// tiles at the scale format's floor and ceiling and the worst tile's SQNR.
 std::string ranking_table(const std::vector<Verdicts::Ranked>& rows, size_t limit) {
   std::string s;
-  char b[512];
-  std::snprintf(b, sizeof b, "%4s  %-36s %-7s %7s %8s %8s %9s %9s  %s\n", "rank", "site", "format", "lost", "SQNR dB",
-                "min dB", "underflow", "saturated", "cause");
+  char b[640];
+  std::snprintf(b, sizeof b, "%4s  %-36s %-7s %7s %8s %8s %9s %9s %-14s %6s %6s %8s  %s\n", "rank", "site", "format",
+                "lost", "SQNR dB", "min dB", "underflow", "saturated", "scale log2", "floor", "ceil", "tile dB", "cause");
   s += b;
   for (size_t i = 0; i < rows.size() && i < limit; ++i) {
     const Verdicts::Ranked& r = rows[i];
-    std::snprintf(b, sizeof b, "%4zu  %-36s %-7s %6.2f%% %8s %8s %8.2f%% %8.3f%%  %s\n", i + 1, r.site.c_str(),
-                  r.format.c_str(), 100 * r.lost, db(r.sqnr_db).c_str(), db(r.min_sqnr_db).c_str(), 100 * r.underflow,
-                  100 * r.saturation, r.cause.c_str());
+    const CastTally& t = r.tiles;
+    const std::string scale = t.blocks ? std::to_string(t.block_exp_min()) + "|" + std::to_string(t.block_exp_median()) +
+                                             "|" + std::to_string(t.block_exp_max())
+                                       : std::to_string(r.scale_log2);
+    const std::string fl = t.blocks ? num("%.1f%%", 100 * t.floor_fraction()) : "-",
+                      ce = t.blocks ? num("%.1f%%", 100 * t.ceiling_fraction()) : "-",
+                      worst = t.blocks ? db(t.worst_block_sqnr_db) : "-";
+    std::snprintf(b, sizeof b, "%4zu  %-36s %-7s %6.2f%% %8s %8s %8.2f%% %8.3f%% %-14s %6s %6s %8s  %s\n", i + 1,
+                  r.site.c_str(), r.format.c_str(), 100 * r.lost, db(r.sqnr_db).c_str(), db(r.min_sqnr_db).c_str(),
+                  100 * r.underflow, 100 * r.saturation, scale.c_str(), fl.c_str(), ce.c_str(), worst.c_str(),
+                  r.cause.c_str());
     s += b;
   }
   return s;

@@ -1,15 +1,29 @@
 // `mantissa train --watch`: the inspector's cast-site verdicts on a normal
 // run, every k-th step (the probe forwards untouched on the others).
 #include "mantissa/train/inspect.hpp"
+#include "mantissa/train/session.hpp"
 
 namespace mantissa::train {
 
-Watch::Watch(nn::Model& model, int64_t every, int64_t max_values, VerdictOptions o, FILE* log)
-    : probe_(attach_probe(model, max_values)), every_(every < 1 ? 1 : every), verdicts_(o), log_(log) {}
+optim::Adam* low_precision_adam(optim::Optimizer* opt) {
+  if (auto* d = dynamic_cast<IndependentDecay*>(opt)) opt = &d->inner();
+  auto* adam = dynamic_cast<optim::Adam*>(opt);
+  return adam && !adam->state_format().is_fp32() ? adam : nullptr;
+}
 
-void Watch::before_step(int64_t step) { probe_->set_active((step - 1) % every_ == 0); }
+Watch::Watch(nn::Model& model, int64_t every, int64_t max_values, VerdictOptions o, FILE* log, optim::Optimizer* opt)
+    : probe_(attach_probe(model, max_values)), adam_(low_precision_adam(opt)), every_(every < 1 ? 1 : every),
+      verdicts_(o), log_(log) {}
+
+void Watch::before_step(int64_t step) {
+  probe_->set_active((step - 1) % every_ == 0);
+  if (adam_ && probe_->active())
+    adam_->set_state_observer([probe = probe_.get()](const optim::Adam::StateCast& c) { probe->tally_state(c); },
+                              probe_->max_values());
+}
 
 void Watch::after_step(int64_t step) {
+  if (adam_) adam_->set_state_observer({});
   if (!probe_->active()) return;
   probe_->set_active(false);
   for (const Warning& w : verdicts_.feed(step, probe_->take(), std::nullopt, {}))

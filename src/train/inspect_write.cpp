@@ -51,6 +51,21 @@ json histogram(const CastTally& t) {
                                           t.exp_hist.begin() + static_cast<std::ptrdiff_t>(hi))}};
 }
 
+// A block-scaled cast's tile figures: counts, the exponents of the tiles'
+// scales (min, median, max and the histogram) and the worst tile's SQNR.
+json tiles_json(const CastTally& t) {
+  json hist = json::object();
+  for (const auto& [e, n] : t.block_exp) hist[std::to_string(e)] = n;
+  return {{"blocks", t.blocks},
+          {"exp_min", t.block_exp_min()},
+          {"exp_median", t.block_exp_median()},
+          {"exp_max", t.block_exp_max()},
+          {"at_floor", t.blocks_at_floor},
+          {"at_ceiling", t.blocks_at_ceiling},
+          {"worst_sqnr_db", jnum(t.worst_block_sqnr_db)},
+          {"exp_hist", hist}};
+}
+
 // SQNR in dB -> colour: red at 0 dB and below, yellow at 15, green at 30 and above.
 std::string heat_colour(double db) {
   if (std::isinf(db) && db > 0) return "#ffffff";
@@ -198,7 +213,10 @@ void prepare_out_dir(const std::string& dir) {
 
 void write_inspection(const std::string& dir, const InspectResult& r) {
   const fs::path d(dir);
-  std::string csv = "step,site,kind,format,values,sqnr_db,underflow,saturated,amax,scale_log2\n", jsonl;
+  std::string csv =
+      "step,site,kind,format,values,sqnr_db,underflow,saturated,amax,scale_log2,blocks,block_exp_min,block_exp_median,"
+      "block_exp_max,blocks_at_floor,blocks_at_ceiling,worst_block_sqnr_db\n",
+      jsonl;
   std::string params = "step,param,grad_cos,grad_rel_err,update_cos,update_rel_err\n";
   std::string steps = "step,sampled,skipped,loss,shadow_loss,loss_gap,seconds,shadow_seconds\n";
   for (const StepRecord& st : r.steps) {
@@ -208,13 +226,18 @@ void write_inspection(const std::string& dir, const InspectResult& r) {
     for (const auto& [info, t] : st.sites) {
       csv += std::to_string(st.step) + "," + csv_field(info.name) + "," + info.kind + "," + info.format + "," +
              std::to_string(t.values) + "," + num(t.sqnr_db()) + "," + num(t.underflow()) + "," + num(t.saturation()) +
-             "," + num(t.amax) + "," + std::to_string(t.scale_log2) + "\n";
-      jsonl += json{{"step", st.step},          {"site", info.name},        {"kind", info.kind},
-                    {"format", info.format},    {"values", t.values},       {"sqnr_db", jnum(t.sqnr_db())},
-                    {"underflow", t.underflow()}, {"saturated", t.saturation()}, {"amax", t.amax},
-                    {"scale_log2", t.scale_log2}, {"casts", t.casts},        {"exp_hist", histogram(t)}}
-                   .dump() +
-               "\n";
+             "," + num(t.amax) + "," + std::to_string(t.scale_log2) + "," + std::to_string(t.blocks) +
+             (t.blocks ? "," + std::to_string(t.block_exp_min()) + "," + std::to_string(t.block_exp_median()) + "," +
+                             std::to_string(t.block_exp_max()) + "," + std::to_string(t.blocks_at_floor) + "," +
+                             std::to_string(t.blocks_at_ceiling) + "," + num(t.worst_block_sqnr_db)
+                       : std::string(",,,,,,")) +
+             "\n";
+      json row{{"step", st.step},          {"site", info.name},        {"kind", info.kind},
+               {"format", info.format},    {"values", t.values},       {"sqnr_db", jnum(t.sqnr_db())},
+               {"underflow", t.underflow()}, {"saturated", t.saturation()}, {"amax", t.amax},
+               {"scale_log2", t.scale_log2}, {"casts", t.casts},        {"exp_hist", histogram(t)}};
+      if (t.blocks) row["tiles"] = tiles_json(t);
+      jsonl += row.dump() + "\n";
     }
     for (const ParamCompare& c : st.params)
       params += std::to_string(st.step) + "," + csv_field(c.name) + "," + num(c.grad_cos) + "," + num(c.grad_rel_err) +
@@ -229,11 +252,14 @@ void write_inspection(const std::string& dir, const InspectResult& r) {
   io::write_file_atomic((d / "warnings.txt").string(), warnings);
   io::write_file_atomic((d / "ranking.txt").string(), ranking_table(r.ranking, r.ranking.size()));
   json ranked = json::array();
-  for (const Verdicts::Ranked& x : r.ranking)
-    ranked.push_back({{"site", x.site},           {"kind", x.kind},           {"format", x.format},
-                      {"lost", x.lost},           {"sqnr_db", jnum(x.sqnr_db)}, {"min_sqnr_db", jnum(x.min_sqnr_db)},
-                      {"underflow", x.underflow}, {"saturated", x.saturation}, {"amax", x.amax},
-                      {"scale_log2", x.scale_log2}, {"cause", x.cause}});
+  for (const Verdicts::Ranked& x : r.ranking) {
+    json row{{"site", x.site},           {"kind", x.kind},           {"format", x.format},
+             {"lost", x.lost},           {"sqnr_db", jnum(x.sqnr_db)}, {"min_sqnr_db", jnum(x.min_sqnr_db)},
+             {"underflow", x.underflow}, {"saturated", x.saturation}, {"amax", x.amax},
+             {"scale_log2", x.scale_log2}, {"cause", x.cause}};
+    if (x.tiles.blocks) row["tiles"] = tiles_json(x.tiles);
+    ranked.push_back(std::move(row));
+  }
   io::write_file_atomic((d / "ranking.json").string(),
                         json{{"recipe", r.recipe}, {"shadow", r.shadow_recipe}, {"sites", ranked}}.dump(1) + "\n");
   io::write_file_atomic((d / "sqnr_heatmap.svg").string(), heat_map(r));

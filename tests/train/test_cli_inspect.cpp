@@ -52,6 +52,30 @@ class CliInspect : public ::testing::Test {
   fs::path dir_;
 };
 
+// Losses of `train --metrics` (step order) and of inspect's steps.csv.
+std::vector<double> train_losses(const fs::path& jsonl) {
+  std::ifstream in(jsonl);
+  std::vector<double> v;
+  for (std::string line; std::getline(in, line);) {
+    const auto j = nlohmann::json::parse(line);
+    if (j.contains("loss")) v.push_back(j["loss"]);
+  }
+  return v;
+}
+std::vector<double> inspect_losses(const fs::path& steps_csv) {
+  std::ifstream in(steps_csv);
+  std::vector<double> v;
+  std::string line;
+  std::getline(in, line);  // header
+  while (std::getline(in, line)) {
+    std::stringstream ss(line);
+    std::string field;
+    for (int i = 0; i < 4; ++i) std::getline(ss, field, ',');
+    v.push_back(std::stod(field));
+  }
+  return v;
+}
+
 TEST_F(CliInspect, NoscaleRanksFlushedGradientsFirst) {
   const Result r = run("inspect --recipe fp8-noscale " + flags() + " --out " + (dir_ / "a").string());
   ASSERT_EQ(r.code, 0) << r.out;
@@ -92,22 +116,54 @@ TEST_F(CliInspect, DelayedStaysAboveTheFloorAndLossesMatchTrain) {
   // The probe only reads: the inspected run's losses are `train`'s, bit for bit.
   const Result t = run("train --recipe fp8-delayed " + flags() + " --eval-every 0 --metrics " + (dir_ / "m.jsonl").string());
   ASSERT_EQ(t.code, 0) << t.out;
-  std::ifstream metrics(dir_ / "m.jsonl"), steps(dir_ / "d" / "steps.csv");
-  std::vector<double> want, got;
-  for (std::string line; std::getline(metrics, line);) {
-    const auto j = nlohmann::json::parse(line);
-    if (j.contains("loss")) want.push_back(j["loss"]);
-  }
-  std::string line;
-  std::getline(steps, line);  // header
-  while (std::getline(steps, line)) {
-    std::stringstream ss(line);
-    std::string field;
-    for (int i = 0; i < 4; ++i) std::getline(ss, field, ',');
-    got.push_back(std::stod(field));
-  }
+  const std::vector<double> want = train_losses(dir_ / "m.jsonl");
   ASSERT_EQ(want.size(), 4u);
-  ASSERT_EQ(got, want);
+  ASSERT_EQ(inspect_losses(dir_ / "d" / "steps.csv"), want);
+}
+
+TEST_F(CliInspect, SixteenBitSavesAndTileScalesLeaveLossesAlone) {
+  // bf16-amp: its saves are bf16 sites; mxfp8 / nvfp4-naive / mxfp4:
+  // block-scaled sites carry their tiles' scales; in each the losses are
+  // train's, bit for bit (FP4: stochastic rounding, separate Wgrad casts).
+  for (const std::string recipe : {"bf16-amp", "mxfp8", "nvfp4-naive", "mxfp4"}) {
+    // Every value (--max-values 0): a site's SQNR pools the very tiles whose worst is reported.
+    const Result r =
+        run("inspect --recipe " + recipe + " " + flags() + " --max-values 0 --out " + (dir_ / recipe).string());
+    ASSERT_EQ(r.code, 0) << r.out;
+    const Result t = run("train --recipe " + recipe + " " + flags() + " --eval-every 0 --metrics " +
+                         (dir_ / (recipe + ".jsonl")).string());
+    ASSERT_EQ(t.code, 0) << t.out;
+    const std::vector<double> want = train_losses(dir_ / (recipe + ".jsonl"));
+    ASSERT_EQ(want.size(), 4u) << recipe;
+    EXPECT_EQ(inspect_losses(dir_ / recipe / "steps.csv"), want) << recipe;
+    int saved16 = 0, tiled = 0;
+    const nlohmann::json ranked = ranking(recipe);
+    for (const auto& s : ranked["sites"]) {
+      if (s["kind"] == "saved" && s["format"] == "bf16") {
+        ++saved16;
+        EXPECT_GT(s["sqnr_db"].get<double>(), 40.0) << s.dump();  // 8 significant bits: about 50 dB
+      }
+      if (s.contains("tiles")) {
+        ++tiled;
+        const auto& tiles = s["tiles"];
+        EXPECT_LE(tiles["exp_min"].get<int>(), tiles["exp_median"].get<int>()) << s.dump();
+        EXPECT_LE(tiles["exp_median"].get<int>(), tiles["exp_max"].get<int>()) << s.dump();
+        if (!tiles["worst_sqnr_db"].is_null() && !s["min_sqnr_db"].is_null()) {
+          EXPECT_LE(tiles["worst_sqnr_db"].get<double>(), s["min_sqnr_db"].get<double>() + 1e-9) << s.dump();
+        }
+      }
+    }
+    if (recipe == "bf16-amp") {
+      EXPECT_GE(saved16, 4) << r.out;
+      EXPECT_EQ(tiled, 0);
+    } else {
+      EXPECT_GE(tiled, 4) << recipe << "\n" << r.out;
+    }
+  }
+  const std::string csv = slurp(dir_ / "mxfp8" / "sites.csv");
+  EXPECT_NE(csv.find(",blocks,block_exp_min,block_exp_median,block_exp_max,blocks_at_floor,blocks_at_ceiling,"
+                     "worst_block_sqnr_db\n"),
+            std::string::npos);
 }
 
 TEST_F(CliInspect, MasterWeightsAndGradientCasts) {
@@ -145,16 +201,9 @@ TEST_F(CliInspect, TrainWatchWarnsWithoutChangingTheRun) {
   EXPECT_NE(watched.out.find("warning: step 1: h0.attn.qkv backward dY:"), std::string::npos) << watched.out;
   EXPECT_NE(watched.out.find("watch: "), std::string::npos) << watched.out;
   EXPECT_EQ(plain.out.find("warning"), std::string::npos) << plain.out;
-  std::vector<double> a, b;
-  for (auto [file, v] : {std::pair{"plain.jsonl", &a}, std::pair{"watched.jsonl", &b}}) {
-    std::ifstream in(dir_ / file);
-    for (std::string line; std::getline(in, line);) {
-      const auto j = nlohmann::json::parse(line);
-      if (j.contains("loss")) v->push_back(j["loss"]);
-    }
-  }
+  const std::vector<double> a = train_losses(dir_ / "plain.jsonl");
   ASSERT_EQ(a.size(), 4u);
-  EXPECT_EQ(a, b);
+  EXPECT_EQ(train_losses(dir_ / "watched.jsonl"), a);
 }
 
 TEST_F(CliInspect, BadInput) {

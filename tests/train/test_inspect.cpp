@@ -11,6 +11,7 @@
 #include <fstream>
 #include <random>
 
+#include "format_grid.hpp"
 #include "toy_model.hpp"
 #include "mantissa/autograd/tape.hpp"
 #include "mantissa/formats/format.hpp"
@@ -23,23 +24,11 @@ namespace fs = std::filesystem;
 
 namespace {
 
+using format_grid::finite_values;
+using format_grid::nearest;
+using format_grid::saturation_threshold;
+
 // Every finite value of a format, from its codes (the reference decoder).
-std::vector<double> finite_values(const formats::Format& f) {
-  std::vector<double> v;
-  for (uint32_t c = 0; c < f.code_count(); ++c) {
-    const double x = formats::decode_f32(f, c);
-    if (std::isfinite(x)) v.push_back(x);
-  }
-  return v;
-}
-
-double nearest(const std::vector<double>& grid, double x) {
-  double best = grid[0];
-  for (double g : grid)
-    if (std::fabs(g - x) < std::fabs(best - x)) best = g;
-  return best;
-}
-
 struct Expected {
   double sqnr_db, underflow, saturation, amax;
 };
@@ -47,6 +36,7 @@ struct Expected {
 // x cast as nearest(x / 2^e) x 2^e over the format's finite values.
 Expected expected_cast(const std::vector<float>& x, const formats::Format& f, int e) {
   const std::vector<double> grid = finite_values(f);
+  const double clip = saturation_threshold(grid);
   long double signal = 0, noise = 0;
   int64_t nonzero = 0, flushed = 0, saturated = 0;
   double amax = 0;
@@ -56,7 +46,7 @@ Expected expected_cast(const std::vector<float>& x, const formats::Format& f, in
     noise += static_cast<long double>(r - q) * (r - q);
     amax = std::max(amax, std::fabs(r));
     if (r != 0) ++nonzero, flushed += q == 0;
-    saturated += std::fabs(r) > std::ldexp(f.max(), e);
+    saturated += std::fabs(r) > std::ldexp(clip, e);
   }
   return {static_cast<double>(10 * std::log10(signal / noise)), static_cast<double>(flushed) / nonzero,
           static_cast<double>(saturated) / static_cast<double>(x.size()), amax};

@@ -1,10 +1,13 @@
 // Optimizer-state cast sites: Adam moments stored in e4m3fn (m) and fp16 (v)
 // are reported per parameter and moment with SQNR, underflow and saturation
 // recomputed here in float64 from the scalar format codec (encode/decode)
-// and the power-of-two scale rule, on gradients spanning 2^-30 .. 1.
+// and the power-of-two scale rule, on gradients spanning 2^-30 .. 1; the
+// same sites under train --watch, over an even stride of each moment.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <map>
 #include <random>
 
 #include "mantissa/formats/round.hpp"
@@ -115,4 +118,64 @@ TEST(InspectOptimizerState, AdamMomentSitesMatchFloat64) {
   adam->set_state_observer({});
   adam->step(1e-3);
   EXPECT_TRUE(probe->take().empty());
+}
+
+TEST(InspectOptimizerState, WatchSamplesMomentSitesEvenly) {
+  // train --watch with e4m3fn/fp16 moments: the sites of a probed step,
+  // over an even stride of the moments (1600 elements at 100 values: every
+  // 16th), against the full moments a second, identical run reports.
+  toy::Bigram watched(40), full(40);
+  std::mt19937_64 rng(12);
+  std::uniform_real_distribution<double> e(-30, 0);
+  for (size_t k = 0; k < 2; ++k)
+    for (int64_t i = 0; i < watched.parameters()[k]->grad.numel(); ++i) {
+      const float g = static_cast<float>((rng() & 1 ? 1 : -1) * std::exp2(e(rng)));
+      watched.parameters()[k]->grad.f32()[i] = full.parameters()[k]->grad.f32()[i] = g;
+    }
+  optim::OptimizerConfig c;
+  c.type = "adam";
+  c.state_format = "e4m3fn/fp16";
+  auto opt_w = optim::make_optimizer(c, watched.parameters()), opt_f = optim::make_optimizer(c, full.parameters());
+  std::map<std::string, std::pair<std::vector<float>, float>> refs;  // full moment, its scale
+  dynamic_cast<optim::Adam*>(opt_f.get())->set_state_observer([&](const optim::Adam::StateCast& s) {
+    EXPECT_EQ(s.stride, 1);
+    refs[s.param->name + " " + s.moment] = {std::vector<float>(s.ref, s.ref + s.n), s.scale};
+  });
+  opt_f->step(1e-3);
+
+  train::Watch watch(watched, 1, 100, {}, nullptr, opt_w.get());
+  watch.before_step(1);
+  opt_w->step(1e-3);
+  watch.after_step(1);
+  const auto ranked = watch.verdicts().ranking();
+  ASSERT_EQ(ranked.size(), 4u);
+  for (const auto& [name, ref_scale] : refs) {
+    const auto it = std::find_if(ranked.begin(), ranked.end(), [&](const auto& r) { return r.site == name; });
+    ASSERT_NE(it, ranked.end()) << name;
+    const bool m = name.ends_with("exp_avg");
+    const formats::Format& f = formats::preset(m ? "e4m3fn" : "fp16");
+    const std::vector<float>& ref = ref_scale.first;
+    const double s = ref_scale.second;
+    const size_t stride = ref.size() > 100 ? (ref.size() + 99) / 100 : 1;
+    double signal = 0, noise = 0;
+    int64_t nonzero = 0, flushed = 0, n = 0;
+    for (size_t i = 0; i < ref.size(); i += stride, ++n) {
+      const double r = ref[i], q = formats::decode(f, formats::encode(f, ref[i] / s)) * s;
+      signal += r * r;
+      noise += (r - q) * (r - q);
+      nonzero += r != 0;
+      flushed += r != 0 && q == 0;
+    }
+    EXPECT_EQ(n, ref.size() > 100 ? 100 : static_cast<int64_t>(ref.size())) << name;
+    EXPECT_EQ(it->kind, "optimizer state");
+    EXPECT_NEAR(it->sqnr_db, 10 * std::log10(signal / noise), 1e-9) << name;
+    EXPECT_DOUBLE_EQ(it->underflow, static_cast<double>(flushed) / static_cast<double>(nonzero)) << name;
+    EXPECT_EQ(it->scale_log2, static_cast<int>(std::lround(std::log2(s)))) << name;
+  }
+  // Steps the watch does not probe leave the optimizer without an observer.
+  train::Watch every2(watched, 2, 100, {}, nullptr, opt_w.get());
+  every2.before_step(2);
+  opt_w->step(1e-3);
+  every2.after_step(2);
+  EXPECT_TRUE(every2.verdicts().ranking().empty());
 }

@@ -40,6 +40,9 @@ struct QuantSite {
   // True for the cast of an output gradient for the weight-gradient product
   // (asked only of quantisers whose separate_wgrad() is true).
   bool wgrad = false;
+  // Diagnostics (train/inspect): a block-scaled quantiser that keeps no
+  // BlockScales attaches its tiles' scales (QuantisedOperand::tiles).
+  bool report_tiles = false;
 };
 
 // Power-of-two scales of the tiles of an operand viewed as [batch, rows,
@@ -62,6 +65,20 @@ struct PackedOperand {
   virtual size_t bytes() const = 0;
 };
 
+// The scales of a block-scaled cast's tiles, for diagnostics, when the
+// operand carries no BlockScales (FP4 casts, whose decode folds them in):
+// tiles as in BlockScales, scale[t] the factor of tile t's elements (the
+// per-tensor scale, codes.scale(), apart); floor and ceiling the smallest and
+// largest factor the scale format holds (the clamps of the scale rule);
+// element: the elements' format (a formats preset name).
+struct TileScales {
+  int64_t batch = 1, rows = 0, cols = 0;
+  int64_t tile_rows = 1, tile_cols = 1;
+  std::vector<float> scale;
+  double floor = 0, ceiling = 0;
+  const char* element = "";
+};
+
 // A cast operand: real low-precision codes (1-byte dtype e4m3fn, e5m2, ...)
 // in the source's shape. value = decode(code) x codes.scale() x block scale
 // (blocks: null for per-tensor scaling).
@@ -77,6 +94,8 @@ struct QuantisedOperand {
   // When set, the backward operand kept packed: `backward` is then an empty
   // tensor carrying only its scale, and decode() unpacks it.
   std::shared_ptr<const PackedOperand> packed;
+  // Set only when asked (QuantSite::report_tiles); not part of the operand's storage.
+  std::shared_ptr<const TileScales> tiles;
   bool defined() const { return codes.defined(); }
   size_t bytes() const {
     return codes.bytes() + backward.bytes() + (blocks ? blocks->exponents.size() : 0) + (packed ? packed->bytes() : 0);
@@ -121,6 +140,9 @@ class OperandQuantiser {
   // True: the weight-gradient product casts the output gradient again, with
   // QuantSite::wgrad set and the contraction along its rows.
   virtual bool separate_wgrad() const { return false; }
+  // True when the cast of `site` rotates its input first (a Hadamard
+  // transform), so that its decode does not approximate the input itself.
+  virtual bool rotates(const QuantSite& /*site*/) const { return false; }
   // Before each optimizer step: updates done so far and the run's total
   // (0 if unknown), for recipes that change precision late in training.
   virtual void set_progress(int64_t /*updates*/, int64_t /*total*/) {}
@@ -152,6 +174,10 @@ class SaveObserver {
  public:
   virtual ~SaveObserver() = default;
   virtual void saved(uint64_t site, const Tensor& x, const float* row_mean, int64_t cols, const Tensor& codes) = 0;
+  // Every 16-bit save (Tape::save rounding an f32 x to `copy`, bf16 or f16,
+  // under any policy whose saves are not f32); `site` is its
+  // OpContext::copy_saves order in the pass.
+  virtual void saved_copy(uint64_t /*site*/, const Tensor& /*x*/, const Tensor& /*copy*/) {}
 };
 
 struct PrecisionPolicy {

@@ -80,6 +80,7 @@ struct OpContext {
   uint64_t dropout_calls = 0;  // advanced by every dropout op (the kernel's `offset`)
   uint64_t quant_calls = 0;    // advanced by every cast product of two activations (QuantSite::ordinal)
   uint64_t save_calls = 0;     // advanced by every 1-byte save (SavedScaleHints' site)
+  uint64_t copy_saves = 0;     // advanced by every 16-bit save (SaveObserver::saved_copy's site)
   // Scale analysis: when set, models report named forward values and (through
   // identity ops) their gradients here; null in training.
   std::function<void(const std::string& name, bool backward, const Tensor& value)> observer;
@@ -126,7 +127,7 @@ class Tape {
   // the tensor's amax (in Tensor::scale()), also of a bf16 value.
   // restore() gives fp32 back for the backward kernels, restore_bf16() the
   // exact bf16 values of a bf16 or 1-byte saved tensor.
-  Tensor save(const Tensor& x) const;
+  Tensor save(const Tensor& x);
   Tensor save_compact(const Tensor& x);
   // Under a 1-byte policy: x [.., C] (f32) less each row's mean [rows], saved
   // as save_compact would save that difference, in one pass over x.

@@ -168,7 +168,8 @@ class Adam final : public Optimizer {
 
   // One moment's rounding into its low-precision storage, seen after a step:
   // the fp32 values before rounding and the stored values decoded, both in
-  // the moment's units (scale applied), n = the parameter's element count.
+  // the moment's units (scale applied), of the elements 0, stride, 2 stride,
+  // ... of the parameter (n of them).
   struct StateCast {
     const nn::Parameter* param = nullptr;
     const char* moment = "";  // "exp_avg" or "exp_avg_sq"
@@ -177,14 +178,21 @@ class Adam final : public Optimizer {
     const float* q = nullptr;
     int64_t n = 0;
     float scale = 1;
+    int64_t stride = 1;
   };
   // Called per parameter and low-precision moment after each step while set
-  // (empty: none); costs an fp32 copy of those moments per step.
-  void set_state_observer(std::function<void(const StateCast&)> f) { observer_ = std::move(f); }
+  // (empty: none). With max_values > 0 it sees an even stride of about that
+  // many elements per moment (the stride ceil(numel / max_values)), else all:
+  // the cost is a copy of the elements seen.
+  void set_state_observer(std::function<void(const StateCast&)> f, int64_t max_values = 0) {
+    observer_ = std::move(f);
+    observer_values_ = max_values;
+  }
 
  private:
   void update_low_precision(const std::vector<detail::AdamScalars>& scalars);
   std::function<void(const StateCast&)> observer_;
+  int64_t observer_values_ = 0;
 
   OptimizerConfig cfg_;
   bool decoupled_;

@@ -85,6 +85,10 @@ class Fp4Quantiser final : public autograd::OperandQuantiser {
   bool casts_forward() const override { return true; }
   bool casts_backward() const override { return config_.backward; }
   bool separate_wgrad() const override { return true; }
+  bool rotates(const autograd::QuantSite& site) const override {
+    return site.role == autograd::OperandRole::grad_output && (site.wgrad || config_.rht_dgrad) &&
+           config_.rht != RhtMode::none;
+  }
   autograd::QuantisedOperand quantise(const Tensor& x, int64_t batch, int64_t rows, int64_t cols,
                                       int contraction_axis, const autograd::QuantSite& site, Tensor* decoded) override;
   Weight quantise_weight(const nn::Parameter& p, int contraction_axis, const autograd::QuantSite& site) override;
@@ -104,11 +108,15 @@ class Fp4Quantiser final : public autograd::OperandQuantiser {
   // the exact bf16 decode, scale() = tensor scale. With `packed`, the codes and
   // block scales go there instead and the result only carries the scale
   // (a tensor holding inf/NaN keeps its pass-through decode, packed left null).
+  // With `tiles`, also the block scales (QuantSite::report_tiles).
+  using Tiles = std::shared_ptr<const autograd::TileScales>;
   Tensor cast(const float* x, int64_t rows, int64_t cols, int64_t tr, int64_t tc, bool stochastic, MemoryKind kind,
-              int rht_axis = 0, std::shared_ptr<const autograd::PackedOperand>* packed = nullptr);
+              int rht_axis = 0, std::shared_ptr<const autograd::PackedOperand>* packed = nullptr,
+              Tiles* tiles = nullptr);
   // Along `axis` (1 rows, 2 cols) in b x 1 / 1 x b tiles; rht: rotate 16-groups along it first.
   Tensor cast_along(const Tensor& x32, int64_t rows, int64_t cols, int axis, bool stochastic, bool rht,
-                    MemoryKind kind, std::shared_ptr<const autograd::PackedOperand>* packed = nullptr);
+                    MemoryKind kind, std::shared_ptr<const autograd::PackedOperand>* packed = nullptr,
+                    Tiles* tiles = nullptr);
   uint64_t next_seed();
 
   Fp4Config config_;

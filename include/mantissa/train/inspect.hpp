@@ -3,8 +3,8 @@
 //
 // Cast sites. A probe wraps the model's autograd::OperandQuantiser (any of
 // them: FP8 per-tensor and block scalings, Scalify, later FP4 ones: the
-// probe sees only the interface) and observes 1-byte saves
-// (autograd::SaveObserver). It reads; the run's numbers are bit for bit
+// probe sees only the interface) and observes activation saves, 1-byte and
+// 16-bit (autograd::SaveObserver). It reads; the run's numbers are bit for bit
 // those of an uninspected run. A site is named by the model op whose output
 // the cast feeds (the name the model reports through its observer, e.g.
 // "h1.attn.qkv"; else the parameter's name, else "product<k>") and a role:
@@ -29,16 +29,25 @@
 //   SQNR dB   = 10 log10(sum r^2 / sum (r - q)^2) (inf when exact; -inf when
 //               a value overflowed to inf)
 //   underflow = #(r != 0 and q == 0) / #(r != 0)
-//   saturated = #(|r| > max x s) / n, where s is the element's scale (the
-//               tensor's, times its block's): values beyond the format's
-//               range at the scale used, clipped to max or overflowed to inf
+//   saturated = #(|r| > (max + half the spacing below max) x s) / n, where
+//               s is the element's scale (the tensor's, times its block's):
+//               values that round beyond the format's largest value at the
+//               scale used, clipped to max or overflowed to inf
 //   amax = max |r|; scale_log2 = log2 of the per-tensor scale (0 for block
 //   scalings, whose scales are per tile); exponent histogram of floor(log2|r|).
+// Block-scaled casts (MX, blockwise FP8, NVFP4, MXFP4) add, over whole tiles
+// (every k-th, so that about max_values values are read; tiles holding only
+// zeros left out): the exponents floor(log2 s) of the tiles' scales s
+// (min, median, max), the fractions of tiles whose s is the scale format's
+// smallest or largest (the scale rule clamped it: E8M0 2^-127 / 2^127, NVFP4's
+// E4M3 2^-9 / 448) and the lowest SQNR of one tile.
 #pragma once
 
 #include <array>
 #include <cstdio>
 #include <cstdint>
+#include <functional>
+#include <limits>
 #include <map>
 #include <memory>
 #include <optional>
@@ -63,19 +72,44 @@ struct CastTally {
   int scale_log2 = 0;
   int casts = 0;
   std::array<int64_t, kExpBins> exp_hist{};
+  // Block-scaled casts (tally_tiles): the tiles looked at that hold a
+  // nonzero finite value; floor(log2 scale) -> tiles; tiles whose scale is
+  // the scale format's smallest / largest; the lowest SQNR of one tile.
+  int64_t blocks = 0, blocks_at_floor = 0, blocks_at_ceiling = 0;
+  std::map<int, int64_t> block_exp;
+  double worst_block_sqnr_db = std::numeric_limits<double>::infinity();
 
   double sqnr_db() const;
   double underflow() const { return nonzero ? static_cast<double>(flushed) / static_cast<double>(nonzero) : 0; }
   double saturation() const { return values ? static_cast<double>(saturated) / static_cast<double>(values) : 0; }
+  // The block scales' exponents: smallest, median (the lower one of an even
+  // count), largest; 0 without blocks.
+  int block_exp_min() const { return block_exp.empty() ? 0 : block_exp.begin()->first; }
+  int block_exp_max() const { return block_exp.empty() ? 0 : block_exp.rbegin()->first; }
+  int block_exp_median() const;
+  double floor_fraction() const { return blocks ? static_cast<double>(blocks_at_floor) / static_cast<double>(blocks) : 0; }
+  double ceiling_fraction() const {
+    return blocks ? static_cast<double>(blocks_at_ceiling) / static_cast<double>(blocks) : 0;
+  }
 };
 
 // Adds ref[i] against q[i] (i = 0, stride, 2 stride, ... < n) to t. limit:
-// the largest magnitude representable at element i's scale (format max x
-// scale); one value for all (limit_per_elem null) or one per element.
+// the largest magnitude that rounds within the format at element i's scale
+// (the saturation threshold above x scale); one value for all
+// (limit_per_elem null) or one per element.
 void tally(CastTally& t, const float* ref, const float* q, int64_t n, int64_t stride, double limit,
            const float* limit_per_elem = nullptr);
 // The stride that looks at about max_values of n (1 when max_values <= 0).
 int64_t sample_stride(int64_t n, int64_t max_values);
+// Adds the tiles of a block-scaled cast to t's block figures: every k-th
+// tile of s (k = sample_stride(tiles, max_values / tile size)), all of its
+// elements, ref(i) against q(i) at flat index i of s's [batch, rows, cols]
+// view. Tiles whose finite references are all zero are left out.
+void tally_tiles(CastTally& t, const autograd::TileScales& s, const std::function<double(int64_t)>& ref,
+                 const std::function<double(int64_t)>& q, int64_t max_values);
+// The same over tensors: ref (f32 or bf16) against q x q_scale.
+void tally_tiles(CastTally& t, const autograd::TileScales& s, const Tensor& ref, const Tensor& q, float q_scale,
+                 int64_t max_values);
 
 // ---- the probe ------------------------------------------------------------------------------
 struct SiteInfo {
@@ -88,7 +122,8 @@ struct SiteInfo {
 
 class Probe;
 // Wraps a model's precision policy with a probe (its quantiser and its
-// 1-byte saves); no-op parts where the policy has none. Returns the probe.
+// saves, when they are not f32); no-op parts where the policy has none.
+// Returns the probe.
 std::shared_ptr<Probe> attach_probe(nn::Model& model, int64_t max_values);
 
 class Probe {
@@ -108,14 +143,15 @@ class Probe {
                      const formats::Format& working);
   // A low-precision Adam moment rounded after the update: the site
   // "<param> exp_avg" / "<param> exp_avg_sq" (kind "optimizer state"), the
-  // unrounded fp32 moment as reference, limit = format max x the moment's scale.
+  // unrounded fp32 moment as reference, saturation relative to the moment's scale.
   void tally_state(const optim::Adam::StateCast& c);
   // This step's sites, in the order first seen, and a fresh start.
   std::vector<std::pair<SiteInfo, CastTally>> take();
 
   // Internal, for the quantiser wrapper and the save observer.
-  void add(const void* key, uint64_t ordinal, int role, const std::string& fallback, const std::string& format,
-           const float* ref, const float* q, int64_t n, double limit, const float* limit_per_elem, float scale);
+  // Tallies one cast into its site's figures and returns them.
+  CastTally& add(const void* key, uint64_t ordinal, int role, const std::string& fallback, const std::string& format,
+                 const float* ref, const float* q, int64_t n, double limit, const float* limit_per_elem, float scale);
   int64_t max_values() const { return max_values_; }
 
  private:
@@ -187,6 +223,9 @@ class Verdicts {
     // those values encode, so an energy measure alone ranks it too low.
     double lost = 0;
     std::string cause;
+    // Block-scaled sites: the tiles of all sampled steps pooled (tally_tiles);
+    // tiles.blocks == 0 for per-tensor scalings.
+    CastTally tiles;
   };
   // Sites, worst first: most lost, then lowest median SQNR.
   std::vector<Ranked> ranking() const;
@@ -197,6 +236,7 @@ class Verdicts {
     std::vector<double> sqnr, underflow, saturation;
     double amax = 0;
     int scale_log2 = 0;
+    CastTally tiles;
     int saturated_run = 0;
     bool warned_sqnr = false, warned_sat = false, warned_underflow = false;
   };
@@ -253,23 +293,29 @@ void write_inspection(const std::string& dir, const InspectResult& r);
 
 namespace mantissa::train {
 
-// `mantissa train --watch [k]`: probes the cast sites of every k-th step and
-// prints a warning line when a verdict fires (SQNR floor, repeated
-// saturation); no shadow, so no loss gap or update cosine. Hook before_step /
-// after_step into RunOptions.
+// The Adam whose moments are kept in a low-precision format, behind any
+// wrapper (IndependentDecay); null for other optimizers and fp32 moments.
+optim::Adam* low_precision_adam(optim::Optimizer* opt);
+
+// `mantissa train --watch [k]`: probes the cast sites of every k-th step
+// (with `opt`, also its low-precision Adam moments) and prints a warning line
+// when a verdict fires (SQNR floor, repeated saturation); no shadow, so no
+// loss gap or update cosine. Hook before_step / after_step into RunOptions.
 // Values --watch looks at per cast: fractions and SQNR of 4096 evenly
 // strided values are within about a percent of the whole tensor's, at a
 // cost that stays small beside the step's.
 inline constexpr int64_t kWatchValues = 4096;
 class Watch {
  public:
-  Watch(nn::Model& model, int64_t every, int64_t max_values, VerdictOptions o, FILE* log);
+  Watch(nn::Model& model, int64_t every, int64_t max_values, VerdictOptions o, FILE* log,
+        optim::Optimizer* opt = nullptr);
   void before_step(int64_t step);
   void after_step(int64_t step);
   const Verdicts& verdicts() const { return verdicts_; }
 
  private:
   std::shared_ptr<Probe> probe_;
+  optim::Adam* adam_;
   int64_t every_;
   Verdicts verdicts_;
   FILE* log_;

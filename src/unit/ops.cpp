@@ -172,65 +172,19 @@ Var unit_rms_norm(Tape& t, const Var& x, const Var& weight, const scaling::Scale
     throw std::invalid_argument("unit_rms_norm: weight " + shape_str(weight.shape()) + " does not match input " +
                                 shape_str(x.shape()));
   Tensor y = Tensor::empty(x.shape()), rinv = Tensor::empty({N});
-  const float* xv = x.value.f32();
-  const float* w = weight.value.f32();
-  float* o = y.f32();
-  float* r = rinv.f32();
-  const float alpha = f(s.fwd);
-  {
-    const cpu::profile::Scope profile_scope(cpu::profile::Category::norms);
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < N; ++i) {
-      double ss = 0;
-      for (int64_t c = 0; c < C; ++c) ss += static_cast<double>(xv[i * C + c]) * xv[i * C + c];
-      r[i] = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(C) + eps));
-      for (int64_t c = 0; c < C; ++c) o[i * C + c] = alpha * xv[i * C + c] * r[i] * w[c];
-    }
-  }
+  kernels::rmsnorm_forward(y.f32(), rinv.f32(), x.value.f32(), weight.value.f32(), f(s.fwd), N, C, eps);
   const bool record = t.wants_grad({&x, &weight});
   Var out = Tape::result(std::move(y), record);
   if (record)
     t.record([N, C, bx = f(s.bwd[0]), bw = f(s.bwd[1]), xs = t.save(x.value), wt = weight.value, rinv,
               xn = x.node, wn = weight.node, on = out.node]() {
       if (!on->has_grad()) return;
-      const cpu::profile::Scope profile_scope(cpu::profile::Category::norms);
-      const Tensor xr = Tape::restore(xs);
-      const float* xv2 = xr.f32();
-      const float* w2 = wt.f32();
-      const float* r2 = rinv.f32();
-      const float* dy = on->grad.f32();
       float* dx = xn ? xn->buffer().f32() : nullptr;
-      // Rows in parallel; each thread sums its rows' weight gradient in fp64, the
-      // partial sums are added in thread order (the same result for the same thread count).
-      const int threads = omp_get_max_threads();
-      std::vector<double> dw(static_cast<size_t>(threads * C), 0.0);
-#pragma omp parallel num_threads(threads)
-      {
-        double* part = dw.data() + static_cast<size_t>(omp_get_thread_num()) * static_cast<size_t>(C);
-#pragma omp for schedule(static)
-        for (int64_t i = 0; i < N; ++i) {
-          double dot = 0;
-          for (int64_t c = 0; c < C; ++c) {
-            const double xh = static_cast<double>(xv2[i * C + c]) * r2[i];
-            dot += xh * w2[c] * dy[i * C + c];
-            part[c] += xh * dy[i * C + c];
-          }
-          dot /= static_cast<double>(C);
-          if (dx)
-            for (int64_t c = 0; c < C; ++c) {
-              const double xh = static_cast<double>(xv2[i * C + c]) * r2[i];
-              dx[i * C + c] += static_cast<float>(bx * r2[i] * (w2[c] * dy[i * C + c] - xh * dot));
-            }
-        }
-      }
-      if (wn) {
-        float* g = wn->buffer().f32();
-        for (int64_t c = 0; c < C; ++c) {
-          double sum = 0;
-          for (int th = 0; th < threads; ++th) sum += dw[static_cast<size_t>(th * C + c)];
-          g[c] += static_cast<float>(bw * sum);
-        }
-      }
+      float* dw = wn ? wn->buffer().f32() : nullptr;
+      if (xs.dtype() == DType::bf16)  // widened row by row, no fp32 copy
+        kernels::rmsnorm_backward_bf16x(dx, dw, on->grad.f32(), xs.data<uint16_t>(), wt.f32(), rinv.f32(), bx, bw, N, C);
+      else
+        kernels::rmsnorm_backward(dx, dw, on->grad.f32(), Tape::restore(xs).f32(), wt.f32(), rinv.f32(), bx, bw, N, C);
     });
   return out;
 }

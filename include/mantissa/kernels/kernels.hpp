@@ -74,6 +74,16 @@ void layernorm_backward_codes(float* dx, float* dweight, float* dbias, const flo
                               const formats::Table16& table, float fold, const float* weight, const float* mean,
                               const float* rstd, int64_t N, int64_t C);
 
+// RMSNorm: out [N, C] = alpha x rinv w, rinv [N] = 1/sqrt(mean(x^2) + eps) saved for backward;
+// dx += bx rinv (w dout - xh mean(xh w dout)), dweight += bw sum_rows xh dout, xh = x rinv (dx may be null).
+void rmsnorm_forward(float* out, float* rinv, const float* x, const float* weight, float alpha, int64_t N, int64_t C,
+                     float eps);
+void rmsnorm_backward(float* dx, float* dweight, const float* dout, const float* x, const float* weight,
+                      const float* rinv, float bx, float bw, int64_t N, int64_t C);
+// The same with x stored as bf16 codes (exactly widened, row by row).
+void rmsnorm_backward_bf16x(float* dx, float* dweight, const float* dout, const uint16_t* x16, const float* weight,
+                            const float* rinv, float bx, float bw, int64_t N, int64_t C);
+
 // out [N, C] = x [N, C] + bias [C]; dbias [C] += column sums of dout [N, C].
 void bias_add(float* out, const float* x, const float* bias, int64_t N, int64_t C);
 void bias_backward(float* dbias, const float* dout, int64_t N, int64_t C);

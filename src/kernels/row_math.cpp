@@ -46,6 +46,18 @@ MANTISSA_CLONES void span_swiglu_forward(float* out, const float* g, const float
 
 MANTISSA_CLONES void span_swiglu_backward(float* dg, float* du, const float* g, const float* u, const float* dy,
                                           int64_t n, float alpha, float beta) {
+  if (du && dg) {  // one sigmoid per element for both
+    // g[i] read once: re-read after the store to du (which may alias g), the
+    // compiler would contract 1 + g (1 - s) into an fma, which the loops
+    // below do not, and the bits would differ from theirs.
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) {
+      const float x = g[i], s = vsigmoid(x);
+      du[i] += alpha * x * s * dy[i];
+      dg[i] += beta * s * (1.0f + x * (1.0f - s)) * u[i] * dy[i];
+    }
+    return;
+  }
   if (du) {
 #pragma omp simd
     for (int64_t i = 0; i < n; ++i) du[i] += alpha * g[i] * vsigmoid(g[i]) * dy[i];

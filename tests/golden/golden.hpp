@@ -1,6 +1,7 @@
-// Helpers shared by tests/nn/test_golden_{gpt,mlp}.cpp: read a golden file written by
-// tests/golden/make_golden.py, load its weights into a model by parameter name, and measure
-// how far mantissa's numbers are from the float64 PyTorch reference.
+// Helpers shared by tests/nn/test_golden_{gpt,mlp,llama,bert}.cpp: read a golden file written by
+// tests/golden/make_golden*.py, build its model with its weights loaded by parameter name, and
+// measure how far mantissa's logits, loss, gradients and AdamW losses are from the float64
+// PyTorch reference.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -9,6 +10,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string>
@@ -139,6 +141,49 @@ inline std::vector<double> adamw_losses(const Golden& g, nn::Model& model, const
     opt->step(h["lr"].get<double>());
   }
   return losses;
+}
+
+// The golden batch (inputs, targets).
+inline nn::Batch batch_of(const Golden& g) { return {g.at("inputs").clone(), g.at("targets").clone()}; }
+
+// g = golden file `name`; model = the M of config_of(g) holding the file's weights.
+template <class M, class ConfigOf>
+void load_model(const std::string& name, ConfigOf config_of, Golden& g, std::unique_ptr<M>& model) {
+  g = load_golden(name);
+  model = std::make_unique<M>(config_of(g));
+  load_parameters(g, *model);
+}
+
+inline void expect_logits(const Golden& g, nn::Model& model) {
+  const double rel = rel_max_diff(model.logits(g.at("inputs")), g.at("logits"));
+  std::printf("logits rel max diff %.2e\n", rel);
+  EXPECT_LE(rel, kLogitsRelTol);
+}
+
+// One forward/backward of the golden batch with gradients of the mean loss (left in the
+// model's parameters); the loss and the count of targets that count against the reference.
+inline void expect_mean_loss(const Golden& g, nn::Model& model) {
+  const int64_t count = g.meta_int("loss_count");
+  model.zero_grad();
+  const nn::LossSum ls = model.forward_backward(batch_of(g), 1.0f / static_cast<float>(count));
+  ASSERT_EQ(ls.count, count) << "targets -1 must be ignored";
+  const double mean = ls.sum / static_cast<double>(ls.count);
+  std::printf("loss mean %.9f reference %.9f\n", mean, g.meta_double("loss_mean"));
+  EXPECT_NEAR(mean, g.meta_double("loss_mean"), kLossAbsTol);
+}
+
+// The AdamW losses against the reference's, which must fall by at least min_drop (a model
+// that ignored the updates would then fail).
+inline void expect_adamw_losses(const Golden& g, nn::Model& model, double min_drop) {
+  const std::vector<double> got = adamw_losses(g, model, batch_of(g));
+  const nlohmann::json want = g.meta_json("adamw_losses");
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    std::printf("step %zu loss %.7f reference %.7f diff %.1e\n", i, got[i], want[i].get<double>(),
+                got[i] - want[i].get<double>());
+    EXPECT_NEAR(got[i], want[i].get<double>(), kAdamwLossAbsTol) << "step " << i;
+  }
+  EXPECT_LT(want.back().get<double>(), want.front().get<double>() - min_drop);
 }
 
 }  // namespace mantissa::golden

@@ -18,34 +18,22 @@ On demand only (transformers is too heavy for CI). transformers 4.36 runs on Deb
 """
 import json
 import os
-import shutil
 import sys
 
 import torch
-import transformers
 from transformers import BertForMaskedLM
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from make_golden import save_safetensors  # noqa: E402
-
-OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "bert_hf")
+import hf_golden
 
 
 def main(argv):
-    if len(argv) != 2:
-        sys.exit("usage: make_golden_bert_hf.py MANTISSA_SAVED_DIR")
-    src = argv[1]
+    src = hf_golden.source_dir(argv, "make_golden_bert_hf.py")
     with open(os.path.join(src, "config.json")) as f:
         extra = json.load(f)["mantissa"]
     if extra.get("norm") != "post":
         sys.exit(f"{src}: transformers' BERT is post-norm; this model is {extra.get('norm')}-norm")
     cls, sep, pad = extra["cls_token_id"], extra["sep_token_id"], extra["byte_vocab"] + 3
-    model, info = BertForMaskedLM.from_pretrained(src, output_loading_info=True, torch_dtype=torch.float32)
-    bad = {k: v for k, v in info.items() if v}
-    if bad:
-        sys.exit(f"{src}: transformers did not load it strictly: {bad}")
-    model.eval()
-    torch.set_num_threads(1)
+    model = hf_golden.load_strictly(BertForMaskedLM, src)
     gen = torch.Generator().manual_seed(77)
     T = model.config.max_position_embeddings
     rows = []
@@ -61,14 +49,7 @@ def main(argv):
         types[b, first + 1:int(mask[b].sum())] = 1
     with torch.no_grad():
         logits = model(input_ids=ids, attention_mask=mask, token_type_ids=types).logits.float()
-    os.makedirs(OUT, exist_ok=True)
-    for name in ("config.json", "model.safetensors"):
-        shutil.copyfile(os.path.join(src, name), os.path.join(OUT, name))
-    save_safetensors(os.path.join(OUT, "hf_logits.safetensors"),
-                     [("ids", ids.to(torch.int32)), ("logits", logits)],
-                     {"generator": f"tests/golden/make_golden_bert_hf.py, transformers {transformers.__version__}, "
-                                   f"torch {torch.__version__}"})
-    print(f"{src}: strict load ok, logits {tuple(logits.shape)} written to {OUT}")
+    hf_golden.write("bert", src, ids, logits, "make_golden_bert_hf.py")
 
 
 if __name__ == "__main__":

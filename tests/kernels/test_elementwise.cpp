@@ -3,6 +3,7 @@
 // OpenMP paths run.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -86,6 +87,31 @@ TEST(Gelu, BackwardIsFiniteFarLeftOfZero) {
     ASSERT_TRUE(std::isfinite(dx[i])) << "x=" << x[i];
     EXPECT_NEAR(dx[i], gelu_grad_ref(x[i]), 1e-6 + 1e-5 * std::fabs(gelu_grad_ref(x[i]))) << "x=" << x[i];
   }
+}
+
+// Backward of out = alpha g sigmoid(g) u against float64 (sigmoid through vexp: a few
+// ulp), accumulating into nonzero gradients; both outputs at once give the bits each
+// gives alone.
+TEST(Swiglu, BackwardMatchesFloat64AndEachOutputAlone) {
+  const auto g = random_floats(kN, 1, -8.0f, 8.0f), u = random_floats(kN, 2), dy = random_floats(kN, 3);
+  const auto dg0 = random_floats(kN, 4), du0 = random_floats(kN, 5);
+  const float alpha = 1.5f, beta = 0.25f;
+  std::vector<float> dg = dg0, du = du0, dg_alone = dg0, du_alone = du0;
+  swiglu_backward(dg.data(), du.data(), g.data(), u.data(), dy.data(), kN, alpha, beta);
+  swiglu_backward(dg_alone.data(), nullptr, g.data(), u.data(), dy.data(), kN, alpha, beta);
+  swiglu_backward(nullptr, du_alone.data(), g.data(), u.data(), dy.data(), kN, alpha, beta);
+  double worst_g = 0, worst_u = 0;
+  for (int64_t i = 0; i < kN; ++i) {
+    ASSERT_EQ(dg[i], dg_alone[i]) << i;
+    ASSERT_EQ(du[i], du_alone[i]) << i;
+    const double x = g[i], s = 1.0 / (1.0 + std::exp(-x));
+    const double want_u = du0[i] + alpha * x * s * dy[i];
+    const double want_g = dg0[i] + beta * s * (1.0 + x * (1.0 - s)) * u[i] * dy[i];
+    worst_u = std::max(worst_u, std::abs(du[i] - want_u) / std::max(1.0, std::abs(want_u)));
+    worst_g = std::max(worst_g, std::abs(dg[i] - want_g) / std::max(1.0, std::abs(want_g)));
+  }
+  EXPECT_LT(worst_u, 16 * kEps32);
+  EXPECT_LT(worst_g, 16 * kEps32);
 }
 
 TEST(Relu, ForwardAndBackward) {

@@ -14,6 +14,7 @@
 namespace mantissa {
 namespace {
 
+using golden::batch_of;
 using golden::Golden;
 
 nn::GPTConfig config_of(const Golden& g) {
@@ -27,35 +28,19 @@ nn::GPTConfig config_of(const Golden& g) {
   return c;
 }
 
-nn::Batch batch_of(const Golden& g) { return {g.at("inputs").clone(), g.at("targets").clone()}; }
-
 class GoldenGPT : public ::testing::Test {
  protected:
   void SetUp() override {
-    g_ = golden::load_golden("gpt");
-    model_ = std::make_unique<nn::GPT>(config_of(g_));
-    golden::load_parameters(g_, *model_);
+    golden::load_model("gpt", config_of, g_, model_);
   }
   Golden g_;
   std::unique_ptr<nn::GPT> model_;
 };
 
-TEST_F(GoldenGPT, LogitsMatchReference) {
-  Tensor logits = model_->logits(g_.at("inputs"));
-  double rel = golden::rel_max_diff(logits, g_.at("logits"));
-  std::printf("logits rel max diff %.2e\n", rel);
-  EXPECT_LE(rel, golden::kLogitsRelTol);
-}
+TEST_F(GoldenGPT, LogitsMatchReference) { golden::expect_logits(g_, *model_); }
 
 TEST_F(GoldenGPT, LossAndAllGradientsMatchReference) {
-  nn::Batch batch = batch_of(g_);
-  const int64_t count = g_.meta_int("loss_count");
-  model_->zero_grad();
-  nn::LossSum ls = model_->forward_backward(batch, 1.0f / static_cast<float>(count));
-  ASSERT_EQ(ls.count, count) << "targets -1 must be ignored";
-  const double mean = ls.sum / static_cast<double>(ls.count);
-  std::printf("loss mean %.9f reference %.9f\n", mean, g_.meta_double("loss_mean"));
-  EXPECT_NEAR(mean, g_.meta_double("loss_mean"), golden::kLossAbsTol);
+  ASSERT_NO_FATAL_FAILURE(golden::expect_mean_loss(g_, *model_));
   double worst = golden::expect_gradients(g_, *model_, golden::kGradRelTol);
   std::printf("worst gradient rel max diff %.2e (PyTorch fp32: %.2e)\n", worst,
               g_.meta_double("torch_fp32_grad_rel_err"));
@@ -70,18 +55,7 @@ TEST_F(GoldenGPT, EvaluateMatchesReferenceLoss) {
 
 TEST_F(GoldenGPT, DecayFlagsMatchReferenceOptimizer) { golden::expect_decay_flags(g_, *model_); }
 
-TEST_F(GoldenGPT, TenAdamWStepsMatchReferenceLosses) {
-  std::vector<double> got = golden::adamw_losses(g_, *model_, batch_of(g_));
-  nlohmann::json want = g_.meta_json("adamw_losses");
-  ASSERT_EQ(got.size(), want.size());
-  for (size_t i = 0; i < got.size(); ++i) {
-    std::printf("step %zu loss %.7f reference %.7f diff %.1e\n", i, got[i], want[i].get<double>(),
-                got[i] - want[i].get<double>());
-    EXPECT_NEAR(got[i], want[i].get<double>(), golden::kAdamwLossAbsTol) << "step " << i;
-  }
-  // The reference really trains: a model that ignored the updates would fail above.
-  EXPECT_LT(want.back().get<double>(), want.front().get<double>() - 0.5);
-}
+TEST_F(GoldenGPT, TenAdamWStepsMatchReferenceLosses) { golden::expect_adamw_losses(g_, *model_, 0.5); }
 
 // The comparison is sharp enough to see a weight stored [out, in] instead of GPT-2's
 // Conv1D [in, out]: transposing one square c_proj weight moves the loss far past tolerance.

@@ -14,6 +14,7 @@
 namespace mantissa {
 namespace {
 
+using golden::batch_of;
 using golden::Golden;
 
 nn::LlamaConfig config_of(const Golden& g) {
@@ -30,45 +31,26 @@ nn::LlamaConfig config_of(const Golden& g) {
   return c;
 }
 
-nn::Batch batch_of(const Golden& g) { return {g.at("inputs").clone(), g.at("targets").clone()}; }
-
 class GoldenLlama : public ::testing::Test {
  protected:
   void SetUp() override {
-    g_ = golden::load_golden("llama");
-    model_ = std::make_unique<nn::Llama>(config_of(g_));
-    golden::load_parameters(g_, *model_);
+    golden::load_model("llama", config_of, g_, model_);
   }
   Golden g_;
   std::unique_ptr<nn::Llama> model_;
 };
 
-TEST_F(GoldenLlama, LogitsMatchReference) {
-  const double rel = golden::rel_max_diff(model_->logits(g_.at("inputs")), g_.at("logits"));
-  std::printf("logits rel max diff %.2e\n", rel);
-  EXPECT_LE(rel, golden::kLogitsRelTol);
-}
+TEST_F(GoldenLlama, LogitsMatchReference) { golden::expect_logits(g_, *model_); }
 
 TEST_F(GoldenLlama, LossAndAllGradientsMatchReference) {
-  const int64_t count = g_.meta_int("loss_count");
-  model_->zero_grad();
-  const nn::LossSum ls = model_->forward_backward(batch_of(g_), 1.0f / static_cast<float>(count));
-  ASSERT_EQ(ls.count, count) << "targets -1 must be ignored";
-  EXPECT_NEAR(ls.sum / static_cast<double>(ls.count), g_.meta_double("loss_mean"), golden::kLossAbsTol);
+  ASSERT_NO_FATAL_FAILURE(golden::expect_mean_loss(g_, *model_));
   const double worst = golden::expect_gradients(g_, *model_, golden::kGradRelTol);
   std::printf("worst gradient rel max diff %.2e (PyTorch fp32: %.2e)\n", worst, g_.meta_double("torch_fp32_grad_rel_err"));
 }
 
 TEST_F(GoldenLlama, DecayFlagsMatchReferenceOptimizer) { golden::expect_decay_flags(g_, *model_); }
 
-TEST_F(GoldenLlama, TenAdamWStepsMatchReferenceLosses) {
-  const std::vector<double> got = golden::adamw_losses(g_, *model_, batch_of(g_));
-  const nlohmann::json want = g_.meta_json("adamw_losses");
-  ASSERT_EQ(got.size(), want.size());
-  for (size_t i = 0; i < got.size(); ++i)
-    EXPECT_NEAR(got[i], want[i].get<double>(), golden::kAdamwLossAbsTol) << "step " << i;
-  EXPECT_LT(want.back().get<double>(), want.front().get<double>() - 0.5);
-}
+TEST_F(GoldenLlama, TenAdamWStepsMatchReferenceLosses) { golden::expect_adamw_losses(g_, *model_, 0.5); }
 
 // Smooth-SwiGLU only moves a power-of-two scale between the SwiGLU product and the down
 // projection's weight: in fp32 the logits and gradients are those of the plain model.

@@ -12,6 +12,7 @@
 namespace mantissa {
 namespace {
 
+using golden::batch_of;
 using golden::Golden;
 
 nn::MLPConfig config_of(const Golden& g) {
@@ -24,33 +25,19 @@ nn::MLPConfig config_of(const Golden& g) {
   return c;
 }
 
-nn::Batch batch_of(const Golden& g) { return {g.at("inputs").clone(), g.at("targets").clone()}; }
-
 class GoldenMLP : public ::testing::Test {
  protected:
   void SetUp() override {
-    g_ = golden::load_golden("mlp");
-    model_ = std::make_unique<nn::MLP>(config_of(g_));
-    golden::load_parameters(g_, *model_);
+    golden::load_model("mlp", config_of, g_, model_);
   }
   Golden g_;
   std::unique_ptr<nn::MLP> model_;
 };
 
-TEST_F(GoldenMLP, LogitsMatchReference) {
-  double rel = golden::rel_max_diff(model_->logits(g_.at("inputs")), g_.at("logits"));
-  std::printf("logits rel max diff %.2e\n", rel);
-  EXPECT_LE(rel, golden::kLogitsRelTol);
-}
+TEST_F(GoldenMLP, LogitsMatchReference) { golden::expect_logits(g_, *model_); }
 
 TEST_F(GoldenMLP, LossAndAllGradientsMatchReference) {
-  const int64_t count = g_.meta_int("loss_count");
-  model_->zero_grad();
-  nn::LossSum ls = model_->forward_backward(batch_of(g_), 1.0f / static_cast<float>(count));
-  ASSERT_EQ(ls.count, count);
-  const double mean = ls.sum / static_cast<double>(ls.count);
-  std::printf("loss mean %.9f reference %.9f\n", mean, g_.meta_double("loss_mean"));
-  EXPECT_NEAR(mean, g_.meta_double("loss_mean"), golden::kLossAbsTol);
+  ASSERT_NO_FATAL_FAILURE(golden::expect_mean_loss(g_, *model_));
   double worst = golden::expect_gradients(g_, *model_, golden::kGradRelTol);
   std::printf("worst gradient rel max diff %.2e (PyTorch fp32: %.2e)\n", worst,
               g_.meta_double("torch_fp32_grad_rel_err"));
@@ -65,17 +52,7 @@ TEST_F(GoldenMLP, EvaluateMatchesReferenceLoss) {
 
 TEST_F(GoldenMLP, DecayFlagsMatchReferenceOptimizer) { golden::expect_decay_flags(g_, *model_); }
 
-TEST_F(GoldenMLP, TenAdamWStepsMatchReferenceLosses) {
-  std::vector<double> got = golden::adamw_losses(g_, *model_, batch_of(g_));
-  nlohmann::json want = g_.meta_json("adamw_losses");
-  ASSERT_EQ(got.size(), want.size());
-  for (size_t i = 0; i < got.size(); ++i) {
-    std::printf("step %zu loss %.7f reference %.7f diff %.1e\n", i, got[i], want[i].get<double>(),
-                got[i] - want[i].get<double>());
-    EXPECT_NEAR(got[i], want[i].get<double>(), golden::kAdamwLossAbsTol) << "step " << i;
-  }
-  EXPECT_LT(want.back().get<double>(), want.front().get<double>() - 0.1);
-}
+TEST_F(GoldenMLP, TenAdamWStepsMatchReferenceLosses) { golden::expect_adamw_losses(g_, *model_, 0.1); }
 
 }  // namespace
 }  // namespace mantissa

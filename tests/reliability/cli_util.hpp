@@ -12,7 +12,6 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
-#include <random>
 #include <sstream>
 #include <string>
 
@@ -60,10 +59,7 @@ class Scratch : public ::testing::Test {
            ("mantissa_rel_" + std::string(info->name()) + "_" + std::to_string(::getpid()));
     fs::remove_all(dir_);
     fs::create_directories(dir_);
-    std::mt19937_64 rng(3);
-    const char* words[] = {"the ", "quick ", "brown ", "fox ", "jumps ", "over ", "lazy ", "dog", ".\n", ", "};
-    std::string text;
-    while (text.size() < 6000) text += words[rng() % std::size(words)];
+    const std::string text = cli_test::word_corpus(6000, 3);
     write(dir_ / "corpus.txt", text);
   }
   void TearDown() override { fs::remove_all(dir_); }

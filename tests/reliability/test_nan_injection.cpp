@@ -12,7 +12,6 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
-#include <random>
 #include <string>
 
 #include "mantissa/train/checkpoint.hpp"
@@ -20,6 +19,7 @@
 #include "mantissa/train/finite.hpp"
 #include "mantissa/train/run.hpp"
 #include "mantissa/train/session.hpp"
+#include "train/cli_util.hpp"
 
 namespace {
 
@@ -37,10 +37,7 @@ class NanInjection : public ::testing::TestWithParam<std::string> {
     dir_ = fs::temp_directory_path() / ("mantissa_nan_" + std::to_string(::getpid()));
     fs::remove_all(dir_);
     fs::create_directories(dir_);
-    std::mt19937_64 rng(5);
-    const char* words[] = {"the ", "quick ", "brown ", "fox ", "jumps ", "over ", "lazy ", "dog", ".\n", ", "};
-    std::string text;
-    while (text.size() < 6000) text += words[rng() % std::size(words)];
+    const std::string text = cli_test::word_corpus(6000, 5);
     std::ofstream(dir_ / "corpus.txt") << text;
   }
   void TearDown() override { fs::remove_all(dir_); }

@@ -3,6 +3,7 @@
 // losses, the parametrisation the recipe asks for, and its operand casts
 // really happening on this model (counted at the quantiser each recipe
 // installs). u-muP recipes, implemented for the GPT only, must be refused.
+// TinyRun gives such a run of a model on a generated corpus.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -16,6 +17,8 @@
 
 #include "mantissa/amp/recipe.hpp"
 #include "mantissa/train/session.hpp"
+#include "temp_dir.hpp"
+#include "train/cli_util.hpp"
 
 namespace mantissa::recipe_test {
 
@@ -40,6 +43,36 @@ class CountingQuantiser final : public autograd::OperandQuantiser {
 
  private:
   std::shared_ptr<autograd::OperandQuantiser> inner_;
+};
+
+// A tiny run of `model` (2 blocks of width 32, 4 heads, 16 tokens, 4 rows,
+// 3 steps, one thread) on 20 kB of generated words in a private directory.
+class TinyRun {
+ public:
+  explicit TinyRun(std::string model) : model_(std::move(model)), dir_(model_ + "_recipes") {
+    corpus_ = dir_.write("corpus.txt", cli_test::word_corpus(20000, 5));
+  }
+  train::TrainConfig config(const std::string& recipe) const {
+    train::TrainConfig c;
+    c.model = model_;
+    c.data = corpus_;
+    c.layers = 2;
+    c.d_model = 32;
+    c.heads = 4;
+    c.seq_len = 16;
+    c.batch_size = 4;
+    c.steps = 3;
+    c.warmup = 1;
+    c.eval_batches = 1;
+    c.threads = 1;
+    c.recipe = recipe;
+    return c;
+  }
+
+ private:
+  std::string model_;
+  TempDir dir_;
+  std::string corpus_;
 };
 
 // config(recipe) gives the tiny run of `kind`; `check` sees each session after its steps.

@@ -6,14 +6,11 @@
 // 2 nats and the masked accuracy reaches the most frequent byte's share, on
 // the default corpus when fetched (else a generated one).
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <cmath>
 #include <filesystem>
-#include <fstream>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -24,39 +21,9 @@ namespace mantissa {
 namespace {
 namespace fs = std::filesystem;
 
-class BertRecipes : public ::testing::Test {
- protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("mantissa_bert_recipes_" + std::to_string(::getpid()));
-    fs::create_directories(dir_);
-    std::mt19937_64 rng(5);
-    const char* words[] = {"the ", "quick ", "brown ", "fox ", "jumps ", "over ", "lazy ", "dog", ".\n", ", "};
-    std::string text;
-    while (text.size() < 20000) text += words[rng() % std::size(words)];
-    std::ofstream(dir_ / "corpus.txt") << text;
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  train::TrainConfig tiny(const std::string& recipe) const {
-    train::TrainConfig c;
-    c.model = "bert";
-    c.data = (dir_ / "corpus.txt").string();
-    c.layers = 2;
-    c.d_model = 32;
-    c.heads = 4;
-    c.seq_len = 16;
-    c.batch_size = 4;
-    c.steps = 3;
-    c.warmup = 1;
-    c.eval_batches = 1;
-    c.threads = 1;
-    c.recipe = recipe;
-    return c;
-  }
-  fs::path dir_;
-};
-
-TEST_F(BertRecipes, EveryRecipeTrainsWithItsCasts) {
-  recipe_test::expect_every_recipe_trains("bert", [this](const std::string& r) { return tiny(r); },
+TEST(BertRecipes, EveryRecipeTrainsWithItsCasts) {
+  const recipe_test::TinyRun run("bert");
+  recipe_test::expect_every_recipe_trains("bert", [&](const std::string& r) { return run.config(r); },
                                           [](train::Session& s) { EXPECT_GE(s.trainer->evaluate().masked_accuracy, 0.0); });
 }
 
@@ -73,11 +40,12 @@ double majority_share(const data::EvalSource& val) {
   return static_cast<double>(*std::max_element(n.begin(), n.end())) / static_cast<double>(total);
 }
 
-TEST_F(BertRecipes, LearnsUnderTheMainRecipeFamilies) {
+TEST(BertRecipes, LearnsUnderTheMainRecipeFamilies) {
+  const recipe_test::TinyRun run("bert");
   const fs::path corpus = fs::path(MANTISSA_SOURCE_DIR) / ".cache" / "data" / "austen.txt";
   for (const char* recipe : {"fp32", "bf16-amp", "fp8-delayed", "unit-fp32"}) {
     SCOPED_TRACE(recipe);
-    train::TrainConfig c = tiny(recipe);
+    train::TrainConfig c = run.config(recipe);
     if (fs::exists(corpus)) c.data = corpus.string();
     c.d_model = 64;
     c.seq_len = 32;

@@ -12,7 +12,6 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <random>
 #include <sstream>
 
 #include "train/cli_util.hpp"
@@ -37,10 +36,7 @@ class CliInspect : public ::testing::Test {
     dir_ = fs::temp_directory_path() / ("mantissa_cli_inspect_" + std::to_string(::getpid()));
     fs::remove_all(dir_);
     fs::create_directories(dir_);
-    std::mt19937_64 rng(5);
-    const char* words[] = {"the ", "quick ", "brown ", "fox ", "jumps ", "over ", "lazy ", "dog", ".\n", ", "};
-    std::string text;
-    while (text.size() < 20000) text += words[rng() % std::size(words)];
+    const std::string text = cli_test::word_corpus(20000, 5);
     std::ofstream(dir_ / "corpus.txt") << text;
   }
   void TearDown() override { fs::remove_all(dir_); }

@@ -63,10 +63,7 @@ class Experiment : public ::testing::Test {
     dir_ = fs::temp_directory_path() / ("mantissa_experiment_" + std::to_string(::getpid()));
     fs::remove_all(dir_);
     fs::create_directories(dir_ / "fmnist");
-    std::mt19937_64 rng(5);
-    const char* words[] = {"the ", "quick ", "brown ", "fox ", "jumps ", "over ", "lazy ", "dog", ".\n", ", "};
-    std::string text;
-    while (text.size() < 8000) text += words[rng() % std::size(words)];
+    const std::string text = cli_test::word_corpus(8000, 5);
     std::ofstream(dir_ / "corpus.txt") << text;
     write_idx_set(dir_ / "fmnist", "train", 256, 1);
     write_idx_set(dir_ / "fmnist", "t10k", 64, 2);

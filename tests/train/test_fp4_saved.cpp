@@ -12,13 +12,13 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <random>
 #include <string>
 
 #include "mantissa/autograd/policy.hpp"
 #include "mantissa/nn/module.hpp"
 #include "mantissa/tensor/memory.hpp"
 #include "mantissa/train/session.hpp"
+#include "train/cli_util.hpp"
 
 namespace mantissa {
 namespace {
@@ -62,10 +62,7 @@ class Fp4Saved : public ::testing::Test {
   void SetUp() override {
     dir_ = fs::temp_directory_path() / ("mantissa_fp4_saved_" + std::to_string(::getpid()));
     fs::create_directories(dir_);
-    std::mt19937_64 rng(3);
-    const char* words[] = {"the ", "quick ", "brown ", "fox ", "jumps ", "over ", "lazy ", "dog", ".\n", ", "};
-    std::string text;
-    while (text.size() < 20000) text += words[rng() % std::size(words)];
+    const std::string text = cli_test::word_corpus(20000, 3);
     std::ofstream(dir_ / "corpus.txt") << text;
   }
   void TearDown() override { fs::remove_all(dir_); }

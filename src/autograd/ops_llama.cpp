@@ -26,9 +26,14 @@ Var swiglu(Tape& t, const Var& gate, const Var& up, float alpha, float beta) {
   t.record([=, gs = t.save_compact(gate.value), us = t.save_compact(up.value), gn = gate.node, un = up.node,
             on = out.node]() {
     if (!on->has_grad()) return;
+    float* dg = gn ? gn->buffer().f32() : nullptr;
+    float* du = un ? un->buffer().f32() : nullptr;
+    if (gs.dtype() == DType::bf16 && us.dtype() == DType::bf16) {  // widened block by block, no fp32 copies
+      kernels::swiglu_backward_bf16x(dg, du, gs.data<uint16_t>(), us.data<uint16_t>(), on->grad.f32(), n, alpha, beta);
+      return;
+    }
     const Tensor g32 = Tape::restore(gs), u32 = Tape::restore(us);
-    kernels::swiglu_backward(gn ? gn->buffer().f32() : nullptr, un ? un->buffer().f32() : nullptr, g32.f32(),
-                             u32.f32(), on->grad.f32(), n, alpha, beta);
+    kernels::swiglu_backward(dg, du, g32.f32(), u32.f32(), on->grad.f32(), n, alpha, beta);
   });
   return out;
 }

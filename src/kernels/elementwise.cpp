@@ -98,6 +98,24 @@ void swiglu_backward(float* dgate, float* dup, const float* gate, const float* u
   });
 }
 
+// gate and up kept as bf16 codes: widened block by block on the stack, the
+// same bits as widening them first.
+void swiglu_backward_bf16x(float* dgate, float* dup, const uint16_t* gate16, const uint16_t* up16, const float* dy,
+                           int64_t n, float alpha, float beta) {
+  cpu::profile::Scope profile_scope(cpu::profile::Category::elementwise);
+  for_chunks(n, [&](int64_t b, int64_t e) {
+    constexpr int64_t kBlock = 1024;
+    alignas(64) float g[kBlock];
+    alignas(64) float u[kBlock];
+    for (int64_t i = b; i < e; i += kBlock) {
+      const int64_t m = std::min(kBlock, e - i);
+      span_from_bf16(g, gate16 + i, m);
+      span_from_bf16(u, up16 + i, m);
+      span_swiglu_backward(dgate ? dgate + i : nullptr, dup ? dup + i : nullptr, g, u, dy + i, m, alpha, beta);
+    }
+  });
+}
+
 // ---- GELU (GPT-2 tanh approximation), vectorised in row_math.cpp ----------------
 void gelu_forward(float* out, const float* x, int64_t n, float scale) {
   cpu::profile::Scope profile_scope(cpu::profile::Category::elementwise);

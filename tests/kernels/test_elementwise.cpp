@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -112,6 +113,29 @@ TEST(Swiglu, BackwardMatchesFloat64AndEachOutputAlone) {
   }
   EXPECT_LT(worst_u, 16 * kEps32);
   EXPECT_LT(worst_g, 16 * kEps32);
+}
+
+// gate and up read as bf16 codes give the bits of the fp32 kernel on the widened
+// codes (odd length: block and vector tails).
+TEST(Swiglu, BackwardBf16InputsMatchWidenedFp32) {
+  const int64_t n = kN - 3;
+  const auto g = random_floats(n, 11, -8.0f, 8.0f), u = random_floats(n, 12), dy = random_floats(n, 13);
+  std::vector<uint16_t> g16(n), u16(n);
+  f32_to_bf16(g16.data(), g.data(), n);
+  f32_to_bf16(u16.data(), u.data(), n);
+  std::vector<float> gw(n), uw(n);
+  for (int64_t i = 0; i < n; ++i) {
+    gw[i] = test::round_to_bf16(g[i]);
+    uw[i] = test::round_to_bf16(u[i]);
+  }
+  std::vector<float> dg1(n, 0.5f), du1(n, -0.5f), dg2 = dg1, du2 = du1;
+  swiglu_backward(dg1.data(), du1.data(), gw.data(), uw.data(), dy.data(), n, 1.5f, 0.25f);
+  swiglu_backward_bf16x(dg2.data(), du2.data(), g16.data(), u16.data(), dy.data(), n, 1.5f, 0.25f);
+  for (int64_t i = 0; i < n; ++i) {
+    ASSERT_EQ(std::bit_cast<uint32_t>(dg1[i]), std::bit_cast<uint32_t>(dg2[i])) << i;
+    ASSERT_EQ(std::bit_cast<uint32_t>(du1[i]), std::bit_cast<uint32_t>(du2[i])) << i;
+  }
+  EXPECT_NE(dg2[0], 0.5f);
 }
 
 TEST(Relu, ForwardAndBackward) {

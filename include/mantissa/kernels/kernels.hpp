@@ -30,6 +30,9 @@ void scale_segments(float* out, const float* x, const float* scales, int segs, i
 void swiglu_forward(float* out, const float* gate, const float* up, int64_t n, float alpha);
 void swiglu_backward(float* dgate, float* dup, const float* gate, const float* up, const float* dy, int64_t n,
                      float alpha, float beta);
+// The same with gate and up stored as bf16 codes (exactly widened).
+void swiglu_backward_bf16x(float* dgate, float* dup, const uint16_t* gate16, const uint16_t* up16, const float* dy,
+                           int64_t n, float alpha, float beta);
 
 // GELU, tanh approximation (GPT-2). `scale` multiplies the output (forward)
 // or dout (backward) in the same pass (unit scaling); 1 keeps the bits.

@@ -40,8 +40,8 @@ DType saved_dtype(const std::string& format) {
 // if it is low precision, else its matmul format (where activation gradients
 // live), else fp16 (what a switch to fp16 would face).
 formats::Format diagnostic_format(const Recipe& r) {
-  if (r.gradient_format != "fp32") return formats::parse_format(r.gradient_format);
-  if (r.matmul_format != "fp32") return formats::parse_format(r.matmul_format);
+  if (r.gradient_format != "fp32") return r.gradient_format.value();
+  if (r.matmul_format != "fp32") return r.matmul_format.value();
   return formats::parse_format("fp16");
 }
 
@@ -78,8 +78,8 @@ autograd::PrecisionPolicy precision_policy(const Recipe& r, nn::Model* model) {
     if (model == nullptr)
       throw std::invalid_argument("recipe " + r.name + ": cast_scaling 'propagate' needs the model (its parameters' scales)");
     scaling::ScalifyOptions o;
-    o.forward_format = r.cast_forward;
-    o.backward_format = r.cast_backward;
+    o.forward_format = r.cast_forward.name();
+    o.backward_format = r.cast_backward.name();
     try {
       p.quantiser = scaling::make_scalify_quantiser(o, model->parameters());
     } catch (const std::invalid_argument& e) {
@@ -94,8 +94,8 @@ autograd::PrecisionPolicy precision_policy(const Recipe& r, nn::Model* model) {
   if (!r.cast_forward.empty() || !r.cast_backward.empty()) {
     scaling::Fp8Config c;
     c.scaling = r.cast_scaling;
-    c.forward_format = r.cast_forward;
-    c.backward_format = r.cast_backward;
+    c.forward_format = r.cast_forward.name();
+    c.backward_format = r.cast_backward.name();
     c.amax_history = r.amax_history;
     c.margin = static_cast<int>(r.cast_margin);
     c.mx_scale_rounding = r.mx_scale_rounding;
@@ -124,7 +124,7 @@ Amp::Amp(nn::Model& model, optim::Optimizer& optimizer, const Recipe& recipe, Am
       params_(model.parameters()),
       scaler_(recipe.loss_scale),
       master_(params_, recipe, options.seed),
-      grad_format_(formats::parse_format(recipe.gradient_format)),
+      grad_format_(recipe.gradient_format.value()),
       stats_format_(diagnostic_format(recipe)),
       low_gradients_(recipe.gradient_format != "fp32") {
   validate_recipe(recipe_);

@@ -22,7 +22,7 @@ uint64_t splitmix64(uint64_t x) {
 
 MasterWeights::MasterWeights(std::vector<nn::Parameter*> params, const Recipe& recipe, uint64_t seed)
     : params_(std::move(params)),
-      format_(formats::parse_format(recipe.weight_format)),
+      format_(recipe.weight_format.value()),
       rounding_(recipe.weight_rounding),
       norms_fp32_(recipe.norms_fp32),
       active_(recipe.weight_format != "fp32"),
@@ -32,8 +32,9 @@ MasterWeights::MasterWeights(std::vector<nn::Parameter*> params, const Recipe& r
                   recipe.master_format != recipe.weight_format),
       seed_(seed) {
   if (recipe.master_format != "none" && recipe.master_format != "fp32" && recipe.master_format != recipe.weight_format)
-    throw std::invalid_argument("master_format '" + recipe.master_format + "' is not supported (valid: fp32, none, or " +
-                                "the weight_format '" + recipe.weight_format + "')");
+    throw std::invalid_argument("master_format '" + recipe.master_format.name() +
+                                "' is not supported (valid: fp32, none, or the weight_format '" +
+                                recipe.weight_format.name() + "')");
   master_.resize(params_.size());
 }
 

@@ -9,7 +9,6 @@
 #include <stdexcept>
 
 #include "mantissa/formats/format.hpp"
-#include "mantissa/optim/state_format.hpp"
 #include "mantissa/io/untrusted.hpp"
 
 namespace mantissa::amp {
@@ -227,22 +226,15 @@ double parse_number(std::string_view key, std::string_view value) {
   return d;
 }
 
-void check_format(const std::string& field, const std::string& name, bool allow_none) {
-  if (allow_none && name == "none") return;
-  try {
-    formats::parse_format(name);
-  } catch (const std::invalid_argument& e) {
-    throw std::invalid_argument("recipe setting " + field + ": " + e.what());
-  }
+// A format setting's parse error, named by the recipe field.
+template <class S>
+void check_setting(const std::string& field, const S& setting) {
+  if (!setting.error().empty()) throw std::invalid_argument("recipe setting " + field + ": " + setting.error());
 }
 
-// "F" or "M/V" (optim/state_format.hpp), named by the recipe field.
-void check_state_format(const std::string& field, const std::string& v) {
-  try {
-    optim::parse_state_format(v);
-  } catch (const std::invalid_argument& e) {
-    throw std::invalid_argument("recipe setting " + field + ": " + e.what());
-  }
+void check_format(const std::string& field, const FormatSetting& format, bool allow_none) {
+  if (allow_none && format == "none") return;
+  check_setting(field, format);
 }
 
 constexpr int64_t kMaxAmaxHistory = 1 << 20;
@@ -251,13 +243,13 @@ constexpr int64_t kMaxAmaxHistory = 1 << 20;
 // (<= 8 exponent bits, <= 7 mantissa bits, 1 byte), so the cast operand can
 // be multiplied exactly through the bf16 matrix path. Scale propagation may
 // also cast to 16-bit formats (fp16, bf16): its quantiser decides.
-void check_cast_format(const std::string& field, const std::string& name, CastScaling scaling) {
-  if (name.empty()) return;
-  check_format(field, name, false);
-  const formats::Format f = formats::parse_format(name);
+void check_cast_format(const std::string& field, const FormatSetting& cast, CastScaling scaling) {
+  if (cast.empty()) return;
+  check_format(field, cast, false);
+  const formats::Format& f = cast.value();
   if (scaling == CastScaling::propagate) return;
   if (f.kind != formats::Kind::floating || f.storage_bytes() != 1 || f.exponent_bits > 8 || f.mantissa_bits > 7)
-    throw std::invalid_argument("recipe setting " + field + ": '" + name +
+    throw std::invalid_argument("recipe setting " + field + ": '" + cast.name() +
                                 "' is not a 1-byte floating format exact in bf16 (e.g. e4m3fn, e4m3fnuz, e5m2, "
                                 "e5m2fnuz); 16-bit casts need cast_scaling = propagate");
   // Scaled formats: the scale exponent can place any value of the format's
@@ -314,7 +306,7 @@ void validate_recipe(const Recipe& r) {
   check_format("gradient_format", r.gradient_format, false);
   check_format("weight_format", r.weight_format, false);
   check_format("master_format", r.master_format, true);
-  check_state_format("optimizer_state_format", r.optimizer_state_format);
+  check_setting("optimizer_state_format", r.optimizer_state_format);
   check_cast_format("cast_forward", r.cast_forward, r.cast_scaling);
   check_cast_format("cast_backward", r.cast_backward, r.cast_scaling);
   if (r.amax_history < 1 || r.amax_history > kMaxAmaxHistory)
@@ -351,7 +343,7 @@ void set_recipe_field(Recipe& r, std::string_view key, std::string_view value) {
   else if (key == "gradient_format") check_format(std::string(key), r.gradient_format = v, false);
   else if (key == "weight_format") check_format(std::string(key), r.weight_format = v, false);
   else if (key == "master_format") check_format(std::string(key), r.master_format = v, true);
-  else if (key == "optimizer_state_format") check_state_format(std::string(key), r.optimizer_state_format = v);
+  else if (key == "optimizer_state_format") check_setting(std::string(key), r.optimizer_state_format = v);
   else if (key == "norms_fp32" || key == "cast_readout") {
     if (v != "true" && v != "false")
       throw std::invalid_argument("recipe setting " + std::string(key) + ": '" + v + "' is not true/false");
@@ -366,12 +358,10 @@ void set_recipe_field(Recipe& r, std::string_view key, std::string_view value) {
     if (d != std::floor(d) || d < 1 || d > 1e15)
       throw std::invalid_argument("recipe setting loss_scale.growth_interval: '" + v + "' is not a positive integer");
     ls.growth_interval = static_cast<int64_t>(d);
-  } else if (key == "cast_forward") {
-    check_cast_format(std::string(key), v, CastScaling::propagate);
-    r.cast_forward = v;
-  } else if (key == "cast_backward") {
-    check_cast_format(std::string(key), v, CastScaling::propagate);
-    r.cast_backward = v;
+  } else if (key == "cast_forward" || key == "cast_backward") {
+    const FormatSetting cast = v;
+    check_cast_format(std::string(key), cast, CastScaling::propagate);
+    (key == "cast_forward" ? r.cast_forward : r.cast_backward) = cast;
   } else if (key == "cast_scaling") r.cast_scaling = parse_enum<CastScaling>(value, kCastScalingNames, key);
   else if (key == "amax_history") {
     const double d = parse_number(key, value);
@@ -404,16 +394,16 @@ std::string recipe_to_json(const Recipe& r) {
   json j = {{"name", r.name},
             {"description", r.description},
             {"parametrisation", parametrisation_name(r.parametrisation)},
-            {"matmul_format", r.matmul_format},
-            {"saved_format", r.saved_format},
-            {"gradient_format", r.gradient_format},
-            {"weight_format", r.weight_format},
-            {"master_format", r.master_format},
-            {"optimizer_state_format", r.optimizer_state_format},
+            {"matmul_format", r.matmul_format.name()},
+            {"saved_format", r.saved_format.name()},
+            {"gradient_format", r.gradient_format.name()},
+            {"weight_format", r.weight_format.name()},
+            {"master_format", r.master_format.name()},
+            {"optimizer_state_format", r.optimizer_state_format.name()},
             {"norms_fp32", r.norms_fp32},
             {"weight_rounding", weight_rounding_name(r.weight_rounding)},
-            {"cast_forward", r.cast_forward},
-            {"cast_backward", r.cast_backward},
+            {"cast_forward", r.cast_forward.name()},
+            {"cast_backward", r.cast_backward.name()},
             {"cast_scaling", cast_scaling_name(r.cast_scaling)},
             {"amax_history", r.amax_history},
             {"cast_margin", r.cast_margin},

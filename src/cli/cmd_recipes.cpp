@@ -21,7 +21,7 @@ void print_table() {
       cast_scaling += "(" + std::to_string(static_cast<long long>(r.amax_history)) + ")";
     if (r.cast_scaling == amp::CastScaling::mx)
       cast_scaling += r.mx_scale_rounding == formats::ScaleRounding::ceil ? "(ceil)" : "(floor)";
-    std::string state = r.optimizer_state_format == "fp32" ? "" : " [optimizer state " + r.optimizer_state_format + "]";
+    std::string state = r.optimizer_state_format == "fp32" ? "" : " [optimizer state " + r.optimizer_state_format.name() + "]";
     if (r.fp4.format != "none") state += " [" + amp::fp4_summary(r.fp4) + "]";
     std::printf("%-22s %-8s %-8s %-8s %-8s %-8s %-6s %-9s %-5s %-10s %-8s %-8s %-14s %s%s\n", r.name.c_str(),
                 amp::parametrisation_name(r.parametrisation), r.matmul_format.c_str(), r.saved_format.c_str(),

@@ -44,6 +44,14 @@ ScaledTensor make(std::vector<float> data, const Shape& shape, float scale) {
 
 }  // namespace detail
 
+float scale_rule::sqrt_fan(int64_t K, Pow2Rounder& r) { return r(std::sqrt(static_cast<double>(K))); }
+
+double scale_rule::add(double a, double b, Pow2Rounder& r) {
+  if (a == 0) return b;
+  if (b == 0) return a;
+  return r(std::sqrt(a * a + b * b));
+}
+
 using detail::any_scale;
 using detail::data_of;
 using detail::make;
@@ -63,10 +71,7 @@ ScaledTensor add_rule(const ScaledTensor& a, const ScaledTensor& b, float kb, Po
   need_tensor_scale(b, op);
   const auto da = data_of(a), db = data_of(b);
   const double sa = a.scale(), sb = b.scale();
-  float zs = 0;
-  if (any_scale(da)) zs = static_cast<float>(sb);
-  else if (any_scale(db)) zs = static_cast<float>(sa);
-  else zs = r(std::sqrt(sa * sa + sb * sb));
+  const auto zs = static_cast<float>(any_scale(da) ? sb : scale_rule::add(sa, any_scale(db) ? 0.0 : sb, r));
   const float fa = static_cast<float>(sa / zs), fb = static_cast<float>(kb * sb / zs);  // powers of two: exact
   std::vector<float> out(da.size());
   const size_t nb = db.size();
@@ -143,7 +148,7 @@ ScaledTensor matmul(const ScaledTensor& a, const ScaledTensor& b, Pow2Rounder& r
     throw std::invalid_argument("scale propagation: matmul needs [M, K] @ [K, N], got " + shape_str(a.shape()) +
                                 " @ " + shape_str(b.shape()));
   const int64_t M = a.data.dim(0), K = a.data.dim(1), N = b.data.dim(1);
-  const float rk = r(std::sqrt(static_cast<double>(K)));
+  const float rk = scale_rule::sqrt_fan(K, r);
   const auto da = data_of(a), db = data_of(b);
   std::vector<float> out(static_cast<size_t>(M * N), 0.0f);
   const float inv = 1.0f / rk;
@@ -157,7 +162,7 @@ ScaledTensor matmul(const ScaledTensor& a, const ScaledTensor& b, Pow2Rounder& r
     }
     for (int64_t j = 0; j < N; ++j) row[j] *= inv;
   }
-  return make(std::move(out), {M, N}, a.scale() * b.scale() * rk);
+  return make(std::move(out), {M, N}, static_cast<float>(scale_rule::matmul(a.scale(), b.scale(), rk)));
 }
 
 ScaledTensor reduce_sum(const ScaledTensor& x, Pow2Rounder& r) {

@@ -42,7 +42,7 @@ ScaledTensor gelu(const ScaledTensor& x) {
   const double s = x.scale();
   auto d = data_of(x);
   for (float& v : d) v = static_cast<float>(gelu_value(v * s) / s);
-  return make(std::move(d), x.shape(), x.scale());
+  return make(std::move(d), x.shape(), static_cast<float>(scale_rule::gelu(x.scale())));
 }
 
 ScaledTensor gelu_backward(const ScaledTensor& x, const ScaledTensor& dy) {
@@ -52,7 +52,7 @@ ScaledTensor gelu_backward(const ScaledTensor& x, const ScaledTensor& dy) {
   const auto vx = x.values();
   auto d = data_of(dy);
   for (size_t i = 0; i < d.size(); ++i) d[i] = static_cast<float>(d[i] * gelu_grad(vx[i]));
-  return make(std::move(d), dy.shape(), dy.scale());
+  return make(std::move(d), dy.shape(), static_cast<float>(scale_rule::gelu_backward(dy.scale())));
 }
 
 ScaledTensor layer_norm(const ScaledTensor& x, const ScaledTensor& w, const ScaledTensor& b, Pow2Rounder& r) {
@@ -65,7 +65,7 @@ ScaledTensor layer_norm(const ScaledTensor& x, const ScaledTensor& w, const Scal
   // n * w has scale w.s; the bias joins by the add rule.
   const double sw = w.scale(), sb = b.scale();
   const bool b_zero = std::all_of(db.begin(), db.end(), [](float v) { return v == 0.0f; });
-  const float zs = b_zero ? static_cast<float>(sw) : r(std::sqrt(sw * sw + sb * sb));
+  const auto zs = static_cast<float>(scale_rule::layer_norm(sw, b_zero ? 0.0 : sb, r));
   std::vector<float> out(d.size());
   for (int64_t i = 0; i < R; ++i) {
     const float* row = d.data() + i * C;
@@ -184,7 +184,7 @@ ScaledTensor causal_attention(const ScaledTensor& qkv, int64_t heads) {
           o[e] = static_cast<float>(acc / sum);
         }
       }
-  return make(std::move(out), {B, T, C}, qkv.scale());
+  return make(std::move(out), {B, T, C}, static_cast<float>(scale_rule::causal_attention(qkv.scale())));
 }
 
 ScaledTensor cross_entropy(const ScaledTensor& logits, const Tensor& targets) {

@@ -10,6 +10,7 @@
 #include "mantissa/cpu/profile.hpp"
 #include "mantissa/nn/module.hpp"
 #include "mantissa/scaling/fp8.hpp"
+#include "mantissa/scaling/propagate.hpp"
 #include "mantissa/scaling/scalify_cast.hpp"
 
 namespace mantissa::scaling {
@@ -86,23 +87,23 @@ double ScalifyQuantiser::param_scale(const nn::Parameter* p) const {
 }
 
 std::optional<int> ScalifyQuantiser::propagated_exponent(const nn::Parameter* p, autograd::OperandRole role) {
-  const ScaleRounding rm = options_.rounding;
-  auto r_sqrt = [&](int64_t k) { return static_cast<double>(pow2_round(std::sqrt(static_cast<double>(k)), rm)); };
-  // The add rule; a zero operand (scale 0 here) is "any scale".
-  auto join = [&](double a, double b) {
-    if (a == 0) return b;
-    if (b == 0) return a;
-    return static_cast<double>(pow2_round(std::sqrt(a * a + b * b), rm));
-  };
-  // The scale of the input operand of matmul weight w: a norm's output is
-  // its gain's scale joined with its shift's; a linear's output (kept by
-  // the attention or pointwise op after it) is in x s(W) x r(fan_in)
-  // joined with its bias. 0 when unknown.
+  Pow2Rounder r(options_.rounding);  // never stochastic here (the constructor refuses it)
+  auto fan = [&](int64_t k) { return static_cast<double>(scale_rule::sqrt_fan(k, r)); };
+  // The scale of the input operand of matmul weight w (0 when unknown): a
+  // norm's output by the layer-norm rule; a linear's output by the matmul and
+  // add rules, then through the op between the two linears.
   std::function<double(const nn::Parameter*)> input_scale = [&](const nn::Parameter* w) -> double {
     const nn::Parameter* in = w ? w->input : nullptr;
     if (in == nullptr || !known_.count(in)) return 0;
-    if (in->role == nn::Role::norm_gain) return join(param_scale(in), param_scale(in->bias));
-    return join(input_scale(in) * param_scale(in) * r_sqrt(in->fan_in), param_scale(in->bias));
+    if (in->role == nn::Role::norm_gain) return scale_rule::layer_norm(param_scale(in), param_scale(in->bias), r);
+    const double out =
+        scale_rule::add(scale_rule::matmul(input_scale(in), param_scale(in), fan(in->fan_in)), param_scale(in->bias), r);
+    switch (w->through) {
+      case nn::Parameter::Through::attention: return scale_rule::causal_attention(out);
+      case nn::Parameter::Through::pointwise: return scale_rule::gelu(out);
+      case nn::Parameter::Through::direct: break;
+    }
+    return out;
   };
   double s = 0;
   if (role == autograd::OperandRole::grad_output) {
@@ -113,12 +114,11 @@ std::optional<int> ScalifyQuantiser::propagated_exponent(const nn::Parameter* p,
     const auto e = c == consumer_.end() ? grad_exponent_.end() : grad_exponent_.find(c->second);
     if (e != grad_exponent_.end()) {
       const nn::Parameter& next = *c->second;
-      s = std::ldexp(1.0, e->second) * param_scale(&next) * r_sqrt(next.value.numel() / next.fan_in);
-      if (next.through == nn::Parameter::Through::attention) {
-        // Attention backward: dV keeps dO's scale, dQ and dK carry dO's scale x
-        // s_qkv^2; the concatenated d(qkv) takes the larger (concat rule).
-        const double s_qkv = input_scale(&next);
-        s *= std::max(1.0, s_qkv * s_qkv);
+      s = scale_rule::matmul(std::ldexp(1.0, e->second), param_scale(&next), fan(next.value.numel() / next.fan_in));
+      switch (next.through) {
+        case nn::Parameter::Through::attention: s = scale_rule::causal_attention_backward(s, input_scale(&next)); break;
+        case nn::Parameter::Through::pointwise: s = scale_rule::gelu_backward(s); break;
+        case nn::Parameter::Through::direct: break;
       }
     }
   } else {

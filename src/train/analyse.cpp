@@ -74,8 +74,8 @@ Analysis analyse(const AnalyseOptions& options) {
   Analysis a;
   a.recipe = recipe.name;
   a.parametrisation = model->unit().umup ? "umup" : model->unit().enabled ? "unit" : "standard";
-  a.forward_format = recipe.cast_forward.empty() ? recipe.matmul_format : recipe.cast_forward;
-  a.backward_format = recipe.cast_backward.empty() ? recipe.matmul_format : recipe.cast_backward;
+  a.forward_format = (recipe.cast_forward.empty() ? recipe.matmul_format : recipe.cast_forward).name();
+  a.backward_format = (recipe.cast_backward.empty() ? recipe.matmul_format : recipe.cast_backward).name();
   const formats::Format ff = formats::parse_format(a.forward_format), bf = formats::parse_format(a.backward_format);
   a.ops = scaling::ScaleRecorder(ff, bf);
   a.params = scaling::ScaleRecorder(ff, bf);

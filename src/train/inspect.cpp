@@ -92,7 +92,7 @@ InspectResult inspect(const InspectOptions& o) {
   amp::Amp& sa = shadow->trainer->amp();
   const amp::Recipe& recipe = run->recipe;
   const bool low_grads = recipe.gradient_format != "fp32";
-  const formats::Format grad_format = formats::parse_format(recipe.gradient_format);
+  const formats::Format& grad_format = recipe.gradient_format.value();
   const optim::LrSchedule schedule = run->trainer->options().schedule;
   const int64_t accum = run->trainer->options().grad_accum;
   std::shared_ptr<Probe> probe = attach_probe(*run->model, o.max_values);

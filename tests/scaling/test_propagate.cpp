@@ -4,7 +4,9 @@
 // ops without a rule.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <random>
 
 #include "mantissa/scaling/propagate.hpp"
@@ -247,6 +249,58 @@ TEST(Propagate, CausalAttentionKeepsTheScaleOfQkv) {
           want[static_cast<size_t>((b * T + t) * C + h * D + e)] = a.out[static_cast<size_t>((h * T + t) * D + e)];
   }
   expect_close(out, want, 1e-6, "causal_attention");
+}
+
+// The rules on scales alone, which the `propagate` quantiser follows: exact values of the
+// formulas, and the tensor rules above give the same scales.
+TEST(ScaleRule, FormulasAndTheTensorRulesAgree) {
+  Pow2Rounder down;
+  EXPECT_EQ(scale_rule::sqrt_fan(64, down), 8.0f);
+  EXPECT_EQ(scale_rule::sqrt_fan(96, down), 8.0f);  // sqrt 96 = 9.8
+  EXPECT_EQ(scale_rule::add(1.0, 1.0, down), 1.0);  // sqrt 2 rounds down
+  EXPECT_EQ(scale_rule::add(4.0, 4.0, down), 4.0);
+  EXPECT_EQ(scale_rule::add(4.0, 8.0, down), 8.0);  // sqrt 80 = 8.9
+  EXPECT_EQ(scale_rule::add(0.0, 0.25, down), 0.25);  // "any scale" takes the other
+  EXPECT_EQ(scale_rule::add(0.25, 0.0, down), 0.25);
+  EXPECT_EQ(scale_rule::matmul(0.5, 0.125, 8.0), 0.5);
+  EXPECT_EQ(scale_rule::layer_norm(0.5, 0.0, down), 0.5);
+  EXPECT_EQ(scale_rule::causal_attention_backward(0.125, 0.5), 0.125);
+  EXPECT_EQ(scale_rule::causal_attention_backward(0.125, 4.0), 2.0);
+  Pow2Rounder up(ScaleRounding::up);
+  EXPECT_EQ(scale_rule::add(1.0, 1.0, up), 2.0);
+
+  const auto a = make_scaled({8, 96}, 2, 61), b = make_scaled({96, 5}, -3, 62), bias = make_scaled({5}, 3, 63);
+  const auto y = matmul(a, b, down);
+  EXPECT_EQ(y.scale(), scale_rule::matmul(4.0, 0.125, scale_rule::sqrt_fan(96, down)));
+  EXPECT_EQ(add_bias(y, bias, down).scale(), scale_rule::add(y.scale(), 8.0, down));
+  const auto w = make_scaled({96}, -1, 64), wb = make_scaled({96}, 1, 65);
+  EXPECT_EQ(layer_norm(a, w, wb, down).scale(), scale_rule::layer_norm(0.5, 2.0, down));
+  EXPECT_EQ(gelu(a).scale(), scale_rule::gelu(4.0));
+}
+
+// d(qkv) of causal attention in float64 (reference_ops.hpp), qkv of scale s and dO of
+// scale 1, divided by the rule's scale dO.s max(1, s^2): its largest entry stays O(1) where
+// dQ and dK carry the s^2 (s = 2) and where the rule is dO's scale (s <= 1).
+TEST(ScaleRule, CausalAttentionBackwardBoundsTheGradient) {
+  const int64_t S = 16, D = 16;
+  for (const int e : {-2, 0, 1}) {
+    SCOPED_TRACE(e);
+    const double s = std::ldexp(1.0, e);
+    const Vec q = values(make_scaled({S, D}, e, 71)), k = values(make_scaled({S, D}, e, 72)),
+              v = values(make_scaled({S, D}, e, 73)), g = values(make_scaled({S, D}, 0, 74));
+    const double c = 1.0 / std::sqrt(static_cast<double>(D));
+    const auto fwd = ref::attention(q, k, v, 1, S, D, c, true);
+    const auto grads = ref::attention_backward(q, k, v, fwd.probs, g, 1, S, D, c);
+    double largest = 0, largest_qk = 0;
+    for (size_t i = 0; i < q.size(); ++i) {
+      largest_qk = std::max({largest_qk, std::abs(grads.dq[i]), std::abs(grads.dk[i])});
+      largest = std::max({largest, largest_qk, std::abs(grads.dv[i])});
+    }
+    const double rule = scale_rule::causal_attention_backward(1.0, s);
+    std::printf("s = 2^%d: max |d(qkv)| / rule %.3f, max |dQ, dK| / rule %.3f\n", e, largest / rule, largest_qk / rule);
+    EXPECT_LT(largest / rule, 8.0);
+    EXPECT_GT(largest / rule, 0.25);
+  }
 }
 
 TEST(Propagate, CrossEntropyForwardAndBackward) {

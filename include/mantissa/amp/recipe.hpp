@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "mantissa/amp/recipe_fp4.hpp"
+#include "mantissa/amp/setting.hpp"
 #include "mantissa/formats/mx.hpp"
 #include "mantissa/scaling/cast_scaling.hpp"
 
@@ -47,16 +48,17 @@ struct Recipe {
   std::string name;
   std::string description;
   Parametrisation parametrisation = Parametrisation::standard;
-  // Formats (preset names of the formats module: "fp32", "bf16", "fp16", ...).
-  std::string matmul_format = "fp32";    // inputs of matrix products (fp32 accumulation)
-  std::string saved_format = "fp32";     // activations saved for the backward pass
-  std::string gradient_format = "fp32";  // parameter gradients as accumulated
-  std::string weight_format = "fp32";    // working weights the model computes with
+  // Formats (preset names of the formats module: "fp32", "bf16", "fp16", ...),
+  // parsed when set (setting.hpp).
+  FormatSetting matmul_format = "fp32";    // inputs of matrix products (fp32 accumulation)
+  FormatSetting saved_format = "fp32";     // activations saved for the backward pass
+  FormatSetting gradient_format = "fp32";  // parameter gradients as accumulated
+  FormatSetting weight_format = "fp32";    // working weights the model computes with
   // "fp32": the optimizer updates an fp32 master copy that is rounded into
   // weight_format after each step; "none": the 16-bit weights are updated
   // directly (apex O3), losing updates below half an ulp.
-  std::string master_format = "fp32";
-  std::string optimizer_state_format = "fp32";
+  FormatSetting master_format = "fp32";
+  StateFormatSetting optimizer_state_format = "fp32";
   // With 16-bit weights, keep layer-norm gains and biases in fp32 (apex O2).
   bool norms_fp32 = false;
   WeightRounding weight_rounding = WeightRounding::nearest;
@@ -67,8 +69,8 @@ struct Recipe {
   // "e4m3fnuz", "e5m2", "e5m2fnuz"; "fp16" with propagate). The cast operands
   // are real 1-byte tensors multiplied exactly through the bf16 path (fp16
   // casts: real 2-byte tensors decoded exactly to f32 and multiplied in f32).
-  std::string cast_forward;
-  std::string cast_backward;
+  FormatSetting cast_forward = "";
+  FormatSetting cast_backward = "";
   CastScaling cast_scaling = CastScaling::unit;
   int64_t amax_history = 1024;  // delayed: steps of amax kept per tensor
   double cast_margin = 0.0;     // delayed/current: scale = 2^floor(log2(max/amax)) / 2^margin

@@ -8,6 +8,7 @@
 // on the last dim of a [R, C] view.
 #pragma once
 
+#include <algorithm>
 #include <span>
 #include <string_view>
 #include <vector>
@@ -82,6 +83,28 @@ ScaledTensor causal_attention(const ScaledTensor& qkv, int64_t heads);
 // (softmax - onehot) dloss, entries in [-1, 1]: dloss's scale.
 ScaledTensor cross_entropy(const ScaledTensor& logits, const Tensor& targets);
 ScaledTensor cross_entropy_backward(const ScaledTensor& logits, const Tensor& targets, const ScaledTensor& dloss);
+
+// ---- the rules on scales alone -------------------------------------------------------------
+// The scale each rule above gives, from its inputs' scales only. The rules above take their
+// result's scale from these, and so does the `propagate` quantiser (scalify_quantiser.hpp),
+// which follows scales along a model without data. A scale of 0 stands for "any scale" (a
+// tensor of zeros). Products of powers of two are exact in double.
+namespace scale_rule {
+// r(K) = pow2_round(sqrt K): what a sum of K unit terms grows by.
+float sqrt_fan(int64_t K, Pow2Rounder& r);
+// add / sub / add_bias: pow2_round(sqrt(a^2 + b^2)); an "any scale" operand takes the other's.
+double add(double a, double b, Pow2Rounder& r);
+// a [M, K] @ b [K, N] with rk = sqrt_fan(K): a b rk.
+inline double matmul(double a, double b, double rk) { return a * b * rk; }
+// Normalised values have scale 1: the gain's scale, joined with the shift's by the add rule.
+inline double layer_norm(double gain, double bias, Pow2Rounder& r) { return add(gain, bias, r); }
+inline double gelu(double x) { return x; }
+inline double gelu_backward(double dy) { return dy; }
+inline double causal_attention(double qkv) { return qkv; }
+// d(qkv) = [dQ, dK, dV]: dV keeps dO's scale, dQ and dK carry dO.s qkv.s^2; the concat rule
+// takes the larger.
+inline double causal_attention_backward(double dout, double qkv) { return dout * std::max(1.0, qkv * qkv); }
+}  // namespace scale_rule
 
 // ---- dispatch by name ---------------------------------------------------------------------
 // Ops of one or two scaled inputs by name ("add", "matmul", "gelu", ...);

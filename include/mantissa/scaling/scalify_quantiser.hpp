@@ -1,6 +1,6 @@
 // The `propagate` operand quantiser: FP8 or FP16 casts of
 // the GPT's matrix-product operands at scales that come from scale propagation
-// (propagate.hpp rules applied along the block structure the model declares
+// (propagate.hpp's scale_rule functions applied along the block structure the model declares
 // with nn::Parameter::input / through, from the parameters' own power-of-two
 // scales), not from each tensor's amax. In GPT-2 terms:
 //

@@ -1,13 +1,14 @@
 """mantissa's array casts from Python against ml_dtypes' astype, in the same run.
 
-    bash scripts/pyrun.sh bench/python_formats.py [--n-log2 26] [--reps 3] [--threads N]
+    bash scripts/pyrun.sh bench/python_formats.py [--n-log2 26] [--reps 3] [--threads N] [--small-only]
 
 Rows: encode (fp32 -> codes) and quantize (fp32 -> fp32 on the format's grid)
 at 2^n values against ml_dtypes `x.astype(dtype)` (and `.astype(float32)` back
 for quantize); MXFP8 (32-value blocks, E8M0 scales) against the same
 quantiser written with numpy + ml_dtypes; and the time of one call on a 1 Ki
-array against a numpy ufunc call (np.negative) on it (best of 100 x --reps rounds
-of 1000 calls); np.copyto of the input bounds what any cast can reach. Best of --reps; ml_dtypes
+array against numpy ufunc calls on it, allocating (np.negative(x)) and with
+out= (best of 100 x --reps rounds of 1000 calls; --small-only: just these);
+np.copyto of the input bounds what any cast can reach. Best of --reps; ml_dtypes
 and numpy run on one thread, mantissa on --threads (default: its own default).
 """
 
@@ -57,6 +58,7 @@ def main():
     ap.add_argument("--n-log2", type=int, default=26)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--threads", type=int, default=0)
+    ap.add_argument("--small-only", action="store_true", help="only the per-call overhead on 1 Ki values")
     a = ap.parse_args()
     if a.threads:
         mantissa.set_num_threads(a.threads)
@@ -65,6 +67,9 @@ def main():
     print(f"# {n} values; mantissa threads {mantissa.num_threads()} ({os.cpu_count()} cpus), kernels "
           f"{mantissa._core.active_isa()}; CPU flags: {isa()}")
     print("# the machine may be loaded by other work: ratios are from the same run, absolute times are not stable")
+    if a.small_only:
+        per_call_rows(x, a.reps)
+        return
     print(f"{'case':28s} {'ml_dtypes ms':>13s} {'mantissa ms':>12s} {'ratio':>7s}")
     rows = []
     for fmt, dt in [("bf16", ml_dtypes.bfloat16), ("fp16", np.float16), ("e4m3fn", ml_dtypes.float8_e4m3fn),
@@ -94,25 +99,34 @@ def main():
     print(f"# memory floor: np.copyto of x {t_copy * 1e3:.1f} ms, so at most "
           f"{ref['encode bf16'] / (0.75 * t_copy):.1f}x for encode bf16 and "
           f"{ref['quantize bf16'] / t_copy:.1f}x for quantize bf16 over ml_dtypes")
+    per_call_rows(x, a.reps)
 
+
+def per_call_rows(x, reps):
+    """One call on 1 Ki values against numpy ufunc calls on the same array, allocating and with out=."""
     small = x[:1024].copy()
-    out = np.empty_like(small)
+    out, codes = np.empty_like(small), np.empty(small.shape, np.uint8)
 
     def per_call(fn):  # many short rounds: on a loaded machine some run without being preempted
         calls = 1000
-        return min(timeit.repeat(fn, number=calls, repeat=100 * a.reps)) / calls
+        return min(timeit.repeat(fn, number=calls, repeat=100 * reps)) / calls
 
-    t_ufunc = per_call(lambda: np.negative(small))
-    t_ufunc_out = per_call(lambda: np.negative(small, out=out))
-    t_q = per_call(lambda: mantissa.quantize(small, "e4m3fn"))
-    t_q_out = per_call(lambda: mantissa.quantize(small, "e4m3fn", out=out))
-    t_core = per_call(lambda: mantissa._core.quantize(small, "e4m3fn"))
-    t_ml = per_call(lambda: small.astype(ml_dtypes.float8_e4m3fn))
-    print(f"# one call on 1 Ki values (us): np.negative {t_ufunc * 1e6:.2f}, with out= {t_ufunc_out * 1e6:.2f}; "
-          f"ml_dtypes astype e4m3fn {t_ml * 1e6:.2f}")
-    print(f"#   mantissa.quantize e4m3fn {t_q * 1e6:.2f} ({t_q / t_ufunc:.1f}x the ufunc), with out= "
-          f"{t_q_out * 1e6:.2f} ({t_q_out / t_ufunc_out:.1f}x), mantissa._core.quantize {t_core * 1e6:.2f} "
-          f"({t_core / t_ufunc:.1f}x)")
+    t = {
+        "np.negative(x)": per_call(lambda: np.negative(small)),
+        "np.negative(x, out=y)": per_call(lambda: np.negative(small, out=out)),
+        "np.add(x, x, out=y)": per_call(lambda: np.add(small, small, out=out)),
+        "ml_dtypes astype e4m3fn": per_call(lambda: small.astype(ml_dtypes.float8_e4m3fn)),
+        "quantize e4m3fn": per_call(lambda: mantissa.quantize(small, "e4m3fn")),
+        "quantize e4m3fn out=": per_call(lambda: mantissa.quantize(small, "e4m3fn", out=out)),
+        "encode e4m3fn": per_call(lambda: mantissa.encode(small, "e4m3fn")),
+        "encode e4m3fn out=": per_call(lambda: mantissa.encode(small, "e4m3fn", out=codes)),
+    }
+    print("# one call on 1 Ki float32 values, us (best of many rounds of 1000 calls); ratio to the numpy ufunc "
+          "call of the same kind (allocating: np.negative(x); out=: np.negative(x, out=y))")
+    for name, v in t.items():
+        ref = t["np.negative(x, out=y)"] if name.endswith("out=") else t["np.negative(x)"]
+        ratio = f"{v / ref:6.2f}x" if name.startswith(("quantize", "encode")) else ""
+        print(f"  {name:28s} {v * 1e6:7.3f} {ratio}")
 
 
 if __name__ == "__main__":

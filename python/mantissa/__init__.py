@@ -46,10 +46,6 @@ _ML_DTYPES = {
 }
 
 
-# Code dtype (uint8/16/32) per format spec, learnt from the first encode.
-_CODE_DTYPE: Dict[str, Any] = {}
-
-
 def _is_numpy(x: Any) -> bool:
     return isinstance(x, _np.ndarray)
 
@@ -75,66 +71,50 @@ def _codes_in(codes: Any) -> Any:
 def _check_out(out: Any) -> None:
     if type(out) is _np.ndarray and not out.flags.writeable:
         raise ValueError("out: the array is read-only")
+    _check_order(out, "out")
 
 
-def quantize(x: Any, format: str, round: str = "nearest-even", *, saturate: bool = False,
-             flush_subnormals: bool = False, seed: int = 0, random_bits: int = 16, out: Any = None) -> Any:
-    """fp32 values rounded into `format`, kept as fp32 (fake quantisation).
+def _check_order(a: Any, name: str) -> None:
+    if _is_numpy(a) and not a.dtype.isnative:
+        raise TypeError(f"{name}: expected values in the machine's byte order, got dtype {a.dtype.str} "
+                        "(a.astype(a.dtype.newbyteorder('=')))")
 
-    round: nearest-even (alias "nearest"), nearest-away, toward-zero, up, down,
-    stochastic (element i draws from hash(seed, i): independent of threads).
-    saturate: overflow gives +-max instead of inf/NaN. Writes into `out` if given.
-    """
-    if out is None and type(x) is _np.ndarray:  # numpy allocates the result faster than the binding
-        out = _np.empty(x.shape, _np.float32)
-        _core.quantize(x, format, round, saturate, flush_subnormals, seed, random_bits, out)
-        return out
+
+# quantize, encode and decode (fast.cpp) take numpy arrays straight to the
+# kernels; every other call comes here with the same arguments, positionally.
+quantize = _core.quantize
+encode = _core.encode
+decode = _core.decode
+
+
+def _quantize_any(x: Any, format: str, round: str, saturate: bool, flush_subnormals: bool, seed: int,
+                  random_bits: int, out: Any) -> Any:
+    _check_order(x, "x")
     if out is not None:
         _check_out(out)
-        _core.quantize(x, format, round, saturate, flush_subnormals, seed, random_bits, out)
+        _core.quantize_dlpack(x, format, round, saturate, flush_subnormals, seed, random_bits, out)
         return out
-    return _like(x, _core.quantize(x, format, round, saturate, flush_subnormals, seed, random_bits))
+    return _like(x, _core.quantize_dlpack(x, format, round, saturate, flush_subnormals, seed, random_bits))
 
 
-def encode(x: Any, format: str, round: str = "nearest-even", *, saturate: bool = False,
-           flush_subnormals: bool = False, seed: int = 0, random_bits: int = 16, packed: bool = False,
-           out: Any = None) -> Any:
-    """fp32 -> codes: uint8 (<= 8 bits), uint16 (bf16, fp16) or uint32 (tf32, fp32 bit patterns).
-
-    packed: formats of <= 4 bits put two codes in a byte along the last axis,
-    element 2j in the low nibble (last axis K -> ceil(K / 2) bytes).
-    """
-    if out is None and not packed and type(x) is _np.ndarray:
-        dtype = _CODE_DTYPE.get(format)
-        if dtype is None:  # first call with this format: the binding allocates and names the type
-            r = _core.encode(x, format, round, saturate, flush_subnormals, seed, random_bits, False)
-            _CODE_DTYPE[format] = r.dtype
-            return r
-        out = _np.empty(x.shape, dtype)
-        _core.encode(x, format, round, saturate, flush_subnormals, seed, random_bits, False, out)
-        return out
+def _encode_any(x: Any, format: str, round: str, saturate: bool, flush_subnormals: bool, seed: int,
+                random_bits: int, packed: bool, out: Any) -> Any:
+    _check_order(x, "x")
     if out is not None:  # may be an ml_dtypes array of the format: its codes are written
         _check_out(out)
-        _core.encode(x, format, round, saturate, flush_subnormals, seed, random_bits, packed, _codes_in(out))
+        _core.encode_dlpack(x, format, round, saturate, flush_subnormals, seed, random_bits, packed, _codes_in(out))
         return out
-    return _like(x, _core.encode(x, format, round, saturate, flush_subnormals, seed, random_bits, packed))
+    return _like(x, _core.encode_dlpack(x, format, round, saturate, flush_subnormals, seed, random_bits, packed))
 
 
-def decode(codes: Any, format: str, *, packed: bool = False, count: Optional[int] = None, out: Any = None) -> Any:
-    """Codes (integers, or an ml_dtypes array of the same format) -> their exact fp32 values.
-
-    packed: two 4-bit codes per byte; `count` is the unpacked last-axis length (default 2 x bytes).
-    """
+def _decode_any(codes: Any, format: str, packed: bool, count: Optional[int], out: Any) -> Any:
     codes = _codes_in(codes)
-    if out is None and not packed and type(codes) is _np.ndarray:
-        out = _np.empty(codes.shape, _np.float32)
-        _core.decode(codes, format, False, count, out)
-        return out
+    _check_order(codes, "codes")
     if out is not None:
         _check_out(out)
-        _core.decode(codes, format, packed, count, out)
+        _core.decode_dlpack(codes, format, packed, count, out)
         return out
-    return _like(codes, _core.decode(codes, format, packed, count))
+    return _like(codes, _core.decode_dlpack(codes, format, packed, count))
 
 
 def mx_quantize(x: Any, format: str = "mxfp8_e4m3", block: int = 32, axis: int = -1,

@@ -3,13 +3,18 @@
     bash scripts/pyrun.sh bench/python_formats.py [--n-log2 26] [--reps 3] [--threads N] [--small-only]
 
 Rows: encode (fp32 -> codes) and quantize (fp32 -> fp32 on the format's grid)
-at 2^n values against ml_dtypes `x.astype(dtype)` (and `.astype(float32)` back
-for quantize); MXFP8 (32-value blocks, E8M0 scales) against the same
-quantiser written with numpy + ml_dtypes; and the time of one call on a 1 Ki
-array against numpy ufunc calls on it, allocating (np.negative(x)) and with
-out= (best of 100 x --reps rounds of 1000 calls; --small-only: just these);
-np.copyto of the input bounds what any cast can reach. Best of --reps; ml_dtypes
-and numpy run on one thread, mantissa on --threads (default: its own default).
+at 2^n values against ml_dtypes' cast (the faster of `x.astype(dtype)` and
+`np.copyto` into a preallocated array; and back to float32 for quantize);
+MXFP8 (32-value blocks, E8M0 scales) against the same quantiser written with
+numpy + ml_dtypes. mantissa writes into preallocated `out=` arrays and is
+timed on one thread and on its threads (--threads N, default its own).
+Beside each row, the memory floor: the row's bytes (fp32 in, result out) at
+the bandwidth of a memcpy (the faster of np.copyto and a copy on mantissa's
+threads), and the largest ratio over ml_dtypes that floor allows on this
+host. Then the time of one call on a 1 Ki array against numpy ufunc calls on
+it, allocating (np.negative(x)) and with out= (best of 100 x --reps rounds of
+1000 calls; --small-only: just these). Best of --reps; ml_dtypes and numpy
+run on one thread.
 """
 
 import argparse
@@ -70,36 +75,63 @@ def main():
     if a.small_only:
         per_call_rows(x, a.reps)
         return
-    print(f"{'case':28s} {'ml_dtypes ms':>13s} {'mantissa ms':>12s} {'ratio':>7s}")
+    rows = large_rows(x, a.reps)
+    floor_rows(x, rows, a.reps)
+    per_call_rows(x, a.reps)
+
+
+def large_rows(x, reps):
+    """(case, ml_dtypes s, mantissa 1-thread s, mantissa s, bytes moved) for every large cast."""
+    n, threads = x.size, mantissa.num_threads()
+
+    def both(fn):  # mantissa on one thread, then on its threads
+        mantissa.set_num_threads(1)
+        one = best(fn, reps)
+        mantissa.set_num_threads(threads)
+        return one, best(fn, reps)
+
     rows = []
     for fmt, dt in [("bf16", ml_dtypes.bfloat16), ("fp16", np.float16), ("e4m3fn", ml_dtypes.float8_e4m3fn),
                     ("e5m2", ml_dtypes.float8_e5m2)]:
-        codes = np.empty(n, np.uint16 if np.dtype(dt).itemsize == 2 else np.uint8)
-        out = np.empty_like(x)
-        ref = best(lambda: x.astype(dt), a.reps)
-        got = best(lambda: mantissa.encode(x, fmt, out=codes), a.reps)
-        rows.append((f"encode {fmt}", ref, got))
-        ref = best(lambda: x.astype(dt).astype(np.float32), a.reps)
-        got = best(lambda: mantissa.quantize(x, fmt, out=out), a.reps)
-        rows.append((f"quantize {fmt}", ref, got))
+        b = np.dtype(dt).itemsize
+        codes, out = np.empty(n, np.uint16 if b == 2 else np.uint8), np.empty_like(x)
+        cast, back = np.empty(n, dt), np.empty_like(x)
+        # ml_dtypes' cast into a preallocated array (no page faults), or astype if that is faster
+        ref = min(best(lambda: np.copyto(cast, x, casting="unsafe"), reps), best(lambda: x.astype(dt), reps))
+        rows.append((f"encode {fmt}", ref, *both(lambda: mantissa.encode(x, fmt, out=codes)), (4 + b) * n))
         assert np.array_equal(codes, x.astype(dt).view(codes.dtype))  # same codes
-    ref = best(lambda: numpy_mx(x), a.reps)
-    got = best(lambda: mantissa.mx_quantize(x, "mxfp8_e4m3"), a.reps)
-    rows.append(("mx_quantize mxfp8_e4m3", ref, got))
+
+        def ml_quantize():
+            np.copyto(cast, x, casting="unsafe")
+            np.copyto(back, cast)
+
+        ref = min(best(ml_quantize, reps), best(lambda: x.astype(dt).astype(np.float32), reps))
+        rows.append((f"quantize {fmt}", ref, *both(lambda: mantissa.quantize(x, fmt, out=out)), 8 * n))
+    ref = best(lambda: numpy_mx(x), reps)
+    rows.append(("mx_quantize mxfp8_e4m3", ref, *both(lambda: mantissa.mx_quantize(x, "mxfp8_e4m3")),
+                 4 * n + n + n // 32))
     c_ref, s_ref = numpy_mx(x)
     c, s = mantissa.mx_quantize(x, "mxfp8_e4m3")
     assert np.array_equal(c, c_ref.view(np.uint8).reshape(-1)) and np.array_equal(s, s_ref)
-    for name, ref, got in rows:
-        print(f"{name:28s} {ref * 1e3:13.1f} {got * 1e3:12.1f} {ref / got:6.1f}x")
-    # The memory floor: a cast moving 6 bytes a value (fp32 in, 2-byte codes out)
-    # or 8 (fp32 in and out) cannot beat a copy of x scaled to those bytes.
+    return rows
+
+
+def floor_rows(x, rows, reps):
+    """The rows with the memory floor: bytes moved at memcpy's bandwidth, and the largest ratio it allows."""
     copy = np.empty_like(x)
-    t_copy = best(lambda: np.copyto(copy, x), a.reps)
-    ref = dict((name, r) for name, r, _ in rows)
-    print(f"# memory floor: np.copyto of x {t_copy * 1e3:.1f} ms, so at most "
-          f"{ref['encode bf16'] / (0.75 * t_copy):.1f}x for encode bf16 and "
-          f"{ref['quantize bf16'] / t_copy:.1f}x for quantize bf16 over ml_dtypes")
-    per_call_rows(x, a.reps)
+    t_np = best(lambda: np.copyto(copy, x), reps)
+    t_mc = best(lambda: mantissa._core.memcpy(x, copy), reps)
+    bw = 2 * x.nbytes / min(t_np, t_mc)  # bytes read + written per second
+    print(f"# memcpy of {x.nbytes >> 20} MiB: np.copyto {t_np * 1e3:.1f} ms, on mantissa's "
+          f"{mantissa.num_threads()} threads {t_mc * 1e3:.1f} ms: {bw / 1e9:.1f} GB/s read + written")
+    print("# floor ms: the row's bytes (fp32 in + result out) at that bandwidth; max x: ml_dtypes / floor, the "
+          "largest ratio any cast can reach here; ml %: ml_dtypes' speed as a share of memcpy's")
+    print(f"{'case':24s} {'ml_dtypes ms':>12s} {'mantissa 1t':>11s} {'mantissa ms':>11s} {'ratio':>7s} "
+          f"{'floor ms':>8s} {'max x':>6s} {'ml %':>5s}")
+    for name, ref, one, got, nbytes in rows:
+        floor = nbytes / bw
+        print(f"{name:24s} {ref * 1e3:12.2f} {one * 1e3:11.2f} {got * 1e3:11.2f} {ref / got:6.1f}x "
+              f"{floor * 1e3:8.2f} {ref / floor:5.1f}x {100 * floor / ref:4.0f}%")
 
 
 def per_call_rows(x, reps):

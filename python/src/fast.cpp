@@ -13,6 +13,10 @@
 #include <numpy/arrayobject.h>
 // clang-format on
 
+#include <omp.h>
+
+#include <algorithm>
+#include <cstring>
 #include <string>
 
 #include "arrays.hpp"
@@ -151,6 +155,27 @@ nb::object decode(nb::handle codes, nb::handle format, bool packed, nb::handle c
   return std::move(res.array);
 }
 
+// dst = src (numpy arrays of the same byte size) split across the library's
+// threads in 64-byte-aligned chunks: the memory floor the benchmarks compare
+// casts against.
+void memcpy_threads(nb::handle src, nb::handle dst) {
+  auto* s = PyArray_CheckExact(src.ptr()) ? reinterpret_cast<PyArrayObject*>(src.ptr()) : nullptr;
+  auto* d = PyArray_CheckExact(dst.ptr()) ? reinterpret_cast<PyArrayObject*>(dst.ptr()) : nullptr;
+  if (s == nullptr || d == nullptr || !PyArray_ISCARRAY_RO(s) || !PyArray_ISCARRAY(d) ||
+      PyArray_NBYTES(s) != PyArray_NBYTES(d))
+    throw nb::value_error("memcpy: src and dst must be C-contiguous numpy arrays of the same byte size, dst writable");
+  const auto n = static_cast<size_t>(PyArray_NBYTES(s));
+  const auto* from = static_cast<const char*>(PyArray_DATA(s));
+  auto* to = static_cast<char*>(PyArray_DATA(d));
+  nb::gil_scoped_release release;
+#pragma omp parallel
+  {
+    const auto threads = static_cast<size_t>(omp_get_num_threads()), t = static_cast<size_t>(omp_get_thread_num());
+    const size_t chunk = ((n + threads - 1) / threads + 63) / 64 * 64, begin = std::min(n, t * chunk);
+    std::memcpy(to + begin, from + begin, std::min(n, begin + chunk) - begin);
+  }
+}
+
 }  // namespace
 
 void bind_fast(nb::module_& m) {
@@ -180,6 +205,8 @@ Rounding options as quantize. packed: formats of <= 4 bits put two codes in a
 byte along the last axis, element 2j in the low nibble (last axis K ->
 ceil(K / 2) bytes). `out` may be an integer array of the codes' type or an
 ml_dtypes array of the same format.)");
+  m.def("memcpy", &memcpy_threads, "src"_a, "dst"_a,
+        "dst = src on the library's threads (the memory floor the benchmarks compare against).");
   m.def("decode", &decode, "codes"_a, "format"_a, nb::kw_only(), "packed"_a = false, "count"_a = nb::none(),
         "out"_a = nb::none(),
         nb::sig("def decode(codes: typing.Any, format: str, *, packed: bool = False, count: int | None = None, "

@@ -286,6 +286,15 @@ def test_numpy_arrays_the_direct_path_does_not_take():
     assert same(out, big.astype(ml_dtypes.float8_e5m2).astype(np.float32))
 
 
+def test_the_benchmarks_memcpy_copies_every_byte():
+    x = np.random.default_rng(2).integers(0, 255, (1 << 17) + 37, dtype=np.uint8)  # chunks of uneven length
+    y = np.zeros_like(x)
+    mantissa._core.memcpy(x, y)
+    assert np.array_equal(x, y)
+    with pytest.raises(ValueError, match="same byte size"):
+        mantissa._core.memcpy(x, y[1:])
+
+
 def test_bad_inputs_raise_python_errors():
     x = np.ones(16, np.float32)
     with pytest.raises(ValueError, match="format: .*e4m3fn"):  # names the valid presets

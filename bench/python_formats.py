@@ -75,8 +75,9 @@ def main():
     if a.small_only:
         per_call_rows(x, a.reps)
         return
-    rows = large_rows(x, a.reps)
-    floor_rows(x, rows, a.reps)
+    copy_times = memcpy_times(x, a.reps)  # before and after the rows: the load on the host changes
+    rows = large_rows(x, a.reps) + torchao_rows(x, a.reps)
+    floor_rows(x, rows, [min(t) for t in zip(copy_times, memcpy_times(x, a.reps))])
     per_call_rows(x, a.reps)
 
 
@@ -116,21 +117,74 @@ def large_rows(x, reps):
     return rows
 
 
-def floor_rows(x, rows, reps):
-    """The rows with the memory floor: bytes moved at memcpy's bandwidth, and the largest ratio it allows."""
+def torchao_rows(x, reps):
+    """MX and NVFP4 against torchao's quantisers on the CPU (PyTorch 2.x with torchao), if importable."""
+    threads = mantissa.num_threads()  # importing a torch that shares mantissa's OpenMP runtime resets it
+    try:
+        import torch
+        from torchao.prototype.mx_formats.config import ScaleCalculationMode
+        from torchao.prototype.mx_formats.mx_tensor import to_mx
+        from torchao.prototype.mx_formats.nvfp4_tensor import nvfp4_quantize, per_tensor_amax_to_scale
+    except Exception as e:  # noqa: BLE001 (any import failure means: no torchao rows)
+        print(f"# torchao rows skipped: {type(e).__name__}: {e} (bash bench/torch_venv.sh installs PyTorch 2.x "
+              "and torchao)")
+        return []
+    finally:
+        mantissa.set_num_threads(threads)
+    import torchao
+
+    torch.set_num_threads(threads)
+    print(f"# torchao {torchao.__version__} on PyTorch {torch.__version__}, {torch.get_num_threads()} threads")
+    n = x.size
+    x2 = x.reshape(-1, 4096)
+    xt = torch.from_numpy(x2)
+
+    def both(fn):
+        mantissa.set_num_threads(1)
+        one = best(fn, reps)
+        mantissa.set_num_threads(threads)
+        return one, best(fn, reps)
+
+    rows = []
+    for dt, preset in [(torch.float8_e4m3fn, "mxfp8_e4m3"), (torch.float4_e2m1fn_x2, "mxfp4")]:
+        ref = best(lambda: to_mx(xt, dt, 32, ScaleCalculationMode.FLOOR), reps)
+        out_bytes = n if preset != "mxfp4" else n // 2  # torchao packs FP4; mantissa keeps a code a byte
+        rows.append((f"torchao {preset}", ref, *both(lambda: mantissa.mx_quantize(x2, preset)),
+                     4 * n + out_bytes + n // 32))
+        s_ref, d_ref = to_mx(xt, dt, 32, ScaleCalculationMode.FLOOR)
+        c, s = mantissa.mx_quantize(x2, preset)
+        assert np.array_equal(s, s_ref.view(torch.uint8).numpy())  # same scales (codes: tests/python/test_torchao.py)
+
+    def ao_nvfp4():
+        nvfp4_quantize(xt, 16, per_tensor_amax_to_scale(torch.amax(torch.abs(xt))))
+
+    ref = best(ao_nvfp4, reps)
+    rows.append(("torchao nvfp4 (packed)", ref, *both(lambda: mantissa.nvfp4_quantize(x2, packed=True)),
+                 4 * n + n // 2 + n // 16))
+    return rows
+
+
+def memcpy_times(x, reps):
+    """(np.copyto, a copy on mantissa's threads) of x, seconds."""
     copy = np.empty_like(x)
-    t_np = best(lambda: np.copyto(copy, x), reps)
-    t_mc = best(lambda: mantissa._core.memcpy(x, copy), reps)
+    return best(lambda: np.copyto(copy, x), reps), best(lambda: mantissa._core.memcpy(x, copy), reps)
+
+
+def floor_rows(x, rows, copy_times):
+    """The rows with the memory floor: bytes moved at memcpy's bandwidth, and the largest ratio it allows."""
+    t_np, t_mc = copy_times
     bw = 2 * x.nbytes / min(t_np, t_mc)  # bytes read + written per second
-    print(f"# memcpy of {x.nbytes >> 20} MiB: np.copyto {t_np * 1e3:.1f} ms, on mantissa's "
+    print(f"# memcpy of {x.nbytes >> 20} MiB (best before and after the rows): np.copyto {t_np * 1e3:.1f} ms, on mantissa's "
           f"{mantissa.num_threads()} threads {t_mc * 1e3:.1f} ms: {bw / 1e9:.1f} GB/s read + written")
-    print("# floor ms: the row's bytes (fp32 in + result out) at that bandwidth; max x: ml_dtypes / floor, the "
-          "largest ratio any cast can reach here; ml %: ml_dtypes' speed as a share of memcpy's")
-    print(f"{'case':24s} {'ml_dtypes ms':>12s} {'mantissa 1t':>11s} {'mantissa ms':>11s} {'ratio':>7s} "
-          f"{'floor ms':>8s} {'max x':>6s} {'ml %':>5s}")
+    print("# ref: ml_dtypes (numpy + ml_dtypes for MX), or torchao; floor ms: the row's bytes (fp32 in + result "
+          "out) at that bandwidth; max x: ref / floor, the largest ratio any cast can reach here; ref %: the "
+          "reference's speed as a share of memcpy's")
+    print(f"# ratio: ref / mantissa on its {mantissa.num_threads()} threads; 1t: on one thread")
+    print(f"{'case':24s} {'ref ms':>9s} {'mantissa 1t':>11s} {'mantissa ms':>11s} {'ratio':>7s} {'1t':>7s} "
+          f"{'floor ms':>8s} {'max x':>6s} {'ref %':>5s}")
     for name, ref, one, got, nbytes in rows:
         floor = nbytes / bw
-        print(f"{name:24s} {ref * 1e3:12.2f} {one * 1e3:11.2f} {got * 1e3:11.2f} {ref / got:6.1f}x "
+        print(f"{name:24s} {ref * 1e3:9.2f} {one * 1e3:11.2f} {got * 1e3:11.2f} {ref / got:6.1f}x {ref / one:6.1f}x "
               f"{floor * 1e3:8.2f} {ref / floor:5.1f}x {100 * floor / ref:4.0f}%")
 
 

@@ -34,11 +34,17 @@ import collections
 import math
 from typing import Any, Deque, Dict, Optional, Sequence
 
-import torch
-import torch.nn as nn
-import torch.nn.functional as F
-
 import mantissa as _m
+
+# A torch linked to the same OpenMP runtime (Debian's) sets the calling
+# thread's OpenMP thread count when it is first imported, which would
+# silently change mantissa's: keep the count mantissa had.
+_threads = _m.num_threads()
+import torch  # noqa: E402
+import torch.nn as nn  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+_m.set_num_threads(_threads)
 
 # MX element format -> mantissa's MX preset.
 _MX_PRESETS = {"e4m3fn": "mxfp8_e4m3", "e5m2": "mxfp8_e5m2", "e2m3fn": "mxfp6_e2m3", "e3m2fn": "mxfp6_e3m2",

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # torch_venv.sh: creates (once) the benchmark-only virtual environment holding PyTorch 2.x from
-# PyPI (the release a user installs today) and prints its python. Kept apart from the test
+# PyPI (the release a user installs today) and torchao (its MX / NVFP4 reference quantisers, which
+# run on the CPU) and prints its python. Kept apart from the test
 # oracles' venv (scripts/pyenv.sh): nothing in the test path imports it.
 #
 #   bash bench/torch_venv.sh            # prints .cache/venv-bench/bin/python
@@ -12,7 +13,11 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 VENV=${MANTISSA_BENCH_VENV:-$ROOT/.cache/venv-bench}
 SPEC=${MANTISSA_BENCH_TORCH:-"torch>=2,<3"}
+AO_SPEC=${MANTISSA_BENCH_TORCHAO:-torchao}
 if [ -x "$VENV/bin/python" ] && "$VENV/bin/python" -c 'import torch, sys; sys.exit(int(torch.__version__.split(".")[0]) < 2)' 2>/dev/null; then
+  # torchao depends on nothing but torch: added to an existing venv without touching its torch
+  "$VENV/bin/python" -c 'import torchao' 2>/dev/null ||
+    "$VENV/bin/pip" install -q --disable-pip-version-check --no-cache-dir --no-deps "$AO_SPEC" >&2
   echo "$VENV/bin/python"; exit 0
 fi
 mkdir -p "$(dirname "$VENV")"
@@ -23,4 +28,5 @@ if [ "$FREE_KB" -lt $((12 * 1024 * 1024)) ]; then
 fi
 python3 -m venv "$VENV" >&2
 "$VENV/bin/pip" install -q --disable-pip-version-check --no-cache-dir "$SPEC" numpy >&2
+"$VENV/bin/pip" install -q --disable-pip-version-check --no-cache-dir --no-deps "$AO_SPEC" >&2
 echo "$VENV/bin/python"

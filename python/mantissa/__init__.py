@@ -26,7 +26,7 @@ from ._engine import experiment, load_weights, train
 
 __all__ = [
     "quantize", "encode", "decode", "mx_quantize", "mx_dequantize", "nvfp4_quantize", "nvfp4_dequantize",
-    "NVFP4_BLOCKS", "rht", "formats", "format_info",
+    "mxfp4_quantize", "mxfp4_dequantize", "NVFP4_BLOCKS", "MXFP4_BLOCKS", "rht", "formats", "format_info",
     "as_ml_dtypes", "from_ml_dtypes", "recipes", "recipe", "num_threads", "set_num_threads",
     "train", "experiment", "load_weights", "ROUNDING_MODES", "MX_FORMATS",
 ]
@@ -44,10 +44,6 @@ _ML_DTYPES = {
     "e4m3": "float8_e4m3", "e4m3b11fnuz": "float8_e4m3b11fnuz", "e3m4": "float8_e3m4",
     "e8m0": "float8_e8m0fnu", "e2m3fn": "float6_e2m3fn", "e3m2fn": "float6_e3m2fn", "e2m1fn": "float4_e2m1fn",
 }
-
-
-# Code dtype (uint8/16/32) per format spec, learnt from the first encode.
-_CODE_DTYPE: Dict[str, Any] = {}
 
 
 def _is_numpy(x: Any) -> bool:
@@ -75,66 +71,50 @@ def _codes_in(codes: Any) -> Any:
 def _check_out(out: Any) -> None:
     if type(out) is _np.ndarray and not out.flags.writeable:
         raise ValueError("out: the array is read-only")
+    _check_order(out, "out")
 
 
-def quantize(x: Any, format: str, round: str = "nearest-even", *, saturate: bool = False,
-             flush_subnormals: bool = False, seed: int = 0, random_bits: int = 16, out: Any = None) -> Any:
-    """fp32 values rounded into `format`, kept as fp32 (fake quantisation).
+def _check_order(a: Any, name: str) -> None:
+    if _is_numpy(a) and not a.dtype.isnative:
+        raise TypeError(f"{name}: expected values in the machine's byte order, got dtype {a.dtype.str} "
+                        "(a.astype(a.dtype.newbyteorder('=')))")
 
-    round: nearest-even (alias "nearest"), nearest-away, toward-zero, up, down,
-    stochastic (element i draws from hash(seed, i): independent of threads).
-    saturate: overflow gives +-max instead of inf/NaN. Writes into `out` if given.
-    """
-    if out is None and type(x) is _np.ndarray:  # numpy allocates the result faster than the binding
-        out = _np.empty(x.shape, _np.float32)
-        _core.quantize(x, format, round, saturate, flush_subnormals, seed, random_bits, out)
-        return out
+
+# quantize, encode and decode (fast.cpp) take numpy arrays straight to the
+# kernels; every other call comes here with the same arguments, positionally.
+quantize = _core.quantize
+encode = _core.encode
+decode = _core.decode
+
+
+def _quantize_any(x: Any, format: str, round: str, saturate: bool, flush_subnormals: bool, seed: int,
+                  random_bits: int, out: Any) -> Any:
+    _check_order(x, "x")
     if out is not None:
         _check_out(out)
-        _core.quantize(x, format, round, saturate, flush_subnormals, seed, random_bits, out)
+        _core.quantize_dlpack(x, format, round, saturate, flush_subnormals, seed, random_bits, out)
         return out
-    return _like(x, _core.quantize(x, format, round, saturate, flush_subnormals, seed, random_bits))
+    return _like(x, _core.quantize_dlpack(x, format, round, saturate, flush_subnormals, seed, random_bits))
 
 
-def encode(x: Any, format: str, round: str = "nearest-even", *, saturate: bool = False,
-           flush_subnormals: bool = False, seed: int = 0, random_bits: int = 16, packed: bool = False,
-           out: Any = None) -> Any:
-    """fp32 -> codes: uint8 (<= 8 bits), uint16 (bf16, fp16) or uint32 (tf32, fp32 bit patterns).
-
-    packed: formats of <= 4 bits put two codes in a byte along the last axis,
-    element 2j in the low nibble (last axis K -> ceil(K / 2) bytes).
-    """
-    if out is None and not packed and type(x) is _np.ndarray:
-        dtype = _CODE_DTYPE.get(format)
-        if dtype is None:  # first call with this format: the binding allocates and names the type
-            r = _core.encode(x, format, round, saturate, flush_subnormals, seed, random_bits, False)
-            _CODE_DTYPE[format] = r.dtype
-            return r
-        out = _np.empty(x.shape, dtype)
-        _core.encode(x, format, round, saturate, flush_subnormals, seed, random_bits, False, out)
-        return out
+def _encode_any(x: Any, format: str, round: str, saturate: bool, flush_subnormals: bool, seed: int,
+                random_bits: int, packed: bool, out: Any) -> Any:
+    _check_order(x, "x")
     if out is not None:  # may be an ml_dtypes array of the format: its codes are written
         _check_out(out)
-        _core.encode(x, format, round, saturate, flush_subnormals, seed, random_bits, packed, _codes_in(out))
+        _core.encode_dlpack(x, format, round, saturate, flush_subnormals, seed, random_bits, packed, _codes_in(out))
         return out
-    return _like(x, _core.encode(x, format, round, saturate, flush_subnormals, seed, random_bits, packed))
+    return _like(x, _core.encode_dlpack(x, format, round, saturate, flush_subnormals, seed, random_bits, packed))
 
 
-def decode(codes: Any, format: str, *, packed: bool = False, count: Optional[int] = None, out: Any = None) -> Any:
-    """Codes (integers, or an ml_dtypes array of the same format) -> their exact fp32 values.
-
-    packed: two 4-bit codes per byte; `count` is the unpacked last-axis length (default 2 x bytes).
-    """
+def _decode_any(codes: Any, format: str, packed: bool, count: Optional[int], out: Any) -> Any:
     codes = _codes_in(codes)
-    if out is None and not packed and type(codes) is _np.ndarray:
-        out = _np.empty(codes.shape, _np.float32)
-        _core.decode(codes, format, False, count, out)
-        return out
+    _check_order(codes, "codes")
     if out is not None:
         _check_out(out)
-        _core.decode(codes, format, packed, count, out)
+        _core.decode_dlpack(codes, format, packed, count, out)
         return out
-    return _like(codes, _core.decode(codes, format, packed, count))
+    return _like(codes, _core.decode_dlpack(codes, format, packed, count))
 
 
 def mx_quantize(x: Any, format: str = "mxfp8_e4m3", block: int = 32, axis: int = -1,
@@ -158,16 +138,61 @@ def mx_dequantize(codes: Any, scales: Any, format: str = "mxfp8_e4m3", block: in
 
 
 NVFP4_BLOCKS = ("1x16", "16x16")
+MXFP4_BLOCKS = ("1x32", "32x32")
 
 
-def _nvfp4_tiles(block: str) -> Tuple[int, int]:
-    if block not in NVFP4_BLOCKS:
-        raise ValueError(f"block: expected one of {', '.join(NVFP4_BLOCKS)}, got '{block}'")
-    return (1, 16) if block == "1x16" else (16, 16)
+def _fp4_tiles(scale: str, block: str) -> Tuple[int, int]:
+    blocks = NVFP4_BLOCKS if scale == "nvfp4" else MXFP4_BLOCKS
+    if block not in blocks:
+        raise ValueError(f"block: expected one of {', '.join(blocks)}, got '{block}'")
+    b = 16 if scale == "nvfp4" else 32
+    return (1, b) if block == blocks[0] else (b, b)
 
 
 def _as_numpy(x: Any) -> _np.ndarray:
     return x if _is_numpy(x) else _np.from_dlpack(x)
+
+
+def _fp4_quantize(scale: str, x: Any, block: str, axis: int, round: str, seed: int, packed: bool,
+                  headroom: bool) -> Tuple[Any, Any, float]:
+    tr, tc = _fp4_tiles(scale, block)
+    if tr > 1:
+        if _ndim(x) != 2 or axis not in (-1, 1):
+            raise ValueError(f"block {block}: x must be a 2-D array and axis -1")
+        codes, scales, t = _core.fp4_quantize(x, scale, tr, tc, round, seed, packed, headroom)
+        return _like(x, codes), _like(x, scales), t
+    moved = _as_numpy(_moveaxis_in(x, axis))
+    if moved.ndim == 0:
+        raise ValueError("x needs at least one dimension")
+    k = moved.shape[-1]
+    codes, scales, t = _core.fp4_quantize(moved.reshape(-1, k), scale, tr, tc, round, seed, packed, headroom)
+    lead = moved.shape[:-1]
+    codes = codes.reshape(lead + (codes.shape[-1],))
+    scales = scales.reshape(lead + (scales.shape[-1],))
+    return _like(x, _moveaxis_out(codes, axis)), _like(x, _moveaxis_out(scales, axis)), t
+
+
+def _fp4_dequantize(scale: str, codes: Any, scales: Any, tensor_scale: float, block: str, axis: int, packed: bool,
+                    count: Optional[int]) -> Any:
+    tr, tc = _fp4_tiles(scale, block)
+    if tr > 1:
+        if _ndim(codes) != 2 or axis not in (-1, 1):
+            raise ValueError(f"block {block}: codes must be a 2-D array and axis -1")
+        k = count if count is not None else (2 * codes.shape[1] if packed else codes.shape[1])
+        return _like(codes, _core.fp4_dequantize(codes, scales, float(tensor_scale), scale, tr, tc, packed, k))
+    c = _as_numpy(_moveaxis_in(codes, axis))
+    s = _as_numpy(_moveaxis_in(scales, axis))
+    if c.ndim == 0:
+        raise ValueError("codes need at least one dimension")
+    if s.shape[:-1] != c.shape[:-1]:
+        raise ValueError(f"scales: shape must be the codes' with the block axis of length ceil(K / {tc})")
+    width = c.shape[-1]
+    if count is not None and not packed:
+        raise ValueError("count: only for packed codes")
+    k = count if count is not None else (2 * width if packed else width)
+    values = _core.fp4_dequantize(c.reshape(-1, width), s.reshape(-1, s.shape[-1]), float(tensor_scale), scale, tr,
+                                  tc, packed, k)
+    return _like(codes, _moveaxis_out(values.reshape(c.shape[:-1] + (k,)), axis))
 
 
 def nvfp4_quantize(x: Any, block: str = "1x16", axis: int = -1, round: str = "nearest-even", *, seed: int = 0,
@@ -186,21 +211,7 @@ def nvfp4_quantize(x: Any, block: str = "1x16", axis: int = -1, round: str = "ne
     from a counter-based draw of (seed, element index in the [rows, K] view with `axis` last)).
     Returns (codes uint8, scales uint8 E4M3 codes, tensor scale). x holding inf/NaN is a ValueError.
     """
-    tr, tc = _nvfp4_tiles(block)
-    if tr == 16:
-        if _ndim(x) != 2 or axis not in (-1, 1):
-            raise ValueError("block 16x16: x must be a 2-D array and axis -1")
-        codes, scales, t = _core.nvfp4_quantize(x, tr, tc, round, seed, packed)
-        return _like(x, codes), _like(x, scales), t
-    moved = _as_numpy(_moveaxis_in(x, axis))
-    if moved.ndim == 0:
-        raise ValueError("x needs at least one dimension")
-    k = moved.shape[-1]
-    codes, scales, t = _core.nvfp4_quantize(moved.reshape(-1, k), tr, tc, round, seed, packed)
-    lead = moved.shape[:-1]
-    codes = codes.reshape(lead + (codes.shape[-1],))
-    scales = scales.reshape(lead + (scales.shape[-1],))
-    return _like(x, _moveaxis_out(codes, axis)), _like(x, _moveaxis_out(scales, axis)), t
+    return _fp4_quantize("nvfp4", x, block, axis, round, seed, packed, False)
 
 
 def nvfp4_dequantize(codes: Any, scales: Any, tensor_scale: float, block: str = "1x16", axis: int = -1, *,
@@ -210,25 +221,27 @@ def nvfp4_dequantize(codes: Any, scales: Any, tensor_scale: float, block: str = 
     Each value is e2m1 x s (exact) times the tensor scale, rounded once to float32. With packed codes,
     `count` is the number of values along `axis` (default 2 x the bytes).
     """
-    tr, tc = _nvfp4_tiles(block)
-    if tr == 16:
-        if _ndim(codes) != 2 or axis not in (-1, 1):
-            raise ValueError("block 16x16: codes must be a 2-D array and axis -1")
-        k = count if count is not None else (2 * codes.shape[1] if packed else codes.shape[1])
-        return _like(codes, _core.nvfp4_dequantize(codes, scales, float(tensor_scale), tr, tc, packed, k))
-    c = _as_numpy(_moveaxis_in(codes, axis))
-    s = _as_numpy(_moveaxis_in(scales, axis))
-    if c.ndim == 0:
-        raise ValueError("codes need at least one dimension")
-    if s.shape[:-1] != c.shape[:-1]:
-        raise ValueError("scales: shape must be the codes' with the block axis of length ceil(K / 16)")
-    width = c.shape[-1]
-    if count is not None and not packed:
-        raise ValueError("count: only for packed codes")
-    k = count if count is not None else (2 * width if packed else width)
-    values = _core.nvfp4_dequantize(c.reshape(-1, width), s.reshape(-1, s.shape[-1]), float(tensor_scale), tr, tc,
-                                    packed, k)
-    return _like(codes, _moveaxis_out(values.reshape(c.shape[:-1] + (k,)), axis))
+    return _fp4_dequantize("nvfp4", codes, scales, tensor_scale, block, axis, packed, count)
+
+
+def mxfp4_quantize(x: Any, block: str = "1x32", axis: int = -1, round: str = "nearest-even", *, seed: int = 0,
+                   headroom: bool = False, packed: bool = False) -> Tuple[Any, Any, float]:
+    """MXFP4 (OCP MX) as the FP4 training recipes cast it: E2M1 values, an E8M0 scale per block.
+
+    block exponent e = clip(floor(log2 amax_b) - 2, -127, 127) (E8M0 code e + 127; an all-zero block -127);
+    element code = e2m1(clip(x' x 2^-e, -6, 6)) with x' = x, or 3/4 x x with `headroom` (Tseng et al.: the
+    recipes' stochastic casts, so that rounding up never clips); value = e2m1 x 2^e x tensor scale, the
+    tensor scale 1, or 4/3 with headroom. With round "nearest-even" and no headroom, the codes and scales
+    are mx_quantize(x, "mxfp4")'s. Blocks, axis, rounding, packing and errors as nvfp4_quantize
+    ("1x32" along `axis`, or "32x32" tiles of a 2-D array). Returns (codes, E8M0 scale codes, tensor scale).
+    """
+    return _fp4_quantize("mxfp4", x, block, axis, round, seed, packed, headroom)
+
+
+def mxfp4_dequantize(codes: Any, scales: Any, tensor_scale: float, block: str = "1x32", axis: int = -1, *,
+                     packed: bool = False, count: Optional[int] = None) -> Any:
+    """MXFP4 codes, E8M0 scales and tensor scale (as mxfp4_quantize returns them) -> float32 values."""
+    return _fp4_dequantize("mxfp4", codes, scales, tensor_scale, block, axis, packed, count)
 
 
 def rht(x: Any, axis: int = 0, seed: int = 0, random: bool = True) -> Any:

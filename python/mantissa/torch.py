@@ -19,8 +19,9 @@ the format's max), ``delayed`` (the same from the max of the last
 ``amax_history`` amaxes of that layer's operand, the tensor's own amax on the
 first call), ``mx`` (E8M0 block scales over ``block`` = 32 values along the
 last axis: the contraction axis of x and W, the output features of dy).
-NVFP4 recipes (``nvfp4``, ``nvfp4-naive``) cast as ``Fp4Caster`` says: each of the
-three products with its own blocks, the Hadamard transform on the Wgrad inputs.
+FP4 recipes (``nvfp4``, ``nvfp4-naive``, ``mxfp4``, ``mxfp4-fwd``, ``mxfp4-naive``) cast as
+``Fp4Caster`` says: each of the three products with its own blocks, the Hadamard
+transform on the Wgrad inputs (and, with ``rht_dgrad``, the dgrad ones).
 Recipes without casts but with a 16-bit ``matmul_format`` (bf16-amp, fp16-amp)
 round x, W and dy to it. The arrays are cast by mantissa's kernels (zero-copy
 through DLPack). Per-tensor casts saturate; a tensor holding inf/NaN keeps them
@@ -33,11 +34,17 @@ import collections
 import math
 from typing import Any, Deque, Dict, Optional, Sequence
 
-import torch
-import torch.nn as nn
-import torch.nn.functional as F
-
 import mantissa as _m
+
+# A torch linked to the same OpenMP runtime (Debian's) sets the calling
+# thread's OpenMP thread count when it is first imported, which would
+# silently change mantissa's: keep the count mantissa had.
+_threads = _m.num_threads()
+import torch  # noqa: E402
+import torch.nn as nn  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+_m.set_num_threads(_threads)
 
 # MX element format -> mantissa's MX preset.
 _MX_PRESETS = {"e4m3fn": "mxfp8_e4m3", "e5m2": "mxfp8_e5m2", "e2m3fn": "mxfp6_e2m3", "e3m2fn": "mxfp6_e3m2",
@@ -110,23 +117,25 @@ class Caster:
 
 
 class Fp4Caster:
-    """An NVFP4 recipe's casts for one layer (``fp4_format`` nvfp4), as mantissa's FP4 quantiser does them.
+    """An FP4 recipe's casts for one layer (``fp4_format`` nvfp4 or mxfp4), as mantissa's FP4 quantiser does them.
 
-    Per product of y = x W^T (x [M, in], W [out, in]):
-    forward x W^T: x in 1x16 blocks along `in`; W in 16x16 blocks (``fp4_weight_2d``) or 1x16 along `in`;
-    dgrad dy W: dy 1x16 along `out`; W the forward cast when 2-D (else 1x16 along `out`), with
-    ``rht_dgrad`` both rotated along `out` first; wgrad dy^T x: dy and x in blocks of 16 rows along M,
+    Blocks of b values (NVFP4: 16, E4M3 scales and a tensor scale; MXFP4: 32, E8M0 scales). Per product of
+    y = x W^T (x [M, in], W [out, in]):
+    forward x W^T: x in 1 x b blocks along `in`; W in b x b blocks (``fp4_weight_2d``) or 1 x b along `in`;
+    dgrad dy W: dy 1 x b along `out`; W the forward cast when 2-D (else 1 x b along `out`), with
+    ``rht_dgrad`` both rotated along `out` first; wgrad dy^T x: dy and x in blocks of b rows along M,
     both rotated first by the 16-row Hadamard transform (``rht``, signs from ``rht_seed``). Rounding:
     nearest-even, stochastic for dy (``fp4_sr`` gradients) and for x and W in backward too (backward),
-    each cast drawing from its own seed (rht_seed and a per-layer call count). ``fp4_forward`` false: the
-    forward product rounds x and W to bf16 instead. ``fp4_until`` is not applied (a module has no step
-    count).
+    each cast drawing from its own seed (rht_seed and a per-layer call count); MXFP4's stochastic casts
+    scale their blocks by 3/4 first (tensor scale 4/3). ``fp4_forward`` false: the forward product rounds
+    x and W to bf16 instead. ``fp4_until`` is not applied (a module has no step count).
     """
 
     def __init__(self, recipe: Dict[str, Any], readout: bool = False, layer: int = 0):
-        if recipe.get("fp4_format") != "nvfp4":
-            raise ValueError(f"recipe '{recipe['name']}': fp4_format '{recipe.get('fp4_format')}' is not supported on "
-                             "PyTorch modules (nvfp4 is)")
+        self.format = recipe.get("fp4_format")
+        if self.format not in ("nvfp4", "mxfp4"):
+            raise ValueError(f"recipe '{recipe['name']}': fp4_format '{self.format}' is not supported on "
+                             "PyTorch modules (nvfp4 and mxfp4 are)")
         self.recipe = recipe
         self.readout = readout  # a bf16 layer ("head" in bf16_layers)
         on = lambda k: str(recipe.get(k, "false")) == "true"  # noqa: E731
@@ -135,22 +144,27 @@ class Fp4Caster:
         self.seed = int(recipe.get("rht_seed", 0))
         self.layer = layer
         self.calls = 0
+        b = 16 if self.format == "nvfp4" else 32
+        self.block_1d, self.block_2d = f"1x{b}", f"{b}x{b}"
 
     def _seed(self) -> int:
         self.calls += 1
         return (self.seed * 0x9E3779B97F4A7C15 ^ (self.layer << 40) ^ self.calls) & ((1 << 64) - 1)
 
-    def cast(self, a: torch.Tensor, block: str = "1x16", axis: int = -1, stochastic: bool = False) -> torch.Tensor:
-        """a (2-D, fp32) cast to NVFP4 and decoded back to fp32 values."""
+    def cast(self, a: torch.Tensor, axis: int = -1, stochastic: bool = False, tile: bool = False) -> torch.Tensor:
+        """a (2-D, fp32) cast in 1 x b blocks along `axis` (tile: b x b) and decoded back to fp32 values."""
         a = a.detach().to(torch.float32).contiguous()
         if not torch.isfinite(a).all():
             return _m.quantize(a, "bf16")  # inf/NaN pass through, as mantissa's casts do
         rnd = "stochastic" if stochastic else "nearest-even"
-        if block == "16x16":
-            c, s, t = _m.nvfp4_quantize(a, "16x16", round=rnd, seed=self._seed() if stochastic else 0)
-            return _m.nvfp4_dequantize(c, s, t, "16x16")
-        c, s, t = _m.nvfp4_quantize(a, "1x16", axis, rnd, seed=self._seed() if stochastic else 0)
-        return _m.nvfp4_dequantize(c, s, t, "1x16", axis)
+        seed = self._seed() if stochastic else 0
+        block = self.block_2d if tile else self.block_1d
+        axis = -1 if tile else axis
+        if self.format == "nvfp4":
+            c, s, t = _m.nvfp4_quantize(a, block, axis, rnd, seed=seed)
+            return _m.nvfp4_dequantize(c, s, t, block, axis)
+        c, s, t = _m.mxfp4_quantize(a, block, axis, rnd, seed=seed, headroom=stochastic)
+        return _m.mxfp4_dequantize(c, s, t, block, axis)
 
     def rotate(self, a: torch.Tensor, axis: int) -> torch.Tensor:
         if self.rht_mode == "none":
@@ -162,8 +176,8 @@ class Fp4Caster:
         if dgrad and self.rht_dgrad and self.rht_mode != "none":
             w = self.rotate(w, 0)
         if self.weight_2d:
-            return self.cast(w, "16x16", stochastic=sr)
-        return self.cast(w, "1x16", 0 if dgrad else -1, stochastic=sr)
+            return self.cast(w, stochastic=sr, tile=True)
+        return self.cast(w, 0 if dgrad else -1, stochastic=sr)
 
 
 class _Fp4LinearFn(torch.autograd.Function):
@@ -192,11 +206,11 @@ class _Fp4LinearFn(torch.autograd.Function):
         else:
             sr_dy, sr_op = c.sr != "none", c.sr == "backward"
             rotated = c.rht_dgrad and c.rht_mode != "none"
-            dyd = c.cast(c.rotate(dy2, 1) if rotated else dy2, stochastic=sr_dy)  # 1x16 along out
+            dyd = c.cast(c.rotate(dy2, 1) if rotated else dy2, stochastic=sr_dy)  # 1 x b along out
             same = c.forward and c.weight_2d and not sr_op and not rotated
             wd = wq if same else c.weight(w, dgrad=True)
             dx = dyd @ wd  # (M, in)
-            dyw = c.cast(c.rotate(dy2, 0), axis=0, stochastic=sr_dy)  # blocks of 16 rows
+            dyw = c.cast(c.rotate(dy2, 0), axis=0, stochastic=sr_dy)  # blocks of b rows
             xw = c.cast(c.rotate(x2, 0), axis=0, stochastic=sr_op)
             dw = dyw.t() @ xw  # (out, in)
         db = dy2.sum(0) if ctx.has_bias else None

@@ -1,6 +1,7 @@
-// mantissa._core: number formats on arrays. Every kernel on 16 Ki values or
-// more runs with the GIL released, on the library's threads (formats/convert.hpp, formats/mx.hpp);
-// inputs are read in place (numpy or DLPack), outputs are new numpy arrays or
+// mantissa._core: number formats on arrays of any DLPack producer (numpy's
+// direct path: fast.cpp). Every kernel on 16 Ki values or more runs with the
+// GIL released, on the library's threads (formats/convert.hpp,
+// formats/mx.hpp); inputs are read in place, outputs are new numpy arrays or
 // the caller's `out`.
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/pair.h>
@@ -14,6 +15,7 @@
 #include <stdexcept>
 
 #include "arrays.hpp"
+#include "formats.hpp"
 #include "mantissa/cpu/isa.hpp"
 #include "mantissa/formats/convert.hpp"
 #include "mantissa/formats/format.hpp"
@@ -21,9 +23,6 @@
 #include "mantissa/formats/round.hpp"
 
 namespace mantissa::py {
-namespace {
-
-namespace mf = mantissa::formats;
 
 // Formats by spec, parsed once: a small array's call costs a map lookup, not a
 // parse, and a repeat of the thread's previous spec not even the lock.
@@ -59,6 +58,26 @@ mf::RoundOptions round_options(const std::string& round, bool saturate, bool flu
   o.seed = seed;
   o.random_bits = random_bits;
   return o;
+}
+
+// Formats of fewer than 8 bits keep one code per byte (or two per byte,
+// packed): a byte or nibble beyond the format's last code is refused, not
+// masked or decoded to NaN.
+void check_code_range(const uint8_t* c, size_t n, const mf::Format& f, bool packed) {
+  const uint32_t count = static_cast<uint32_t>(std::min<uint64_t>(f.code_count(), 256));
+  if (count >= (packed ? 16u : 256u)) return;
+  uint32_t worst = 0;
+  for (size_t i = 0; i < n; ++i) worst = std::max<uint32_t>(worst, packed ? std::max(c[i] & 0xF, c[i] >> 4) : c[i]);
+  if (worst >= count)
+    throw nb::value_error(("codes: " + std::to_string(worst) + " is not a " + f.name + " code (0.." +
+                           std::to_string(count - 1) + ")")
+                              .c_str());
+}
+
+namespace {
+
+void check_array_codes(const In& codes, const mf::Format& f, bool packed) {
+  check_code_range(static_cast<const uint8_t*>(codes.data()), codes.size(), f, packed);
 }
 
 nb::object quantize(const In& x, const std::string& spec, const std::string& round, bool saturate, bool flush,
@@ -120,21 +139,6 @@ nb::object encode(const In& x, const std::string& spec, const std::string& round
   return result;
 }
 
-// Formats of fewer than 8 bits keep one code per byte (or two per byte,
-// packed): a byte or nibble beyond the format's last code is refused, not
-// masked or decoded to NaN.
-void check_code_range(const In& codes, const mf::Format& f, bool packed) {
-  const uint32_t count = static_cast<uint32_t>(std::min<uint64_t>(f.code_count(), 256));
-  if (count >= (packed ? 16u : 256u)) return;
-  const auto* c = static_cast<const uint8_t*>(codes.data());
-  uint32_t worst = 0;
-  for (size_t i = 0; i < codes.size(); ++i)
-    worst = std::max<uint32_t>(worst, packed ? std::max(c[i] & 0xF, c[i] >> 4) : c[i]);
-  if (worst >= count)
-    throw nb::value_error(("codes: " + std::to_string(worst) + " is not a " + f.name + " code (0.." +
-                           std::to_string(count - 1) + ")")
-                              .c_str());
-}
 
 nb::object decode(const In& codes, const std::string& spec, bool packed, std::optional<size_t> count,
                   std::optional<Out> out) {
@@ -145,7 +149,7 @@ nb::object decode(const In& codes, const std::string& spec, bool packed, std::op
   if (!packed) {
     check_codes(codes, "codes", f.storage_bytes());
     if (count) throw nb::value_error("count: only for packed codes");
-    if (f.storage_bytes() == 1) check_code_range(codes, f, false);
+    if (f.storage_bytes() == 1) check_array_codes(codes, f, false);
     nb::object result = output<float>(out, shape, &dst);
     KernelScope release(codes.size());
     mf::dequantize(f, codes.data(), dst, codes.size());
@@ -153,7 +157,7 @@ nb::object decode(const In& codes, const std::string& spec, bool packed, std::op
   }
   if (f.total_bits() > 4) throw nb::value_error(("packed: " + f.name + " codes do not pack two per byte").c_str());
   check_codes(codes, "codes", 1);
-  check_code_range(codes, f, true);
+  check_array_codes(codes, f, true);
   if (codes.ndim() == 0) throw nb::value_error("packed: codes need at least one dimension");
   const size_t kp = shape.back(), rows = kp ? codes.size() / kp : 0;
   const size_t k = count ? *count : 2 * kp;
@@ -219,7 +223,7 @@ nb::object mx_dequantize(const In& codes, const In& scales, const std::string& n
   check_layout(scales, "scales");
   check_codes(codes, "codes", 1);
   check_codes(scales, "scales", 1);
-  check_code_range(codes, cfg.element, false);
+  check_array_codes(codes, cfg.element, false);
   if (codes.ndim() == 0) throw nb::value_error("codes need at least one dimension");
   const std::vector<size_t> shape = shape_of(codes);
   const size_t k = shape.back(), rows = k ? codes.size() / k : 0, b = static_cast<size_t>(block), nb_ = (k + b - 1) / b;
@@ -274,13 +278,13 @@ nb::dict format_dict(const mf::Format& f) {
 
 void bind_formats(nb::module_& m) {
   using namespace nb::literals;
-  m.def("quantize", &quantize, "x"_a, "format"_a, "round"_a = "nearest-even", "saturate"_a = false,
+  m.def("quantize_dlpack", &quantize, "x"_a, "format"_a, "round"_a = "nearest-even", "saturate"_a = false,
         "flush_subnormals"_a = false, "seed"_a = 0, "random_bits"_a = 16, "out"_a = nb::none(),
         "fp32 -> fp32 values rounded into `format` (None when written into `out`).");
-  m.def("encode", &encode, "x"_a, "format"_a, "round"_a = "nearest-even", "saturate"_a = false,
+  m.def("encode_dlpack", &encode, "x"_a, "format"_a, "round"_a = "nearest-even", "saturate"_a = false,
         "flush_subnormals"_a = false, "seed"_a = 0, "random_bits"_a = 16, "packed"_a = false, "out"_a = nb::none(),
         "fp32 -> codes (uint8/16/32 by the format's storage bytes; packed: two 4-bit codes per byte).");
-  m.def("decode", &decode, "codes"_a, "format"_a, "packed"_a = false, "count"_a = nb::none(), "out"_a = nb::none(),
+  m.def("decode_dlpack", &decode, "codes"_a, "format"_a, "packed"_a = false, "count"_a = nb::none(), "out"_a = nb::none(),
         "codes -> their exact fp32 values.");
   m.def("mx_quantize", &mx_quantize, "x"_a, "format"_a, "block"_a = 32, "scale_rounding"_a = "floor",
         "fp32 -> (element codes, E8M0 scale codes), blocks along the last axis.");

@@ -1,4 +1,4 @@
-// mantissa._core: NVFP4 block casts on [rows, cols] float32 arrays
+// mantissa._core: NVFP4 and MXFP4 block casts on [rows, cols] float32 arrays
 // (formats/fp4.hpp); mantissa/__init__.py moves the block axis last and
 // reshapes. Codes come back one per byte or packed two per byte within each
 // row (the low nibble first), as `encode(..., packed=True)` packs.
@@ -19,13 +19,17 @@ namespace {
 
 namespace mf = mantissa::formats;
 
-mf::Fp4Spec nvfp4_spec(int64_t tile_rows, int64_t tile_cols) {
-  if (!((tile_rows == 1 && tile_cols == 16) || (tile_rows == 16 && tile_cols == 16)))
-    throw nb::value_error(("block: NVFP4 blocks are 1x16 or 16x16, got " + std::to_string(tile_rows) + "x" +
-                           std::to_string(tile_cols))
-                              .c_str());
+// "nvfp4" (tiles 1x16, 16x16) or "mxfp4" (1x32, 32x32).
+mf::Fp4Spec fp4_spec(const std::string& scale, int64_t tile_rows, int64_t tile_cols) {
   mf::Fp4Spec s;
-  s.scale = mf::Fp4Scale::nvfp4;
+  const bool nv = scale == "nvfp4";
+  if (!nv && scale != "mxfp4") throw nb::value_error(("scale: expected nvfp4 or mxfp4, got '" + scale + "'").c_str());
+  s.scale = nv ? mf::Fp4Scale::nvfp4 : mf::Fp4Scale::mxfp4;
+  const int64_t b = nv ? 16 : 32;
+  if (!((tile_rows == 1 || tile_rows == b) && tile_cols == b))
+    throw nb::value_error(("block: " + std::string(nv ? "NVFP4 blocks are 1x16 or 16x16" : "MXFP4 blocks are 1x32 or 32x32") +
+                           ", got " + std::to_string(tile_rows) + "x" + std::to_string(tile_cols))
+                              .c_str());
   s.tile_rows = tile_rows;
   s.tile_cols = tile_cols;
   return s;
@@ -35,15 +39,18 @@ void check_2d(size_t ndim, const char* name) {
   if (ndim != 2) throw nb::value_error((std::string(name) + ": expected a 2-D [rows, cols] array").c_str());
 }
 
-std::tuple<nb::object, nb::object, float> nvfp4_quantize(const In& x, int64_t tile_rows, int64_t tile_cols,
-                                                         const std::string& round, uint64_t seed, bool packed) {
+std::tuple<nb::object, nb::object, float> fp4_quantize(const In& x, const std::string& scale, int64_t tile_rows,
+                                                       int64_t tile_cols, const std::string& round, uint64_t seed,
+                                                       bool packed, bool headroom) {
   const float* in = f32_input(x);
   check_2d(x.ndim(), "x");
-  mf::Fp4Spec s = nvfp4_spec(tile_rows, tile_cols);
+  mf::Fp4Spec s = fp4_spec(scale, tile_rows, tile_cols);
   if (round == "stochastic") s.rounding = mf::Fp4Rounding::stochastic;
   else if (round != "nearest-even" && round != "nearest")
-    throw nb::value_error(("round: NVFP4 casts round nearest-even or stochastic, got '" + round + "'").c_str());
+    throw nb::value_error(("round: FP4 casts round nearest-even or stochastic, got '" + round + "'").c_str());
+  if (headroom && s.scale != mf::Fp4Scale::mxfp4) throw nb::value_error("headroom: an MXFP4 option");
   s.seed = seed;
+  s.headroom = headroom;
   const size_t rows = x.shape(0), cols = x.shape(1), kp = (cols + 1) / 2;
   auto codes = new_array<uint8_t>({rows, packed ? kp : cols});
   const auto r64 = static_cast<int64_t>(rows), c64 = static_cast<int64_t>(cols);
@@ -61,19 +68,19 @@ std::tuple<nb::object, nb::object, float> nvfp4_quantize(const In& x, int64_t ti
           codes.data()[i * kp + j] = static_cast<uint8_t>(bytes[i * cols + 2 * j] | (hi << 4));
         }
   }
-  if (r.nonfinite) throw nb::value_error("x: holds inf or NaN, which NVFP4 has no code for");
+  if (r.nonfinite) throw nb::value_error("x: holds inf or NaN, which FP4 has no code for");
   return {nb::cast(codes), nb::cast(scales), r.tensor_scale};
 }
 
-nb::object nvfp4_dequantize(const In& codes, const In& scales, float tensor_scale, int64_t tile_rows,
-                            int64_t tile_cols, bool packed, size_t cols) {
+nb::object fp4_dequantize(const In& codes, const In& scales, float tensor_scale, const std::string& scale,
+                          int64_t tile_rows, int64_t tile_cols, bool packed, size_t cols) {
   check_layout(codes, "codes");
   check_layout(scales, "scales");
   check_codes(codes, "codes", 1);
   check_codes(scales, "scales", 1);
   check_2d(codes.ndim(), "codes");
   check_2d(scales.ndim(), "scales");
-  const mf::Fp4Spec s = nvfp4_spec(tile_rows, tile_cols);
+  const mf::Fp4Spec s = fp4_spec(scale, tile_rows, tile_cols);
   const size_t rows = codes.shape(0), width = codes.shape(1);
   if (packed ? (cols + 1) / 2 != width : cols != width)
     throw nb::value_error(("count: " + std::to_string(cols) + " values per row do not match the codes' " +
@@ -106,7 +113,7 @@ nb::object nvfp4_dequantize(const In& codes, const In& scales, float tensor_scal
       uint32_t bits = static_cast<uint32_t>(dec[k]) << 16;
       float v;
       std::memcpy(&v, &bits, sizeof v);
-      o[k] = v * tensor_scale;  // q x s is exact; one fp32 rounding for the tensor scale
+      o[k] = v * tensor_scale;  // q x s is exact; one fp32 rounding for the tensor scale (mxfp4: 1 or 4/3)
     }
   }
   return nb::cast(out);
@@ -131,11 +138,11 @@ nb::object rht(const In& x, int axis, uint64_t seed, bool random) {
 
 void bind_fp4(nb::module_& m) {
   using namespace nb::literals;
-  m.def("nvfp4_quantize", &nvfp4_quantize, "x"_a, "tile_rows"_a, "tile_cols"_a, "round"_a = "nearest-even",
-        "seed"_a = 0, "packed"_a = false,
-        "NVFP4 cast of a 2-D float32 array: (E2M1 codes, E4M3 block-scale codes, fp32 tensor scale).");
-  m.def("nvfp4_dequantize", &nvfp4_dequantize, "codes"_a, "scales"_a, "tensor_scale"_a, "tile_rows"_a,
-        "tile_cols"_a, "packed"_a, "cols"_a, "E2M1 codes x E4M3 block scales x tensor scale, float32.");
+  m.def("fp4_quantize", &fp4_quantize, "x"_a, "scale"_a, "tile_rows"_a, "tile_cols"_a, "round"_a = "nearest-even",
+        "seed"_a = 0, "packed"_a = false, "headroom"_a = false,
+        "NVFP4 / MXFP4 cast of a 2-D float32 array: (E2M1 codes, E4M3 / E8M0 block-scale codes, fp32 tensor scale).");
+  m.def("fp4_dequantize", &fp4_dequantize, "codes"_a, "scales"_a, "tensor_scale"_a, "scale"_a, "tile_rows"_a,
+        "tile_cols"_a, "packed"_a, "cols"_a, "E2M1 codes x block scales x tensor scale, float32.");
   m.def("rht", &rht, "x"_a, "axis"_a, "seed"_a = 0, "random"_a = true,
         "The FP4 recipes' 16-point (random) Hadamard transform of a 2-D float32 array along an axis.");
 }

@@ -25,6 +25,7 @@
 
 namespace mantissa::py {
 
+void bind_fast(nb::module_& m);
 void bind_formats(nb::module_& m);
 void bind_fp4(nb::module_& m);
 
@@ -172,6 +173,7 @@ nb::dict experiment(const nb::dict& settings, bool log) {
 
 NB_MODULE(_core, m) {
   using namespace nb::literals;
+  bind_fast(m);
   bind_formats(m);
   bind_fp4(m);
   m.def("num_threads", &kernels::num_threads, "Threads the library's kernels use.");

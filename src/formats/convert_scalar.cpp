@@ -22,9 +22,48 @@ bool generic_vector_ok(const Format& f) {
   return f.total_bits() <= 16 || f.storage_bytes() == 4;
 }
 
+// Everything a plan depends on: the format's fields but its name, and the
+// rounding options (the probes below round with them).
+struct PlanKey {
+  Kind kind;
+  int exponent_bits, mantissa_bits, bias;
+  bool has_inf;
+  NanEncoding nan;
+  bool negative_zero, subnormals, is_signed;
+  Round mode;
+  bool saturate, flush_subnormals;
+  int random_bits;
+  uint64_t seed;
+  bool operator==(const PlanKey&) const = default;
+};
+
+QuantPlan build_plan(const Format& f, const RoundOptions& opt);
+
 }  // namespace
 
+// Building a plan probes the scalar reference six times; the last plan of
+// each thread is kept, so repeated calls on small arrays pay a comparison.
 QuantPlan make_plan(const Format& f, const RoundOptions& opt) {
+  const PlanKey key{f.kind,          f.exponent_bits, f.mantissa_bits, f.bias,   f.has_inf,
+                    f.nan,           f.negative_zero, f.subnormals,    f.is_signed, opt.mode,
+                    opt.saturate,    opt.flush_subnormals, opt.random_bits, opt.seed};
+  thread_local bool valid = false;
+  thread_local PlanKey last_key{};
+  thread_local QuantPlan last;
+  if (!valid || !(key == last_key)) {
+    last = build_plan(f, opt);
+    last_key = key;
+    valid = true;
+  }
+  QuantPlan p = last;
+  p.format = &f;
+  p.opt = opt;
+  return p;
+}
+
+namespace {
+
+QuantPlan build_plan(const Format& f, const RoundOptions& opt) {
   QuantPlan p;
   p.format = &f;
   p.opt = opt;
@@ -61,6 +100,8 @@ QuantPlan make_plan(const Format& f, const RoundOptions& opt) {
   }
   return p;
 }
+
+}  // namespace
 
 void quantize_scalar(const QuantPlan& p, const float* in, void* codes, size_t n, uint64_t base) {
   const Format& f = *p.format;

@@ -207,8 +207,7 @@ def test_output_arrays_are_written_in_place():
 @pytest.mark.parametrize("fmt,dt", [("bf16", ml_dtypes.bfloat16), ("fp16", np.float16), ("tf32", None),
                                     ("e4m3fn", ml_dtypes.float8_e4m3fn)])
 def test_repeated_calls_allocate_the_same_results(fmt, dt):
-    # The first encode of a format has the binding allocate; later ones take numpy's
-    # array of the dtype learnt then. Both must give the same codes, shape and dtype.
+    # Two calls give the same codes, shape and dtype, and the dtype the format's storage bytes.
     x = np.random.default_rng(3).standard_normal((3, 5, 7), dtype=np.float32)
     x.setflags(write=False)  # inputs are only read
     first, second = mantissa.encode(x, fmt), mantissa.encode(x, fmt)
@@ -224,6 +223,76 @@ def test_repeated_calls_allocate_the_same_results(fmt, dt):
         assert same(q, x.astype(dt).astype(np.float32))
     tiny = np.zeros((0, 4), np.float32)  # empty and 0-d arrays keep their shapes
     assert mantissa.encode(tiny, fmt).shape == (0, 4) and mantissa.quantize(np.float32(1.5).reshape(()), fmt).shape == ()
+
+
+def test_calls_that_change_format_rounding_and_seed_between_them():
+    # The direct numpy path keeps the last format, rounding and kernel plan it saw;
+    # every call below changes one of them (or passes an equal string built at run
+    # time) and is checked against gfloat with the call's own draws.
+    x = grid_values("e4m3fn", seed=5)
+    x = x[np.isfinite(x) & (np.abs(x) <= 448)]
+
+    def ref(fmt, mode, seed=0):
+        if mode == "stochastic":
+            draws = mantissa._core.stochastic_bits(seed, x.size, 16).astype(np.int64)
+            r = gfloat.round_ndarray(GF[fmt], x.astype(np.float64), gfloat.RoundMode.StochasticFastest, True, draws, 16)
+        else:
+            r = gfloat.round_ndarray(GF[fmt], x.astype(np.float64), MODES[mode], True)
+        return r.astype(np.float32)
+
+    calls = [("e4m3fn", "nearest-even", 0), ("e5m2", "nearest-even", 0), ("".join(["e4m3", "fn"]), "up", 0),
+             ("e4m3fn", "stochastic", 1), ("e4m3fn", "stochastic", 2), ("e4m3fn", "stochastic", 1),
+             ("e4m3fn", "-".join(["toward", "zero"]), 0), ("bf16", "down", 0), ("e4m3fn", "nearest-even", 0)]
+    for fmt, mode, seed in calls:
+        got = mantissa.quantize(x, fmt, mode, saturate=True, seed=seed)
+        assert same(got, ref(fmt, mode, seed)), (fmt, mode, seed)
+        codes = mantissa.encode(x, fmt, mode, saturate=True, seed=seed)
+        assert same(mantissa.decode(codes, fmt), got), (fmt, mode, seed)
+
+
+def test_numpy_arrays_the_direct_path_does_not_take():
+    # Byte-swapped, ndarray subclasses, misaligned: taken by the general (DLPack)
+    # path or refused with a message, never misread.
+    x = np.linspace(-500, 500, 4099, dtype=np.float32)
+    want = x.astype(ml_dtypes.float8_e4m3fn).astype(np.float32)
+    with np.errstate(over="ignore"):
+        want_sat = np.clip(x, -448, 448).astype(ml_dtypes.float8_e4m3fn).astype(np.float32)
+    assert same(mantissa.quantize(x, "e4m3fn", saturate=True), want_sat)
+
+    class Sub(np.ndarray):
+        pass
+
+    assert same(mantissa.quantize(x.view(Sub), "e4m3fn"), want)
+    buf = np.zeros(x.nbytes + 1, np.uint8)
+    odd = buf[1:].view(np.float32)  # not 4-byte aligned
+    odd[:] = x
+    try:
+        assert same(mantissa.quantize(odd, "e4m3fn"), want)
+    except (TypeError, ValueError, BufferError):
+        pass  # refusing an unaligned array is fine; misreading it is not
+    swapped = x.astype(x.dtype.newbyteorder("S"))
+    with pytest.raises(TypeError, match="x: expected values in the machine's byte order"):
+        mantissa.quantize(swapped, "e4m3fn")
+    with pytest.raises(TypeError, match="out: expected values in the machine's byte order"):
+        mantissa.encode(x, "bf16", out=np.empty(x.shape, np.dtype(np.uint16).newbyteorder("S")))
+    with pytest.raises(TypeError):
+        mantissa.quantize(x, 4)
+    with pytest.raises(TypeError):
+        mantissa.encode(x, "e4m3fn", None)
+    # Above the GIL-release and threading thresholds, written into out= and returned.
+    big = np.random.default_rng(1).standard_normal(1 << 17).astype(np.float32)
+    out = np.empty_like(big)
+    assert mantissa.quantize(big, "e5m2", out=out) is out
+    assert same(out, big.astype(ml_dtypes.float8_e5m2).astype(np.float32))
+
+
+def test_the_benchmarks_memcpy_copies_every_byte():
+    x = np.random.default_rng(2).integers(0, 255, (1 << 17) + 37, dtype=np.uint8)  # chunks of uneven length
+    y = np.zeros_like(x)
+    mantissa._core.memcpy(x, y)
+    assert np.array_equal(x, y)
+    with pytest.raises(ValueError, match="same byte size"):
+        mantissa._core.memcpy(x, y[1:])
 
 
 def test_bad_inputs_raise_python_errors():

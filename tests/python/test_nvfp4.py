@@ -242,5 +242,3 @@ def test_torch_wrap_nvfp4_matches_the_casts_by_hand():
     assert torch.equal(x.grad, to_torch(cast_by_hand(to_numpy(dy))) @ wq)
     with pytest.raises(ValueError, match="bf16_layers"):
         mt.wrap(torch.nn.Sequential(torch.nn.Linear(4, 4)), "nvfp4")
-    with pytest.raises(ValueError, match="mxfp4"):
-        mt.wrap(torch.nn.Sequential(torch.nn.Linear(4, 4)), "mxfp4")

@@ -208,3 +208,14 @@ def test_dlpack_round_trips():
     c, s = mantissa.mx_quantize(torch.randn(4, 64), "mxfp8_e4m3")
     assert isinstance(c, torch.Tensor) and tuple(s.shape) == (4, 2)
     assert not math.isnan(float(mantissa.mx_dequantize(c, s, "mxfp8_e4m3").sum()))
+
+
+def test_importing_mantissa_torch_keeps_the_thread_count():
+    # A fresh interpreter: importing torch the first time is what may change it.
+    import subprocess
+    import sys
+
+    code = ("import mantissa; mantissa.set_num_threads(2); import mantissa.torch; "
+            "print(mantissa.num_threads())")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split()[-1] == "2"

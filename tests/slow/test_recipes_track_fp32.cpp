@@ -8,12 +8,10 @@
 
 #include <cmath>
 #include <cstdio>
-#include <random>
 #include <string>
 #include <vector>
 
-#include "mantissa/train/session.hpp"
-#include "temp_dir.hpp"
+#include "train/recipe_run.hpp"
 
 namespace mantissa {
 namespace {
@@ -32,32 +30,16 @@ const std::vector<Tracking> kTracking = {
 
 class RecipesTrackFp32 : public ::testing::TestWithParam<std::string> {
  protected:
-  static void SetUpTestSuite() {
-    dir_ = new TempDir("track_fp32");
-    std::mt19937_64 rng(11);
-    const char* words[] = {"the ", "quick ", "brown ", "fox ", "jumps ", "over ", "lazy ", "dog", ".\n", ", ", "a ", "cat "};
-    std::string text;
-    while (text.size() < 40000) text += words[rng() % std::size(words)];
-    corpus_ = dir_->write("corpus.txt", text);
-  }
-  static void TearDownTestSuite() { delete dir_; }
-
   // Held-out loss after a short run: 4 layers, so FP4's bf16 first and last blocks leave two in FP4.
-  static double val_loss(const std::string& model, const std::string& recipe) {
-    train::TrainConfig c;
-    c.model = model;
-    c.data = corpus_;
+  double val_loss(const std::string& recipe) const {
+    train::TrainConfig c = run_.config(recipe);
     c.layers = 4;
-    c.d_model = 32;
-    c.heads = 4;
     c.seq_len = 32;
     c.batch_size = 8;
     c.steps = 120;
     c.warmup = 10;
     c.eval_batches = 4;
     c.eval_every = 0;
-    c.threads = 1;
-    c.recipe = recipe;
     if (recipe.rfind("unit-", 0) != 0) c.lr = 3e-3;  // unit recipes take their own default
     auto s = train::build_session(c);
     for (int64_t i = 0; i < c.steps; ++i) {
@@ -66,16 +48,15 @@ class RecipesTrackFp32 : public ::testing::TestWithParam<std::string> {
     }
     return s->trainer->evaluate().val_loss;
   }
-  static inline TempDir* dir_ = nullptr;
-  static inline std::string corpus_;
+  recipe_test::TinyRun run_{GetParam()};
 };
 
 TEST_P(RecipesTrackFp32, HeldOutLossWithinTolerance) {
   const std::string model = GetParam();
-  const double fp32 = val_loss(model, "fp32"), unit32 = val_loss(model, "unit-fp32");
+  const double fp32 = val_loss("fp32"), unit32 = val_loss("unit-fp32");
   ASSERT_TRUE(std::isfinite(fp32) && std::isfinite(unit32));
   for (const Tracking& t : kTracking) {
-    const double base = t.baseline == "fp32" ? fp32 : unit32, got = val_loss(model, t.recipe);
+    const double base = t.baseline == "fp32" ? fp32 : unit32, got = val_loss(t.recipe);
     std::printf("%-6s %-14s val loss %.4f  %s %.4f  (%+.2f%%, tolerance %.1f%%)\n", model.c_str(), t.recipe.c_str(), got,
                 t.baseline.c_str(), base, 100 * (got / base - 1), 100 * t.tolerance);
     EXPECT_TRUE(std::isfinite(got)) << t.recipe;

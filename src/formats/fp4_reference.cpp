@@ -61,7 +61,7 @@ void fp4_round_elements_reference(Fp4Scale scale, const float* x, const float* f
 
 void fp4_block_scales_reference(Fp4Scale scale, const float* amax, int64_t n, float t, uint8_t* codes, float* factor,
                                 float* block) {
-  const Format& e4m3 = preset("e4m3fn");
+  static const Format& e4m3 = preset("e4m3fn");
   const RoundOptions rne{.mode = Round::nearest_even, .saturate = true};
   for (int64_t i = 0; i < n; ++i) {
     if (scale == Fp4Scale::nvfp4) {

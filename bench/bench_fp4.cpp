@@ -7,6 +7,9 @@
 //   saved_bf16       the Wgrad cast of a saved activation writing its bf16 decode
 //   saved_packed     the same writing packed codes + scales; `decode` the
 //                    decode of those in backward; counter `vs_bf16` = time / saved_bf16
+//   recipe_<cast>    each cast the nvfp4 and mxfp4 recipes run on an activation or
+//                    gradient, as the quantiser specifies it (CPU time: set
+//                    OMP_NUM_THREADS=1 on a loaded host)
 // Times are per call with the library's threads (OpenMP).
 #include <benchmark/benchmark.h>
 
@@ -87,7 +90,63 @@ void bm_fp4(benchmark::State& state, Kind kind) {
   state.SetItemsProcessed(state.iterations() * n);
 }
 
+// The casts of scaling/fp4.hpp's quantiser: forward x (1 x b), dgrad dy
+// (1 x b), wgrad dy (b x 1, rotated) and the saved wgrad x (b x 1, rotated,
+// packed); mxfp4 rounds every backward input stochastically with headroom and
+// rotates dgrad's dy along its row too.
+struct RecipeCast {
+  mf::Fp4Spec spec;
+  bool packed;
+};
+RecipeCast recipe_cast(mf::Fp4Scale scale, int kind) {
+  const bool mx = scale == mf::Fp4Scale::mxfp4;
+  const int64_t b = mx ? 32 : 16;
+  mf::Fp4Spec s{.scale = scale, .tile_rows = 1, .tile_cols = b, .seed = 3};
+  if (kind == 0) return {s, false};  // forward x
+  s.rounding = mf::Fp4Rounding::stochastic;
+  s.headroom = mx;
+  if (kind == 1) {  // dgrad dy
+    if (mx) {
+      s.rht_signs = kSigns;
+      s.rht_axis = 2;
+    }
+    return {s, false};
+  }
+  s.tile_rows = b;
+  s.tile_cols = 1;
+  s.rht_signs = kSigns;
+  s.rht_axis = 1;
+  if (kind == 2) return {s, false};  // wgrad dy
+  if (!mx) s.rounding = mf::Fp4Rounding::nearest_even;
+  s.packed = true;
+  return {s, true};  // saved wgrad x
+}
+
+void bm_recipe(benchmark::State& state, mf::Fp4Scale scale, int kind) {
+  const int64_t rows = 2048, cols = state.range(0), n = rows * cols;
+  const std::vector<float>& x = input(n);
+  std::vector<uint16_t> dec(static_cast<size_t>(n));
+  std::vector<uint8_t> codes(static_cast<size_t>(n)), scales(static_cast<size_t>(n / 16 + cols));
+  const RecipeCast c = recipe_cast(scale, kind);
+  for (auto _ : state) {
+    if (c.packed) mf::fp4_cast(c.spec, x.data(), rows, cols, codes.data(), scales.data(), nullptr);
+    else mf::fp4_cast(c.spec, x.data(), rows, cols, nullptr, nullptr, dec.data());
+    benchmark::ClobberMemory();
+  }
+  state.SetItemsProcessed(state.iterations() * n);
+}
+
 }  // namespace
+
+#define MANTISSA_RECIPE_CAST(name, scale, kind) \
+  BENCHMARK_CAPTURE(bm_recipe, name, scale, kind)->Arg(256)->Arg(1024)->Unit(benchmark::kMicrosecond)
+MANTISSA_RECIPE_CAST(recipe_nvfp4_forward_x, mf::Fp4Scale::nvfp4, 0);
+MANTISSA_RECIPE_CAST(recipe_nvfp4_dgrad_dy, mf::Fp4Scale::nvfp4, 1);
+MANTISSA_RECIPE_CAST(recipe_nvfp4_wgrad_dy, mf::Fp4Scale::nvfp4, 2);
+MANTISSA_RECIPE_CAST(recipe_nvfp4_saved_x, mf::Fp4Scale::nvfp4, 3);
+MANTISSA_RECIPE_CAST(recipe_mxfp4_dgrad_dy, mf::Fp4Scale::mxfp4, 1);
+MANTISSA_RECIPE_CAST(recipe_mxfp4_wgrad_dy, mf::Fp4Scale::mxfp4, 2);
+MANTISSA_RECIPE_CAST(recipe_mxfp4_saved_x, mf::Fp4Scale::mxfp4, 3);
 
 BENCHMARK_CAPTURE(bm_fp4, wgrad_two_pass, Kind::two_pass)->Arg(256)->Arg(1024)->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK_CAPTURE(bm_fp4, wgrad_fused, Kind::fused)->Arg(256)->Arg(1024)->Unit(benchmark::kMicrosecond)->UseRealTime();

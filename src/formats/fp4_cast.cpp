@@ -1,10 +1,12 @@
-// The FP4 block casts' fast path (formats/fp4.hpp). One pass for the tensor
-// amax, then the tensor goes one band of tile rows at a time (with a Hadamard
-// transform, both passes rotate 16 rows or one band into a buffer first): the band's
-// column maxima (16 columns per vector, so 16 x 1 tiles get 16 amaxes per
-// vector and 1 x 16 tiles one horizontal max each), the tiles' scales, then
-// the band's rows with a per-column factor and block scale while the band is
-// in cache. The element rounding is 16 lanes of arithmetic: the E2M1 binade
+// The FP4 block casts' fast path (formats/fp4.hpp). NVFP4 first finds the
+// tensor amax (its tensor scale); MXFP4 needs none. Row tiles (1 x 16, 1 x 32)
+// and column tiles (16 x 1, 32 x 1), the shapes of the recipes' activation
+// and gradient casts, then go through the register paths of fp4_tiles.cpp.
+// Other tiles (2-D weight blocks) go one band of tile rows at a time (with a
+// Hadamard transform, rotated into a band buffer first): the band's column
+// maxima, the tiles' scales 16 tiles a vector (fp4_lanes.hpp), then the
+// band's rows with a per-column factor and block scale while the band is in
+// cache. The element rounding is 16 lanes of arithmetic: the E2M1 binade
 // gives the spacing, vrndscaleps rounds (nearest-even or floor + a draw).
 // Without AVX-512 everything goes to fp4_cast_reference (same bits).
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -21,12 +23,11 @@
 #include <vector>
 
 #include "formats/fp4_internal.hpp"
+#include "formats/fp4_lanes.hpp"
 #include "formats/hadamard16_internal.hpp"
 #include "mantissa/cpu/isa.hpp"
 #include "mantissa/formats/fp4.hpp"
 #include "mantissa/formats/hadamard16.hpp"
-
-#define MANTISSA_FP4_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq")))
 
 namespace mantissa::formats {
 
@@ -74,91 +75,47 @@ bool fp4_vector_available() {
 
 namespace {
 
-// ---- 16 lanes ----------------------------------------------------------------------------
-MANTISSA_FP4_AVX512 inline __m512i fmix32_16(__m512i h) {
-  h = _mm512_xor_si512(h, _mm512_srli_epi32(h, 16));
-  h = _mm512_mullo_epi32(h, _mm512_set1_epi32(static_cast<int>(0x85EBCA6Bu)));
-  h = _mm512_xor_si512(h, _mm512_srli_epi32(h, 13));
-  h = _mm512_mullo_epi32(h, _mm512_set1_epi32(static_cast<int>(0xC2B2AE35u)));
-  return _mm512_xor_si512(h, _mm512_srli_epi32(h, 16));
-}
-
-// detail::draw_at for indices first .. first + 15.
-MANTISSA_FP4_AVX512 inline __m512i draws16(detail::DrawKey k, uint64_t first) {
-  const __m512i base = _mm512_set1_epi32(static_cast<int>(static_cast<uint32_t>(first)));
-  const __m512i lo = _mm512_add_epi32(base, _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
-  const __mmask16 carry = _mm512_cmplt_epu32_mask(lo, base);
-  const __m512i hi = _mm512_mask_add_epi32(_mm512_set1_epi32(static_cast<int>(static_cast<uint32_t>(first >> 32))),
-                                           carry, _mm512_set1_epi32(static_cast<int>(static_cast<uint32_t>(first >> 32))),
-                                           _mm512_set1_epi32(1));
-  const __m512i a = _mm512_mullo_epi32(_mm512_add_epi32(lo, _mm512_set1_epi32(static_cast<int>(k.lo))),
-                                       _mm512_set1_epi32(static_cast<int>(0x9E3779B1u)));
-  const __m512i b = _mm512_add_epi32(_mm512_mullo_epi32(hi, _mm512_set1_epi32(static_cast<int>(0x85EBCA77u))),
-                                     _mm512_set1_epi32(static_cast<int>(k.hi)));
-  return _mm512_srli_epi32(fmix32_16(_mm512_xor_si512(a, b)), 8);
-}
-
-struct Lanes {
-  __m512i codes;  // E2M1 codes in the low byte of each lane
-  __m512 value;   // signed E2M1 value
+// What a row's cast writes: packed or one-a-byte codes (null: none), decoded bf16 (null: none).
+struct RowOut {
+  uint8_t* codes;
+  bool packed;
+  uint16_t* decoded;
 };
-
-// E2M1 codes of y (finite), nearest-even or stochastic with `draw` (24 bits).
-MANTISSA_FP4_AVX512 inline Lanes round16(__m512 y, bool stochastic, __m512i draw) {
-  const __m512i sign = _mm512_and_si512(_mm512_castps_si512(y), _mm512_set1_epi32(static_cast<int>(0x80000000u)));
-  const __m512 a = _mm512_min_ps(_mm512_abs_ps(y), _mm512_set1_ps(6.0f));
-  const __mmask16 b0 = _mm512_cmp_ps_mask(a, _mm512_set1_ps(2.0f), _CMP_LT_OQ);
-  const __mmask16 b01 = _mm512_cmp_ps_mask(a, _mm512_set1_ps(4.0f), _CMP_LT_OQ);
-  __m512 inv = _mm512_mask_blend_ps(b01, _mm512_set1_ps(0.5f), _mm512_set1_ps(1.0f));
-  inv = _mm512_mask_blend_ps(b0, inv, _mm512_set1_ps(2.0f));
-  __m512 ulp = _mm512_mask_blend_ps(b01, _mm512_set1_ps(2.0f), _mm512_set1_ps(1.0f));
-  ulp = _mm512_mask_blend_ps(b0, ulp, _mm512_set1_ps(0.5f));
-  __m512i off = _mm512_mask_blend_epi32(b01, _mm512_set1_epi32(4), _mm512_set1_epi32(2));
-  off = _mm512_mask_blend_epi32(b0, off, _mm512_setzero_si512());
-  const __m512 kf = _mm512_mul_ps(a, inv);  // exact: a power-of-two factor
-  __m512 k;
-  if (!stochastic) {
-    k = _mm512_roundscale_ps(kf, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  } else {
-    const __m512 fl = _mm512_roundscale_ps(kf, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
-    const __m512 u = _mm512_mul_ps(_mm512_cvtepi32_ps(draw), _mm512_set1_ps(0x1p-24f));
-    const __mmask16 up = _mm512_cmp_ps_mask(_mm512_sub_ps(kf, fl), u, _CMP_GT_OQ);
-    k = _mm512_mask_add_ps(fl, up, fl, _mm512_set1_ps(1.0f));
-  }
-  Lanes r;
-  r.codes = _mm512_or_si512(_mm512_add_epi32(_mm512_cvttps_epi32(k), off), _mm512_srli_epi32(sign, 28));
-  r.value = _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(_mm512_mul_ps(k, ulp)), sign));
-  return r;
-}
-
-// Codes of 16 lanes two per byte (even lane low): 8 bytes.
-MANTISSA_FP4_AVX512 inline __m128i pack16(__m512i codes) {
-  return _mm512_cvtepi64_epi8(_mm512_or_si512(codes, _mm512_srli_epi64(codes, 28)));
-}
 
 // One row of the band: y = x / factor (nvfp4) or x (x 3/4) x factor (mxfp4);
 // lanes beyond `n` untouched. packed: `codes` is the row's first byte (the
 // row starts at an even element and n is even).
-MANTISSA_FP4_AVX512 void round_row(bool nv, bool headroom, bool stochastic, detail::DrawKey key, const float* x,
-                                   const float* factor, const float* block, int64_t n, uint64_t first_index,
-                                   uint8_t* codes, bool packed, uint16_t* decoded) {
+template <bool Nv, bool Stochastic>
+MANTISSA_FP4_AVX512 void round_row(bool headroom, detail::DrawKey key, const float* x, const float* factor,
+                                   const float* block, int64_t n, uint64_t first_index, RowOut out) {
+  const bool run = Stochastic && lanes::shares_upper(first_index, n);
+  lanes::DrawRun draws = lanes::draw_run(key, first_index);
   for (int64_t j = 0; j < n; j += 16) {
-    const __mmask16 m = n - j >= 16 ? __mmask16{0xFFFF} : static_cast<__mmask16>((1u << (n - j)) - 1);
+    const __mmask16 m = lanes::first(n - j);
     __m512 xv = _mm512_maskz_loadu_ps(m, x + j);
     const __m512 f = _mm512_mask_loadu_ps(_mm512_set1_ps(1.0f), m, factor + j);
     if (headroom) xv = _mm512_mul_ps(xv, _mm512_set1_ps(0.75f));
-    const __m512 y = nv ? _mm512_div_ps(xv, f) : _mm512_mul_ps(xv, f);
-    const __m512i d = stochastic ? draws16(key, first_index + static_cast<uint64_t>(j)) : _mm512_setzero_si512();
-    const Lanes r = round16(y, stochastic, d);
-    if (codes && packed)
-      _mm_mask_storeu_epi8(codes + j / 2, static_cast<__mmask16>((1u << (std::min<int64_t>(16, n - j) / 2)) - 1),
-                           pack16(r.codes));
-    else if (codes) _mm_mask_storeu_epi8(codes + j, m, _mm512_cvtepi32_epi8(r.codes));
-    if (decoded) {
+    const __m512 y = Nv ? _mm512_div_ps(xv, f) : _mm512_mul_ps(xv, f);
+    __m512i d = _mm512_setzero_si512();
+    if constexpr (Stochastic)
+      d = run ? lanes::draws16(draws) : lanes::draws16(key, first_index + static_cast<uint64_t>(j));
+    const lanes::Rounded r = lanes::round16<Stochastic>(y, d);
+    if (out.codes && out.packed)
+      _mm_mask_storeu_epi8(out.codes + j / 2, lanes::first(std::min<int64_t>(16, n - j) / 2), lanes::pack16(r.codes));
+    else if (out.codes)
+      _mm_mask_storeu_epi8(out.codes + j, m, _mm512_cvtepi32_epi8(r.codes));
+    if (out.decoded) {
       const __m512 v = _mm512_mul_ps(r.value, _mm512_maskz_loadu_ps(m, block + j));
-      _mm256_mask_storeu_epi16(decoded + j, m, _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_castps_si512(v), 16)));
+      _mm256_mask_storeu_epi16(out.decoded + j, m,
+                               _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_castps_si512(v), 16)));
     }
   }
+}
+
+using RoundRow = void (*)(bool, detail::DrawKey, const float*, const float*, const float*, int64_t, uint64_t, RowOut);
+RoundRow round_row_for(bool nv, bool stochastic) {
+  if (nv) return stochastic ? round_row<true, true> : round_row<true, false>;
+  return stochastic ? round_row<false, true> : round_row<false, false>;
 }
 
 // Largest |x| (and whether any is inf/NaN) of n floats.
@@ -166,7 +123,7 @@ MANTISSA_FP4_AVX512 float amax16(const float* x, int64_t n, bool* nonfinite) {
   __m512 m = _mm512_setzero_ps();
   __mmask16 bad = 0;
   for (int64_t i = 0; i < n; i += 16) {
-    const __mmask16 k = n - i >= 16 ? __mmask16{0xFFFF} : static_cast<__mmask16>((1u << (n - i)) - 1);
+    const __mmask16 k = lanes::first(n - i);
     const __m512 a = _mm512_abs_ps(_mm512_maskz_loadu_ps(k, x + i));
     bad |= _mm512_mask_cmp_ps_mask(k, a, _mm512_set1_ps(3.4028234663852886e38f), _CMP_NLE_UQ);
     m = _mm512_max_ps(m, a);
@@ -175,27 +132,65 @@ MANTISSA_FP4_AVX512 float amax16(const float* x, int64_t n, bool* nonfinite) {
   return _mm512_reduce_max_ps(m);
 }
 
-// Column maxima of |x| over rows [r0, r1) (cols wide).
-MANTISSA_FP4_AVX512 void column_max(const float* x, int64_t cols, int64_t r0, int64_t r1, float* out) {
+// Column maxima of |x| over rows [0, r) (cols wide); true if any is inf/NaN.
+MANTISSA_FP4_AVX512 bool column_max(const float* x, int64_t cols, int64_t r, float* out) {
+  __mmask16 bad = 0;
   for (int64_t j = 0; j < cols; j += 16) {
-    const __mmask16 k = cols - j >= 16 ? __mmask16{0xFFFF} : static_cast<__mmask16>((1u << (cols - j)) - 1);
+    const __mmask16 k = lanes::first(cols - j);
     __m512 m = _mm512_setzero_ps();
-    for (int64_t i = r0; i < r1; ++i) m = _mm512_max_ps(m, _mm512_abs_ps(_mm512_maskz_loadu_ps(k, x + i * cols + j)));
+    for (int64_t i = 0; i < r; ++i) {
+      const __m512 a = _mm512_abs_ps(_mm512_maskz_loadu_ps(k, x + i * cols + j));
+      bad |= _mm512_mask_cmp_ps_mask(k, a, _mm512_set1_ps(3.4028234663852886e38f), _CMP_NLE_UQ);
+      m = _mm512_max_ps(m, a);
+    }
     _mm512_mask_storeu_ps(out + j, k, m);
+  }
+  return bad != 0;
+}
+
+// The scales of n tiles from their maxima (codes may be null).
+MANTISSA_FP4_AVX512 void block_scales(bool nv, float t, const float* amax, int64_t n, uint8_t* codes, float* factor,
+                                      float* block) {
+  for (int64_t j = 0; j < n; j += 16) {
+    const __mmask16 m = lanes::first(n - j);
+    const lanes::Scales s = lanes::scales16(nv, _mm512_maskz_loadu_ps(m, amax + j), t);
+    if (codes) _mm_mask_storeu_epi8(codes + j, m, _mm512_cvtepi32_epi8(s.code));
+    _mm512_mask_storeu_ps(factor + j, m, s.factor);
+    _mm512_mask_storeu_ps(block + j, m, s.block);
   }
 }
 
-// E4M3 (round to nearest even) of v in [2^-9, 448]: its code and value.
-uint8_t e4m3_positive(float v, float* value) {
-  if (v < 0x1p-6f) {
-    const float q = std::nearbyint(v * 512.0f);
-    *value = q * 0x1p-9f;
-    return static_cast<uint8_t>(q);
+// The scales of one band's tiles (tc columns wide) from its column maxima:
+// codes[across] (null: not kept) and, per column, the factor and block scale
+// of its tile. 16 tiles at a time: for tc 16 or 32 their maxima by hmax16.
+MANTISSA_FP4_AVX512 void band_scales(bool nv, float t, int64_t tc, const float* colmax, int64_t cols, uint8_t* codes,
+                                     float* factor, float* block) {
+  if (tc == 1) {
+    block_scales(nv, t, colmax, cols, codes, factor, block);
+    return;
   }
-  uint32_t b = std::bit_cast<uint32_t>(v);
-  b = (b + 0x7FFFFu + ((b >> 20) & 1u)) & 0xFFF00000u;
-  *value = std::bit_cast<float>(b);
-  return static_cast<uint8_t>((((b >> 23) - 127 + 7) << 3) | ((b >> 20) & 7u));
+  const int64_t across = (cols + tc - 1) / tc;
+  for (int64_t t0 = 0; t0 < across; t0 += 16) {
+    __m512 v[16];
+    for (int64_t k = 0; k < 16; ++k) {
+      const int64_t c0 = (t0 + k) * tc, c1 = std::min(cols, c0 + tc);
+      v[k] = _mm512_setzero_ps();
+      for (int64_t c = c0; c < c1; c += 16) v[k] = _mm512_max_ps(v[k], _mm512_maskz_loadu_ps(lanes::first(c1 - c), colmax + c));
+    }
+    const lanes::Scales s = lanes::scales16(nv, lanes::hmax16(v), t);
+    const int64_t tiles = std::min<int64_t>(16, across - t0);
+    if (codes) _mm_mask_storeu_epi8(codes + t0, lanes::first(tiles), _mm512_cvtepi32_epi8(s.code));
+    alignas(64) float f[16], b[16];
+    _mm512_store_ps(f, s.factor);
+    _mm512_store_ps(b, s.block);
+    for (int64_t k = 0; k < tiles; ++k) {
+      const int64_t c0 = (t0 + k) * tc, c1 = std::min(cols, c0 + tc);
+      for (int64_t c = c0; c < c1; c += 16) {
+        _mm512_mask_storeu_ps(factor + c, lanes::first(c1 - c), _mm512_set1_ps(f[k]));
+        _mm512_mask_storeu_ps(block + c, lanes::first(c1 - c), _mm512_set1_ps(b[k]));
+      }
+    }
+  }
 }
 
 // Largest |value| of the rotated x (spec.rht_signs), 16 rows at a time
@@ -225,32 +220,65 @@ float rotated_amax(const Fp4Spec& spec, const float* x, int64_t rows, int64_t co
   return amax;
 }
 
+// The non-finite pass-through (formats/fp4.hpp) of x, rotated first with rht.
+Fp4Result passthrough(const Fp4Spec& spec, const float* x, int64_t rows, int64_t cols, uint8_t* codes,
+                      uint8_t* scales, uint16_t* decoded) {
+  const int64_t n = rows * cols;
+  std::vector<float> rotated;
+  if (spec.rht_signs) {
+    rotated.resize(static_cast<size_t>(n));
+    hadamard16(x, rotated.data(), rows, cols, spec.rht_axis, spec.rht_signs);
+  }
+  detail::fp4_passthrough(spec.rht_signs ? rotated.data() : x, n, codes, detail::fp4_code_bytes(spec, n), scales,
+                          fp4_tile_count(spec, rows, cols), decoded);
+  Fp4Result r;
+  r.nonfinite = true;
+  return r;
+}
+
+// NVFP4 needs the tensor's amax (its tensor scale) before any block scale,
+// so a first pass finds it; MXFP4's block scales stand alone, so its one
+// pass watches for inf/NaN itself and, finding any, redoes the tensor as the
+// pass-through (every output overwritten).
 Fp4Result cast_vector(const Fp4Spec& spec, const float* x, int64_t rows, int64_t cols, uint8_t* codes,
                       uint8_t* scales, uint16_t* decoded) {
   const int64_t n = rows * cols;
   const bool rht = spec.rht_signs != nullptr;
-  Fp4Result r;
-  const float amax = rht ? rotated_amax(spec, x, rows, cols, &r.nonfinite) : amax16(x, n, &r.nonfinite);
-  if (r.nonfinite) {
-    std::vector<float> rotated;
-    if (rht) {
-      rotated.resize(static_cast<size_t>(n));
-      hadamard16(x, rotated.data(), rows, cols, spec.rht_axis, spec.rht_signs);
-    }
-    detail::fp4_passthrough(rht ? rotated.data() : x, n, codes, detail::fp4_code_bytes(spec, n), scales,
-                            fp4_tile_count(spec, rows, cols), decoded);
-    return r;
-  }
   const bool nv = spec.scale == Fp4Scale::nvfp4;
   const bool headroom = !nv && spec.headroom;
-  if (nv) r.tensor_scale = std::max(amax / (6.0f * 448.0f), 0x1p-117f);
-  else if (headroom) r.tensor_scale = 4.0f / 3.0f;
-  const bool sr = spec.rounding == Fp4Rounding::stochastic;
+  Fp4Result r;
+  if (nv) {
+    bool nonfinite = false;
+    const float amax = rht ? rotated_amax(spec, x, rows, cols, &nonfinite) : amax16(x, n, &nonfinite);
+    if (nonfinite) return passthrough(spec, x, rows, cols, codes, scales, decoded);
+    r.tensor_scale = std::max(amax / (6.0f * 448.0f), 0x1p-117f);
+  } else if (headroom) {
+    r.tensor_scale = 4.0f / 3.0f;
+  }
+  const RoundRow round = round_row_for(nv, spec.rounding == Fp4Rounding::stochastic);
   const detail::DrawKey key = detail::draw_key(spec.seed);
   const int64_t tr = spec.tile_rows, tc = spec.tile_cols;
   const int64_t down = (rows + tr - 1) / tr, across = (cols + tc - 1) / tc;
   const float t = r.tensor_scale;
-#pragma omp parallel if (n >= (int64_t{1} << 16))
+  bool nonfinite = false;
+  if (tr == 1 && tc >= 16 && (!rht || spec.rht_axis == 2)) {
+    const detail::RowTiles row = detail::row_tiles_for(nv, spec.rounding == Fp4Rounding::stochastic);
+#pragma omp parallel for schedule(static) if (n >= (int64_t{1} << 16)) reduction(|| : nonfinite)
+    for (int64_t i = 0; i < rows; ++i)
+      nonfinite = row(spec, x, cols, i, t, scales ? scales + i * across : nullptr, codes, decoded) || nonfinite;
+    if (nonfinite) return passthrough(spec, x, rows, cols, codes, scales, decoded);
+    return r;
+  }
+  if (tc == 1 && (tr == 16 || tr == 32) && (!rht || spec.rht_axis == 1)) {
+    const detail::ColumnTilesBand band = detail::column_tiles_band_for(nv, spec.rounding == Fp4Rounding::stochastic);
+#pragma omp parallel for schedule(static) if (n >= (int64_t{1} << 16)) reduction(|| : nonfinite)
+    for (int64_t ti = 0; ti < down; ++ti)
+      nonfinite = band(spec, x, rows, cols, ti * tr, std::min(rows, ti * tr + tr), t,
+                       scales ? scales + ti * across : nullptr, codes, decoded) || nonfinite;
+    if (nonfinite) return passthrough(spec, x, rows, cols, codes, scales, decoded);
+    return r;
+  }
+#pragma omp parallel if (n >= (int64_t{1} << 16)) reduction(|| : nonfinite)
   {
     std::vector<float> colmax(static_cast<size_t>(cols)), factor(static_cast<size_t>(cols)),
         block(static_cast<size_t>(cols)), band(rht ? static_cast<size_t>(tr * cols) : 0);
@@ -262,31 +290,16 @@ Fp4Result cast_vector(const Fp4Spec& spec, const float* x, int64_t rows, int64_t
         detail::hadamard16_serial(xb, band.data(), r1 - r0, cols, spec.rht_axis, spec.rht_signs);
         xb = band.data();
       }
-      column_max(xb, cols, 0, r1 - r0, colmax.data());
-      for (int64_t tj = 0; tj < across; ++tj) {
-        const int64_t c0 = tj * tc, c1 = std::min(cols, c0 + tc);
-        const float amax_b = *std::max_element(colmax.begin() + c0, colmax.begin() + c1);
-        float f = 0, s = 0;
-        uint8_t code = 0;
-        if (nv) {
-          code = e4m3_positive(std::clamp((amax_b / 6.0f) / t, 0x1p-9f, 448.0f), &s);
-          f = t * s;
-        } else {
-          const int e = amax_b > 0 ? std::clamp(std::ilogb(amax_b) - 2, -127, 127) : -127;
-          code = static_cast<uint8_t>(e + 127);
-          s = std::ldexp(1.0f, e);
-          f = std::ldexp(1.0f, -e);
-        }
-        if (scales) scales[ti * across + tj] = code;
-        std::fill(factor.begin() + c0, factor.begin() + c1, f);
-        std::fill(block.begin() + c0, block.begin() + c1, s);
-      }
+      nonfinite = column_max(xb, cols, r1 - r0, colmax.data()) || nonfinite;
+      band_scales(nv, t, tc, colmax.data(), cols, scales ? scales + ti * across : nullptr, factor.data(),
+                  block.data());
       for (int64_t i = r0; i < r1; ++i)
-        round_row(nv, headroom, sr, key, xb + (i - r0) * cols, factor.data(), block.data(), cols,
-                  static_cast<uint64_t>(i * cols), codes ? codes + (spec.packed ? i * cols / 2 : i * cols) : nullptr,
-                  spec.packed, decoded ? decoded + i * cols : nullptr);
+        round(headroom, key, xb + (i - r0) * cols, factor.data(), block.data(), cols, static_cast<uint64_t>(i * cols),
+              {codes ? codes + (spec.packed ? i * cols / 2 : i * cols) : nullptr, spec.packed,
+               decoded ? decoded + i * cols : nullptr});
     }
   }
+  if (nonfinite) return passthrough(spec, x, rows, cols, codes, scales, decoded);
   return r;
 }
 
@@ -299,8 +312,17 @@ void fp4_round_elements(Fp4Scale scale, const float* x, const float* factor, int
     return;
   }
   std::vector<float> ones(static_cast<size_t>(n), 1.0f);
-  round_row(scale == Fp4Scale::nvfp4, false, rounding == Fp4Rounding::stochastic, detail::draw_key(seed), x, factor,
-            ones.data(), n, first_index, codes, false, nullptr);
+  round_row_for(scale == Fp4Scale::nvfp4, rounding == Fp4Rounding::stochastic)(
+      false, detail::draw_key(seed), x, factor, ones.data(), n, first_index, {codes, false, nullptr});
+}
+
+void fp4_block_scales(Fp4Scale scale, const float* amax, int64_t n, float t, uint8_t* codes, float* factor,
+                      float* block) {
+  if (!fp4_vector_available()) {
+    fp4_block_scales_reference(scale, amax, n, t, codes, factor, block);
+    return;
+  }
+  block_scales(scale == Fp4Scale::nvfp4, t, amax, n, codes, factor, block);
 }
 
 Fp4Result fp4_cast(const Fp4Spec& spec, const float* x, int64_t rows, int64_t cols, uint8_t* codes,

@@ -8,6 +8,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <cmath>
 #include <vector>
@@ -56,6 +57,21 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void decode_row_avx512(cons
 
 }  // namespace
 
+namespace {
+
+// fp4_scale_value of every code, once per format.
+const std::array<float, 256>& scale_values(Fp4Scale scale) {
+  static const auto table = [](Fp4Scale f) {
+    std::array<float, 256> t{};
+    for (int c = 0; c < 256; ++c) t[static_cast<size_t>(c)] = fp4_scale_value(f, static_cast<uint8_t>(c));
+    return t;
+  };
+  static const std::array<float, 256> nv = table(Fp4Scale::nvfp4), mx = table(Fp4Scale::mxfp4);
+  return scale == Fp4Scale::nvfp4 ? nv : mx;
+}
+
+}  // namespace
+
 float fp4_scale_value(Fp4Scale scale, uint8_t code) {
   if (scale == Fp4Scale::mxfp4) return code == 0xFF ? NAN : std::ldexp(1.0f, static_cast<int>(code) - 127);
   const int mag = code & 0x7F, e = mag >> 3, m = mag & 7;
@@ -70,6 +86,7 @@ void fp4_decode(const Fp4Spec& spec, const uint8_t* codes, const uint8_t* scales
   const int64_t tr = spec.tile_rows, tc = spec.tile_cols;
   const int64_t down = (rows + tr - 1) / tr, across = (cols + tc - 1) / tc;
   const bool vec = fp4_vector_available() && !(spec.packed && cols % 2);
+  const std::array<float, 256>& value = scale_values(spec.scale);
 #pragma omp parallel if (rows * cols >= (int64_t{1} << 16))
   {
     std::vector<float> block(static_cast<size_t>(cols));
@@ -77,7 +94,7 @@ void fp4_decode(const Fp4Spec& spec, const uint8_t* codes, const uint8_t* scales
     for (int64_t ti = 0; ti < down; ++ti) {
       for (int64_t tj = 0; tj < across; ++tj) {
         const int64_t c0 = tj * tc, c1 = std::min(cols, c0 + tc);
-        std::fill(block.begin() + c0, block.begin() + c1, fp4_scale_value(spec.scale, scales[ti * across + tj]));
+        std::fill(block.begin() + c0, block.begin() + c1, value[scales[ti * across + tj]]);
       }
       for (int64_t i = ti * tr; i < std::min(rows, ti * tr + tr); ++i)
         (vec ? decode_row_avx512 : decode_row_scalar)(codes, spec.packed, block.data(), i, cols, decoded + i * cols);

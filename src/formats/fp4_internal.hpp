@@ -19,6 +19,19 @@ void pack_nibbles(const uint8_t* codes, int64_t n, uint8_t* packed);
 // Bytes of the codes output.
 inline int64_t fp4_code_bytes(const Fp4Spec& s, int64_t n) { return s.packed ? (n + 1) / 2 : n; }
 
+// The vector cast's register paths (fp4_tiles.cpp), by rounding mode.
+// Row tiles (1 x 16, 1 x 32; rotated along columns or not): row i of
+// x[., cols] with the tensor scale t; scales = the row's tile scales.
+using RowTiles = bool (*)(const Fp4Spec& spec, const float* x, int64_t cols, int64_t i, float t, uint8_t* scales,
+                          uint8_t* codes, uint16_t* decoded);
+RowTiles row_tiles_for(bool nv, bool stochastic);
+// Column tiles (16 x 1, 32 x 1; rotated along rows or not): the band of
+// rows [r0, r1) of x[rows, cols]; scales = the band's tile scales. Both
+// return true if a value seen is inf/NaN (the outputs are then to be redone).
+using ColumnTilesBand = bool (*)(const Fp4Spec& spec, const float* x, int64_t rows, int64_t cols, int64_t r0,
+                                 int64_t r1, float t, uint8_t* scales, uint8_t* codes, uint16_t* decoded);
+ColumnTilesBand column_tiles_band_for(bool nv, bool stochastic);
+
 // The draw of element i: a murmur3 finaliser of the index mixed with a
 // per-seed key (two 32-bit halves), so a vector of 16 lanes computes it with
 // 32-bit multiplies. 24 bits.

@@ -59,6 +59,26 @@ void fp4_round_elements_reference(Fp4Scale scale, const float* x, const float* f
   }
 }
 
+void fp4_block_scales_reference(Fp4Scale scale, const float* amax, int64_t n, float t, uint8_t* codes, float* factor,
+                                float* block) {
+  static const Format& e4m3 = preset("e4m3fn");
+  const RoundOptions rne{.mode = Round::nearest_even, .saturate = true};
+  for (int64_t i = 0; i < n; ++i) {
+    if (scale == Fp4Scale::nvfp4) {
+      const float wanted = std::clamp((amax[i] / 6.0f) / t, 0x1p-9f, 448.0f);
+      codes[i] = static_cast<uint8_t>(encode(e4m3, wanted, rne));
+      block[i] = decode_f32(e4m3, codes[i]);
+      factor[i] = t * block[i];
+    } else {
+      int e = -127;
+      if (amax[i] > 0) e = std::clamp(std::ilogb(amax[i]) - 2, -127, 127);
+      codes[i] = static_cast<uint8_t>(e + 127);
+      block[i] = std::ldexp(1.0f, e);
+      factor[i] = std::ldexp(1.0f, -e);
+    }
+  }
+}
+
 Fp4Result fp4_cast_reference(const Fp4Spec& spec, const float* x, int64_t rows, int64_t cols, uint8_t* codes,
                              uint8_t* scales, uint16_t* decoded) {
   detail::check_fp4_spec(spec, rows, cols);
@@ -91,8 +111,6 @@ Fp4Result fp4_cast_reference(const Fp4Spec& spec, const float* x, int64_t rows, 
   const bool nv = spec.scale == Fp4Scale::nvfp4;
   if (nv) r.tensor_scale = std::max(amax / (6.0f * 448.0f), 0x1p-117f);
   else if (spec.headroom) r.tensor_scale = 4.0f / 3.0f;
-  const Format& e4m3 = preset("e4m3fn");
-  const RoundOptions rne{.mode = Round::nearest_even, .saturate = true};
   const int64_t down = (rows + spec.tile_rows - 1) / spec.tile_rows;
   const int64_t across = (cols + spec.tile_cols - 1) / spec.tile_cols;
   for (int64_t ti = 0; ti < down; ++ti)
@@ -104,18 +122,7 @@ Fp4Result fp4_cast_reference(const Fp4Spec& spec, const float* x, int64_t rows, 
         for (int64_t j = c0; j < c1; ++j) amax_b = std::max(amax_b, std::fabs(x[i * cols + j]));
       float factor = 0, block = 0;  // factor: nvfp4 divisor / mxfp4 multiplier; block: the decoded block scale
       uint8_t scale_code = 0;
-      if (nv) {
-        const float wanted = std::clamp((amax_b / 6.0f) / r.tensor_scale, 0x1p-9f, 448.0f);
-        scale_code = static_cast<uint8_t>(encode(e4m3, wanted, rne));
-        block = decode_f32(e4m3, scale_code);
-        factor = r.tensor_scale * block;
-      } else {
-        int e = -127;
-        if (amax_b > 0) e = std::clamp(std::ilogb(amax_b) - 2, -127, 127);
-        scale_code = static_cast<uint8_t>(e + 127);
-        block = std::ldexp(1.0f, e);
-        factor = std::ldexp(1.0f, -e);
-      }
+      fp4_block_scales_reference(spec.scale, &amax_b, 1, r.tensor_scale, &scale_code, &factor, &block);
       if (scales) scales[ti * across + tj] = scale_code;
       for (int64_t i = r0; i < r1; ++i)
         for (int64_t j = c0; j < c1; ++j) {

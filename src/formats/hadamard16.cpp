@@ -18,20 +18,7 @@
 namespace mantissa::formats {
 namespace {
 
-// ---- along rows: rows 0..15 of `in` into `out`, per column -----------------------------------
-// The 16 rotated rows of columns j .. j+15 (lanes outside m zero), before the x 1/4.
-__attribute__((target("avx512f"))) inline void rows_rotate(const float* in, int64_t cols, int64_t j, __mmask16 m,
-                                                           const float* s, __m512* v) {
-  for (int r = 0; r < 16; ++r) v[r] = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, in + r * cols + j), _mm512_set1_ps(s[r]));
-  for (int h = 1; h < 16; h *= 2)
-    for (int i = 0; i < 16; i += 2 * h)
-      for (int k = i; k < i + h; ++k) {
-        const __m512 a = v[k], b = v[k + h];
-        v[k] = _mm512_add_ps(a, b);
-        v[k + h] = _mm512_sub_ps(a, b);
-      }
-}
-
+// ---- along rows: rows 0..15 of `in` into `out`, per column (detail::rows_rotate) -----------------
 __attribute__((target("avx512f"))) inline __mmask16 column_mask(int64_t cols, int64_t j) {
   return cols - j >= 16 ? __mmask16{0xFFFF} : static_cast<__mmask16>((1u << (cols - j)) - 1);
 }
@@ -41,7 +28,7 @@ __attribute__((target("avx512f"))) void rows_group_avx512(const float* in, float
   for (int64_t j = 0; j < cols; j += 16) {
     const __mmask16 m = column_mask(cols, j);
     __m512 v[16];
-    rows_rotate(in, cols, j, m, s, v);
+    detail::rows_rotate(in, cols, j, m, s, v);
     for (int r = 0; r < 16; ++r) _mm512_mask_storeu_ps(out + r * cols + j, m, _mm512_mul_ps(v[r], _mm512_set1_ps(0.25f)));
   }
 }
@@ -66,19 +53,6 @@ void rows_group_scalar(const float* in, float* out, int64_t cols, const float* s
 }
 
 // ---- along columns: one row, 16 lanes a group ------------------------------------------------
-// Lane k with bit h clear becomes v[k] + v[k + h]; lane k + h becomes
-// v[k] - v[k + h] (the partner minus itself), as the scalar butterfly.
-__attribute__((target("avx512f"))) inline __m512 butterflies16(__m512 v) {
-  __m512 p = _mm512_permute_ps(v, 0xB1);  // distance 1
-  v = _mm512_mask_blend_ps(0xAAAA, _mm512_add_ps(v, p), _mm512_sub_ps(p, v));
-  p = _mm512_permute_ps(v, 0x4E);  // distance 2
-  v = _mm512_mask_blend_ps(0xCCCC, _mm512_add_ps(v, p), _mm512_sub_ps(p, v));
-  p = _mm512_shuffle_f32x4(v, v, 0xB1);  // distance 4
-  v = _mm512_mask_blend_ps(0xF0F0, _mm512_add_ps(v, p), _mm512_sub_ps(p, v));
-  p = _mm512_shuffle_f32x4(v, v, 0x4E);  // distance 8
-  return _mm512_mask_blend_ps(0xFF00, _mm512_add_ps(v, p), _mm512_sub_ps(p, v));
-}
-
 // Running max of |v| and the lanes that are inf/NaN (|v| > the largest float, or unordered).
 struct AbsMax {
   __m512 max;
@@ -95,7 +69,7 @@ __attribute__((target("avx512f"))) void cols_row_avx512(const float* in, float* 
   const int64_t full = cols / 16 * 16;
   for (int64_t j = 0; j < full; j += 16)
     _mm512_storeu_ps(out + j,
-                     _mm512_mul_ps(butterflies16(_mm512_mul_ps(_mm512_loadu_ps(in + j), sv)), _mm512_set1_ps(0.25f)));
+                     _mm512_mul_ps(detail::butterflies16(_mm512_mul_ps(_mm512_loadu_ps(in + j), sv)), _mm512_set1_ps(0.25f)));
   if (in != out) std::copy(in + full, in + cols, out + full);
 }
 
@@ -129,7 +103,7 @@ __attribute__((target("avx512f"))) float amax_avx512(const float* in, int64_t ro
     for (int64_t j = 0; j < cols; j += 16) {
       const __mmask16 m = column_mask(cols, j);
       __m512 v[16];
-      rows_rotate(in, cols, j, m, s, v);
+      detail::rows_rotate(in, cols, j, m, s, v);
       for (int r = 0; r < 16; ++r) add_abs(a, _mm512_mul_ps(v[r], _mm512_set1_ps(0.25f)), m);
     }
   } else {
@@ -138,7 +112,7 @@ __attribute__((target("avx512f"))) float amax_avx512(const float* in, int64_t ro
     for (int64_t i = 0; i < rows; ++i) {
       const float* row = in + i * cols;
       for (int64_t j = 0; j < full; j += 16)
-        add_abs(a, _mm512_mul_ps(butterflies16(_mm512_mul_ps(_mm512_loadu_ps(row + j), sv)), _mm512_set1_ps(0.25f)),
+        add_abs(a, _mm512_mul_ps(detail::butterflies16(_mm512_mul_ps(_mm512_loadu_ps(row + j), sv)), _mm512_set1_ps(0.25f)),
                 0xFFFF);
       for (int64_t j = full; j < cols; j += 16) add_abs(a, _mm512_maskz_loadu_ps(column_mask(cols, j), row + j), column_mask(cols, j));
     }

@@ -108,4 +108,13 @@ void fp4_round_elements_reference(Fp4Scale scale, const float* x, const float* f
 void fp4_round_elements(Fp4Scale scale, const float* x, const float* factor, int64_t n, Fp4Rounding rounding,
                         uint64_t seed, uint64_t first_index, uint8_t* codes);
 
+// For tests: the block-scale rule above for n tiles with largest magnitudes
+// amax (finite, >= 0) and tensor scale t (nvfp4; unused for mxfp4): scale
+// codes, the elements' factor (nvfp4: the divisor t x s; mxfp4: the
+// multiplier 2^-e) and the scale s, by the reference and by the vector path.
+void fp4_block_scales_reference(Fp4Scale scale, const float* amax, int64_t n, float t, uint8_t* codes, float* factor,
+                                float* block);
+void fp4_block_scales(Fp4Scale scale, const float* amax, int64_t n, float t, uint8_t* codes, float* factor,
+                      float* block);
+
 }  // namespace mantissa::formats

@@ -2,8 +2,13 @@
 // every text model: after a short run from the same initialisation and batches,
 // each one's held-out loss is within a stated tolerance of its baseline's
 // (standard recipes of fp32, unit recipes of unit-fp32). Mixed precision with
-// bf16 or fp16 products keeps fp32 accumulation and must stay within 0.5%;
-// FP8 and FP4 casts (per-tensor, block and propagated scales) within 3%.
+// bf16 or fp16 products keeps fp32 accumulation and must stay within 1%;
+// FP8 and FP4 casts (per-tensor, block and propagated scales) within 5%.
+// Both bounds sit above the same-seed differences of working recipes at this
+// size and below what a recipe that loses updates costs: bf16-pure (bf16
+// weights, no master copy) must fall outside the FP8 bound on the decoders.
+// BERT's masked loss moves little from the byte frequencies in so few steps,
+// so there the bounds are checked without that control.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -22,10 +27,10 @@ struct Tracking {
 };
 
 const std::vector<Tracking> kTracking = {
-    {"bf16-amp", "fp32", 0.005},       {"fp16-amp", "fp32", 0.005},    {"fp8-delayed", "fp32", 0.03},
-    {"fp8-current", "fp32", 0.03},     {"mxfp8", "fp32", 0.03},        {"fp8-blockwise", "fp32", 0.03},
-    {"scalify-fp8", "fp32", 0.03},     {"nvfp4", "fp32", 0.03},        {"unit-fp16", "unit-fp32", 0.005},
-    {"unit-fp8", "unit-fp32", 0.03},
+    {"bf16-amp", "fp32", 0.01},       {"fp16-amp", "fp32", 0.01},    {"fp8-delayed", "fp32", 0.05},
+    {"fp8-current", "fp32", 0.05},     {"mxfp8", "fp32", 0.05},        {"fp8-blockwise", "fp32", 0.05},
+    {"scalify-fp8", "fp32", 0.05},     {"nvfp4", "fp32", 0.05},        {"unit-fp16", "unit-fp32", 0.01},
+    {"unit-fp8", "unit-fp32", 0.05},
 };
 
 class RecipesTrackFp32 : public ::testing::TestWithParam<std::string> {
@@ -66,6 +71,11 @@ TEST_P(RecipesTrackFp32, HeldOutLossWithinTolerance) {
   // The runs really learn: the baselines end well below the uniform loss ln(256).
   EXPECT_LT(fp32, 0.7 * std::log(256.0));
   EXPECT_LT(unit32, 0.7 * std::log(256.0));
+  if (model == "bert") return;
+  const double pure = val_loss("bf16-pure");
+  std::printf("%-6s %-14s val loss %.4f  fp32 %.4f  (%+.2f%%, must exceed 5%%)\n", model.c_str(), "bf16-pure", pure, fp32,
+              100 * (pure / fp32 - 1));
+  EXPECT_GT(pure / fp32 - 1, 0.05) << model << ": bf16-pure is expected to lose updates";
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, RecipesTrackFp32, ::testing::Values("gpt", "llama", "bert"),

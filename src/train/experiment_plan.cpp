@@ -144,6 +144,7 @@ ExperimentPlan make_plan(const ExperimentOptions& o) {
   if (o.model != "gpt" && o.model != "llama")
     throw std::invalid_argument("--model must be gpt or llama (got '" + o.model + "')");
   g.model = o.model;
+  g.norm = o.norm;
   if (o.model != "gpt") plan.notes.push_back("the text task (rows labelled gpt) trains the " + o.model + " model");
   g.layers = o.layers ? o.layers : p.layers;
   g.d_model = o.d_model ? o.d_model : p.d_model;

@@ -33,6 +33,7 @@ struct TaskPlan {
 struct ExperimentOptions {
   std::string preset = "quick";      // quick | paper | fp4 | transfer
   std::string model = "gpt";         // the text task's model: gpt | llama (same sizes)
+  std::string norm;                  // the text model's --norm (pre | post; empty: the model's default)
   std::vector<std::string> recipes;  // GPT recipes; empty: the preset's
   std::vector<std::string> mlp_recipes;  // empty: the preset's; "none": no MLP runs
   int64_t seeds = 0;                 // 0: the preset's

@@ -58,7 +58,7 @@ Registrar reg(40, [](CLI::App& app) {
   cmd->add_option("--layers", c.layers, "gpt: blocks; mlp: hidden layers")->check(exact_integer<int64_t>())->capture_default_str();
   cmd->add_option("--d-model", c.d_model, "gpt: width; mlp: hidden width")->check(exact_integer<int64_t>())->capture_default_str();
   cmd->add_option("--heads", c.heads, "attention heads")->check(exact_integer<int64_t>())->capture_default_str();
-  cmd->add_option("--norm", c.norm, "bert: post (default) or pre-norm blocks");
+  cmd->add_option("--norm", c.norm, "gpt, bert: pre or post-norm blocks (default: gpt pre, bert post)");
   cmd->add_option("--batch-size", c.batch_size, "sequences (or examples) in the batch")->check(exact_integer<int64_t>())->capture_default_str();
   cmd->add_option("--seq-len", c.seq_len, "tokens per sequence (gpt)")->check(exact_integer<int64_t>())->capture_default_str();
   cmd->add_option("--seed", c.seed, "initialisation and data seed")->check(exact_integer<int64_t>())->capture_default_str();

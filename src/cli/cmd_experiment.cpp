@@ -88,7 +88,8 @@ Registrar reg(40, [](CLI::App& app) {
   auto a = std::make_shared<Args>();
   auto& o = a->o;
   cmd->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // a later flag wins
-  cmd->add_option("--model", o.model, "model of the text task: gpt or llama (same sizes and recipes)")->capture_default_str();
+  cmd->add_option("--model", o.model, "model of the text task: gpt, llama (same sizes and recipes) or bert (masked LM, its own table)")->capture_default_str();
+  cmd->add_option("--norm", o.norm, "gpt, bert: pre or post-norm blocks (default: gpt pre, bert post)");
   cmd->add_option("--preset", o.preset, "quick (smaller GPT, 1 seed: about 2 minutes on 2 idle cores) or paper (reference GPT, 3 seeds, every recipe: about 1.5 hours) or fp4 (the FP4 ablation on the reference GPT) or transfer (the best learning rate of the standard model and u-muP at d_model 64 to 512)")
       ->check(CLI::IsMember(train::preset_names()));
   cmd->add_option("--recipes", a->recipes, "comma-separated GPT recipes (default: the preset's)");

@@ -100,11 +100,7 @@ BertConfig BertConfig::from_json(const std::string& text) {
     if (j.contains("mantissa") && j["mantissa"].is_object()) {
       const auto& m = j["mantissa"];
       if (m.contains("seed")) c.seed = m["seed"].get<uint64_t>();
-      if (m.contains("norm")) {
-        const std::string n = m["norm"].get<std::string>();
-        if (n != "pre" && n != "post") throw std::invalid_argument("BERT config: norm must be pre or post, got '" + n + "'");
-        c.pre_norm = n == "pre";
-      }
+      read_norm(m, c.pre_norm, "BERT");
       if (m.contains("byte_vocab") && m["byte_vocab"].get<int64_t>() != c.byte_vocab)
         throw std::invalid_argument("BERT config: vocab_size " + std::to_string(vocab) + " is not byte_vocab " +
                                     std::to_string(m["byte_vocab"].get<int64_t>()) + " + 4 special tokens");

@@ -19,6 +19,7 @@ std::unique_ptr<Model> make_gpt(const ModelSize& s) {
   g.d_model = s.d_model;
   g.heads = s.heads;
   g.dropout = static_cast<float>(s.dropout);
+  g.pre_norm = s.norm != "post";
   g.seed = s.seed;
   g.unit = s.unit;
   g.validate();
@@ -50,7 +51,7 @@ std::unique_ptr<Model> make_bert(const ModelSize& s) {
   b.d_model = s.d_model;
   b.heads = s.heads;
   b.hidden = s.ffn_hidden;
-  b.pre_norm = s.pre_norm;
+  b.pre_norm = s.norm == "pre";
   b.seed = s.seed;
   b.unit = s.unit;
   b.validate();

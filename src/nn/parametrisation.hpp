@@ -35,4 +35,15 @@ void read_parametrisation(const Json& o, UnitConfig& unit, const char* model, bo
   }
 }
 
+// Reads "norm" ("pre" or "post"; absent: pre_norm as it is); throws
+// std::invalid_argument "<model> config: norm must be pre or post, ...".
+template <class Json>
+void read_norm(const Json& o, bool& pre_norm, const char* model) {
+  if (!o.contains("norm")) return;
+  const std::string n = o["norm"].template get<std::string>();
+  if (n != "pre" && n != "post")
+    throw std::invalid_argument(std::string(model) + " config: norm must be pre or post, got '" + n + "'");
+  pre_norm = n == "pre";
+}
+
 }  // namespace mantissa::nn

@@ -50,10 +50,12 @@ std::vector<std::pair<std::string, std::vector<const RunResult*>>> by_recipe(con
 
 std::optional<LinePlot> validation_curves(const std::vector<RunResult>& runs, const std::string& task) {
   LinePlot p;
-  const bool gpt = task == "gpt";
-  p.title = gpt ? "Validation bits per character (mean over seeds)" : "Fashion-MNIST test loss (mean over seeds)";
+  const bool bert = task == "bert";
+  p.title = task == "mlp" ? "Fashion-MNIST test loss (mean over seeds)"
+                          : bert ? "BERT: validation bits per masked character (mean over seeds)"
+                                 : "Validation bits per character (mean over seeds)";
   p.x.label = "optimizer step";
-  p.y.label = gpt ? "validation bits per character" : "test loss (nats)";
+  p.y.label = task == "mlp" ? "test loss (nats)" : bert ? "bits per masked character" : "validation bits per character";
   const double cap = divergence_threshold(task);
   for (const auto& [recipe, seeds] : by_recipe(runs, task)) {
     Series s = mean_curve(seeds, cap);
@@ -139,15 +141,16 @@ LinePlot sweep_axes(const std::string& task, const std::string& title) {
   LinePlot p;
   p.title = title;
   p.x.label = "log2 learning rate";
-  p.y.label = task == "gpt" ? "validation bits per character" : "test accuracy (%)";
+  p.y.label = task == "mlp" ? "test accuracy (%)" : task == "bert" ? "bits per masked character" : "validation bits per character";
   return p;
 }
 
 }  // namespace
 
 std::optional<LinePlot> sweep_plot(const std::vector<SweepCurve>& curves, const std::string& task) {
-  LinePlot p = sweep_axes(task, task == "gpt" ? "Learning-rate sweep: validation bits per character (mean over seeds)"
-                                              : "Learning-rate sweep: Fashion-MNIST test accuracy (mean over seeds)");
+  LinePlot p = sweep_axes(task, task == "mlp"    ? "Learning-rate sweep: Fashion-MNIST test accuracy (mean over seeds)"
+                                : task == "bert" ? "Learning-rate sweep: BERT bits per masked character (mean over seeds)"
+                                                 : "Learning-rate sweep: validation bits per character (mean over seeds)");
   for (const SweepCurve& c : curves) {
     if (c.task != task || c.points.size() < 2) continue;
     Series s;
@@ -161,7 +164,7 @@ std::optional<LinePlot> sweep_plot(const std::vector<SweepCurve>& curves, const 
 
 std::optional<LinePlot> transfer_plot(const std::vector<SweepCurve>& curves, const std::string& task,
                                       const std::string& recipe) {
-  LinePlot p = sweep_axes(task, recipe + ": " + (task == "gpt" ? "val bpc" : "test accuracy") +
+  LinePlot p = sweep_axes(task, recipe + ": " + (task == "mlp" ? "test accuracy" : task == "bert" ? "bits per masked char" : "val bpc") +
                                     " against learning rate, one line per width (mean over seeds)");
   for (const SweepCurve& c : curves) {
     if (c.task != task || c.recipe != recipe || c.points.size() < 2) continue;

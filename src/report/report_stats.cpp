@@ -158,7 +158,7 @@ std::vector<RecipeSummary> summarize(const std::vector<RunResult>& runs, const s
     }
 
   for (auto& s : rows) {
-    std::vector<double> metric, train_loss, skipped, step_ms, tps;
+    std::vector<double> metric, train_loss, skipped, step_ms, tps, accuracy;
     std::string first_error, first_bad_status;
     for (const auto& r : runs) {
       if (r.task != s.task || r.recipe != s.recipe) continue;
@@ -182,12 +182,14 @@ std::vector<RecipeSummary> summarize(const std::vector<RunResult>& runs, const s
         continue;
       }
       metric.push_back(s.task == "mlp" ? 100.0 * r.accuracy : r.val_bpc);
+      if (s.task == "bert") accuracy.push_back(100.0 * r.accuracy);
       train_loss.push_back(r.final_train_loss);
     }
     s.status = s.finished > 0 ? "ok" : first_bad_status;
     s.note = first_error;
     s.metric = mean_std(metric);
     s.train_loss = mean_std(train_loss);
+    s.masked_accuracy = mean_std(accuracy);
     s.skipped_steps = mean_std(skipped).mean;
     s.step_ms = mean_std(step_ms).mean;
     s.tokens_per_s = mean_std(tps).mean;

@@ -15,9 +15,10 @@ namespace mantissa::report {
 
 namespace {
 
-bool lower_is_better(const std::string& task) { return task == "gpt"; }
+// The text tasks (gpt, bert) rank by bits per (masked) character, the MLP by accuracy.
+bool lower_is_better(const std::string& task) { return task != "mlp"; }
 
-double metric_of(const RunResult& r) { return r.task == "gpt" ? r.val_bpc : 100.0 * r.accuracy; }
+double metric_of(const RunResult& r) { return r.task != "mlp" ? r.val_bpc : 100.0 * r.accuracy; }
 
 bool same_curve(const SweepCurve& c, const RunResult& r) {
   return c.task == r.task && c.recipe == r.recipe && c.d_model == r.d_model;
@@ -88,7 +89,7 @@ std::vector<SweepCurve> lr_sweep(const std::vector<RunResult>& runs, const std::
       return s.task == c.task && s.recipe == reference && s.d_model == c.d_model;
     });
     if (ref == curves.end() || std::isnan(ref->best_lr) || std::isnan(c.best_lr)) continue;
-    c.gap_pct = c.task == "gpt" ? 100.0 * (c.best.mean - ref->best.mean) / ref->best.mean : c.best.mean - ref->best.mean;
+    c.gap_pct = c.task != "mlp" ? 100.0 * (c.best.mean - ref->best.mean) / ref->best.mean : c.best.mean - ref->best.mean;
   }
   return curves;
 }
@@ -116,7 +117,7 @@ std::vector<int64_t> sweep_widths(const std::vector<SweepCurve>& curves, const s
 }
 
 std::string sweep_table_md(const std::vector<SweepCurve>& curves, const std::string& task) {
-  const bool gpt = task == "gpt";
+  const bool text = task != "mlp";
   const bool widths = sweep_widths(curves, task).size() > 1;
   std::set<double> rates;
   for (const SweepCurve& c : curves)
@@ -124,7 +125,7 @@ std::string sweep_table_md(const std::vector<SweepCurve>& curves, const std::str
       for (const SweepPoint& p : c.points) rates.insert(p.lr);
   if (rates.empty()) return {};
   std::ostringstream o;
-  o << "| recipe |" << (widths ? " d_model |" : "") << " best lr | " << (gpt ? "val bpc" : "test accuracy %") << " at best lr (mean ± std) | gap to fp32 at fp32's best lr |";
+  o << "| recipe |" << (widths ? " d_model |" : "") << " best lr | " << (task == "mlp" ? "test accuracy %" : task == "bert" ? "bits per masked char" : "val bpc") << " at best lr (mean ± std) | gap to fp32 at fp32's best lr |";
   for (double lr : rates) o << " " << lr_label(lr) << " |";
   o << "\n|---|---|---|---|" << (widths ? "---|" : "");
   for (size_t i = 0; i < rates.size(); ++i) o << "---|";
@@ -147,8 +148,8 @@ std::string sweep_table_md(const std::vector<SweepCurve>& curves, const std::str
     if (std::isnan(c.best_lr)) o << "none (every rate diverged or failed) | — | — |";
     else {
       char gap[48] = "—";
-      if (std::isfinite(c.gap_pct)) std::snprintf(gap, sizeof gap, gpt ? "%+.2f %%" : "%+.2f", c.gap_pct);
-      o << lr_label(c.best_lr) << (c.best_at_edge ? " (edge of the sweep)" : "") << " | " << mean_pm(c.best, gpt ? 3 : 2)
+      if (std::isfinite(c.gap_pct)) std::snprintf(gap, sizeof gap, text ? "%+.2f %%" : "%+.2f", c.gap_pct);
+      o << lr_label(c.best_lr) << (c.best_at_edge ? " (edge of the sweep)" : "") << " | " << mean_pm(c.best, text ? 3 : 2)
         << " | " << gap << " |";
     }
     for (double lr : rates) {
@@ -157,7 +158,7 @@ std::string sweep_table_md(const std::vector<SweepCurve>& curves, const std::str
       else if (p->finished == 0) o << " failed |";
       else if (p->diverged == p->finished) o << " diverged |";
       else {
-        o << " " << fmt_fixed(p->metric.mean, gpt ? 3 : 2);
+        o << " " << fmt_fixed(p->metric.mean, text ? 3 : 2);
         if (p->diverged > 0) o << " (" << p->diverged << " diverged)";
         o << " |";
       }

@@ -75,26 +75,31 @@ std::string ours(const std::vector<RecipeSummary>& rows, const std::string& reci
 
 namespace {
 
-// The columns that differ between the GPT and the MLP table.
+// The columns that differ between the GPT, BERT and MLP tables.
 struct TableLayout {
   const char* task;
   const char* header;       // the header row
   int metric_decimals;
   const char* gap_unit;     // " %" (relative) or "" (accuracy points)
   int step_ms_decimals;
+  bool masked_accuracy = false;  // a column after the gap (BERT)
 };
 
 std::string recipe_table_md(const std::vector<RecipeSummary>& rows, const TableLayout& t) {
   std::ostringstream o;
-  o << t.header << "|---|---|---|---|---|---|---|---|\n";
+  const int columns = t.masked_accuracy ? 9 : 8;
+  o << t.header;
+  for (int i = 0; i < columns; ++i) o << "|---";
+  o << "|\n";
   for (const auto& s : rows) {
     if (s.task != t.task) continue;
     if (s.finished == 0) {
-      o << unavailable_row(s, 8);
+      o << unavailable_row(s, columns);
       continue;
     }
-    o << "| " << s.recipe << " | " << mean_pm(s.metric, t.metric_decimals) << " | " << signed_fixed(s.gap_pct, 2, t.gap_unit)
-      << " | " << diverged_cell(s) << " | "
+    o << "| " << s.recipe << " | " << mean_pm(s.metric, t.metric_decimals) << " | " << signed_fixed(s.gap_pct, 2, t.gap_unit);
+    if (t.masked_accuracy) o << " | " << mean_pm(s.masked_accuracy, 2);
+    o << " | " << diverged_cell(s) << " | "
       << fmt_fixed(s.skipped_steps, s.skipped_steps == std::floor(s.skipped_steps) ? 0 : 1) << " | "
       << fmt_fixed(s.step_ms, t.step_ms_decimals) << " | " << fmt_fixed(s.tokens_per_s, 0) << " | "
       << mib(s.peak_memory_bytes) << " |\n";
@@ -116,6 +121,13 @@ std::string mlp_table_md(const std::vector<RecipeSummary>& rows) {
                                 "| recipe | test accuracy % (mean ± std) | gap to fp32 (points) | diverged | skipped steps | "
                                 "step time (ms) | examples/s | peak memory (MiB) |\n",
                                 2, "", 2});
+}
+
+std::string bert_table_md(const std::vector<RecipeSummary>& rows) {
+  return recipe_table_md(rows, {"bert",
+                                "| recipe | bits per masked character (mean ± std) | gap to fp32 | masked-token accuracy % | "
+                                "diverged | skipped steps | step time (ms) | tokens/s | peak memory (MiB) |\n",
+                                3, " %", 1, true});
 }
 
 std::string unit_paper_table_md(const std::vector<RecipeSummary>& rows) {

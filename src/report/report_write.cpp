@@ -90,9 +90,10 @@ ReportFiles write_report(const std::string& dir, const ReportInput& in) {
     return rel;
   };
 
-  bool any_gpt = false, any_mlp = false;
+  bool any_gpt = false, any_bert = false, any_mlp = false;
   for (const auto& s : rows) {
     any_gpt = any_gpt || s.task == "gpt";
+    any_bert = any_bert || s.task == "bert";
     any_mlp = any_mlp || s.task == "mlp";
   }
 
@@ -113,10 +114,11 @@ ReportFiles write_report(const std::string& dir, const ReportInput& in) {
           "(highest test accuracy) among rates where every seed finished without diverging. The gap compares each "
           "recipe at its own best rate with fp32 at fp32's best rate, and every table below shows the runs at the "
           "recipe's best rate.\n\n";
-    for (const char* task : {"gpt", "mlp"}) {
+    for (const std::string task : {"gpt", "bert", "mlp"}) {
       const std::string table = sweep_table_md(sweep, task);
       if (table.empty()) continue;
-      md << "### " << (task == std::string("gpt") ? "Character-level GPT" : "Fashion-MNIST MLP") << "\n\n" << table << "\n";
+      md << "### " << (task == "gpt" ? "Character-level GPT" : task == "bert" ? "BERT masked LM" : "Fashion-MNIST MLP")
+         << "\n\n" << table << "\n";
       if (sweep_widths(sweep, task).size() > 1) {
         std::vector<std::string> recipes;
         for (const SweepCurve& c : sweep)
@@ -129,7 +131,7 @@ ReportFiles write_report(const std::string& dir, const ReportInput& in) {
         md << "The recipe tables below show the widest model (d_model " << widths.back()
            << ") at each recipe's best rate.\n\n";
       } else if (auto p = sweep_plot(sweep, task))
-        md << figure_md(std::string("Final ") + (task == std::string("gpt") ? "val bpc" : "test accuracy") +
+        md << figure_md(std::string("Final ") + (task == "mlp" ? "test accuracy" : task == "bert" ? "bits per masked character" : "val bpc") +
                             " against log2 learning rate, one line per recipe (unit-scaled recipes dashed)",
                         add_figure(std::string(task) + "_lr_sweep.svg", render(*p)));
     }
@@ -150,19 +152,27 @@ ReportFiles write_report(const std::string& dir, const ReportInput& in) {
           "a GPT-2 tokenizer; ours is the final training loss (nats per byte) of a small byte-level GPT, so again "
           "compare gaps to FP32, not values.\n\n";
   }
+  if (any_bert)
+    md << "## BERT masked LM: recipe by recipe\n\n" << bert_table_md(rows)
+       << "\nBits per masked character: the validation loss per masked byte / ln 2 (lower is better; the gap is "
+          "relative to fp32); masked-token accuracy: the share of masked positions whose arg-max prediction is the "
+          "original byte.\n\n";
   if (any_mlp) md << "## Fashion-MNIST MLP\n\n" << mlp_table_md(rows) << "\n";
 
   md << "## Figures\n\n";
   if (auto p = validation_curves(shown, "gpt"))
     md << figure_md("Validation bits per character of every recipe (unit-scaled recipes dashed)",
                     add_figure("val_curves.svg", render(*p)));
+  if (auto p = validation_curves(shown, "bert"))
+    md << figure_md("BERT: validation bits per masked character of every recipe (unit-scaled recipes dashed)",
+                    add_figure("bert_curves.svg", render(*p)));
   if (auto p = validation_curves(shown, "mlp"))
     md << figure_md("Fashion-MNIST test loss of every recipe", add_figure("mlp_curves.svg", render(*p)));
   if (auto p = gradient_exponent_plot(shown))
     md << figure_md("Histogram of gradient exponents against the FP16 and FP8 ranges (Micikevicius et al. 2018): " +
                         grad_what(shown) + "; values left of a band underflow in that format without scaling",
                     add_figure("grad_exponents.svg", render(*p)));
-  else
+  else if (any_gpt)
     md << "Gradient-exponent histogram: not available (it comes from the fp32 GPT run, which did not finish).\n\n";
   if (!in.scale_plot_svg.empty())
     md << figure_md("Per-op scale (RMS, log2 axis) of the standard vs the unit-scaled GPT at initialisation",

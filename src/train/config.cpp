@@ -36,7 +36,7 @@ std::vector<ConfigKey> config_keys(TrainConfig& c) {
       {"ffn-hidden", "llama: SwiGLU width (0: the multiple of 64 nearest 8/3 d-model); bert: MLP width (0: 4 d-model)", &c.ffn_hidden},
       {"tie-embeddings", "llama: tie the output head to the token embedding", &c.tie_embeddings},
       {"smooth-swiglu", "llama: Smooth-SwiGLU (per-channel scale on the SwiGLU product)", &c.smooth_swiglu},
-      {"norm", "bert: post (default, the original BERT) or pre-norm blocks", &c.norm},
+      {"norm", "gpt, bert: pre or post-norm blocks (default: gpt pre, bert post, the original BERT)", &c.norm},
       {"data", "training data: a UTF-8 text file (gpt) or a Fashion-MNIST directory (mlp); default corpus if empty",
        &c.data},
       {"batch-size", "sequences (or examples) per micro-batch, split across data-parallel ranks", &c.batch_size},
@@ -213,8 +213,8 @@ void validate(const TrainConfig& c) {
   if (!(c.dropout >= 0 && c.dropout < 1)) throw std::invalid_argument("--dropout must be in [0, 1)");
   if (!c.norm.empty() && c.norm != "pre" && c.norm != "post")
     throw std::invalid_argument("--norm must be pre or post (got '" + c.norm + "')");
-  if (!c.norm.empty() && c.model != "bert")
-    throw std::invalid_argument("--norm applies to --model bert (got --model " + c.model + ")");
+  if (!c.norm.empty() && c.model != "bert" && c.model != "gpt")
+    throw std::invalid_argument("--norm applies to --model gpt or bert (got --model " + c.model + ")");
   if (masked_text_model(c.model) && c.dropout > 0)
     throw std::invalid_argument("--dropout is not implemented for --model " + c.model);
   positive("batch-size", c.batch_size);

@@ -138,13 +138,20 @@ ExperimentPlan make_plan(const ExperimentOptions& o) {
   const int64_t seeds = o.seeds ? o.seeds : p.seeds;
   for (int64_t i = 0; i < seeds; ++i) plan.seeds.push_back(1337 + i);  // seed 1337 = `mantissa train`'s default
 
+  // The text task: a causal LM (gpt, llama: rows labelled gpt) or BERT's masked LM (rows labelled bert).
   TaskPlan gpt;
-  gpt.task = "gpt";
+  if (o.model != "gpt" && o.model != "llama" && o.model != "bert")
+    throw std::invalid_argument("--model must be gpt, llama or bert (got '" + o.model + "')");
+  gpt.task = o.model == "bert" ? "bert" : "gpt";
   TrainConfig& g = gpt.base;
-  if (o.model != "gpt" && o.model != "llama")
-    throw std::invalid_argument("--model must be gpt or llama (got '" + o.model + "')");
   g.model = o.model;
-  if (o.model != "gpt") plan.notes.push_back("the text task (rows labelled gpt) trains the " + o.model + " model");
+  g.norm = o.norm;
+  if (o.model == "llama") plan.notes.push_back("the text task (rows labelled gpt) trains the llama model");
+  if (o.model == "bert")
+    plan.notes.push_back("the text task trains BERT (" + std::string(o.norm == "pre" ? "pre" : "post") +
+                         "-norm) on the masked-LM objective, the sizes below applying to it: its table gives the "
+                         "bits per masked character (the validation loss per masked byte / ln 2) and the "
+                         "masked-token accuracy");
   g.layers = o.layers ? o.layers : p.layers;
   g.d_model = o.d_model ? o.d_model : p.d_model;
   g.heads = o.heads ? o.heads : p.heads;
@@ -196,10 +203,10 @@ ExperimentPlan make_plan(const ExperimentOptions& o) {
 
   char buf[512];
   std::snprintf(buf, sizeof buf,
-                "GPT: %ld layers, d_model %ld, %ld heads, T %ld, batch %ld; %ld steps (%ld tokens) per run, %zu seed(s); "
+                "%s: %ld layers, d_model %ld, %ld heads, T %ld, batch %ld; %ld steps (%ld tokens) per run, %zu seed(s); "
                 "AdamW, learning rate %g for standard and %g for unit-scaled recipes, warm-up %ld steps then cosine "
                 "to a tenth.",
-                static_cast<long>(g.layers), static_cast<long>(g.d_model), static_cast<long>(g.heads),
+                gpt.task == "bert" ? "BERT" : "GPT", static_cast<long>(g.layers), static_cast<long>(g.d_model), static_cast<long>(g.heads),
                 static_cast<long>(g.seq_len), static_cast<long>(g.batch_size), static_cast<long>(g.steps),
                 static_cast<long>(g.steps * per_step), plan.seeds.size(), gpt.lr_standard, gpt.lr_unit,
                 static_cast<long>(g.warmup));
@@ -234,7 +241,7 @@ ExperimentPlan make_plan(const ExperimentOptions& o) {
   }
   const std::vector<std::string> registered = registered_names();
   for (const TaskPlan& t : plan.tasks)
-    for (int64_t width : t.task == "gpt" && !widths.empty() ? widths : std::vector<int64_t>{0})
+    for (int64_t width : t.task != "mlp" && !widths.empty() ? widths : std::vector<int64_t>{0})
       for (const std::string& recipe : t.recipes) {
         RunSpec base;
         base.task = t.task;
@@ -269,9 +276,9 @@ ExperimentPlan make_plan(const ExperimentOptions& o) {
         }
         // The rates: --lr-sweep's, else the preset's own sweep per parametrisation, else the default.
         std::vector<double> rates = sweep;
-        if (rates.empty() && t.task == "gpt" && !p.sweep_standard.empty())
+        if (rates.empty() && t.task != "mlp" && !p.sweep_standard.empty())
           rates = parse_lr_sweep(unit ? p.sweep_unit : p.sweep_standard);
-        if (t.task != "gpt" || rates.empty()) rates = {0.0};
+        if (t.task == "mlp" || rates.empty()) rates = {0.0};
         for (double swept_lr : rates)
           for (int64_t seed : plan.seeds) {
             RunSpec r = base;

@@ -185,8 +185,9 @@ report::RunResult execute_run(const RunSpec& spec, const std::string& dir, const
     const EvalMetrics e = trainer.evaluate();
     metrics << eval_metrics_json(e) << '\n';
     r.val_loss = e.val_loss;
-    r.val_bpc = spec.task == "gpt" ? e.val_bpc : report::kNaN;
-    r.val_curve.push_back({e.step, spec.task == "gpt" ? e.val_bpc : e.val_loss});
+    r.val_bpc = spec.task != "mlp" ? e.val_bpc : report::kNaN;  // bert: bits per masked character
+    if (e.masked_accuracy >= 0) r.accuracy = e.masked_accuracy;
+    r.val_curve.push_back({e.step, spec.task != "mlp" ? e.val_bpc : e.val_loss});
     times.eval += since(te);
   };
   auto after_first_step = std::chrono::steady_clock::now();

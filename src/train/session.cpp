@@ -92,7 +92,7 @@ std::unique_ptr<nn::Model> make_model(const TrainConfig& c, const nn::UnitConfig
   s.dropout = c.dropout;
   s.tie_embeddings = c.tie_embeddings;
   s.smooth_swiglu = c.smooth_swiglu;
-  s.pre_norm = c.norm == "pre";
+  s.norm = c.norm;
   s.seed = static_cast<uint64_t>(c.seed);
   s.unit = unit;
   return kind->make(s);

@@ -15,6 +15,7 @@ using Params = std::map<std::string, Vec>;
 
 struct GPTShape {
   int64_t V, C, L, NH;
+  bool post_norm = false;  // GPT-1 blocks: x = ln_1(x + attn(x)), x = ln_2(x + mlp(x)), no ln_f
 };
 
 // y [N, out] = x [N, in] @ w [in, out] + b
@@ -87,7 +88,7 @@ inline double cross_entropy(const Vec& logits, const std::vector<int32_t>& targe
   return loss;
 }
 
-// Summed cross-entropy of a GPT-2 (HF names) on ids/targets [B, T].
+// Summed cross-entropy of a GPT-2 (HF names; post-norm: GPT-1's blocks) on ids/targets [B, T].
 inline double gpt_loss(const Params& p, const GPTShape& s, const std::vector<int32_t>& ids,
                        const std::vector<int32_t>& targets, int64_t B, int64_t T) {
   const int64_t C = s.C, N = B * T;
@@ -98,18 +99,23 @@ inline double gpt_loss(const Params& p, const GPTShape& s, const std::vector<int
       x[i * C + c] = P("transformer.wte.weight")[ids[i] * C + c] + P("transformer.wpe.weight")[(i % T) * C + c];
   for (int64_t l = 0; l < s.L; ++l) {
     const std::string h = "transformer.h." + std::to_string(l) + ".";
-    Vec a = layer_norm(x, P(h + "ln_1.weight"), P(h + "ln_1.bias"), N, C);
+    auto ln = [&](const Vec& v, const char* name) {
+      return layer_norm(v, P(h + name + ".weight"), P(h + name + ".bias"), N, C);
+    };
+    Vec a = s.post_norm ? x : ln(x, "ln_1");
     Vec qkv = linear(a, P(h + "attn.c_attn.weight"), P(h + "attn.c_attn.bias"), N, C, 3 * C);
     Vec att = attention(qkv, B, T, C, s.NH);
     Vec proj = linear(att, P(h + "attn.c_proj.weight"), P(h + "attn.c_proj.bias"), N, C, C);
     for (int64_t i = 0; i < N * C; ++i) x[i] += proj[i];
-    Vec m = layer_norm(x, P(h + "ln_2.weight"), P(h + "ln_2.bias"), N, C);
+    if (s.post_norm) x = ln(x, "ln_1");
+    Vec m = s.post_norm ? x : ln(x, "ln_2");
     Vec f = linear(m, P(h + "mlp.c_fc.weight"), P(h + "mlp.c_fc.bias"), N, C, 4 * C);
     for (double& v : f) v = gelu(v);
     Vec y = linear(f, P(h + "mlp.c_proj.weight"), P(h + "mlp.c_proj.bias"), N, 4 * C, C);
     for (int64_t i = 0; i < N * C; ++i) x[i] += y[i];
+    if (s.post_norm) x = ln(x, "ln_2");
   }
-  x = layer_norm(x, P("transformer.ln_f.weight"), P("transformer.ln_f.bias"), N, C);
+  if (!s.post_norm) x = layer_norm(x, P("transformer.ln_f.weight"), P("transformer.ln_f.bias"), N, C);
   Vec logits(N * s.V);
   const Vec& wte = P("transformer.wte.weight");
   for (int64_t i = 0; i < N; ++i)

@@ -132,14 +132,17 @@ TEST(GPT, InitialisationIsGPT2AndSeeded) {
   EXPECT_NE(other.find("transformer.wte.weight")->value.to_vector(), m.find("transformer.wte.weight")->value.to_vector());
 }
 
-TEST(GPT, GradientsMatchFloat64FiniteDifferences) {
-  const GPTConfig c = tiny_config();
+namespace {
+// Loss and every parameter's gradient against float64 central differences of reference::gpt_loss.
+void check_gradients(bool post) {
+  GPTConfig c = tiny_config();
+  c.pre_norm = !post;
   GPT m(c);
   reference::Params p = randomise(m, 11);
   const int64_t B = 2, T = 8;
   std::vector<int32_t> ids, targets;
   nn::Batch batch = make_batch(B, T, c.vocab, 3, &ids, &targets);
-  const reference::GPTShape shape{c.vocab, c.d_model, c.layers, c.heads};
+  const reference::GPTShape shape{c.vocab, c.d_model, c.layers, c.heads, post};
 
   m.zero_grad();
   nn::LossSum loss = m.forward_backward(batch, 1.0f);
@@ -168,6 +171,34 @@ TEST(GPT, GradientsMatchFloat64FiniteDifferences) {
       for (int64_t i = T * c.d_model; i < q->grad.numel(); ++i) ASSERT_EQ(grad[static_cast<size_t>(i)], 0.0f);
     }
   }
+}
+}  // namespace
+
+TEST(GPT, GradientsMatchFloat64FiniteDifferences) { check_gradients(false); }
+
+TEST(GPT, PostNormGradientsMatchFloat64FiniteDifferences) { check_gradients(true); }
+
+// Post-norm (GPT-1's blocks): the same parameters less ln_f; the layout survives config.json.
+TEST(GPT, PostNormHasNoFinalNormAndRoundTrips) {
+  GPTConfig c = tiny_config();
+  c.pre_norm = false;
+  GPT m(c);
+  const int64_t C = 16, V = 64, T = 10;
+  EXPECT_EQ(m.find("transformer.ln_f.weight"), nullptr);
+  EXPECT_NE(m.find("transformer.h.1.ln_2.bias"), nullptr);
+  EXPECT_EQ(m.parameter_count(), V * C + T * C + 2 * (12 * C * C + 13 * C));
+  EXPECT_FALSE(GPTConfig::from_json(m.config_json()).pre_norm);
+  EXPECT_TRUE(GPTConfig::from_json(GPT(tiny_config()).config_json()).pre_norm);
+  std::string bad = m.config_json();
+  bad.replace(bad.find("\"post\""), 6, "\"mid\"");
+  try {
+    GPTConfig::from_json(bad);
+    ADD_FAILURE() << "norm 'mid' accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("norm must be pre or post, got 'mid'"), std::string::npos) << e.what();
+  }
+  c.unit.enabled = c.unit.umup = true;
+  EXPECT_THROW(c.validate(), std::invalid_argument);  // u-muP's depth rule is the pre-norm one
 }
 
 TEST(GPT, GradScaleMultipliesAndCallsAccumulate) {

@@ -119,11 +119,13 @@ void check_unit_gpt_gradients(const nn::GPTConfig& cfg, const Taus& taus) {
       } else {
         leaf = us::linear(C, C, N, lin).bwd[2];  // biases are added after the forward scale
       }
+      // Post-norm: ln_1 and ln_2 follow the residual adds, outside the branches.
       double branch = 1;
       const size_t layer = p.name.rfind("transformer.h.", 0) == 0 ? std::stoul(p.name.substr(14)) : 0;
-      if (p.name.find(".ln_1.") != std::string::npos || p.name.find(".attn.") != std::string::npos)
+      const bool pre = cfg.pre_norm;
+      if ((pre && p.name.find(".ln_1.") != std::string::npos) || p.name.find(".attn.") != std::string::npos)
         branch = 1.0 / us::residual(taus.at(layer).first).branch;
-      if (p.name.find(".ln_2.") != std::string::npos || p.name.find(".mlp.") != std::string::npos)
+      if ((pre && p.name.find(".ln_2.") != std::string::npos) || p.name.find(".mlp.") != std::string::npos)
         branch = 1.0 / us::residual(taus.at(layer).second).branch;
       return c_loss * c_ro * branch * leaf;
     };
@@ -134,11 +136,13 @@ void check_unit_gpt_gradients(const nn::GPTConfig& cfg, const Taus& taus) {
 }  // namespace
 
 TEST(UnitGPT, GradientsAreScaledLossGradients) {
-  for (const char* set : {"library", "paper"}) {
-    SCOPED_TRACE(set);
-    const nn::GPTConfig cfg = tiny_gpt(set);
-    check_unit_gpt_gradients(cfg, Taus(2, {cfg.unit.tau_attn, cfg.unit.tau_mlp}));
-  }
+  for (const bool pre : {true, false})
+    for (const char* set : {"library", "paper"}) {
+      SCOPED_TRACE(std::string(set) + (pre ? " pre-norm" : " post-norm"));
+      nn::GPTConfig cfg = tiny_gpt(set);
+      cfg.pre_norm = pre;
+      check_unit_gpt_gradients(cfg, Taus(2, {cfg.unit.tau_attn, cfg.unit.tau_mlp}));
+    }
 }
 
 // u-muP: no norm parameters, and block l's taus are u-muP's depth rule for

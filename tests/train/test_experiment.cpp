@@ -1,7 +1,7 @@
 // `mantissa experiment` end to end on a tiny GPT and MLP (synthetic corpus
 // and a synthetic IDX set, a few steps): the report has every row and its
-// numbers agree with the runs' own metrics files; --resume skips finished
-// runs; bad flags exit 2 naming the flag; the plan gives unit-scaled recipes
+// numbers agree with the runs' own metrics files (also for the BERT
+// masked-LM table of --model bert); --resume skips finished runs; bad flags exit 2 naming the flag; the plan gives unit-scaled recipes
 // the unit learning rate; an interrupt abandons the current run.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
@@ -137,6 +137,54 @@ TEST_F(Experiment, TinyStudyWritesReportWithEveryRowThenResumeSkipsFinishedRuns)
   const Result changed = run(tiny("out") + " --resume --tokens 352 --mlp-recipes none");
   ASSERT_EQ(changed.code, 0) << changed.out;
   EXPECT_NE(changed.out.find("2 runs trained, 0 kept"), std::string::npos) << changed.out;
+}
+
+// --model bert: the text task is BERT's masked LM; its table gives bits per
+// masked character and masked-token accuracy, each the run's last evaluation.
+TEST_F(Experiment, BertStudyWritesTheMaskedLmTable) {
+  // umup-fp32: GPT only, reported as not available without failing the study.
+  const Result r = run("experiment --model bert --recipes fp32,unit-fp32,umup-fp32 --mlp-recipes none --tokens 320 --layers 1 "
+                       "--d-model 16 --heads 2 --seq-len 16 --batch-size 2 --threads 1 --no-inspect --data " +
+                       path("corpus.txt") + " --out " + path("bert"));
+  ASSERT_EQ(r.code, 0) << r.out;
+  const std::string md = slurp(dir_ / "bert" / "report.md");
+  EXPECT_NE(md.find("## BERT masked LM: recipe by recipe"), std::string::npos) << md;
+  EXPECT_EQ(md.find("## Character-level GPT"), std::string::npos) << md;
+  double fp32_bpc = NAN;
+  for (const char* recipe : {"fp32", "unit-fp32"}) {
+    const fs::path run_dir = dir_ / "bert" / "runs" / (std::string("bert-") + recipe + "-s1337");
+    const auto result = nlohmann::json::parse(slurp(run_dir / "result.json"));
+    EXPECT_EQ(result["status"], "ok");
+    std::ifstream metrics(run_dir / "metrics.jsonl");
+    double bpc = NAN, loss = NAN, acc = NAN;
+    std::string model;
+    for (std::string line; std::getline(metrics, line);) {
+      const auto j = nlohmann::json::parse(line);
+      if (j.contains("run")) model = j["run"]["model"]["model_type"].get<std::string>();
+      if (j.contains("val_bpc")) {
+        bpc = j["val_bpc"].get<double>();
+        loss = j["val_loss"].get<double>();
+        acc = j["val_masked_accuracy"].get<double>();
+      }
+    }
+    EXPECT_EQ(model, "bert");
+    EXPECT_DOUBLE_EQ(result["val_bpc"].get<double>(), bpc);
+    EXPECT_DOUBLE_EQ(result["accuracy"].get<double>(), acc);
+    EXPECT_NEAR(bpc, loss / std::log(2.0), 1e-9);
+    EXPECT_GT(bpc, 0.5);
+    EXPECT_LT(bpc, 8.0);
+    EXPECT_GT(acc, 0.0);
+    EXPECT_LE(acc, 1.0);
+    if (std::string(recipe) == "fp32") fp32_bpc = bpc;
+    char gap[32] = "—";
+    if (std::string(recipe) != "fp32") std::snprintf(gap, sizeof gap, "%+.2f %%", 100.0 * (bpc - fp32_bpc) / fp32_bpc);
+    char cell[160];
+    std::snprintf(cell, sizeof cell, "| %s | %.3f | %s | %.2f | no |", recipe, bpc,
+                  std::string(recipe) == "fp32" ? "+0.00 %" : gap, 100.0 * acc);
+    EXPECT_NE(md.find(cell), std::string::npos) << cell << "\n" << md;
+  }
+  EXPECT_NE(md.find("| umup-fp32 | not available: "), std::string::npos) << md;
+  EXPECT_TRUE(fs::exists(dir_ / "bert" / "figures" / "bert_curves.svg"));
 }
 
 TEST_F(Experiment, BadFlagsExitWithUsageError) {

@@ -1,6 +1,9 @@
 // GPT with the GPT-2 layout (Radford et al. 2019; Hugging Face names): learned token and position
 // embeddings, pre-LayerNorm blocks with causal multi-head attention and a 4x
 // GELU MLP, final LayerNorm, output head tied to the token embedding.
+// Post-norm (config.pre_norm false, GPT-1's layout): each block's ln_1
+// follows the attention's residual add and ln_2 the MLP's, and there is no
+// final LayerNorm (the last block already ends with one).
 // Parameters carry the Hugging Face GPT-2 names and shapes (Conv1D [in, out]).
 //
 // Initialisation (GPT-2): one Rng(seed) draws, in parameter order, N(0, 0.02)
@@ -35,6 +38,7 @@ struct GPTConfig {
   int64_t d_model = 256;
   int64_t heads = 4;
   float dropout = 0.0f;
+  bool pre_norm = true;  // false: post-norm blocks, no ln_f
   uint64_t seed = 0;
   // Unit-scaled parametrisation: weights N(0,1), per-op scales,
   // residual_split/add with tau, u-muP attention, untied unit readout
@@ -76,11 +80,12 @@ class GPT : public Model {
     Parameter *ln2_w, *ln2_b, *fc_w, *fc_b, *mlp_proj_w, *mlp_proj_b;
   };
   uint64_t pass_seed(bool training) override;
+  // One block, standard or unit-scaled, pre- or post-norm (gpt_forward.cpp).
   autograd::Var block(autograd::Tape& tape, const Block& b, autograd::Var x, size_t layer);
-  autograd::Var unit_block(autograd::Tape& tape, const Block& b, const autograd::Var& x, size_t layer);
-  autograd::Var unit_forward(autograd::Tape& tape, const Tensor& ids);
-  // Unit layer norm with the gain and shift w, b (u-muP: null, the constants).
-  autograd::Var unit_norm(autograd::Tape& tape, const autograd::Var& x, Parameter* w, Parameter* b);
+  // Layer norm with the gain and shift w, b (unit: scaled; u-muP: w, b null, the constants).
+  autograd::Var norm(autograd::Tape& tape, const autograd::Var& x, Parameter* w, Parameter* b);
+  // Dropout with config.dropout (unit: x sqrt(1-p) on both passes).
+  autograd::Var dropout(autograd::Tape& tape, autograd::Var x);
   // Residual taus of block `layer`: (attention, MLP).
   std::pair<double, double> residual_taus(size_t layer) const;
   void check_batch(const Batch& batch) const;

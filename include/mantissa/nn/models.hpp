@@ -27,7 +27,7 @@ struct ModelSize {
   double dropout = 0;
   bool tie_embeddings = false;
   bool smooth_swiglu = false;
-  bool pre_norm = false;  // BERT: pre-norm blocks (default post-norm)
+  std::string norm;  // "pre" or "post" blocks; "": the model's default (GPT pre, BERT post)
   uint64_t seed = 0;
   UnitConfig unit;
 };

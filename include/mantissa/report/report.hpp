@@ -33,7 +33,7 @@ struct ExponentCounts {
 // One training run (one task, recipe and seed) as the study stores it.
 struct RunResult {
   std::string id;      // folder name, e.g. "gpt-fp16-amp-s1"
-  std::string task;    // "gpt" (byte-level LM) or "mlp" (Fashion-MNIST)
+  std::string task;    // "gpt" (byte-level LM), "bert" (masked LM) or "mlp" (Fashion-MNIST)
   std::string recipe;
   int64_t seed = 0;
   // "ok", "diverged" (the trainer saw non-finite losses), "not-available"
@@ -51,7 +51,7 @@ struct RunResult {
   double final_train_loss = kNaN;  // mean training loss (nats) over the last steps
   double val_loss = kNaN;          // nats per target
   double val_bpc = kNaN;           // gpt: bits per character
-  double accuracy = kNaN;          // mlp: test accuracy in [0, 1]
+  double accuracy = kNaN;          // mlp: test accuracy; bert: masked-token accuracy; in [0, 1]
   double final_loss_scale = 1;
   double step_ms = kNaN;           // mean, first (warm-up) step excluded
   double tokens_per_s = kNaN;
@@ -89,8 +89,9 @@ struct RecipeSummary {
   std::string note;    // the first error, for not-available/failed
   int runs = 0, finished = 0, diverged = 0;
   int64_t first_diverged_at = 0;  // smallest step among diverged seeds (0: unknown)
-  MeanStd metric;       // gpt: val_bpc; mlp: accuracy in % — over seeds that did not diverge
+  MeanStd metric;       // gpt, bert: val_bpc; mlp: accuracy in % — over seeds that did not diverge
   MeanStd train_loss;   // final training loss (nats) over the same seeds
+  MeanStd masked_accuracy;  // bert: masked-token accuracy in % over the same seeds
   double gap_pct = kNaN;  // gpt: 100 (mean - fp32 mean) / fp32 mean; mlp: accuracy points minus fp32
   double skipped_steps = kNaN;  // mean over finished seeds
   double step_ms = kNaN, tokens_per_s = kNaN;  // means over finished seeds
@@ -176,6 +177,8 @@ struct ReportInput {
 // Markdown tables (also used in the HTML page, converted there).
 std::string main_table_md(const std::vector<RecipeSummary>& rows);
 std::string mlp_table_md(const std::vector<RecipeSummary>& rows);
+// BERT (masked LM): bits per masked character, its gap to fp32, masked-token accuracy, ...
+std::string bert_table_md(const std::vector<RecipeSummary>& rows);
 std::string unit_paper_table_md(const std::vector<RecipeSummary>& rows);
 std::string scalify_table_md(const std::vector<RecipeSummary>& rows);
 

@@ -97,6 +97,17 @@ const QuantImpl kQuantize[] = {
     {"scalar", cpu::Isa::scalar, detail::quantize_scalar, nullptr},
 };
 
+// One-pass fake quantisation; the last entry (no kernel) rounds through codes
+// in a small buffer with the quantize and dequantize kernels.
+using FakeImpl = cpu::Impl<detail::FakeKernel, QuantPlan>;
+const FakeImpl kFakeQuantize[] = {
+    {"avx512_bf16:cvtneps2bf16+widen", cpu::Isa::avx512_bf16, detail::fake_quantize_avx512_bf16_hw,
+     [](const QuantPlan& p) { return p.shape == Shape::bf16 && plain_rne(p); }},
+    {"avx512:cvtps2ph+cvtph2ps", cpu::Isa::avx512, detail::fake_quantize_avx512_fp16_hw,
+     [](const QuantPlan& p) { return p.shape == Shape::fp16 && plain_rne(p); }},
+    {"round_trip", cpu::Isa::scalar, nullptr, nullptr},
+};
+
 using DequantImpl = cpu::Impl<detail::DequantKernel, QuantPlan>;
 const DequantImpl kDequantize[] = {
     {"avx512:decode", cpu::Isa::avx512, detail::dequantize_avx512,
@@ -165,7 +176,14 @@ void dequantize(const Format& f, const void* codes, float* out, size_t n) {
 }
 
 void fake_quantize(const Format& f, const float* in, float* out, size_t n, const RoundOptions& opt) {
-  const QuantPlan p = detail::make_plan(f, opt);
+  QuantPlan p = detail::make_plan(f, opt);
+  const FakeImpl& fused = cpu::select(kFakeQuantize, p);
+  if (fused.fn) {
+    p.stream = n * sizeof(float) >= detail::stream_min_bytes() && in != out;
+    note_kernel("fake_quantize", fused.name, p, n, true);
+    parallel_chunks(n, [&](size_t begin, size_t len) { fused.fn(p, in + begin, out + begin, len, begin); });
+    return;
+  }
   const char* qname = "scalar";
   const char* dname = "scalar";
   const detail::QuantKernel qk = pick_quantize(p, &qname);

@@ -70,6 +70,44 @@ MANTISSA_AVX512_BF16 void quantize_avx512_bf16_hw(const QuantPlan& p, const floa
   (void)base;
 }
 
+// Fake quantisation to bf16 / fp16 in one pass: the codes are rounded as the
+// quantize kernels above round them and widened back in registers (a bf16
+// code is the top half of its fp32 value; vcvtph2ps is exact), so the fp32
+// array is read and written once, the output with streaming stores when the
+// plan asks.
+// NaN lanes become the reference decoder's one NaN, +quiet 0x7FC00000.
+MANTISSA_AVX512 inline __m512 canonical_nan(__m512 v) {
+  return _mm512_mask_mov_ps(v, _mm512_fpclass_ps_mask(v, 0x01 | 0x80), _mm512_castsi512_ps(_mm512_set1_epi32(0x7FC00000)));
+}
+
+MANTISSA_AVX512_BF16 inline __m512 widen_bf16(__m256i h) {
+  return canonical_nan(_mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)));
+}
+
+MANTISSA_AVX512_BF16 void fake_quantize_avx512_bf16_hw(const QuantPlan& p, const float* in, float* out, size_t n,
+                                                       uint64_t base) {
+  store_split(
+      stream_split(p.stream, out, 4, n), n, 16, 16,
+      [&](size_t i, size_t left) MANTISSA_AVX512_BF16 {
+        const __mmask16 m = tail_mask16(left);
+        _mm512_mask_storeu_ps(out + i, m, widen_bf16(bf16_16(p, in + i, m)));
+      },
+      [&](size_t i) MANTISSA_AVX512_BF16 { _mm512_stream_ps(out + i, widen_bf16(bf16_16(p, in + i, 0xFFFF))); });
+  (void)base;
+}
+
+MANTISSA_AVX512 void fake_quantize_avx512_fp16_hw(const QuantPlan& p, const float* in, float* out, size_t n,
+                                                  uint64_t base) {
+  store_split(
+      stream_split(p.stream, out, 4, n), n, 16, 16,
+      [&](size_t i, size_t left) MANTISSA_AVX512 {
+        const __mmask16 m = tail_mask16(left);
+        _mm512_mask_storeu_ps(out + i, m, canonical_nan(_mm512_cvtph_ps(fp16_16(p, in + i, m))));
+      },
+      [&](size_t i) MANTISSA_AVX512 { _mm512_stream_ps(out + i, canonical_nan(_mm512_cvtph_ps(fp16_16(p, in + i, 0xFFFF)))); });
+  (void)base;
+}
+
 MANTISSA_AVX512 void quantize_avx512_fp16_hw(const QuantPlan& p, const float* in, void* codes, size_t n,
                                              uint64_t base) {
   auto* out = static_cast<uint16_t*>(codes);

@@ -64,6 +64,11 @@ void dequantize_scalar(const QuantPlan& p, const void* codes, float* out, size_t
 void quantize_avx512_generic(const QuantPlan& p, const float* in, void* codes, size_t n, uint64_t base);
 void quantize_avx512_bf16_hw(const QuantPlan& p, const float* in, void* codes, size_t n, uint64_t base);
 void quantize_avx512_fp16_hw(const QuantPlan& p, const float* in, void* codes, size_t n, uint64_t base);
+// Fake quantisation (codes widened back to fp32) in one pass, where the
+// quantize kernel of the same name applies.
+using FakeKernel = void (*)(const QuantPlan&, const float* in, float* out, size_t n, uint64_t base);
+void fake_quantize_avx512_bf16_hw(const QuantPlan& p, const float* in, float* out, size_t n, uint64_t base);
+void fake_quantize_avx512_fp16_hw(const QuantPlan& p, const float* in, float* out, size_t n, uint64_t base);
 // True when p can take the fp16 route: signed, subnormals, 1-byte codes,
 // E <= 5, M <= 8, exponent range fits fp16's, deterministic rounding.
 bool small_route(const QuantPlan& p);

@@ -89,3 +89,34 @@ TEST(StreamStores, DefaultThresholdLargeArray) {
   check(mf::preset("bf16"), in, in.size(), 16, "bf16 large");
   check(mf::preset("fp16"), in, in.size(), 2, "fp16 large");
 }
+
+// fake_quantize's one-pass bf16/fp16 kernels stream their fp32 output the
+// same way: every length at every 4-byte offset within a line, against
+// decode(encode()) bit for bit, guard bytes untouched, threaded too.
+namespace {
+void check_fake(const mf::Format& f, const std::vector<float>& in, size_t n, size_t offset, const std::string& what) {
+  const uint32_t kGuard = 0xA5A5A5A5u;
+  std::vector<uint32_t> storage(n + offset + 16 + 32, kGuard);
+  uint32_t* line = storage.data() + (16 - reinterpret_cast<uintptr_t>(storage.data()) % 64 / 4) % 16;
+  float* out = reinterpret_cast<float*>(line + offset);
+  mf::fake_quantize(f, in.data(), out, n);
+  for (size_t i = 0; i < n; ++i) {
+    const uint32_t want = std::bit_cast<uint32_t>(mf::decode_f32(f, mf::encode(f, in[i], {}, i)));
+    ASSERT_EQ(std::bit_cast<uint32_t>(out[i]), want) << what << " n=" << n << " offset=" << offset << " i=" << i
+                                                     << " kernel " << mf::last_kernel();
+  }
+  for (uint32_t* p = storage.data(); p < line + offset; ++p) ASSERT_EQ(*p, kGuard) << what << ": wrote before";
+  for (uint32_t* p = line + offset + n; p < storage.data() + storage.size(); ++p)
+    ASSERT_EQ(*p, kGuard) << what << ": wrote past the end";
+}
+}  // namespace
+
+TEST(StreamStores, FakeQuantizeEveryLengthAndOffset) {
+  StreamThreshold always(0);
+  const std::vector<float> in = inputs(300, 9), big = inputs(3 * mf::kParallelThreshold + 37, 11);
+  for (const char* name : {"bf16", "fp16"}) {
+    for (size_t offset = 0; offset < 16; ++offset)
+      for (size_t n = 0; n <= 300; n += n < 70 ? 1 : 7) check_fake(mf::preset(name), in, n, offset, name);
+    check_fake(mf::preset(name), big, big.size(), 3, std::string(name) + " threaded");
+  }
+}

@@ -81,8 +81,8 @@ struct Recipe {
   // false: the readout (the LM head, the MLP's last layer) is not cast and
   // runs in matmul_format, as Megatron's first/last-layer rule and u-muP's
   // FP8 scheme keep it. Unscaled e5m2 flushes the logit gradients of
-  // unlikely tokens (below 2^-16: 14% of them in the unit GPT after 350
-  // steps), which the model needs to learn to rule them out.
+  // unlikely tokens (those below 2^-16), which the model needs to learn to
+  // rule them out.
   bool cast_readout = true;
   // 4-bit block formats in the linear layers' products (FP4 recipes).
   Fp4Settings fp4;

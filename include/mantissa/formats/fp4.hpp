@@ -2,13 +2,16 @@
 // one scale per block, as the 4-bit training recipes use them (OCP MX v1.0,
 // NVIDIA's NVFP4):
 //
-//   NVFP4 (NVIDIA, arXiv 2509.25149; torchao's nvfp4 reference quantiser):
+//   NVFP4 (NVIDIA, arXiv 2509.25149):
 //     tensor scale  t = max(amax / (6 * 448), 2^-117)       (fp32, per tensor)
 //     block scale   s = e4m3_rne(clamp((amax_b / 6) / t, 2^-9, 448))
 //     element       q = e2m1(clamp(x / (t * s), -6, 6))
 //     value         q x s x t
 //   The floor 2^-117 on t keeps t x s a normal fp32 number (tensors with
-//   amax below 1.6e-32 only; torchao divides by zero there).
+//   amax below 1.6e-32 only; torchao divides by zero there). The block-scale
+//   floor 2^-9 is E4M3's smallest subnormal; torchao's reference clamps at
+//   2^-6 instead, so blocks far below the tensor's amax (amax_b < amax / 28672)
+//   keep more precision here than there.
 //
 //   MXFP4 (OCP MX v1.0): block exponent e = clamp(floor(log2 amax_b) - 2,
 //     -127, 127) (E8M0 code e + 127; amax_b 0 gives -127);

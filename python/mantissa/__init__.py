@@ -118,14 +118,23 @@ def _decode_any(codes: Any, format: str, packed: bool, count: Optional[int], out
 
 
 def mx_quantize(x: Any, format: str = "mxfp8_e4m3", block: int = 32, axis: int = -1,
-                scale_rounding: str = "floor") -> Tuple[Any, Any]:
+                scale_rounding: str = "floor", out: Optional[Tuple[Any, Any]] = None) -> Tuple[Any, Any]:
     """OCP MX: blocks of `block` values along `axis` share an E8M0 scale.
 
     Returns (element codes, uint8 E8M0 scale codes); codes have x's shape, scales
     x's shape with `axis` of length ceil(K / block). The last block of a row may
     be shorter. Element codes are one per byte (FP4/FP6 in the low bits; MXINT8
     two's complement with 6 fraction bits). scale_rounding "ceil" never clips.
+    out: (codes, scales) uint8 numpy arrays of those shapes to write into (blocks
+    along the last axis only); they are returned.
     """
+    if out is not None:
+        if not (isinstance(out, tuple) and len(out) == 2 and all(_is_numpy(a) for a in out)):
+            raise TypeError("out: expected a tuple (codes, scales) of numpy arrays")
+        if axis not in (-1, _ndim(x) - 1):
+            raise ValueError("out: only for blocks along the last axis (axis=-1)")
+        _core.mx_quantize(x, format, block, scale_rounding, out[0], out[1])
+        return out
     moved = _moveaxis_in(x, axis)
     codes, scales = _core.mx_quantize(moved, format, block, scale_rounding)
     return _like(x, _moveaxis_out(codes, axis)), _like(x, _moveaxis_out(scales, axis))

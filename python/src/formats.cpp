@@ -193,17 +193,21 @@ mf::MxConfig mx_config(const std::string& name, int block, const std::string& sc
 }
 
 // Blocks run along the last axis of length K, ceil(K / block) per row.
+// codes_out / scales_out: the caller's arrays (both or neither); the pair is then (None, None).
 std::pair<nb::object, nb::object> mx_quantize(const In& x, const std::string& name, int block,
-                                              const std::string& scale_rounding) {
+                                              const std::string& scale_rounding, std::optional<Out> codes_out,
+                                              std::optional<Out> scales_out) {
   const float* in = f32_input(x);
   const mf::MxConfig cfg = mx_config(name, block, scale_rounding);
   if (x.ndim() == 0) throw nb::value_error("x needs at least one dimension");
   std::vector<size_t> shape = shape_of(x);
   const size_t k = shape.back(), rows = k ? x.size() / k : 0, b = static_cast<size_t>(block), nb_ = (k + b - 1) / b;
-  auto codes = new_array<uint8_t>(shape);
+  if (codes_out.has_value() != scales_out.has_value())
+    throw nb::value_error("out: give both the codes and the scales array, or neither");
+  uint8_t *c = nullptr, *s = nullptr;
+  nb::object codes = output<uint8_t>(codes_out, shape, &c);
   shape.back() = nb_;
-  auto scales = new_array<uint8_t>(shape);
-  uint8_t *c = codes.data(), *s = scales.data();
+  nb::object scales = output<uint8_t>(scales_out, shape, &s);
   {
     KernelScope release(x.size());
     if (k % b == 0) {  // whole rows of blocks: one (threaded) call
@@ -213,7 +217,7 @@ std::pair<nb::object, nb::object> mx_quantize(const In& x, const std::string& na
       for (size_t r = 0; r < rows; ++r) mf::mx_quantize_into(cfg, in + r * k, k, {c + r * k, k}, {s + r * nb_, nb_});
     }
   }
-  return {nb::cast(codes), nb::cast(scales)};
+  return {codes, scales};
 }
 
 nb::object mx_dequantize(const In& codes, const In& scales, const std::string& name, int block,
@@ -287,7 +291,9 @@ void bind_formats(nb::module_& m) {
   m.def("decode_dlpack", &decode, "codes"_a, "format"_a, "packed"_a = false, "count"_a = nb::none(), "out"_a = nb::none(),
         "codes -> their exact fp32 values.");
   m.def("mx_quantize", &mx_quantize, "x"_a, "format"_a, "block"_a = 32, "scale_rounding"_a = "floor",
-        "fp32 -> (element codes, E8M0 scale codes), blocks along the last axis.");
+        "codes_out"_a = nb::none(), "scales_out"_a = nb::none(),
+        "fp32 -> (element codes, E8M0 scale codes), blocks along the last axis; written into codes_out and "
+        "scales_out (uint8, C-contiguous) when given.");
   m.def("mx_dequantize", &mx_dequantize, "codes"_a, "scales"_a, "format"_a, "block"_a = 32, "out"_a = nb::none(),
         "MX element codes and E8M0 scales -> fp32 values.");
   m.def("formats", [] {

@@ -79,3 +79,20 @@ def test_short_last_block_axis_and_nan_blocks():
     assert np.array_equal(c0, codes.T) and np.array_equal(s0, scales.T)
     y0 = mantissa.mx_dequantize(c0, s0, "mxfp8_e5m2", axis=0)
     assert np.array_equal(y0, y.T, equal_nan=True)
+
+
+def test_out_arrays_receive_the_same_codes_and_scales():
+    x = blocks_input(6, 40, seed=5)  # whole and short blocks
+    codes, scales = mantissa.mx_quantize(x, "mxfp8_e4m3")
+    c, s = np.full(x.shape, 0xAA, np.uint8), np.full((6, 2), 0xAA, np.uint8)
+    got = mantissa.mx_quantize(x, "mxfp8_e4m3", out=(c, s))
+    assert got[0] is c and got[1] is s
+    assert np.array_equal(c, codes) and np.array_equal(s, scales)
+    with pytest.raises(ValueError, match="wrong shape"):
+        mantissa.mx_quantize(x, "mxfp8_e4m3", out=(c, np.empty((6, 3), np.uint8)))
+    with pytest.raises(TypeError, match="out"):
+        mantissa.mx_quantize(x, "mxfp8_e4m3", out=(c.astype(np.uint16), s))
+    with pytest.raises(TypeError, match="tuple"):
+        mantissa.mx_quantize(x, "mxfp8_e4m3", out=c)
+    with pytest.raises(ValueError, match="last axis"):
+        mantissa.mx_quantize(x, "mxfp8_e4m3", axis=0, out=(c, s))

@@ -317,7 +317,6 @@ nlohmann::ordered_json time_recipe(const Options& o, const std::string& recipe_n
     owned = std::make_unique<nn::GPT>(gpt_config(o, recipe));
   }
   nn::Model& model = *owned;
-  model.set_precision(amp::precision_policy(recipe, &model));  // as train::apply_precision does
   auto optimizer = train::make_optimizer(adamw_config(), model, recipe);  // u-muP rules for unit models
   RandomTokens source(o.batch, o.seq_len, o.vocab);
   train::TrainerOptions options;

@@ -130,7 +130,7 @@ std::string bert_table_md(const std::vector<RecipeSummary>& rows) {
                                 3, " %", 1, true});
 }
 
-std::string unit_paper_table_md(const std::vector<RecipeSummary>& rows) {
+std::string unit_paper_table_md(const std::vector<RecipeSummary>& rows, bool post_norm) {
   struct Column {
     const char* title;
     const char* recipe;
@@ -154,12 +154,18 @@ std::string unit_paper_table_md(const std::vector<RecipeSummary>& rows) {
   for (const auto& c : cols) o << " " << c.title << " |";
   o << "\n|---|";
   for (size_t i = 0; i < std::size(cols); ++i) o << "---|";
-  o << "\n| paper: attention, post-norm (WikiText-103 test bpc) |";
-  for (const auto& c : cols) o << " " << c.post_norm << " |";
-  o << "\n| paper: attention, pre-norm (WikiText-103 test bpc) |";
-  for (const auto& c : cols) o << " " << c.pre_norm << " |";
-  o << "\n| mantissa: GPT pre-norm, Jane Austen (val bpc) |";
-  for (const auto& c : cols) o << " " << ours(rows, c.recipe, false) << " |";
+  const auto paper_row = [&](bool post) {
+    o << "\n| paper: attention, " << (post ? "post" : "pre") << "-norm (WikiText-103 test bpc) |";
+    for (const auto& c : cols) o << " " << (post ? c.post_norm : c.pre_norm) << " |";
+  };
+  const auto our_row = [&] {
+    o << "\n| mantissa: GPT " << (post_norm ? "post" : "pre") << "-norm, Jane Austen (val bpc) |";
+    for (const auto& c : cols) o << " " << ours(rows, c.recipe, false) << " |";
+  };
+  paper_row(true);
+  if (post_norm) our_row();
+  paper_row(false);
+  if (!post_norm) our_row();
   o << "\n| mantissa recipe |";
   for (const auto& c : cols) o << " `" << c.recipe << "` |";
   o << "\n";

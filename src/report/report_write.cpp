@@ -140,7 +140,7 @@ ReportFiles write_report(const std::string& dir, const ReportInput& in) {
     md << "## Character-level GPT: recipe by recipe\n\n" << main_table_md(rows) << "\n" << reading_notes(rows) << "\n";
     md << fp4_section_md(shown);
     md << "### Laid out like the unit-scaling paper (Blake et al. 2023, character LM)\n\n"
-       << unit_paper_table_md(rows)
+       << unit_paper_table_md(rows, in.post_norm)
        << "\nPublished numbers are WikiText-103 test bits per character of much larger, longer-trained models "
           "(median over seeds, 95% CI 0.010); ours are a small GPT on Jane Austen, so compare the *shape* (which "
           "columns match FP32 and which fall behind), not the values. The paper's FP8 results are for BERT-large on "

@@ -152,6 +152,7 @@ report::ReportInput report_input(const ExperimentOptions& options, const Experim
   input.versions = version_info();
   input.machine = machine_info();
   input.notes = plan.notes;
+  input.post_norm = options.norm == "post" && options.model == "gpt";
   return input;
 }
 

@@ -170,6 +170,19 @@ TEST(ReportStats, TablesShowTheComputedNumbers) {
   const std::string unit = unit_paper_table_md(rows);
   EXPECT_NE(unit.find("| 1.661 | 1.567 | 1.587 | 1.582 | 1.562 |"), std::string::npos) << unit;  // the paper's pre-norm row
   EXPECT_NE(unit.find("| diverged | not run | 2.205 ± 0.148 | 2.100 ± 0.141 | not run |"), std::string::npos) << unit;
+  // A pre-norm study's row sits under the paper's pre-norm row; a post-norm one's under the post-norm row.
+  const std::string ours_pre = "| mantissa: GPT pre-norm, Jane Austen (val bpc) |";
+  const std::string ours_post = "| mantissa: GPT post-norm, Jane Austen (val bpc) |";
+  const std::string paper_pre = "| paper: attention, pre-norm", paper_post = "| paper: attention, post-norm";
+  EXPECT_EQ(unit.find(ours_post), std::string::npos) << unit;
+  EXPECT_LT(unit.find(paper_post), unit.find(paper_pre));
+  EXPECT_LT(unit.find(paper_pre), unit.find(ours_pre));
+  const std::string post = unit_paper_table_md(rows, true);
+  EXPECT_EQ(post.find(ours_pre), std::string::npos) << post;
+  EXPECT_LT(post.find(paper_post), post.find(ours_post));
+  EXPECT_LT(post.find(ours_post), post.find(paper_pre)) << post;
+  EXPECT_NE(post.find(ours_post + " diverged | not run | 2.205 ± 0.148 | 2.100 ± 0.141 | not run |"), std::string::npos)
+      << post;
   const std::string sc = scalify_table_md(rows);
   EXPECT_NE(sc.find("| FP32 | 2.87 | `fp32` | 1.450 ± 0.071 | 2.100 ± 0.141 |"), std::string::npos) << sc;
   EXPECT_NE(sc.find("| + FP16 optimizer state, rescaled gradients | 2.93 |"), std::string::npos) << sc;

@@ -187,6 +187,22 @@ TEST_F(Experiment, BertStudyWritesTheMaskedLmTable) {
   EXPECT_TRUE(fs::exists(dir_ / "bert" / "figures" / "bert_curves.svg"));
 }
 
+TEST_F(Experiment, PostNormStudyFillsThePapersPostNormRow) {
+  const Result r = run("experiment --norm post --recipes fp32 --mlp-recipes none --tokens 320 --layers 1 --d-model 16 "
+                       "--heads 2 --seq-len 16 --batch-size 2 --threads 1 --no-inspect --data " +
+                       path("corpus.txt") + " --out " + path("post"));
+  ASSERT_EQ(r.code, 0) << r.out;
+  const std::string md = slurp(dir_ / "post" / "report.md");
+  const size_t ours = md.find("| mantissa: GPT post-norm, Jane Austen (val bpc) |");
+  ASSERT_NE(ours, std::string::npos) << md;
+  EXPECT_EQ(md.find("| mantissa: GPT pre-norm"), std::string::npos) << md;
+  EXPECT_LT(md.find("| paper: attention, post-norm"), ours);
+  EXPECT_LT(ours, md.find("| paper: attention, pre-norm"));
+  // The run really was post-norm: its spec says so.
+  const auto spec = nlohmann::json::parse(slurp(dir_ / "post" / "runs" / "gpt-fp32-s1337" / "spec.json"));
+  EXPECT_EQ(spec["config"].value("norm", ""), "post") << spec.dump();
+}
+
 TEST_F(Experiment, BadFlagsExitWithUsageError) {
   expect_usage_error(run("experiment --preset slow"), "--preset");
   expect_usage_error(run("experiment --seeds 0"), "--seeds");

@@ -165,6 +165,7 @@ struct ReportInput {
   std::map<std::string, std::string> versions;  // "mantissa", "compiler", "oneDNN", ...
   std::map<std::string, std::string> machine;   // "cpu", "threads", ...
   std::vector<std::string> notes;        // free text shown under the tables (e.g. quick uses a smaller model)
+  bool post_norm = false;                // the GPT runs used post-norm blocks (`--norm post`)
   // Per-op scale plot of the standard vs unit-scaled GPT at init (SVG), or
   // empty with the reason in scale_plot_note.
   std::string scale_plot_svg;
@@ -179,7 +180,9 @@ std::string main_table_md(const std::vector<RecipeSummary>& rows);
 std::string mlp_table_md(const std::vector<RecipeSummary>& rows);
 // BERT (masked LM): bits per masked character, its gap to fp32, masked-token accuracy, ...
 std::string bert_table_md(const std::vector<RecipeSummary>& rows);
-std::string unit_paper_table_md(const std::vector<RecipeSummary>& rows);
+// post_norm: the study's GPT blocks were post-norm (`--norm post`); mantissa's
+// row is labelled so and sits under the paper's post-norm row.
+std::string unit_paper_table_md(const std::vector<RecipeSummary>& rows, bool post_norm = false);
 std::string scalify_table_md(const std::vector<RecipeSummary>& rows);
 
 struct ReportFiles {

@@ -6,7 +6,6 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <random>
 #include <string>
 
 #include "mantissa/nn/gpt.hpp"
@@ -14,20 +13,15 @@
 #include "mantissa/train/experiment.hpp"
 #include "mantissa/train/session.hpp"
 #include "temp_dir.hpp"
+#include "train/cli_util.hpp"
 
 using namespace mantissa;
 
 namespace {
 
-// A temporary directory holding a small English text (text.txt).
+// A temporary directory holding generated words (text.txt).
 struct TextDir : TempDir {
-  TextDir() : TempDir("gpt_post_norm") {
-    std::mt19937_64 g(9);
-    const char* words[] = {"It ", "is ", "a ", "truth ", "universally ", "acknowledged, ", "that ", "a ", "single ", "man. "};
-    std::string text;
-    for (int i = 0; i < 6000; ++i) text += words[g() % 10];
-    write("text.txt", text);
-  }
+  TextDir() : TempDir("gpt_post_norm") { write("text.txt", cli_test::word_corpus(40000, 9)); }
 };
 
 train::TrainConfig config(const TextDir& d, const std::string& recipe) {

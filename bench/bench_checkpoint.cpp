@@ -86,7 +86,7 @@ Measurement measure(const Options& o, int every, const nn::Batch& batch) {
   c.context = o.seq_len;
   c.validate();
   nn::GPT model(c);
-  model.set_precision(amp::precision_policy(amp::find_recipe(o.recipe), &model));
+  model.set_precision(amp::precision_policy(recipe::find_recipe(o.recipe), &model));
   model.set_activation_checkpointing(every);
   const float grad_scale = 1.0f / static_cast<float>(o.batch * o.seq_len);
   std::vector<double> times;

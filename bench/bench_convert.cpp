@@ -6,7 +6,7 @@
 //   bash scripts/pyrun.sh bench/numpy_convert.py --cpp <this binary> --rounds 3
 // Figures and the memory-bandwidth argument: docs/formats-speed.md.
 // The fused FP8 cast of the training step (formats::ScaledCast, 4096-value
-// pieces as scaling/fp8_cast.cpp runs it) is timed on the cache-resident size
+// pieces as quant/fp8_cast.cpp runs it) is timed on the cache-resident size
 // on one thread, each beside the hardware bf16 cast of the same values that
 // bf16-amp does instead (counter `vs_bf16` = its time / the bf16 cast's).
 #include <benchmark/benchmark.h>

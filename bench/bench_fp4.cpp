@@ -90,7 +90,7 @@ void bm_fp4(benchmark::State& state, Kind kind) {
   state.SetItemsProcessed(state.iterations() * n);
 }
 
-// The casts of scaling/fp4.hpp's quantiser: forward x (1 x b), dgrad dy
+// The casts of quant/fp4.hpp's quantiser: forward x (1 x b), dgrad dy
 // (1 x b), wgrad dy (b x 1, rotated) and the saved wgrad x (b x 1, rotated,
 // packed); mxfp4 rounds every backward input stochastically with headroom and
 // rotates dgrad's dy along its row too.

@@ -37,7 +37,7 @@
 #include "peak_probe.hpp"
 #include "memory_trace_table.hpp"
 #include "mantissa/amp/amp.hpp"
-#include "mantissa/amp/recipe.hpp"
+#include "mantissa/recipe/recipe.hpp"
 #include "mantissa/data/source.hpp"
 #include "mantissa/kernels/kernels.hpp"
 #include "mantissa/kernels/matmul.hpp"
@@ -45,7 +45,7 @@
 #include "mantissa/cpu/profile.hpp"
 #include "mantissa/nn/gpt.hpp"
 #include "mantissa/nn/llama.hpp"
-#include "mantissa/scaling/fp8.hpp"
+#include "mantissa/quant/fp8.hpp"
 #include "mantissa/optim/optimizer.hpp"
 #include "mantissa/tensor/memory.hpp"
 #include "mantissa/train/session.hpp"
@@ -165,10 +165,10 @@ double seconds_of(const std::function<void()>& f) {
 
 // The reference GPT in the recipe's parametrisation (unit recipes train the
 // unit-scaled model, as `mantissa train` does).
-nn::GPTConfig gpt_config(const Options& o, const amp::Recipe& recipe) {
+nn::GPTConfig gpt_config(const Options& o, const recipe::Recipe& recipe) {
   nn::GPTConfig c;
-  c.unit.enabled = amp::unit_scaled(recipe.parametrisation);
-  c.unit.umup = recipe.parametrisation == amp::Parametrisation::umup;
+  c.unit.enabled = recipe::unit_scaled(recipe.parametrisation);
+  c.unit.umup = recipe.parametrisation == recipe::Parametrisation::umup;
   c.vocab = o.vocab;
   c.context = o.seq_len;
   c.layers = o.layers;
@@ -284,24 +284,24 @@ struct StepMemory {
 };
 
 // A recipe name with optional field overrides, "fp8-delayed:saved_format=bf16[:key=value...]"
-// (amp::set_recipe_field), so variants of a recipe compare in one run.
-amp::Recipe recipe_of(const std::string& spec) {
+// (recipe::set_recipe_field), so variants of a recipe compare in one run.
+recipe::Recipe recipe_of(const std::string& spec) {
   std::stringstream ss(spec);
   std::string part;
   std::getline(ss, part, ':');
-  amp::Recipe r = amp::find_recipe(part);
+  recipe::Recipe r = recipe::find_recipe(part);
   while (std::getline(ss, part, ':')) {
     const size_t eq = part.find('=');
     if (eq == std::string::npos) throw std::invalid_argument("recipe override '" + part + "' is not key=value");
-    amp::set_recipe_field(r, part.substr(0, eq), part.substr(eq + 1));
+    recipe::set_recipe_field(r, part.substr(0, eq), part.substr(eq + 1));
   }
-  amp::validate_recipe(r);
+  recipe::validate_recipe(r);
   return r;
 }
 
 // The whole training step as `mantissa train` runs it, under one recipe.
 nlohmann::ordered_json time_recipe(const Options& o, const std::string& recipe_name, const Peaks& peaks) {
-  amp::Recipe recipe = recipe_of(recipe_name);
+  recipe::Recipe recipe = recipe_of(recipe_name);
   std::unique_ptr<nn::Model> owned;
   if (o.model == "llama") {
     const nn::GPTConfig g = gpt_config(o, recipe);
@@ -340,8 +340,8 @@ nlohmann::ordered_json time_recipe(const Options& o, const std::string& recipe_n
     }
   }
   // FP8 casts per step (current scaling redoes a cast whose exponent moved).
-  if (const auto* q = dynamic_cast<const scaling::Fp8Quantiser*>(model.precision().quantiser.get())) {
-    const scaling::Fp8Stats st = q->stats();
+  if (const auto* q = dynamic_cast<const quant::Fp8Quantiser*>(model.precision().quantiser.get())) {
+    const quant::Fp8Stats st = q->stats();
     const double steps = o.warmup + o.steps;
     fp8 = {{"casts_per_step", st.casts / steps},
            {"recasts_per_step", st.recasts / steps},

@@ -37,7 +37,7 @@ int main(int argc, char** argv) {
   nn::MLP model(config);
   auto optimizer = optim::make_optimizer(optim::OptimizerConfig{}, model.parameters());
 
-  amp::Amp amp(model, *optimizer, amp::find_recipe(recipe));  // 1: precision policy, scaler, master weights
+  amp::Amp amp(model, *optimizer, recipe::find_recipe(recipe));  // 1: precision policy, scaler, master weights
 
   std::mt19937_64 rng(7);
   double loss = 0;

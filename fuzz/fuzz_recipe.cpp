@@ -7,7 +7,7 @@
 #include <string_view>
 
 #include "fuzz_util.hpp"
-#include "mantissa/amp/recipe.hpp"
+#include "mantissa/recipe/recipe.hpp"
 #include "mantissa/train/config.hpp"
 #include "mantissa/train/session.hpp"
 
@@ -26,11 +26,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     lines = end == std::string_view::npos ? std::string_view() : lines.substr(end + 1);
   }
   FUZZ_EXPECT_REFUSAL({
-    const amp::Recipe r = train::resolve_recipe(c);
-    nn::UnitConfig u;
+    const recipe::Recipe r = train::resolve_recipe(c);
+    unit::UnitConfig u;
     (void)train::take_unit_settings(c.set, u);
-    (void)amp::recipe_from_json(amp::recipe_to_json(r));
+    (void)recipe::recipe_from_json(recipe::recipe_to_json(r));
   });
-  if (parts.size() > 1) FUZZ_EXPECT_REFUSAL((void)amp::recipe_from_json(std::string(parts[1])));
+  if (parts.size() > 1) FUZZ_EXPECT_REFUSAL((void)recipe::recipe_from_json(std::string(parts[1])));
   return 0;
 }

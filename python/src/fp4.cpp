@@ -12,7 +12,7 @@
 
 #include "arrays.hpp"
 #include "mantissa/formats/fp4.hpp"
-#include "mantissa/scaling/hadamard.hpp"
+#include "mantissa/quant/hadamard.hpp"
 
 namespace mantissa::py {
 namespace {
@@ -127,10 +127,10 @@ nb::object rht(const In& x, int axis, uint64_t seed, bool random) {
   if (axis != 0 && axis != 1) throw nb::value_error(("axis: expected 0 or 1, got " + std::to_string(axis)).c_str());
   const size_t rows = x.shape(0), cols = x.shape(1);
   auto out = new_array<float>({rows, cols});
-  const scaling::RhtSigns s = scaling::rht_signs(seed, random);
+  const quant::RhtSigns s = quant::rht_signs(seed, random);
   KernelScope release(x.size());
-  if (axis == 0) scaling::rht_rows(in, out.data(), static_cast<int64_t>(rows), static_cast<int64_t>(cols), s);
-  else scaling::rht_cols(in, out.data(), static_cast<int64_t>(rows), static_cast<int64_t>(cols), s);
+  if (axis == 0) quant::rht_rows(in, out.data(), static_cast<int64_t>(rows), static_cast<int64_t>(cols), s);
+  else quant::rht_cols(in, out.data(), static_cast<int64_t>(rows), static_cast<int64_t>(cols), s);
   return nb::cast(out);
 }
 

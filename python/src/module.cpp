@@ -13,7 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "arrays.hpp"
-#include "mantissa/amp/recipe.hpp"
+#include "mantissa/recipe/recipe.hpp"
 #include "mantissa/train/checkpoint.hpp"
 #include "mantissa/io/safetensors.hpp"
 #include "mantissa/kernels/kernels.hpp"
@@ -183,18 +183,18 @@ NB_MODULE(_core, m) {
   }, "n"_a, "Threads for every kernel (OpenMP and oneDNN).");
   m.def("recipes", [] {
     std::vector<std::string> out;
-    for (const auto& r : amp::recipes()) out.push_back(amp::recipe_to_json(r));
+    for (const auto& r : recipe::recipes()) out.push_back(recipe::recipe_to_json(r));
     return out;
   }, "Every registered recipe as JSON (the keys --set takes).");
   m.def("recipe", [](const std::string& name, const std::vector<std::string>& set) {
-    amp::Recipe r = amp::find_recipe(name);
+    recipe::Recipe r = recipe::find_recipe(name);
     for (const auto& kv : set) {
       const size_t eq = kv.find('=');
       if (eq == std::string::npos) throw nb::value_error(("set: expected key=value, got '" + kv + "'").c_str());
-      amp::set_recipe_field(r, kv.substr(0, eq), kv.substr(eq + 1));
+      recipe::set_recipe_field(r, kv.substr(0, eq), kv.substr(eq + 1));
     }
-    amp::validate_recipe(r);
-    return amp::recipe_to_json(r);
+    recipe::validate_recipe(r);
+    return recipe::recipe_to_json(r);
   }, "name"_a, "set"_a = std::vector<std::string>{}, "A recipe with key=value overrides, as JSON.");
   nb::class_<Session>(m, "Session")
       .def(nb::init<const nb::dict&>(), "settings"_a)

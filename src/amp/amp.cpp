@@ -10,9 +10,9 @@
 
 #include "mantissa/formats/convert.hpp"
 #include "mantissa/optim/clip.hpp"
-#include "mantissa/scaling/fp4.hpp"
-#include "mantissa/scaling/fp8.hpp"
-#include "mantissa/scaling/scalify_quantiser.hpp"
+#include "mantissa/quant/fp4.hpp"
+#include "mantissa/quant/fp8.hpp"
+#include "mantissa/scalify/scalify_quantiser.hpp"
 
 namespace mantissa::amp {
 namespace {
@@ -39,60 +39,60 @@ DType saved_dtype(const std::string& format) {
 // The format the diagnostics measure against: the recipe's gradient format
 // if it is low precision, else its matmul format (where activation gradients
 // live), else fp16 (what a switch to fp16 would face).
-formats::Format diagnostic_format(const Recipe& r) {
+formats::Format diagnostic_format(const recipe::Recipe& r) {
   if (r.gradient_format != "fp32") return r.gradient_format.value();
   if (r.matmul_format != "fp32") return r.matmul_format.value();
   return formats::parse_format("fp16");
 }
 
 // The FP4 quantiser's settings; negative bf16_layers count from the model's last block.
-scaling::Fp4Config fp4_config(const Fp4Settings& f, nn::Model* model) {
-  scaling::Fp4Config c;
+quant::Fp4Config fp4_config(const recipe::Fp4Settings& f, nn::Model* model) {
+  quant::Fp4Config c;
   c.format = f.format == "nvfp4" ? formats::Fp4Scale::nvfp4 : formats::Fp4Scale::mxfp4;
   c.forward = f.forward;
   c.backward = f.backward;
   c.weight_2d = f.weight_2d;
-  c.rht = f.rht == "none" ? scaling::RhtMode::none
-                          : f.rht == "random" ? scaling::RhtMode::random : scaling::RhtMode::deterministic;
+  c.rht = f.rht == "none" ? quant::RhtMode::none
+                          : f.rht == "random" ? quant::RhtMode::random : quant::RhtMode::deterministic;
   c.sr_gradients = f.sr != "none";
   c.sr_operands = f.sr == "backward";
   c.rht_dgrad = f.rht_dgrad;
   c.pack_saved = f.pack_saved;
   c.until = f.until;
   c.seed = static_cast<uint64_t>(f.seed);
-  scaling::parse_bf16_layers(f.bf16_layers, c);
+  quant::parse_bf16_layers(f.bf16_layers, c);
   if (model) c.n_blocks = static_cast<int>(model->blocks());
   return c;
 }
 
 }  // namespace
 
-autograd::PrecisionPolicy precision_policy(const Recipe& r, nn::Model* model) {
+autograd::PrecisionPolicy precision_policy(const recipe::Recipe& r, nn::Model* model) {
   autograd::PrecisionPolicy p;
   p.matmul = policy_dtype("matmul_format", r.matmul_format);
   p.saved = saved_dtype(r.saved_format);
   p.cast_readout = r.cast_readout;
   if (dtype_size(p.saved) == 1) p.saved_hints = std::make_shared<autograd::SavedScaleHints>();
-  if (r.cast_scaling == CastScaling::propagate) {
+  if (r.cast_scaling == quant::CastScaling::propagate) {
     // Scale propagation starts from the parameters' own scales.
     if (model == nullptr)
       throw std::invalid_argument("recipe " + r.name + ": cast_scaling 'propagate' needs the model (its parameters' scales)");
-    scaling::ScalifyOptions o;
+    scalify::ScalifyOptions o;
     o.forward_format = r.cast_forward.name();
     o.backward_format = r.cast_backward.name();
     try {
-      p.quantiser = scaling::make_scalify_quantiser(o, model->parameters());
+      p.quantiser = scalify::make_scalify_quantiser(o, model->parameters());
     } catch (const std::invalid_argument& e) {
       throw std::invalid_argument("recipe " + r.name + ": " + e.what());
     }
     return p;
   }
   if (r.fp4.format != "none") {
-    p.quantiser = std::make_shared<scaling::Fp4Quantiser>(fp4_config(r.fp4, model));
+    p.quantiser = std::make_shared<quant::Fp4Quantiser>(fp4_config(r.fp4, model));
     return p;
   }
   if (!r.cast_forward.empty() || !r.cast_backward.empty()) {
-    scaling::Fp8Config c;
+    quant::Fp8Config c;
     c.scaling = r.cast_scaling;
     c.forward_format = r.cast_forward.name();
     c.backward_format = r.cast_backward.name();
@@ -100,7 +100,7 @@ autograd::PrecisionPolicy precision_policy(const Recipe& r, nn::Model* model) {
     c.margin = static_cast<int>(r.cast_margin);
     c.mx_scale_rounding = r.mx_scale_rounding;
     try {
-      p.quantiser = std::make_shared<scaling::Fp8Quantiser>(c);
+      p.quantiser = std::make_shared<quant::Fp8Quantiser>(c);
     } catch (const std::invalid_argument& e) {
       throw std::invalid_argument("recipe " + r.name + ": " + e.what());
     }
@@ -116,7 +116,7 @@ int64_t count_targets(const nn::Batch& b) {
   return n;
 }
 
-Amp::Amp(nn::Model& model, optim::Optimizer& optimizer, const Recipe& recipe, AmpOptions options)
+Amp::Amp(nn::Model& model, optim::Optimizer& optimizer, const recipe::Recipe& recipe, AmpOptions options)
     : model_(model),
       optimizer_(optimizer),
       recipe_(recipe),

@@ -10,8 +10,8 @@
 
 namespace mantissa::amp {
 
-LossScaler::LossScaler(const LossScaleConfig& config) : config_(config) {
-  scale_ = config_.method == ScalingMethod::none ? 1.0 : config_.init_scale;
+LossScaler::LossScaler(const recipe::LossScaleConfig& config) : config_(config) {
+  scale_ = config_.method == recipe::ScalingMethod::none ? 1.0 : config_.init_scale;
   if (!(scale_ > 0) || !std::isfinite(scale_)) throw std::invalid_argument("loss scale must be positive and finite");
 }
 
@@ -27,7 +27,7 @@ double LossScaler::unscale_sumsq(const std::vector<nn::Parameter*>& params) cons
 
 void LossScaler::update(bool found_inf) {
   if (found_inf) ++skipped_;
-  if (config_.method != ScalingMethod::dynamic) return;
+  if (config_.method != recipe::ScalingMethod::dynamic) return;
   if (found_inf) {
     scale_ *= config_.backoff_factor;
     if (config_.min_scale > 0) scale_ = std::max(scale_, config_.min_scale);

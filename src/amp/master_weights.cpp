@@ -20,7 +20,7 @@ uint64_t splitmix64(uint64_t x) {
 
 }  // namespace
 
-MasterWeights::MasterWeights(std::vector<nn::Parameter*> params, const Recipe& recipe, uint64_t seed)
+MasterWeights::MasterWeights(std::vector<nn::Parameter*> params, const recipe::Recipe& recipe, uint64_t seed)
     : params_(std::move(params)),
       format_(recipe.weight_format.value()),
       rounding_(recipe.weight_rounding),
@@ -47,7 +47,7 @@ void MasterWeights::round_into_value(size_t i, uint64_t round_seed) {
   // Overflow saturates: a weight beyond the format's range is a divergence
   // the loss will show, not a NaN planted in the weights.
   opt.saturate = true;
-  if (rounding_ == WeightRounding::stochastic) {
+  if (rounding_ == recipe::WeightRounding::stochastic) {
     opt.mode = formats::Round::stochastic;
     opt.seed = round_seed;
   }
@@ -81,8 +81,8 @@ void MasterWeights::initialise() {
     if (!rounds(i)) continue;
     if (has_master_) master_[i] = params_[i]->value.clone(MemoryKind::parameter);
     // Initial rounding is nearest-even so that it does not depend on a step.
-    const WeightRounding saved = rounding_;
-    rounding_ = WeightRounding::nearest;
+    const recipe::WeightRounding saved = rounding_;
+    rounding_ = recipe::WeightRounding::nearest;
     round_into_value(i, 0);
     rounding_ = saved;
   }
@@ -130,7 +130,7 @@ size_t MasterWeights::bytes() const {
 
 void MasterWeights::shard(const optim::OwnedRanges& owned) {
   if (owned.size() != params_.size()) throw std::logic_error("MasterWeights::shard: one range per parameter expected");
-  if (active_ && rounding_ == WeightRounding::stochastic)
+  if (active_ && rounding_ == recipe::WeightRounding::stochastic)
     throw std::invalid_argument("stochastic weight rounding cannot be sharded (each element's random draw is indexed "
                                 "from the start of the whole tensor): use --weight-rounding nearest");
   owned_ = owned;

@@ -3,7 +3,7 @@
 // once per version through the tape's CastCache); accumulation is fp32.
 // With an OperandQuantiser in the policy (FP8 recipes) the operands are cast
 // to real 1-byte tensors instead and multiplied exactly through bf16 (see
-// cast_product below and scaling/fp8.hpp).
+// cast_product below and quant/fp8.hpp).
 #include <stdexcept>
 
 #include "mantissa/autograd/ops.hpp"

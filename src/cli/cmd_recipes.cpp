@@ -4,7 +4,7 @@
 #include <string>
 
 #include "cli/command.hpp"
-#include "mantissa/amp/recipe.hpp"
+#include "mantissa/recipe/recipe.hpp"
 
 namespace mantissa::cli {
 namespace {
@@ -13,20 +13,20 @@ void print_table() {
   std::printf("%-22s %-8s %-8s %-8s %-8s %-8s %-6s %-9s %-5s %-10s %-8s %-8s %-14s %s\n", "recipe", "param",
               "matmul", "saved", "grads", "weights", "master", "scaling", "norms", "rounding", "cast-fwd", "cast-bwd",
               "cast-scaling", "description");
-  for (const auto& r : amp::recipes()) {
-    std::string scaling = amp::scaling_name(r.loss_scale.method);
-    if (r.loss_scale.method == amp::ScalingMethod::static_scale) scaling += "(" + std::to_string(static_cast<long long>(r.loss_scale.init_scale)) + ")";
-    std::string cast_scaling = amp::cast_scaling_name(r.cast_scaling);
-    if (r.cast_scaling == amp::CastScaling::delayed)
+  for (const auto& r : recipe::recipes()) {
+    std::string scaling = recipe::scaling_name(r.loss_scale.method);
+    if (r.loss_scale.method == recipe::ScalingMethod::static_scale) scaling += "(" + std::to_string(static_cast<long long>(r.loss_scale.init_scale)) + ")";
+    std::string cast_scaling = recipe::cast_scaling_name(r.cast_scaling);
+    if (r.cast_scaling == quant::CastScaling::delayed)
       cast_scaling += "(" + std::to_string(static_cast<long long>(r.amax_history)) + ")";
-    if (r.cast_scaling == amp::CastScaling::mx)
+    if (r.cast_scaling == quant::CastScaling::mx)
       cast_scaling += r.mx_scale_rounding == formats::ScaleRounding::ceil ? "(ceil)" : "(floor)";
     std::string state = r.optimizer_state_format == "fp32" ? "" : " [optimizer state " + r.optimizer_state_format.name() + "]";
-    if (r.fp4.format != "none") state += " [" + amp::fp4_summary(r.fp4) + "]";
+    if (r.fp4.format != "none") state += " [" + recipe::fp4_summary(r.fp4) + "]";
     std::printf("%-22s %-8s %-8s %-8s %-8s %-8s %-6s %-9s %-5s %-10s %-8s %-8s %-14s %s%s\n", r.name.c_str(),
-                amp::parametrisation_name(r.parametrisation), r.matmul_format.c_str(), r.saved_format.c_str(),
+                recipe::parametrisation_name(r.parametrisation), r.matmul_format.c_str(), r.saved_format.c_str(),
                 r.gradient_format.c_str(), r.weight_format.c_str(), r.master_format.c_str(), scaling.c_str(),
-                r.norms_fp32 ? "fp32" : "-", amp::weight_rounding_name(r.weight_rounding),
+                r.norms_fp32 ? "fp32" : "-", recipe::weight_rounding_name(r.weight_rounding),
                 r.cast_forward.empty() ? "-" : r.cast_forward.c_str(),
                 r.cast_backward.empty() ? "-" : r.cast_backward.c_str(), cast_scaling.c_str(), r.description.c_str(),
                 state.c_str());
@@ -46,7 +46,7 @@ Registrar reg(40, [](CLI::App& app) {
   cmd->callback([json] {
     if (*json) {
       nlohmann::json arr = nlohmann::json::array();
-      for (const auto& r : amp::recipes()) arr.push_back(nlohmann::json::parse(amp::recipe_to_json(r)));
+      for (const auto& r : recipe::recipes()) arr.push_back(nlohmann::json::parse(recipe::recipe_to_json(r)));
       std::printf("%s\n", arr.dump(2).c_str());
     } else {
       print_table();

@@ -10,7 +10,7 @@
 
 #include "cli/command.hpp"
 #include "cli/train_flags.hpp"
-#include "mantissa/amp/recipe.hpp"
+#include "mantissa/recipe/recipe.hpp"
 #include "mantissa/dist/group.hpp"
 #include "mantissa/kernels/kernels.hpp"
 #include "mantissa/nn/module.hpp"

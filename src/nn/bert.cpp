@@ -25,7 +25,6 @@
 
 namespace mantissa::nn {
 namespace ag = mantissa::autograd;
-namespace us = mantissa::scaling;
 
 // ---- config --------------------------------------------------------------------------------
 void BertConfig::validate() const {
@@ -210,51 +209,51 @@ struct Bert::Pass {
   int64_t B = 0, T = 0, N = 0;
   int64_t tokens = 0;  // non-padding tokens: the batch size of the unit weight-gradient rules
   Tensor key_len;
-  us::Scales sdpa;  // unit attention scales
+  unit::Scales sdpa;  // unit attention scales
 };
 
-// y [R, out] = x [R, in] @ w^T + b. Unit: scaling::linear with `fused` outputs (q, k and v read one
+// y [R, out] = x [R, in] @ w^T + b. Unit: unit::linear with `fused` outputs (q, k and v read one
 // input: their input gradients sum as those of one product of width 3C).
 ag::Var Bert::dense(ag::Tape& t, const ag::Var& x, const Linear& l, int64_t in, int64_t fused, int64_t batch) {
-  const UnitConfig& uc = config_.unit;
+  const unit::UnitConfig& uc = config_.unit;
   if (!uc.enabled) return ag::add_bias(t, ag::matmul(t, x, t.param(*l.w), false, true), t.param(*l.b));
-  const us::Scales s = us::linear(in, fused, batch, uc.rules("linear"));
-  ag::Var y = ag::matmul(t, x, t.param(*l.w), false, true, ag::op_scales(s));
+  const unit::Scales s = unit::linear(in, fused, batch, uc.rules("linear"));
+  ag::Var y = ag::matmul(t, x, t.param(*l.w), false, true, unit::op_scales(s));
   return ag::add_bias(t, y, ag::scale_split(t, t.param(*l.b), 1.0f, static_cast<float>(s.bwd[1])));
 }
 
 ag::Var Bert::layer_norm(ag::Tape& t, const ag::Var& x, const Norm& n, int64_t batch) {
   if (!config_.unit.enabled) return ag::layer_norm(t, x, t.param(*n.w), t.param(*n.b));
-  return ag::unit_layer_norm(t, x, t.param(*n.w), t.param(*n.b), us::layer_norm(config_.d_model, batch * config_.d_model));
+  return unit::unit_layer_norm(t, x, t.param(*n.w), t.param(*n.b), unit::layer_norm(config_.d_model, batch * config_.d_model));
 }
 
 ag::Var Bert::gelu(ag::Tape& t, ag::Var x) {
   if (!config_.unit.enabled) return ag::gelu(t, std::move(x));
-  return ag::unit_gelu(t, std::move(x), us::gelu(1.0, config_.unit.rules("gelu")));
+  return unit::unit_gelu(t, std::move(x), unit::gelu(1.0, config_.unit.rules("gelu")));
 }
 
 // One block on the residual stream x [N, C].
 ag::Var Bert::block(ag::Tape& t, const Pass& p, const Block& b, ag::Var x_in, size_t layer) {
-  const UnitConfig& uc = config_.unit;
+  const unit::UnitConfig& uc = config_.unit;
   const bool u = uc.enabled, pre = config_.pre_norm;
   const int64_t C = config_.d_model, F = config_.ffn(), H = config_.heads;
   std::string n("h");  // (not "h" + ...: GCC 12 -Wrestrict false positive)
   n += std::to_string(layer);
   n += '.';
-  auto obs = [&](ag::Var v, const char* name) { return ag::observe(t, v, n + name); };
-  auto split = [&](const ag::Var& x, double tau) { return u ? ag::residual_split(t, x, tau) : ag::ResidualSplit{x, x}; };
-  auto join = [&](const ag::Var& y, const ag::ResidualSplit& r, double tau, const Norm& ln, const char* name) {
-    ag::Var x = u ? ag::residual_add(t, y, r.skip, tau) : ag::add(t, r.skip, y);
+  auto obs = [&](ag::Var v, const char* name) { return unit::observe(t, v, n + name); };
+  auto split = [&](const ag::Var& x, double tau) { return u ? unit::residual_split(t, x, tau) : unit::ResidualSplit{x, x}; };
+  auto join = [&](const ag::Var& y, const unit::ResidualSplit& r, double tau, const Norm& ln, const char* name) {
+    ag::Var x = u ? unit::residual_add(t, y, r.skip, tau) : ag::add(t, r.skip, y);
     return obs(pre ? x : layer_norm(t, x, ln, p.tokens), name);
   };
 
   // Attention over the non-padding keys.
-  ag::ResidualSplit r = split(x_in, uc.tau_attn);
+  unit::ResidualSplit r = split(x_in, uc.tau_attn);
   ag::Var h = pre ? obs(layer_norm(t, r.branch, b.ln_attn, p.tokens), "attn.ln") : r.branch;
   ag::Var qkv = ag::concat(t, {dense(t, h, b.q, C, 3 * C, p.tokens), dense(t, h, b.k, C, 3 * C, p.tokens),
                                dense(t, h, b.v, C, 3 * C, p.tokens)});
   qkv = obs(ag::reshape(t, qkv, {p.B, p.T, 3 * C}), "attn.qkv");
-  if (u) qkv = ag::unit_attention_qkv(t, qkv, H, uc.attn_mult, p.sdpa);
+  if (u) qkv = unit::unit_attention_qkv(t, qkv, H, uc.attn_mult, p.sdpa);
   ag::Var a = obs(ag::reshape(t, ag::key_padded_self_attention(t, qkv, H, p.key_len), {p.N, C}), "attn.sdpa");
   ag::Var y = obs(dense(t, a, b.o, C, C, p.tokens), "attn.proj");
   ag::Var x = join(y, r, uc.tau_attn, b.ln_attn, "attn.residual");
@@ -268,7 +267,7 @@ ag::Var Bert::block(ag::Tape& t, const Pass& p, const Block& b, ag::Var x_in, si
 }
 
 ag::Var Bert::forward(ag::Tape& t, const Tensor& ids, const Tensor* rows) {
-  const UnitConfig& uc = config_.unit;
+  const unit::UnitConfig& uc = config_.unit;
   const bool u = uc.enabled;
   const BertInputs in = bert_inputs(config_, ids);
   Pass p;
@@ -279,7 +278,7 @@ ag::Var Bert::forward(ag::Tape& t, const Tensor& ids, const Tensor* rows) {
                                 std::to_string(config_.context));
   if (u) {  // sequence length: the mean number of non-padding tokens
     const int64_t mean_len = std::max<int64_t>(1, std::llround(static_cast<double>(p.tokens) / static_cast<double>(p.B)));
-    p.sdpa = us::scaled_dot_product_attention(mean_len, C / config_.heads, false, uc.attn_mult);
+    p.sdpa = unit::scaled_dot_product_attention(mean_len, C / config_.heads, false, uc.attn_mult);
   }
   const float tied = u ? static_cast<float>(1.0 / std::sqrt(2.0)) : 1.0f;  // the word table's two gradients
 
@@ -288,15 +287,15 @@ ag::Var Bert::forward(ag::Tape& t, const Tensor& ids, const Tensor* rows) {
   auto embed = [&](const Tensor& idx, const ag::Var& table, double bwd) {
     ag::Var e = ag::embedding(t, idx, table);
     if (!u) return e;
-    const double rule = us::embedding(table.dim(0), p.tokens).bwd[0];
+    const double rule = unit::embedding(table.dim(0), p.tokens).bwd[0];
     return ag::scale_split(t, e, static_cast<float>(1.0 / std::sqrt(3.0)), static_cast<float>(rule * bwd));
   };
   ag::Var x = embed(ids, word, tied);
   x = ag::add(t, x, embed(in.token_types, t.param(*type_), 1.0));
   x = ag::add(t, x, embed(in.positions, t.param(*position_), 1.0));
-  x = ag::observe(t, layer_norm(t, ag::reshape(t, x, {p.N, C}), ln_embed_, p.tokens), "embedding");
+  x = unit::observe(t, layer_norm(t, ag::reshape(t, x, {p.N, C}), ln_embed_, p.tokens), "embedding");
   for (size_t l = 0; l < blocks_.size(); ++l) x = block(t, p, blocks_[l], std::move(x), l);
-  if (config_.pre_norm) x = ag::observe(t, layer_norm(t, x, ln_final_, p.tokens), "ln_f");
+  if (config_.pre_norm) x = unit::observe(t, layer_norm(t, x, ln_final_, p.tokens), "ln_f");
 
   // MLM head on the predicted rows.
   const int64_t R = rows ? rows->numel() : p.N;
@@ -305,18 +304,18 @@ ag::Var Bert::forward(ag::Tape& t, const Tensor& ids, const Tensor* rows) {
     // Unit: the R row gradients spread over the non-padding rows, each scaled so that their RMS stays 1.
     if (u) x = ag::scale_split(t, x, 1.0f, static_cast<float>(std::sqrt(static_cast<double>(p.tokens) / static_cast<double>(R))));
   }
-  ag::Var h = ag::observe(t, gelu(t, dense(t, x, head_dense_, C, C, R)), "head.gelu");
-  h = ag::observe(t, layer_norm(t, h, ln_head_, R), "head.ln");
+  ag::Var h = unit::observe(t, gelu(t, dense(t, x, head_dense_, C, C, R)), "head.gelu");
+  h = unit::observe(t, layer_norm(t, h, ln_head_, R), "head.ln");
   ag::OpScales head;
   ag::Var bias = t.param(*decoder_bias_);
   if (u) {
-    const us::Scales s = us::linear_readout(C, V, R, uc.rules("readout"));
-    head = ag::op_scales(s);
+    const unit::Scales s = unit::linear_readout(C, V, R, uc.rules("readout"));
+    head = unit::op_scales(s);
     head.weight *= tied;
     bias = ag::scale_split(t, bias, 1.0f, static_cast<float>(s.bwd[1]));
   }
   const ag::ReadoutScope readout(t);
-  ag::Var logits = ag::observe(t, ag::add_bias(t, ag::matmul(t, h, word, false, true, head), bias), "logits");
+  ag::Var logits = unit::observe(t, ag::add_bias(t, ag::matmul(t, h, word, false, true, head), bias), "logits");
   return rows ? logits : ag::reshape(t, logits, {p.B, p.T, V});
 }
 

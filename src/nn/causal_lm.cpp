@@ -20,14 +20,14 @@ void check_batch(const Batch& batch, int64_t context, const char* model) {
     throw std::invalid_argument(m + ": targets must be i32 with the inputs' shape " + shape_str(in.shape()));
 }
 
-ag::Var loss(ag::Tape& t, const ag::Var& logits, const Tensor& targets, const UnitConfig& unit, ag::LossStats* stats) {
+ag::Var loss(ag::Tape& t, const ag::Var& logits, const Tensor& targets, const unit::UnitConfig& unit, ag::LossStats* stats) {
   MemoryLabel label("loss");
   if (!unit.enabled) return ag::cross_entropy(t, logits, targets, stats);
   const int64_t V = logits.dim(-1), rows = logits.numel() / V;
-  return ag::unit_cross_entropy(t, logits, targets, scaling::cross_entropy(V, rows, unit.loss_mult), stats);
+  return unit::unit_cross_entropy(t, logits, targets, unit::cross_entropy(V, rows, unit.loss_mult), stats);
 }
 
-LossSum forward_backward(ag::Tape& t, const Logits& logits, const Tensor& targets, const UnitConfig& unit,
+LossSum forward_backward(ag::Tape& t, const Logits& logits, const Tensor& targets, const unit::UnitConfig& unit,
                          float grad_scale) {
   ag::LossStats stats;
   ag::Var l;
@@ -39,7 +39,7 @@ LossSum forward_backward(ag::Tape& t, const Logits& logits, const Tensor& target
   return {stats.sum, stats.count};
 }
 
-LossSum evaluate(ag::Tape& t, const Logits& logits, const Tensor& targets, const UnitConfig& unit) {
+LossSum evaluate(ag::Tape& t, const Logits& logits, const Tensor& targets, const unit::UnitConfig& unit) {
   ag::LossStats stats;
   loss(t, logits(t), targets, unit, &stats);
   return {stats.sum, stats.count};

@@ -16,7 +16,7 @@ namespace mantissa::nn::lm {
 void check_batch(const Batch& batch, int64_t context, const char* model);
 
 // Sum of per-target losses of logits [.., V] (unit: the unit cross-entropy, scaled backward).
-autograd::Var loss(autograd::Tape& t, const autograd::Var& logits, const Tensor& targets, const UnitConfig& unit,
+autograd::Var loss(autograd::Tape& t, const autograd::Var& logits, const Tensor& targets, const unit::UnitConfig& unit,
                    autograd::LossStats* stats);
 
 using Logits = std::function<autograd::Var(autograd::Tape&)>;
@@ -24,9 +24,9 @@ using Logits = std::function<autograd::Var(autograd::Tape&)>;
 // Unit scaling: the logit gradient is unit per row whatever the batch (the
 // mean is a forward-only 1/rows), so this micro-batch's share of the step,
 // count/total, is the seed; grad_scale = loss_scale/total carries 1/total.
-LossSum forward_backward(autograd::Tape& t, const Logits& logits, const Tensor& targets, const UnitConfig& unit,
+LossSum forward_backward(autograd::Tape& t, const Logits& logits, const Tensor& targets, const unit::UnitConfig& unit,
                          float grad_scale);
 // Forward and loss only, nothing recorded.
-LossSum evaluate(autograd::Tape& t, const Logits& logits, const Tensor& targets, const UnitConfig& unit);
+LossSum evaluate(autograd::Tape& t, const Logits& logits, const Tensor& targets, const unit::UnitConfig& unit);
 
 }  // namespace mantissa::nn::lm

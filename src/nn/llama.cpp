@@ -20,7 +20,6 @@
 
 namespace mantissa::nn {
 namespace ag = mantissa::autograd;
-namespace us = mantissa::scaling;
 
 // ---- config --------------------------------------------------------------------------------
 int64_t LlamaConfig::ffn() const {
@@ -153,7 +152,7 @@ Llama::Llama(const LlamaConfig& config) : config_(config) {
 
 // ---- forward ------------------------------------------------------------------------------------
 namespace {
-us::Scales one(size_t inputs) { return {1.0, std::vector<double>(inputs, 1.0)}; }
+unit::Scales one(size_t inputs) { return {1.0, std::vector<double>(inputs, 1.0)}; }
 
 // Per-channel power-of-two scales [F] bringing each column's amax of h [N, F] to ~1 (1 for zero columns).
 Tensor smooth_scales(const Tensor& h) {
@@ -173,7 +172,7 @@ Tensor smooth_scales(const Tensor& h) {
 
 // One pre-RMSNorm block on the residual stream x [B, T, C].
 ag::Var Llama::block(ag::Tape& t, const Block& b, ag::Var x_in, size_t layer) {
-  const UnitConfig& uc = config_.unit;
+  const unit::UnitConfig& uc = config_.unit;
   const bool u = uc.enabled;
   const int64_t B = x_in.dim(0), T = x_in.dim(1), C = config_.d_model, N = B * T, H = config_.heads, KV = config_.kv();
   const int64_t D = C / H, KC = KV * D, F = config_.ffn();
@@ -181,18 +180,18 @@ ag::Var Llama::block(ag::Tape& t, const Block& b, ag::Var x_in, size_t layer) {
   std::string n("h");  // (not "h" + ...: GCC 12 -Wrestrict false positive)
   n += std::to_string(layer);
   n += '.';
-  auto obs = [&](ag::Var v, const char* name) { return ag::observe(t, v, n + name); };
+  auto obs = [&](ag::Var v, const char* name) { return unit::observe(t, v, n + name); };
   // x [N, in] @ w [out, in]^T. Products reading one input (q, k, v; gate, up) are scaled as the
   // one product of width `fused` they form (the GPT's c_attn): their input gradients sum.
   auto lin = [&](const ag::Var& x, Parameter* w, int64_t in, int64_t fused) {
-    const ag::OpScales s = u ? ag::op_scales(us::linear(in, fused, N, uc.rules("linear"))) : ag::OpScales{};
+    const ag::OpScales s = u ? unit::op_scales(unit::linear(in, fused, N, uc.rules("linear"))) : ag::OpScales{};
     return ag::matmul(t, x, t.param(*w), false, true, s);
   };
-  const us::Scales rms_s = u ? us::rms_norm(C, N * C) : one(2);
+  const unit::Scales rms_s = u ? unit::rms_norm(C, N * C) : one(2);
 
   // Attention.
-  ag::ResidualSplit r = u ? ag::residual_split(t, x_in, uc.tau_attn) : ag::ResidualSplit{x_in, x_in};
-  ag::Var h = obs(ag::reshape(t, ag::unit_rms_norm(t, r.branch, t.param(*b.ln1), rms_s, eps), {N, C}), "attn.ln");
+  unit::ResidualSplit r = u ? unit::residual_split(t, x_in, uc.tau_attn) : unit::ResidualSplit{x_in, x_in};
+  ag::Var h = obs(ag::reshape(t, unit::unit_rms_norm(t, r.branch, t.param(*b.ln1), rms_s, eps), {N, C}), "attn.ln");
   ag::Var q = ag::reshape(t, lin(h, b.q, C, C + 2 * KC), {B, T, C});
   ag::Var k = ag::reshape(t, lin(h, b.k, C, C + 2 * KC), {B, T, KC});
   ag::Var v = ag::reshape(t, lin(h, b.v, C, C + 2 * KC), {B, T, KC});
@@ -202,52 +201,52 @@ ag::Var Llama::block(ag::Tape& t, const Block& b, ag::Var x_in, size_t layer) {
     v = ag::scale_split(t, v, 1.0f, g);
   }
   ag::Var qkv = obs(ag::rotary_qkv(t, q, k, v, H, KV, config_.rope_theta), "attn.qkv");
-  ag::Var a = u ? ag::unit_causal_self_attention(t, qkv, H, uc.attn_mult,
-                                                 us::scaled_dot_product_attention(T, D, true, uc.attn_mult))
+  ag::Var a = u ? unit::unit_causal_self_attention(t, qkv, H, uc.attn_mult,
+                                                 unit::scaled_dot_product_attention(T, D, true, uc.attn_mult))
                 : ag::causal_self_attention(t, qkv, H);
   a = obs(a, "attn.sdpa");
   ag::Var y = obs(ag::reshape(t, lin(ag::reshape(t, a, {N, C}), b.o, C, C), {B, T, C}), "attn.proj");
-  ag::Var x = obs(u ? ag::residual_add(t, y, r.skip, uc.tau_attn) : ag::add(t, x_in, y), "attn.residual");
+  ag::Var x = obs(u ? unit::residual_add(t, y, r.skip, uc.tau_attn) : ag::add(t, x_in, y), "attn.residual");
 
   // SwiGLU MLP.
-  r = u ? ag::residual_split(t, x, uc.tau_mlp) : ag::ResidualSplit{x, x};
-  h = obs(ag::reshape(t, ag::unit_rms_norm(t, r.branch, t.param(*b.ln2), rms_s, eps), {N, C}), "mlp.ln");
+  r = u ? unit::residual_split(t, x, uc.tau_mlp) : unit::ResidualSplit{x, x};
+  h = obs(ag::reshape(t, unit::unit_rms_norm(t, r.branch, t.param(*b.ln2), rms_s, eps), {N, C}), "mlp.ln");
   ag::Var gate = obs(lin(h, b.gate, C, 2 * F), "mlp.gate");
   ag::Var up = obs(lin(h, b.up, C, 2 * F), "mlp.up");
   // The SiLU's input is not a cut edge (h reaches the product through up as well), so its
   // scales keep the rule set's constraint: the gradients stay scaled loss gradients.
-  const us::Scales silu = u ? us::silu(1.0, uc.rules("silu")) : one(1);
+  const unit::Scales silu = u ? unit::silu(1.0, uc.rules("silu")) : one(1);
   ag::Var f = obs(ag::swiglu(t, gate, up, static_cast<float>(silu.fwd), static_cast<float>(silu.bwd[0])), "mlp.swiglu");
   ag::Var down;
   if (config_.smooth_swiglu) {
     const Tensor s = smooth_scales(f.value);
     Tensor inv = Tensor::empty({F});
     for (int64_t c = 0; c < F; ++c) inv.f32()[c] = 1.0f / s.f32()[c];
-    const ag::OpScales sc = u ? ag::op_scales(us::linear(F, C, N, uc.rules("linear"))) : ag::OpScales{};
+    const ag::OpScales sc = u ? unit::op_scales(unit::linear(F, C, N, uc.rules("linear"))) : ag::OpScales{};
     down = ag::matmul(t, ag::scale_channels(t, f, s), ag::scale_channels(t, t.param(*b.down), inv), false, true, sc);
   } else {
     down = lin(f, b.down, F, C);
   }
   y = obs(ag::reshape(t, down, {B, T, C}), "mlp.proj");
-  return obs(u ? ag::residual_add(t, y, r.skip, uc.tau_mlp) : ag::add(t, x, y), "mlp.residual");
+  return obs(u ? unit::residual_add(t, y, r.skip, uc.tau_mlp) : ag::add(t, x, y), "mlp.residual");
 }
 
 // ids [B, T] -> logits [B, T, V].
 ag::Var Llama::forward(ag::Tape& t, const Tensor& ids) {
-  const UnitConfig& uc = config_.unit;
+  const unit::UnitConfig& uc = config_.unit;
   const bool u = uc.enabled;
   const int64_t B = ids.dim(0), T = ids.dim(1), C = config_.d_model, V = config_.vocab, N = B * T;
   ag::Var embed = t.param(*embed_);
   ag::Var x = ag::embedding(t, ids, embed);
-  if (u) x = ag::scale_split(t, x, 1.0f, static_cast<float>(us::embedding(V, N).bwd[0]));
-  x = ag::observe(t, x, "embedding");
+  if (u) x = ag::scale_split(t, x, 1.0f, static_cast<float>(unit::embedding(V, N).bwd[0]));
+  x = unit::observe(t, x, "embedding");
   for (size_t l = 0; l < blocks_.size(); ++l) x = block(t, blocks_[l], std::move(x), l);
-  x = ag::unit_rms_norm(t, x, t.param(*norm_), u ? us::rms_norm(C, N * C) : one(2), static_cast<float>(config_.rms_eps));
-  x = ag::observe(t, x, "ln_f");
-  const ag::OpScales head = u ? ag::op_scales(us::linear_readout(C, V, N, uc.rules("readout"))) : ag::OpScales{};
+  x = unit::unit_rms_norm(t, x, t.param(*norm_), u ? unit::rms_norm(C, N * C) : one(2), static_cast<float>(config_.rms_eps));
+  x = unit::observe(t, x, "ln_f");
+  const ag::OpScales head = u ? unit::op_scales(unit::linear_readout(C, V, N, uc.rules("readout"))) : ag::OpScales{};
   const ag::ReadoutScope readout(t);
   ag::Var w = head_ == embed_ ? embed : t.param(*head_);
-  ag::Var logits = ag::observe(t, ag::matmul(t, ag::reshape(t, x, {N, C}), w, false, true, head), "logits");
+  ag::Var logits = unit::observe(t, ag::matmul(t, ag::reshape(t, x, {N, C}), w, false, true, head), "logits");
   return ag::reshape(t, logits, {B, T, V});
 }
 

@@ -87,8 +87,7 @@ MLP::MLP(const MLPConfig& config) : config_(config) {
 // the activation's scales in its own pass. Outputs are observed as
 // "layers.<i>.linear" / "layers.<i>.act" for the scale analysis.
 ag::Var MLP::forward(ag::Tape& t, const ag::Var& x) {
-  namespace us = mantissa::scaling;
-  const UnitConfig& u = config_.unit;
+  const unit::UnitConfig& u = config_.unit;
   ag::Var h = x;
   const size_t layers = params_.size() / 2;
   for (size_t i = 0; i < layers; ++i) {
@@ -98,22 +97,22 @@ ag::Var MLP::forward(ag::Tape& t, const ag::Var& x) {
     ag::OpScales s;
     if (u.enabled) {
       const int64_t fi = w.dim(0), fo = w.dim(1), batch = h.numel() / fi;
-      s = ag::op_scales(last ? us::linear_readout(fi, fo, batch, u.rules("readout")) : us::linear(fi, fo, batch, u.rules("linear")));
+      s = unit::op_scales(last ? unit::linear_readout(fi, fo, batch, u.rules("readout")) : unit::linear(fi, fo, batch, u.rules("linear")));
     }
     std::string name("layers.");  // (not "layers." + ...: GCC 12 -Wrestrict false positive)
     name += std::to_string(i);
     if (last) {
       const ag::ReadoutScope readout(t);
-      h = ag::observe(t, ag::linear(t, h, w, &b, s), name + ".linear");
+      h = unit::observe(t, ag::linear(t, h, w, &b, s), name + ".linear");
       break;
     }
-    h = ag::observe(t, ag::linear(t, h, w, &b, s), name + ".linear");
+    h = unit::observe(t, ag::linear(t, h, w, &b, s), name + ".linear");
     const bool gelu = config_.activation == "gelu";
     if (u.enabled)
-      h = gelu ? ag::unit_gelu(t, h, us::gelu(1.0, u.rules("gelu"))) : ag::unit_relu(t, h, us::relu(u.rules("relu")));
+      h = gelu ? unit::unit_gelu(t, h, unit::gelu(1.0, u.rules("gelu"))) : unit::unit_relu(t, h, unit::relu(u.rules("relu")));
     else
       h = gelu ? ag::gelu(t, h) : ag::relu(t, h);
-    h = ag::observe(t, h, name + ".act");
+    h = unit::observe(t, h, name + ".act");
   }
   return h;
 }
@@ -121,7 +120,7 @@ ag::Var MLP::forward(ag::Tape& t, const ag::Var& x) {
 ag::Var MLP::loss(ag::Tape& t, const ag::Var& logits, const Tensor& targets, ag::LossStats* stats) {
   if (!config_.unit.enabled) return ag::cross_entropy(t, logits, targets, stats);
   const int64_t V = config_.classes, rows = logits.numel() / V;
-  return ag::unit_cross_entropy(t, logits, targets, scaling::cross_entropy(V, rows, config_.unit.loss_mult), stats);
+  return unit::unit_cross_entropy(t, logits, targets, unit::cross_entropy(V, rows, config_.unit.loss_mult), stats);
 }
 
 void MLP::check_batch(const Batch& batch) const {

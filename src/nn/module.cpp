@@ -49,8 +49,8 @@ const char* role_name(Role r) {
   return "?";
 }
 
-const UnitConfig& Model::unit() const {
-  static const UnitConfig standard;
+const unit::UnitConfig& Model::unit() const {
+  static const unit::UnitConfig standard;
   return standard;
 }
 

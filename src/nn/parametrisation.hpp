@@ -14,7 +14,7 @@ namespace mantissa::nn {
 
 // Json: nlohmann::json or ordered_json (the "unit" object keeps sorted keys).
 template <class Json>
-void write_parametrisation(Json& o, const UnitConfig& unit) {
+void write_parametrisation(Json& o, const unit::UnitConfig& unit) {
   o["parametrisation"] = unit.umup ? "umup" : unit.enabled ? "unit" : "standard";
   if (unit.enabled) o["unit"] = nlohmann::json::parse(unit.to_json());
 }
@@ -23,8 +23,8 @@ void write_parametrisation(Json& o, const UnitConfig& unit) {
 // throws std::invalid_argument "<model> config: parametrisation must be ...".
 // umup: whether the model implements u-muP.
 template <class Json>
-void read_parametrisation(const Json& o, UnitConfig& unit, const char* model, bool umup = false) {
-  if (o.contains("unit")) unit = UnitConfig::from_json(o["unit"].dump());
+void read_parametrisation(const Json& o, unit::UnitConfig& unit, const char* model, bool umup = false) {
+  if (o.contains("unit")) unit = unit::UnitConfig::from_json(o["unit"].dump());
   if (o.contains("parametrisation")) {
     const std::string p = o["parametrisation"].template get<std::string>();
     if (p != "unit" && p != "standard" && !(umup && p == "umup"))

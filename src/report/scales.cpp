@@ -17,7 +17,7 @@ const char* statistic_name(ScaleStatistic s) {
 }
 
 namespace {
-double pick(const scaling::TensorStats& t, ScaleStatistic s) {
+double pick(const unit::TensorStats& t, ScaleStatistic s) {
   switch (s) {
     case ScaleStatistic::rms: return t.rms;
     case ScaleStatistic::std: return t.std;
@@ -30,22 +30,22 @@ double pick(const scaling::TensorStats& t, ScaleStatistic s) {
 
 LinePlot scale_plot(const std::vector<RecordedModel>& models, std::string title, ScaleStatistic statistic) {
   if (models.empty()) throw std::invalid_argument("scale plot '" + title + "': no models");
-  std::vector<std::vector<scaling::ScaleRow>> ordered;
+  std::vector<std::vector<unit::ScaleRow>> ordered;
   std::vector<std::string> ops;
   for (const RecordedModel& m : models) {
     if (!m.recorder) throw std::invalid_argument("scale plot '" + title + "': model '" + m.name + "' has no recorder");
     ordered.push_back(m.recorder->model_order());
-    for (const scaling::ScaleRow& r : ordered.back())
+    for (const unit::ScaleRow& r : ordered.back())
       if (std::find(ops.begin(), ops.end(), r.op) == ops.end()) ops.push_back(r.op);
   }
   std::vector<ScaleSeries> series;
   for (size_t k = 0; k < models.size(); ++k)
-    for (scaling::Pass pass : {scaling::Pass::forward, scaling::Pass::backward}) {
-      ScaleSeries s{models[k].name + " " + scaling::pass_name(pass),
-                    std::vector<double>(ops.size(), std::numeric_limits<double>::quiet_NaN()), pass == scaling::Pass::backward};
+    for (unit::Pass pass : {unit::Pass::forward, unit::Pass::backward}) {
+      ScaleSeries s{models[k].name + " " + unit::pass_name(pass),
+                    std::vector<double>(ops.size(), std::numeric_limits<double>::quiet_NaN()), pass == unit::Pass::backward};
       bool any = false;
       for (size_t i = 0; i < ops.size(); ++i)
-        for (const scaling::ScaleRow& r : ordered[k])
+        for (const unit::ScaleRow& r : ordered[k])
           if (r.op == ops[i] && r.pass == pass) {
             s.values[i] = pick(r.stats, statistic);
             any = true;

@@ -1,6 +1,6 @@
 // `mantissa analyse` as a library: build the model the way `train` would,
 // hook an observer into its passes, run one micro-batch forward and backward,
-// and collect scale statistics (scaling/stats.hpp) per op and per parameter.
+// and collect scale statistics (unit/stats.hpp) per op and per parameter.
 #include "mantissa/train/analyse.hpp"
 
 #include <filesystem>
@@ -48,8 +48,8 @@ nn::Batch one_batch(const TrainConfig& c, const std::string& path) {
 Analysis analyse(const AnalyseOptions& options) {
   TrainConfig c = options.config;
   validate(c);
-  const amp::Recipe recipe = resolve_recipe(c);
-  const nn::UnitConfig unit = unit_config(c, recipe);
+  const recipe::Recipe recipe = resolve_recipe(c);
+  const unit::UnitConfig unit = unit_config(c, recipe);
   std::unique_ptr<nn::Model> model;
   if (!options.checkpoint.empty()) {
     std::string cfg;
@@ -77,25 +77,25 @@ Analysis analyse(const AnalyseOptions& options) {
   a.forward_format = (recipe.cast_forward.empty() ? recipe.matmul_format : recipe.cast_forward).name();
   a.backward_format = (recipe.cast_backward.empty() ? recipe.matmul_format : recipe.cast_backward).name();
   const formats::Format ff = formats::parse_format(a.forward_format), bf = formats::parse_format(a.backward_format);
-  a.ops = scaling::ScaleRecorder(ff, bf);
-  a.params = scaling::ScaleRecorder(ff, bf);
+  a.ops = unit::ScaleRecorder(ff, bf);
+  a.params = unit::ScaleRecorder(ff, bf);
 
   const nn::Batch batch = one_batch(c, c.data.empty() ? default_data_path(c.model) : c.data);
-  scaling::ScaleRecorder* ops = &a.ops;
+  unit::ScaleRecorder* ops = &a.ops;
   model->set_observer([ops](const std::string& name, bool backward, const Tensor& v) {
     if (v.dtype() != DType::f32) return;
-    ops->record(name, backward ? scaling::Pass::backward : scaling::Pass::forward, v.f32(), static_cast<size_t>(v.numel()));
+    ops->record(name, backward ? unit::Pass::backward : unit::Pass::forward, v.f32(), static_cast<size_t>(v.numel()));
   });
   model->zero_grad();
   const int64_t count = amp::count_targets(batch);
   if (count == 0) throw std::invalid_argument("the analysed batch has no targets");
-  const double loss_scale = recipe.loss_scale.method == amp::ScalingMethod::none ? 1.0 : recipe.loss_scale.init_scale;
+  const double loss_scale = recipe.loss_scale.method == recipe::ScalingMethod::none ? 1.0 : recipe.loss_scale.init_scale;
   const nn::LossSum loss = model->forward_backward(batch, static_cast<float>(loss_scale / static_cast<double>(count)));
   model->set_observer({});
   a.loss = loss.sum / static_cast<double>(loss.count);
   for (nn::Parameter* p : model->parameters()) {
-    a.params.record(p->name, scaling::Pass::forward, p->value.f32(), static_cast<size_t>(p->value.numel()));
-    a.params.record(p->name, scaling::Pass::backward, p->grad.f32(), static_cast<size_t>(p->grad.numel()));
+    a.params.record(p->name, unit::Pass::forward, p->value.f32(), static_cast<size_t>(p->value.numel()));
+    a.params.record(p->name, unit::Pass::backward, p->grad.f32(), static_cast<size_t>(p->grad.numel()));
   }
   return a;
 }

@@ -10,7 +10,7 @@
 #include <optional>
 #include <nlohmann/json.hpp>
 
-#include "mantissa/amp/recipe.hpp"
+#include "mantissa/recipe/recipe.hpp"
 #include "mantissa/dist/group.hpp"
 #include "mantissa/io/files.hpp"
 #include "mantissa/report/scales.hpp"
@@ -86,7 +86,7 @@ std::string resolve_data(const std::string& given, const std::string& kind, cons
 std::string init_scale_plot(const TaskPlan& gpt, int64_t seed, std::string& note) {
   for (const char* name : {"fp32", "unit-fp32"}) {
     bool found = false;
-    for (const auto& r : amp::recipes()) found = found || r.name == name;
+    for (const auto& r : recipe::recipes()) found = found || r.name == name;
     if (!found) {
       note = std::string("not available: recipe ") + name + " is not registered in this build.";
       return {};

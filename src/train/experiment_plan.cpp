@@ -5,7 +5,7 @@
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
-#include "mantissa/amp/recipe.hpp"
+#include "mantissa/recipe/recipe.hpp"
 #include "mantissa/train/experiment.hpp"
 #include "mantissa/io/untrusted.hpp"
 #include "mantissa/train/session.hpp"
@@ -89,7 +89,7 @@ void check_positive(int64_t v, const char* flag) {
 
 std::vector<std::string> registered_names() {
   std::vector<std::string> n;
-  for (const auto& r : amp::recipes()) n.push_back(r.name);
+  for (const auto& r : recipe::recipes()) n.push_back(r.name);
   return n;
 }
 
@@ -267,12 +267,12 @@ ExperimentPlan make_plan(const ExperimentOptions& o) {
           base.available = false;
           base.unavailable_reason = "recipe '" + base.config.recipe + "' is not registered in this build";
         } else {
-          const amp::Recipe rec = amp::find_recipe(base.config.recipe);
-          base.parametrisation = amp::parametrisation_name(rec.parametrisation);
-          unit = amp::unit_scaled(rec.parametrisation);
+          const recipe::Recipe rec = recipe::find_recipe(base.config.recipe);
+          base.parametrisation = recipe::parametrisation_name(rec.parametrisation);
+          unit = recipe::unit_scaled(rec.parametrisation);
           if (unit) base.config.lr = t.lr_unit;
           // u-muP's own default unless --lr-unit was given.
-          if (rec.parametrisation == amp::Parametrisation::umup && o.lr_unit == 0) base.config.lr = kUmupDefaultLr;
+          if (rec.parametrisation == recipe::Parametrisation::umup && o.lr_unit == 0) base.config.lr = kUmupDefaultLr;
         }
         // The rates: --lr-sweep's, else the preset's own sweep per parametrisation, else the default.
         std::vector<double> rates = sweep;

@@ -8,9 +8,9 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "mantissa/amp/recipe.hpp"
+#include "mantissa/recipe/recipe.hpp"
 #include "mantissa/nn/module.hpp"
-#include "mantissa/scaling/stats.hpp"
+#include "mantissa/unit/stats.hpp"
 #include "mantissa/tensor/memory.hpp"
 #include "mantissa/train/experiment.hpp"
 #include "mantissa/train/experiment_eta.hpp"
@@ -104,7 +104,7 @@ report::ExponentCounts gradient_exponents(Session& s) {
   const int hi = 4;
   e.counts.assign(static_cast<size_t>(hi - e.lo + 1), 0);
   for (nn::Parameter* p : s.model->parameters()) {
-    const auto h = scaling::exponent_histogram(p->grad.f32(), static_cast<size_t>(p->grad.numel()), e.lo, hi);
+    const auto h = unit::exponent_histogram(p->grad.f32(), static_cast<size_t>(p->grad.numel()), e.lo, hi);
     for (size_t i = 0; i < h.counts.size(); ++i) e.counts[i] += h.counts[i];
     e.zeros += h.zeros;
     e.nonfinite += h.nonfinite;
@@ -166,7 +166,7 @@ report::RunResult execute_run(const RunSpec& spec, const std::string& dir, const
     if (!metrics) throw std::runtime_error("cannot write " + dir + "/metrics.jsonl");
   }
   metrics << nlohmann::json{{"run", {{"config", nlohmann::json::parse(config_to_json(session->config))},
-                                      {"recipe", nlohmann::json::parse(amp::recipe_to_json(session->recipe))},
+                                      {"recipe", nlohmann::json::parse(recipe::recipe_to_json(session->recipe))},
                                       {"model", nlohmann::json::parse(session->model->config_json())},
                                       {"parameters", session->model->parameter_count()}}}}
                  .dump()

@@ -22,10 +22,10 @@ double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock:
 
 // The shadow's configuration: same model, data, optimizer and schedule; fp32
 // in every role; the unit model's own settings (--set unit.*) kept.
-TrainConfig shadow_config(const TrainConfig& c, const amp::Recipe& r) {
+TrainConfig shadow_config(const TrainConfig& c, const recipe::Recipe& r) {
   TrainConfig s = c;
-  s.recipe = r.parametrisation == amp::Parametrisation::umup ? "umup-fp32"
-             : r.parametrisation == amp::Parametrisation::unit ? "unit-fp32"
+  s.recipe = r.parametrisation == recipe::Parametrisation::umup ? "umup-fp32"
+             : r.parametrisation == recipe::Parametrisation::unit ? "unit-fp32"
                                                                : "fp32";
   s.opt_level.clear();
   s.loss_scale.clear();
@@ -90,7 +90,7 @@ InspectResult inspect(const InspectOptions& o) {
 
   amp::Amp& ra = run->trainer->amp();
   amp::Amp& sa = shadow->trainer->amp();
-  const amp::Recipe& recipe = run->recipe;
+  const recipe::Recipe& recipe = run->recipe;
   const bool low_grads = recipe.gradient_format != "fp32";
   const formats::Format& grad_format = recipe.gradient_format.value();
   const optim::LrSchedule schedule = run->trainer->options().schedule;

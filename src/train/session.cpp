@@ -24,18 +24,18 @@ namespace mantissa::train {
 
 namespace fs = std::filesystem;
 
-amp::Recipe resolve_recipe(const TrainConfig& c) {
-  amp::Recipe r = c.opt_level.empty() ? amp::find_recipe(c.recipe) : amp::recipe_for_opt_level(c.opt_level);
+recipe::Recipe resolve_recipe(const TrainConfig& c) {
+  recipe::Recipe r = c.opt_level.empty() ? recipe::find_recipe(c.recipe) : recipe::recipe_for_opt_level(c.opt_level);
   auto& ls = r.loss_scale;
   if (!c.loss_scale.empty()) {
-    if (c.loss_scale == "dynamic") ls.method = amp::ScalingMethod::dynamic;
-    else if (c.loss_scale == "none") ls.method = amp::ScalingMethod::none;
+    if (c.loss_scale == "dynamic") ls.method = recipe::ScalingMethod::dynamic;
+    else if (c.loss_scale == "none") ls.method = recipe::ScalingMethod::none;
     else {
       char* end = nullptr;
       const double s = std::strtod(c.loss_scale.c_str(), &end);
       if (end == c.loss_scale.c_str() || *end != '\0' || !(s > 0) || !std::isfinite(s))
         throw std::invalid_argument("--loss-scale must be dynamic, none or a positive number (got '" + c.loss_scale + "')");
-      ls.method = amp::ScalingMethod::static_scale;
+      ls.method = recipe::ScalingMethod::static_scale;
       ls.init_scale = s;
     }
   }
@@ -45,40 +45,40 @@ amp::Recipe resolve_recipe(const TrainConfig& c) {
   if (c.backoff_factor > 0) ls.backoff_factor = c.backoff_factor;
   if (c.min_scale >= 0) ls.min_scale = c.min_scale;
   if (c.max_scale >= 0) ls.max_scale = c.max_scale;
-  if (!c.weight_rounding.empty()) amp::set_recipe_field(r, "weight_rounding", c.weight_rounding);
-  nn::UnitConfig ignored;  // unit.* keys configure the model, not the recipe
+  if (!c.weight_rounding.empty()) recipe::set_recipe_field(r, "weight_rounding", c.weight_rounding);
+  unit::UnitConfig ignored;  // unit.* keys configure the model, not the recipe
   for (const std::string& kv : take_unit_settings(c.set, ignored)) {
     const auto eq = kv.find('=');
     if (eq == std::string::npos || eq == 0)
       throw std::invalid_argument("--set expects key=value (got '" + kv + "')");
-    amp::set_recipe_field(r, kv.substr(0, eq), kv.substr(eq + 1));
+    recipe::set_recipe_field(r, kv.substr(0, eq), kv.substr(eq + 1));
   }
   try {
-    amp::validate_recipe(r);
+    recipe::validate_recipe(r);
   } catch (const std::invalid_argument& e) {
     throw std::invalid_argument(std::string("--recipe: ") + e.what());
   }
   return r;
 }
 
-void apply_precision(nn::Model& model, const amp::Recipe& recipe) {
+void apply_precision(nn::Model& model, const recipe::Recipe& recipe) {
   model.set_precision(amp::precision_policy(recipe, &model));
 }
 
-nn::UnitConfig unit_config(const TrainConfig& c, const amp::Recipe& recipe) {
-  nn::UnitConfig u;
+unit::UnitConfig unit_config(const TrainConfig& c, const recipe::Recipe& recipe) {
+  unit::UnitConfig u;
   take_unit_settings(c.set, u);
-  u.enabled = amp::unit_scaled(recipe.parametrisation);
-  u.umup = recipe.parametrisation == amp::Parametrisation::umup;
+  u.enabled = recipe::unit_scaled(recipe.parametrisation);
+  u.umup = recipe.parametrisation == recipe::Parametrisation::umup;
   if (u.umup && c.model != "gpt")
     throw std::invalid_argument("--recipe " + recipe.name + ": the u-muP parametrisation is implemented for the GPT "
                                 "only (--model gpt), not for " + c.model);
   return u;
 }
 
-std::unique_ptr<nn::Model> make_model(const TrainConfig& c) { return make_model(c, nn::UnitConfig{}); }
+std::unique_ptr<nn::Model> make_model(const TrainConfig& c) { return make_model(c, unit::UnitConfig{}); }
 
-std::unique_ptr<nn::Model> make_model(const TrainConfig& c, const nn::UnitConfig& unit) {
+std::unique_ptr<nn::Model> make_model(const TrainConfig& c, const unit::UnitConfig& unit) {
   const nn::ModelKind* kind = nn::find_model_kind(c.model);
   if (kind == nullptr) throw std::invalid_argument("--model must be " + nn::model_kind_names() + " (got '" + c.model + "')");
   nn::ModelSize s;
@@ -115,7 +115,7 @@ double parse_number(const std::string& entry, const std::string& value) {
 }
 }  // namespace
 
-std::vector<std::string> take_unit_settings(const std::vector<std::string>& set, nn::UnitConfig& u) {
+std::vector<std::string> take_unit_settings(const std::vector<std::string>& set, unit::UnitConfig& u) {
   std::vector<std::string> rest;
   for (const std::string& kv : set) {
     if (kv.rfind("unit.", 0) != 0) {
@@ -147,17 +147,17 @@ std::vector<std::string> take_unit_settings(const std::vector<std::string>& set,
   return rest;
 }
 
-scaling::ParamRole unit_param_role(const nn::Parameter& p) {
+unit::ParamRole unit_param_role(const nn::Parameter& p) {
   switch (p.role) {
-    case nn::Role::readout: return scaling::ParamRole::output;
-    case nn::Role::bias: return scaling::ParamRole::bias;
+    case nn::Role::readout: return unit::ParamRole::output;
+    case nn::Role::bias: return unit::ParamRole::bias;
     case nn::Role::norm_gain:
-    case nn::Role::norm_bias: return scaling::ParamRole::norm;
+    case nn::Role::norm_bias: return unit::ParamRole::norm;
     case nn::Role::token_embedding:
     case nn::Role::position_embedding:
     case nn::Role::weight: break;
   }
-  return scaling::ParamRole::weight;
+  return unit::ParamRole::weight;
 }
 
 std::optional<int> unit_param_depth(const nn::Parameter& p, int64_t blocks) {
@@ -203,15 +203,15 @@ namespace {
 // The forward scale (GEMM alpha) of the unit linear whose weight is w
 // [fan_in, fan_out], from the same rule the model applies (the readout uses
 // linear_readout).
-double unit_linear_forward_scale(const nn::UnitConfig& u, const nn::Parameter& w) {
+double unit_linear_forward_scale(const unit::UnitConfig& u, const nn::Parameter& w) {
   const int64_t fan_in = w.fan_in, fan_out = w.value.numel() / w.fan_in;
-  if (w.role == nn::Role::readout) return scaling::linear_readout(fan_in, fan_out, 1, u.rules("readout")).fwd;
-  return scaling::linear(fan_in, fan_out, 1, u.rules("linear")).fwd;
+  if (w.role == nn::Role::readout) return unit::linear_readout(fan_in, fan_out, 1, u.rules("readout")).fwd;
+  return unit::linear(fan_in, fan_out, 1, u.rules("linear")).fwd;
 }
 
-// u-muP learning-rate multipliers (scaling::lr_scale) on every parameter.
+// u-muP learning-rate multipliers (unit::lr_scale) on every parameter.
 void set_unit_lr_multipliers(nn::Model& model, optim::Optimizer& opt, const std::string& optimizer) {
-  const auto kind = optimizer == "sgd" ? scaling::OptimizerKind::sgd : scaling::OptimizerKind::adam;
+  const auto kind = optimizer == "sgd" ? unit::OptimizerKind::sgd : unit::OptimizerKind::adam;
   std::map<const nn::Parameter*, const nn::Parameter*> linear_of;  // bias -> the weight it follows
   for (const nn::Parameter* q : model.parameters())
     if (q->bias && !nn::is_norm(q->role)) linear_of[q->bias] = q;
@@ -220,14 +220,14 @@ void set_unit_lr_multipliers(nn::Model& model, optim::Optimizer& opt, const std:
     // readout ([numel / fan_in, fan_in] whatever the stored layout), tables as stored.
     Shape shape = p.value.shape();
     if (shape.size() == 2 && p.role != nn::Role::position_embedding) shape = {p.value.numel() / p.fan_in, p.fan_in};
-    const scaling::ParamRole role = unit_param_role(p);
-    double mult = scaling::lr_scale(kind, role, shape, unit_param_depth(p, model.blocks()));
+    const unit::ParamRole role = unit_param_role(p);
+    double mult = unit::lr_scale(kind, role, shape, unit_param_depth(p, model.blocks()));
     // The library scales a linear's bias forward with its output (alpha (xW + b));
     // our kernels add the bias after the GEMM alpha, so the same Adam step moves
     // the output 1/alpha times further (16x at d_model 256, the whole learning
     // rate per step). Multiplying the bias's LR by alpha gives the library's
     // dynamics exactly under Adam (its update does not see gradient scale).
-    if (role == scaling::ParamRole::bias && kind == scaling::OptimizerKind::adam) {
+    if (role == unit::ParamRole::bias && kind == unit::OptimizerKind::adam) {
       const auto w = linear_of.find(&p);
       if (w != linear_of.end() && w->second->value.ndim() == 2) mult *= unit_linear_forward_scale(model.unit(), *w->second);
     }
@@ -290,7 +290,7 @@ void check_outputs(const TrainConfig& c, const std::string& data_path) {
   }
 }
 
-std::unique_ptr<optim::Optimizer> make_optimizer(const TrainConfig& c, nn::Model& model, const amp::Recipe& recipe,
+std::unique_ptr<optim::Optimizer> make_optimizer(const TrainConfig& c, nn::Model& model, const recipe::Recipe& recipe,
                                                  const optim::OwnedRanges& owned) {
   optim::OptimizerConfig oc;
   oc.owned = owned;
@@ -323,7 +323,7 @@ std::unique_ptr<Session> build_session(const TrainConfig& config) {
   check_outputs(c, s->data_path);
   if (c.min_lr < 0) c.min_lr = c.lr / 10;
   s->recipe = resolve_recipe(c);
-  const nn::UnitConfig unit = unit_config(c, s->recipe);
+  const unit::UnitConfig unit = unit_config(c, s->recipe);
   if (unit.enabled && c.lr == TrainConfig{}.lr && c.optimizer != "sgd") {
     // --lr left at its default: the unit default (the standard one is ~8x too small for unit models).
     c.lr = unit.umup ? kUmupDefaultLr : kUnitDefaultLr;
@@ -444,7 +444,7 @@ RunOptions run_options(Session& s) {
   ro.append_metrics = !c.resume.empty();
   ro.log_every = c.log_every;
   ro.run_info_json = nlohmann::json{{"config", nlohmann::json::parse(config_to_json(c))},
-                                    {"recipe", nlohmann::json::parse(amp::recipe_to_json(s.recipe))},
+                                    {"recipe", nlohmann::json::parse(recipe::recipe_to_json(s.recipe))},
                                     {"model", nlohmann::json::parse(s.model->config_json())},
                                     {"parameters", s.model->parameter_count()},
                                     {"resumed_at", s.trainer->step()}}

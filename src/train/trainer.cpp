@@ -39,7 +39,7 @@ std::vector<std::pair<const char*, std::vector<float>*>> feedback_parts(dist::Gr
 }  // namespace
 
 Trainer::Trainer(nn::Model& model, optim::Optimizer& optimizer, data::TrainSource& train,
-                 const data::EvalSource* val, const amp::Recipe& recipe, TrainerOptions options)
+                 const data::EvalSource* val, const recipe::Recipe& recipe, TrainerOptions options)
     : model_(model),
       optimizer_(optimizer),
       train_(train),
@@ -182,7 +182,7 @@ std::string Trainer::state_json() const {
             {"tokens_seen", tokens_seen_},
             {"seed", options_.amp.seed},
             {"grad_accum", options_.grad_accum},
-            {"recipe", json::parse(amp::recipe_to_json(amp_.recipe()))},
+            {"recipe", json::parse(recipe::recipe_to_json(amp_.recipe()))},
             {"loss_scaler", json::parse(amp_.scaler().state_json())},
             {"data", json::parse(train_.state_json())},
             {"model_config", model_.config_json()},
@@ -202,9 +202,9 @@ void Trainer::load_state_json(const std::string& text) {
       throw std::invalid_argument("the checkpoint's model (" + io::excerpt(j.at("model_config").get<std::string>()) +
                                   ") differs from this run's model (" + model_.config_json() + ")");
     const std::string saved_recipe = io::excerpt_json(j.at("recipe"));
-    if (j.at("recipe") != json::parse(amp::recipe_to_json(amp_.recipe())))
+    if (j.at("recipe") != json::parse(recipe::recipe_to_json(amp_.recipe())))
       throw std::invalid_argument("the checkpoint was trained with recipe " + saved_recipe +
-                                  ", this run uses " + amp::recipe_to_json(amp_.recipe()));
+                                  ", this run uses " + recipe::recipe_to_json(amp_.recipe()));
     if (j.at("seed").get<uint64_t>() != options_.amp.seed)
       throw std::invalid_argument("the checkpoint was trained with --seed " + io::excerpt_json(j.at("seed")) +
                                   "; resume with the same seed");

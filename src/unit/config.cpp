@@ -5,7 +5,7 @@
 #include <stdexcept>
 #include "mantissa/io/untrusted.hpp"
 
-namespace mantissa::nn {
+namespace mantissa::unit {
 
 namespace {
 const char* kOps[] = {"linear", "readout", "gelu", "relu", "silu", "add"};
@@ -24,12 +24,12 @@ void positive(double v, const char* name) {
 }  // namespace
 
 void UnitConfig::validate() const {
-  scaling::parse_rule_set(rule_set);
-  if (!constraint.empty()) scaling::parse_constraint(constraint);
+  unit::parse_rule_set(rule_set);
+  if (!constraint.empty()) unit::parse_constraint(constraint);
   for (const auto& [op, c] : op_constraints) {
     if (!known_op(op))
       throw std::invalid_argument("unit config: unknown op '" + op + "' in op_constraints (valid: linear, readout, gelu, relu, silu, add)");
-    scaling::parse_constraint(c);
+    unit::parse_constraint(c);
   }
   if (!(tau_attn >= 0) || !(tau_mlp >= 0) || !std::isfinite(tau_attn) || !std::isfinite(tau_mlp))
     throw std::invalid_argument("unit config: residual taus must be finite and >= 0");
@@ -40,10 +40,10 @@ void UnitConfig::validate() const {
   if (umup && !enabled) throw std::invalid_argument("unit config: umup needs the unit parametrisation (enabled)");
 }
 
-scaling::Rules UnitConfig::rules(const std::string& op) const {
-  scaling::Rules r{scaling::parse_rule_set(rule_set), std::nullopt};
-  if (auto it = op_constraints.find(op); it != op_constraints.end()) r.constraint = scaling::parse_constraint(it->second);
-  else if (!constraint.empty()) r.constraint = scaling::parse_constraint(constraint);
+unit::Rules UnitConfig::rules(const std::string& op) const {
+  unit::Rules r{unit::parse_rule_set(rule_set), std::nullopt};
+  if (auto it = op_constraints.find(op); it != op_constraints.end()) r.constraint = unit::parse_constraint(it->second);
+  else if (!constraint.empty()) r.constraint = unit::parse_constraint(constraint);
   return r;
 }
 
@@ -90,4 +90,4 @@ UnitConfig UnitConfig::from_json(const std::string& text) {
   return u;
 }
 
-}  // namespace mantissa::nn
+}  // namespace mantissa::unit

@@ -14,12 +14,12 @@
 #include "mantissa/cpu/profile.hpp"
 #include "mantissa/kernels/kernels.hpp"
 
-namespace mantissa::autograd {
+namespace mantissa::unit {
 namespace {
 
 float f(double v) { return static_cast<float>(v); }
 
-void need_bwd(const scaling::Scales& s, size_t n, const char* op) {
+void need_bwd(const unit::Scales& s, size_t n, const char* op) {
   if (s.bwd.size() < n)
     throw std::invalid_argument(std::string(op) + ": expected " + std::to_string(n) + " backward scales, got " +
                                 std::to_string(s.bwd.size()));
@@ -27,8 +27,8 @@ void need_bwd(const scaling::Scales& s, size_t n, const char* op) {
 
 }  // namespace
 
-OpScales op_scales(const scaling::Scales& s) {
-  OpScales o;
+autograd::OpScales op_scales(const unit::Scales& s) {
+  autograd::OpScales o;
   o.forward = f(s.fwd);
   if (!s.bwd.empty()) o.backward = f(s.bwd[0]);
   if (s.bwd.size() > 1) o.weight = f(s.bwd[1]);
@@ -36,10 +36,10 @@ OpScales op_scales(const scaling::Scales& s) {
 }
 
 // ---- residuals -----------------------------------------------------------------------
-ResidualSplit residual_split(Tape& t, const Var& x, double tau) {
-  const scaling::ResidualScales r = scaling::residual(tau);
+ResidualSplit residual_split(autograd::Tape& t, const autograd::Var& x, double tau) {
+  const unit::ResidualScales r = unit::residual(tau);
   const bool record = t.wants_grad({&x});
-  ResidualSplit out{Tape::result(x.value, record), Tape::result(x.value, record)};
+  ResidualSplit out{autograd::Tape::result(x.value, record), autograd::Tape::result(x.value, record)};
   if (record)
     t.record([b = f(r.branch), s = f(r.skip), xn = x.node, bn = out.branch.node, sn = out.skip.node]() {
       const bool hb = bn->has_grad(), hs = sn->has_grad();
@@ -52,16 +52,16 @@ ResidualSplit residual_split(Tape& t, const Var& x, double tau) {
   return out;
 }
 
-Var residual_add(Tape& t, const Var& branch, const Var& skip, double tau) {
+autograd::Var residual_add(autograd::Tape& t, const autograd::Var& branch, const autograd::Var& skip, double tau) {
   if (branch.shape() != skip.shape())
     throw std::invalid_argument("residual_add: shapes differ: " + shape_str(branch.shape()) + " and " +
                                 shape_str(skip.shape()));
-  const scaling::ResidualScales r = scaling::residual(tau);
+  const unit::ResidualScales r = unit::residual(tau);
   const float b = f(r.branch), s = f(r.skip);
   Tensor y = Tensor::empty(branch.shape());
   kernels::axpby(y.f32(), branch.value.f32(), b, skip.value.f32(), s, y.numel(), false);
   const bool record = t.wants_grad({&branch, &skip});
-  Var out = Tape::result(std::move(y), record);
+  autograd::Var out = autograd::Tape::result(std::move(y), record);
   if (record)
     t.record([bn = branch.node, sn = skip.node, on = out.node]() {
       if (!on->has_grad()) return;
@@ -75,7 +75,7 @@ Var residual_add(Tape& t, const Var& branch, const Var& skip, double tau) {
 namespace {
 // y = alpha act(x); dx += beta act'(x) dy, for activations computed here.
 template <class Act, class Grad>
-Var pointwise(Tape& t, const Var& x, float alpha, float beta, Act act, Grad grad) {
+autograd::Var pointwise(autograd::Tape& t, const autograd::Var& x, float alpha, float beta, Act act, Grad grad) {
   const int64_t n = x.numel();
   Tensor y = Tensor::empty(x.shape());
   float* o = y.f32();
@@ -83,11 +83,11 @@ Var pointwise(Tape& t, const Var& x, float alpha, float beta, Act act, Grad grad
 #pragma omp parallel for schedule(static) if (n > 16384)
   for (int64_t i = 0; i < n; ++i) o[i] = alpha * act(in[i]);
   const bool record = t.wants_grad({&x});
-  Var out = Tape::result(std::move(y), record);
+  autograd::Var out = autograd::Tape::result(std::move(y), record);
   if (record)
     t.record([n, beta, grad, saved = t.save(x.value), xn = x.node, on = out.node]() {
       if (!on->has_grad()) return;
-      const Tensor xs = Tape::restore(saved);
+      const Tensor xs = autograd::Tape::restore(saved);
       const float* xv = xs.f32();
       const float* dy = on->grad.f32();
       float* dx = xn->buffer().f32();
@@ -101,13 +101,13 @@ Var pointwise(Tape& t, const Var& x, float alpha, float beta, Act act, Grad grad
 // the kernel's own output and on the incoming gradient.
 using KernelFwd = void (*)(float*, const float*, int64_t);
 using KernelBwd = void (*)(float*, const float*, const float*, int64_t);
-Var kernel_pointwise(Tape& t, const Var& x, float alpha, float beta, KernelFwd fwd, KernelBwd bwd) {
+autograd::Var kernel_pointwise(autograd::Tape& t, const autograd::Var& x, float alpha, float beta, KernelFwd fwd, KernelBwd bwd) {
   const int64_t n = x.numel();
   Tensor y = Tensor::empty(x.shape());
   fwd(y.f32(), x.value.f32(), n);
   if (alpha != 1.0f) kernels::scale(y.f32(), y.f32(), alpha, n);
   const bool record = t.wants_grad({&x});
-  Var out = Tape::result(std::move(y), record);
+  autograd::Var out = autograd::Tape::result(std::move(y), record);
   if (record)
     t.record([n, beta, bwd, saved = t.save(x.value), xn = x.node, on = out.node]() {
       if (!on->has_grad()) return;
@@ -116,13 +116,13 @@ Var kernel_pointwise(Tape& t, const Var& x, float alpha, float beta, KernelFwd f
         dy = Tensor::empty(on->shape, DType::f32, MemoryKind::workspace);
         kernels::scale(dy.f32(), on->grad.f32(), beta, n);
       }
-      bwd(xn->buffer().f32(), Tape::restore(saved).f32(), dy.f32(), n);
+      bwd(xn->buffer().f32(), autograd::Tape::restore(saved).f32(), dy.f32(), n);
     });
   return out;
 }
 }  // namespace
 
-Var unit_gelu(Tape& t, Var x, const scaling::Scales& s, GeluForm form, double mult) {
+autograd::Var unit_gelu(autograd::Tape& t, autograd::Var x, const unit::Scales& s, GeluForm form, double mult) {
   need_bwd(s, 1, "unit_gelu");
   if (form == GeluForm::tanh) {
     if (mult != 1.0) throw std::invalid_argument("unit_gelu: the tanh form supports mult 1 only, got " + std::to_string(mult));
@@ -142,12 +142,12 @@ Var unit_gelu(Tape& t, Var x, const scaling::Scales& s, GeluForm form, double mu
   return pointwise(t, x, f(s.fwd), f(s.bwd[0]), act, grad);
 }
 
-Var unit_relu(Tape& t, const Var& x, const scaling::Scales& s) {
+autograd::Var unit_relu(autograd::Tape& t, const autograd::Var& x, const unit::Scales& s) {
   need_bwd(s, 1, "unit_relu");
   return kernel_pointwise(t, x, f(s.fwd), f(s.bwd[0]), kernels::relu_forward, kernels::relu_backward);
 }
 
-Var unit_silu(Tape& t, const Var& x, const scaling::Scales& s, double mult) {
+autograd::Var unit_silu(autograd::Tape& t, const autograd::Var& x, const unit::Scales& s, double mult) {
   need_bwd(s, 1, "unit_silu");
   const double m = mult;
   auto act = [m](float v) { return static_cast<float>(v / (1.0 + std::exp(-m * v))); };
@@ -159,13 +159,13 @@ Var unit_silu(Tape& t, const Var& x, const scaling::Scales& s, double mult) {
 }
 
 // ---- norms -------------------------------------------------------------------------------
-Var unit_layer_norm(Tape& t, const Var& x, const Var& weight, const Var& bias, const scaling::Scales& s) {
+autograd::Var unit_layer_norm(autograd::Tape& t, const autograd::Var& x, const autograd::Var& weight, const autograd::Var& bias, const unit::Scales& s) {
   need_bwd(s, 3, "unit_layer_norm");
   return scaled_layer_norm(t, x, weight, bias, f(s.fwd), f(s.bwd[0]), f(s.bwd[1]), f(s.bwd[2]));
 }
 
 // y = x r w with r = 1/sqrt(mean x^2 + eps); dx = r (w dy - xhat mean(xhat w dy)), dw = sum xhat dy.
-Var unit_rms_norm(Tape& t, const Var& x, const Var& weight, const scaling::Scales& s, float eps) {
+autograd::Var unit_rms_norm(autograd::Tape& t, const autograd::Var& x, const autograd::Var& weight, const unit::Scales& s, float eps) {
   need_bwd(s, 2, "unit_rms_norm");
   const int64_t C = x.dim(-1), N = x.numel() / C;
   if (weight.shape() != Shape{C})
@@ -174,7 +174,7 @@ Var unit_rms_norm(Tape& t, const Var& x, const Var& weight, const scaling::Scale
   Tensor y = Tensor::empty(x.shape()), rinv = Tensor::empty({N});
   kernels::rmsnorm_forward(y.f32(), rinv.f32(), x.value.f32(), weight.value.f32(), f(s.fwd), N, C, eps);
   const bool record = t.wants_grad({&x, &weight});
-  Var out = Tape::result(std::move(y), record);
+  autograd::Var out = autograd::Tape::result(std::move(y), record);
   if (record)
     t.record([N, C, bx = f(s.bwd[0]), bw = f(s.bwd[1]), xs = t.save(x.value), wt = weight.value, rinv,
               xn = x.node, wn = weight.node, on = out.node]() {
@@ -184,7 +184,7 @@ Var unit_rms_norm(Tape& t, const Var& x, const Var& weight, const scaling::Scale
       if (xs.dtype() == DType::bf16)  // widened row by row, no fp32 copy
         kernels::rmsnorm_backward_bf16x(dx, dw, on->grad.f32(), xs.data<uint16_t>(), wt.f32(), rinv.f32(), bx, bw, N, C);
       else
-        kernels::rmsnorm_backward(dx, dw, on->grad.f32(), Tape::restore(xs).f32(), wt.f32(), rinv.f32(), bx, bw, N, C);
+        kernels::rmsnorm_backward(dx, dw, on->grad.f32(), autograd::Tape::restore(xs).f32(), wt.f32(), rinv.f32(), bx, bw, N, C);
     });
   return out;
 }
@@ -192,12 +192,12 @@ Var unit_rms_norm(Tape& t, const Var& x, const Var& weight, const scaling::Scale
 // ---- attention -------------------------------------------------------------------------
 // The kernel divides scores by sqrt(d_head); scaling q by mult/sqrt(d_head)
 // first gives the u-muP logits mult q.k/d_head.
-Var unit_causal_self_attention(Tape& t, const Var& qkv, int64_t heads, double mult, const scaling::Scales& s) {
+autograd::Var unit_causal_self_attention(autograd::Tape& t, const autograd::Var& qkv, int64_t heads, double mult, const unit::Scales& s) {
   // The standard op from here: the same kernels (bf16 probabilities, blockwise for long sequences).
   return causal_self_attention(t, unit_attention_qkv(t, qkv, heads, mult, s), heads);
 }
 
-Var unit_attention_qkv(Tape& t, const Var& qkv, int64_t heads, double mult, const scaling::Scales& s) {
+autograd::Var unit_attention_qkv(autograd::Tape& t, const autograd::Var& qkv, int64_t heads, double mult, const unit::Scales& s) {
   need_bwd(s, 3, "unit_causal_self_attention");
   if (qkv.value.ndim() != 3 || qkv.dim(2) % 3 != 0)
     throw std::invalid_argument("unit_causal_self_attention: qkv must be [B, T, 3C], got " + shape_str(qkv.shape()));
@@ -208,7 +208,7 @@ Var unit_attention_qkv(Tape& t, const Var& qkv, int64_t heads, double mult, cons
   const int64_t D = C / heads, rows = B * T;
   if (!(s.fwd > 0))
     throw std::invalid_argument("unit_causal_self_attention: forward scale must be positive, got " + std::to_string(s.fwd));
-  const double qf = scaling::attention_logit_scale(D, mult) * std::sqrt(static_cast<double>(D));
+  const double qf = unit::attention_logit_scale(D, mult) * std::sqrt(static_cast<double>(D));
   // One pass copies qkv as [qf q | k | fwd v]: the output is linear in v, so
   // it comes out x fwd. The logits' gradient then carries fwd too, taken off
   // q's and k's backward multipliers: dq x bq qf / fwd, dk x bk / fwd, dv x bv.
@@ -216,7 +216,7 @@ Var unit_attention_qkv(Tape& t, const Var& qkv, int64_t heads, double mult, cons
   Tensor q2 = Tensor::empty(qkv.shape());
   kernels::scale_segments(q2.f32(), qkv.value.f32(), fwd_scales, 3, rows, C, false);
   const bool record = t.wants_grad({&qkv});
-  Var scaled_qkv = Tape::result(std::move(q2), record);
+  autograd::Var scaled_qkv = autograd::Tape::result(std::move(q2), record);
   if (record)
     t.record([rows, C, bq = f(s.bwd[0] * qf / s.fwd), bk = f(s.bwd[1] / s.fwd), bv = f(s.bwd[2]), qn = qkv.node,
               on = scaled_qkv.node]() {
@@ -236,7 +236,7 @@ Var unit_attention_qkv(Tape& t, const Var& qkv, int64_t heads, double mult, cons
 }
 
 // ---- embeddings ------------------------------------------------------------------------
-Var unit_token_position_embedding(Tape& t, const Tensor& ids, const Var& wte, const Var& wpe, float fwd, float bwd_wte,
+autograd::Var unit_token_position_embedding(autograd::Tape& t, const Tensor& ids, const autograd::Var& wte, const autograd::Var& wpe, float fwd, float bwd_wte,
                                   float bwd_wpe) {
   if (ids.ndim() != 2 || ids.dtype() != DType::i32)
     throw std::invalid_argument("unit_token_position_embedding: ids must be i32 [B, T], got " + shape_str(ids.shape()));
@@ -255,7 +255,7 @@ Var unit_token_position_embedding(Tape& t, const Tensor& ids, const Var& wte, co
   Tensor y = Tensor::empty({B, T, C});
   kernels::embedding_forward(y.f32(), id, wte.value.f32(), wpe.value.f32(), B, T, C, fwd);
   const bool record = t.wants_grad({&wte, &wpe});
-  Var out = Tape::result(std::move(y), record);
+  autograd::Var out = autograd::Tape::result(std::move(y), record);
   if (record)
     t.record([B, T, C, bwd_wte, bwd_wpe, ids, en = wte.node, pn = wpe.node, on = out.node]() {
       if (!on->has_grad()) return;
@@ -266,13 +266,13 @@ Var unit_token_position_embedding(Tape& t, const Tensor& ids, const Var& wte, co
 }
 
 // ---- losses ------------------------------------------------------------------------------
-Var unit_cross_entropy(Tape& t, const Var& logits, const Tensor& targets, const scaling::LossScales& s,
-                       LossStats* stats) {
+autograd::Var unit_cross_entropy(autograd::Tape& t, const autograd::Var& logits, const Tensor& targets, const unit::LossScales& s,
+                       autograd::LossStats* stats) {
   if (s.bwd.empty()) throw std::invalid_argument("unit_cross_entropy: missing the logits' backward scale");
   return scaled_cross_entropy(t, logits, targets, f(s.input_fwd), f(s.bwd[0]), stats);
 }
 
-Var unit_mse(Tape& t, const Var& pred, const Var& target, const scaling::LossScales& s) {
+autograd::Var unit_mse(autograd::Tape& t, const autograd::Var& pred, const autograd::Var& target, const unit::LossScales& s) {
   if (s.bwd.size() < 2) throw std::invalid_argument("unit_mse: expected backward scales {input, target}");
   if (pred.shape() != target.shape())
     throw std::invalid_argument("unit_mse: shapes differ: " + shape_str(pred.shape()) + " and " + shape_str(target.shape()));
@@ -287,7 +287,7 @@ Var unit_mse(Tape& t, const Var& pred, const Var& target, const scaling::LossSca
     sum += static_cast<double>(d[i]) * d[i];
   }
   const bool record = t.wants_grad({&pred, &target});
-  Var out = Tape::result(Tensor::from({static_cast<float>(sum)}, {1}), record);
+  autograd::Var out = autograd::Tape::result(Tensor::from({static_cast<float>(sum)}, {1}), record);
   if (record)
     t.record([n, diff, bp = f(s.bwd[0]), bt = f(s.bwd[1]), pn = pred.node, tn = target.node, on = out.node]() {
       if (!on->has_grad()) return;
@@ -299,13 +299,13 @@ Var unit_mse(Tape& t, const Var& pred, const Var& target, const scaling::LossSca
 }
 
 // ---- analysis ------------------------------------------------------------------------------
-Var observe(Tape& t, const Var& x, const std::string& name) {
+autograd::Var observe(autograd::Tape& t, const autograd::Var& x, const std::string& name) {
   const auto& obs = t.ctx().observer;
   if (!obs) return x;
   obs(name, false, x.value);
   const bool record = t.wants_grad({&x});
   if (!record) return x;
-  Var out = Tape::result(x.value, true);
+  autograd::Var out = autograd::Tape::result(x.value, true);
   t.record([obs, name, xn = x.node, on = out.node]() {
     if (!on->has_grad()) return;
     obs(name, true, on->grad);
@@ -314,4 +314,4 @@ Var observe(Tape& t, const Var& x, const std::string& name) {
   return out;
 }
 
-}  // namespace mantissa::autograd
+}  // namespace mantissa::unit

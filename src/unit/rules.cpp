@@ -5,7 +5,7 @@
 #include <numbers>
 #include <stdexcept>
 
-namespace mantissa::scaling {
+namespace mantissa::unit {
 namespace {
 
 constexpr std::array<std::pair<Constraint, const char*>, 8> kConstraintNames{{
@@ -347,4 +347,4 @@ double independent_weight_decay(double weight_decay, double param_lr) {
   return weight_decay / param_lr;
 }
 
-}  // namespace mantissa::scaling
+}  // namespace mantissa::unit

@@ -10,6 +10,7 @@
 
 using namespace mantissa;
 using namespace mantissa::amp;
+using namespace mantissa::recipe;
 
 TEST(LossScaler, DynamicStateMachineMatchesHandComputedSequence) {
   LossScaleConfig c;

@@ -10,11 +10,12 @@
 #include <vector>
 
 #include "mantissa/amp/master_weights.hpp"
-#include "mantissa/amp/recipe.hpp"
+#include "mantissa/recipe/recipe.hpp"
 #include "mantissa/formats/round.hpp"
 
 using namespace mantissa;
 using namespace mantissa::amp;
+using namespace mantissa::recipe;
 
 namespace {
 

@@ -1,4 +1,4 @@
-// The FP8 matrix-product path (ops_matmul.cpp with scaling::Fp8Quantiser):
+// The FP8 matrix-product path (ops_matmul.cpp with quant::Fp8Quantiser):
 // forward and backward against FP64 products of the same dequantised
 // operands (exact up to fp32 accumulation order), real 1-byte saved
 // activations, and the weight-cast cache.
@@ -14,14 +14,15 @@
 #include "mantissa/formats/format.hpp"
 #include "mantissa/kernels/matmul.hpp"
 #include "mantissa/nn/module.hpp"
-#include "mantissa/scaling/fp8.hpp"
+#include "mantissa/quant/fp8.hpp"
 #include "mantissa/tensor/memory.hpp"
 
 using namespace mantissa;
 using namespace mantissa::autograd;
-using mantissa::scaling::Fp8Config;
-using mantissa::scaling::Fp8Quantiser;
-using mantissa::scaling::CastScaling;
+using namespace mantissa::quant;
+using mantissa::quant::Fp8Config;
+using mantissa::quant::Fp8Quantiser;
+using mantissa::quant::CastScaling;
 
 namespace {
 
@@ -38,14 +39,14 @@ Tensor random_tensor(const Shape& s, uint64_t seed, float sd, MemoryKind kind = 
 std::vector<float> dequantised(const Tensor& x, const formats::Format& f, CastScaling rule, int64_t rows,
                                int64_t cols, int axis, bool weight) {
   if (rule == CastScaling::current) {
-    const auto a = scaling::amax_of(x.f32(), x.numel());
-    return scaling::dequantised_values(
-        scaling::cast_per_tensor(f, x, scaling::per_tensor_exponent(f.max(), a.value), true));
+    const auto a = quant::amax_of(x.f32(), x.numel());
+    return quant::dequantised_values(
+        quant::cast_per_tensor(f, x, quant::per_tensor_exponent(f.max(), a.value), true));
   }
   const int64_t along = rule == CastScaling::mx ? 32 : 128;
   int64_t tr = axis == 1 ? along : 1, tc = axis == 2 ? along : 1;
   if (rule == CastScaling::blockwise && weight) tr = tc = 128;
-  return scaling::dequantised_values(scaling::cast_blocks(f, x, 1, rows, cols, tr, tc, rule));
+  return quant::dequantised_values(quant::cast_blocks(f, x, 1, rows, cols, tr, tc, rule));
 }
 
 struct LinearCase {

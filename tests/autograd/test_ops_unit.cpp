@@ -17,7 +17,7 @@
 #include "mantissa/unit/ops.hpp"
 
 namespace ag = mantissa::autograd;
-namespace us = mantissa::scaling;
+namespace us = mantissa::unit;
 using mantissa::Shape;
 using mantissa::Tensor;
 using nlohmann::json;
@@ -87,8 +87,8 @@ TEST(OpsUnitGolden, ResidualSplitAdd) {
     const double tau = c["params"]["tau"];
     ag::Tape t;
     ag::Var x = t.leaf(tensor(c["inputs"]["input"]));
-    ag::ResidualSplit r = ag::residual_split(t, x, tau);
-    ag::Var y = ag::residual_add(t, ag::mul(t, r.branch, r.branch), r.skip, tau);  // branch f(x) = x^2
+    mantissa::unit::ResidualSplit r = mantissa::unit::residual_split(t, x, tau);
+    ag::Var y = mantissa::unit::residual_add(t, ag::mul(t, r.branch, r.branch), r.skip, tau);  // branch f(x) = x^2
     expect_close(y.value, c["output"], "output");
     expect_close(grad_of(t, y, x, c), c["grads"]["input"], "grad");
   }
@@ -104,8 +104,8 @@ TEST(OpsUnitGolden, GeluErfAndSilu) {
         const double mult = c["params"]["mult"];
         ag::Tape t;
         ag::Var x = t.leaf(tensor(c["inputs"]["input"]));
-        ag::Var y = std::string(op) == "gelu" ? ag::unit_gelu(t, x, us::gelu(mult, rules(c["params"])), ag::GeluForm::erf, mult)
-                                             : ag::unit_silu(t, x, us::silu(mult, rules(c["params"])), mult);
+        ag::Var y = std::string(op) == "gelu" ? mantissa::unit::unit_gelu(t, x, us::gelu(mult, rules(c["params"])), mantissa::unit::GeluForm::erf, mult)
+                                             : mantissa::unit::unit_silu(t, x, us::silu(mult, rules(c["params"])), mult);
         expect_close(y.value, c["output"], "output");
         expect_close(grad_of(t, y, x, c), c["grads"]["input"], "grad");
       }
@@ -117,7 +117,7 @@ TEST(OpsUnitGolden, LayerNormAndRmsNorm) {
     ag::Tape t;
     ag::Var x = t.leaf(tensor(c["inputs"]["input"])), w = t.leaf(tensor(c["inputs"]["weight"])),
             b = t.leaf(tensor(c["inputs"]["bias"]));
-    ag::Var y = ag::unit_layer_norm(t, x, w, b, us::layer_norm(w.numel(), x.numel()));
+    ag::Var y = mantissa::unit::unit_layer_norm(t, x, w, b, us::layer_norm(w.numel(), x.numel()));
     expect_close(y.value, c["output"], "layer norm output", 1e-5);
     t.backward(y, tensor(c["grad_output"]));
     expect_close(x.node->grad, c["grads"]["input"], "layer norm grad x", 1e-5);
@@ -128,7 +128,7 @@ TEST(OpsUnitGolden, LayerNormAndRmsNorm) {
     const json c = load("rms_norm__");
     ag::Tape t;
     ag::Var x = t.leaf(tensor(c["inputs"]["input"])), w = t.leaf(tensor(c["inputs"]["weight"]));
-    ag::Var y = ag::unit_rms_norm(t, x, w, us::rms_norm(w.numel(), x.numel()));
+    ag::Var y = mantissa::unit::unit_rms_norm(t, x, w, us::rms_norm(w.numel(), x.numel()));
     expect_close(y.value, c["output"], "rms norm output", 1e-5);
     t.backward(y, tensor(c["grad_output"]));
     expect_close(x.node->grad, c["grads"]["input"], "rms norm grad x", 1e-5);
@@ -158,7 +158,7 @@ TEST(OpsUnitGolden, CausalAttention) {
         }
     ag::Tape t;
     ag::Var x = t.leaf(Tensor::from(qkv, {1, S, 3 * C}));
-    ag::Var y = ag::unit_causal_self_attention(t, x, H, mult, us::scaled_dot_product_attention(S, D, true, mult));
+    ag::Var y = mantissa::unit::unit_causal_self_attention(t, x, H, mult, us::scaled_dot_product_attention(S, D, true, mult));
     const auto go = c["grad_output"]["data"].get<std::vector<double>>();
     std::vector<float> g(static_cast<size_t>(S * C));
     std::vector<double> out_golden = c["output"]["data"].get<std::vector<double>>(), out_ours(out_golden.size());
@@ -197,7 +197,7 @@ TEST(OpsUnitGolden, CrossEntropyAndMse) {
     for (size_t i = 0; i < tg.size(); ++i) targets.data<int32_t>()[i] = tg[i];
     ag::Tape t;
     ag::Var z = t.leaf(tensor(c["inputs"]["input"]));
-    ag::Var l = ag::unit_cross_entropy(t, z, targets, s);
+    ag::Var l = mantissa::unit::unit_cross_entropy(t, z, targets, s);
     const double golden = c["output"]["data"][0];
     EXPECT_NEAR(l.value.f32()[0] * s.mean_scale, golden, 1e-5 * std::fabs(golden));
     t.backward(l, c["grad_output"]["data"][0].get<float>());
@@ -206,7 +206,7 @@ TEST(OpsUnitGolden, CrossEntropyAndMse) {
   const json c = load("mse__sum");
   ag::Tape t;
   ag::Var x = t.leaf(tensor(c["inputs"]["input"])), y = t.leaf(tensor(c["inputs"]["target"]));
-  ag::Var l = ag::unit_mse(t, x, y, us::mse(x.numel(), false));
+  ag::Var l = mantissa::unit::unit_mse(t, x, y, us::mse(x.numel(), false));
   EXPECT_NEAR(l.value.f32()[0], c["output"]["data"][0].get<double>(), 1e-5 * c["output"]["data"][0].get<double>());
   t.backward(l, c["grad_output"]["data"][0].get<float>());
   expect_close(x.node->grad, c["grads"]["input"], "mse grad input", 1e-5);
@@ -226,22 +226,22 @@ TEST(OpsUnitEmpirical, UnitInUnitOut) {
   {  // residual with tau 0.5: skip + branch (an independent unit tensor standing in for f(x))
     ag::Tape t;
     ag::Var x = leaf(t, 1, {N, C}), f = leaf(t, 2, {N, C});
-    ag::ResidualSplit r = ag::residual_split(t, x, 0.5);
-    ag::Var y = ag::residual_add(t, ag::add(t, ag::scale(t, r.branch, 0.0f), f), r.skip, 0.5);
+    mantissa::unit::ResidualSplit r = mantissa::unit::residual_split(t, x, 0.5);
+    ag::Var y = mantissa::unit::residual_add(t, ag::add(t, ag::scale(t, r.branch, 0.0f), f), r.skip, 0.5);
     EXPECT_NEAR(rms(y.value), 1.0, 0.05);
   }
   {  // GELU (tanh) and ReLU with their unit scales, library and paper rules
     for (auto set : {us::RuleSet::library, us::RuleSet::paper}) {
       ag::Tape t;
       ag::Var x = leaf(t, 3, {N, C});
-      ag::Var y = ag::unit_gelu(t, x, us::gelu(1.0, {set, us::Constraint::none}));
+      ag::Var y = mantissa::unit::unit_gelu(t, x, us::gelu(1.0, {set, us::Constraint::none}));
       t.backward(y, cot(y, 4));
       EXPECT_NEAR(stddev(y.value), 1.0, 0.06);  // the scales target the variance; GELU keeps a mean
       EXPECT_NEAR(rms(x.node->grad), 1.0, 0.06);
     }
     ag::Tape t;
     ag::Var x = leaf(t, 5, {N, C});
-    ag::Var y = ag::unit_relu(t, x, us::relu({us::RuleSet::library, us::Constraint::none}));
+    ag::Var y = mantissa::unit::unit_relu(t, x, us::relu({us::RuleSet::library, us::Constraint::none}));
     t.backward(y, cot(y, 6));
     // relu keeps the mean: RMS of the scaled output is sqrt(2/(1-1/pi)) x sqrt(1/2) = 1.21, std 1.
     EXPECT_NEAR(stddev(y.value), 1.0, 0.05);
@@ -251,7 +251,7 @@ TEST(OpsUnitEmpirical, UnitInUnitOut) {
     ag::Tape t;
     ag::Var x = leaf(t, 7, {N, C});
     ag::Var w = t.leaf(Tensor::from(std::vector<float>(C, 1.0f), {C})), b = t.leaf(Tensor::zeros({C}));
-    ag::Var y = ag::unit_layer_norm(t, x, w, b, us::layer_norm(C, N * C));
+    ag::Var y = mantissa::unit::unit_layer_norm(t, x, w, b, us::layer_norm(C, N * C));
     t.backward(y, cot(y, 8));
     EXPECT_NEAR(rms(y.value), 1.0, 0.02);
     EXPECT_NEAR(rms(x.node->grad), 1.0, 0.05);
@@ -262,7 +262,7 @@ TEST(OpsUnitEmpirical, UnitInUnitOut) {
     const int64_t B = 8, S = 64, H = 4, D = 32, Cq = H * D;
     ag::Tape t;
     ag::Var x = leaf(t, 9, {B, S, 3 * Cq});
-    ag::Var y = ag::unit_causal_self_attention(t, x, H, 1.0, us::scaled_dot_product_attention(S, D, true));
+    ag::Var y = mantissa::unit::unit_causal_self_attention(t, x, H, 1.0, us::scaled_dot_product_attention(S, D, true));
     t.backward(y, cot(y, 10));
     EXPECT_NEAR(rms(y.value), 1.0, 0.25);
     const auto g = x.node->grad.to_vector();
@@ -277,7 +277,7 @@ TEST(OpsUnitEmpirical, UnitInUnitOut) {
     ag::Var z = t.leaf(Tensor::zeros({N, V}));
     Tensor targets = Tensor::empty({N}, mantissa::DType::i32);
     for (int64_t i = 0; i < N; ++i) targets.data<int32_t>()[i] = static_cast<int32_t>((i * 37) % V);
-    ag::Var l = ag::unit_cross_entropy(t, z, targets, us::cross_entropy(V, N));
+    ag::Var l = mantissa::unit::unit_cross_entropy(t, z, targets, us::cross_entropy(V, N));
     t.backward(l);
     EXPECT_NEAR(rms(z.node->grad), 1.0, 0.01);
   }
@@ -286,7 +286,7 @@ TEST(OpsUnitEmpirical, UnitInUnitOut) {
 TEST(OpsUnit, ObserveReportsValueAndGradientOnlyWithObserver) {
   ag::Tape plain;
   ag::Var x0 = plain.leaf(Tensor::from({1, 2}, {2}));
-  EXPECT_EQ(ag::observe(plain, x0, "x").node, x0.node);  // no observer: the same Var
+  EXPECT_EQ(mantissa::unit::observe(plain, x0, "x").node, x0.node);  // no observer: the same Var
 
   std::vector<std::pair<std::string, std::vector<float>>> seen;
   ag::OpContext ctx;
@@ -295,7 +295,7 @@ TEST(OpsUnit, ObserveReportsValueAndGradientOnlyWithObserver) {
   };
   ag::Tape t(ctx);
   ag::Var x = t.leaf(Tensor::from({1, 2}, {2}));
-  ag::Var y = ag::scale(t, ag::observe(t, x, "x"), 3.0f);
+  ag::Var y = ag::scale(t, mantissa::unit::observe(t, x, "x"), 3.0f);
   t.backward(y, Tensor::from({0.5f, -1.0f}, {2}));
   ASSERT_EQ(seen.size(), 2u);
   EXPECT_EQ(seen[0].first, "x:fwd");
@@ -316,7 +316,7 @@ TEST(UnitOps, TanhGeluBackwardStaysFiniteForLargeNegativeInputs) {
   const us::Scales s = us::gelu(1.0, {us::RuleSet::library, us::Constraint::none});
   ag::Tape t;
   ag::Var x = t.leaf(Tensor::from(xs, {n}));
-  ag::Var y = ag::unit_gelu(t, x, s);
+  ag::Var y = mantissa::unit::unit_gelu(t, x, s);
   std::vector<float> dy(xs.size());
   for (size_t i = 0; i < dy.size(); ++i) dy[i] = 1.0f + 0.25f * static_cast<float>(i);
   t.backward(y, Tensor::from(dy, {n}));

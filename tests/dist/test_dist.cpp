@@ -111,7 +111,7 @@ struct TrainRun {
 
 // A small GPT trainer: batch rows per micro-batch, grad_accum micro-batches,
 // data parallel over `group` when given.
-TrainRun make_run(const data::TextCorpus& corpus, const train::TrainConfig& c, const amp::Recipe& recipe, int64_t batch,
+TrainRun make_run(const data::TextCorpus& corpus, const train::TrainConfig& c, const recipe::Recipe& recipe, int64_t batch,
              int64_t accum, dist::Group* group, const dist::CommOptions& comm) {
   TrainRun r;
   r.model = train::make_model(c);
@@ -147,7 +147,7 @@ TEST(DistWorker, TwoRanksEqualOneProcessAccumulatingEveryStep) {
   const data::TextCorpus corpus = data::TextCorpus::from_bytes(corpus_text(), "test");
   const train::TrainConfig c = small_gpt();
   for (const char* recipe_name : {"bf16-amp", "fp16-amp"}) {
-    const amp::Recipe recipe = amp::find_recipe(recipe_name);
+    const recipe::Recipe recipe = recipe::find_recipe(recipe_name);
     // Global batch 8: 2 ranks x 4 rows, against 1 process x 2 micro-batches of 4.
     TrainRun dp = make_run(corpus, c, recipe, 8, 1, &g, {});
     TrainRun ref = make_run(corpus, c, recipe, 4, 2, nullptr, {});
@@ -174,7 +174,7 @@ TEST(DistWorker, LowPrecisionWireKeepsRanksIdenticalAndSkipsTogether) {
   dist::Group& g = dist::Group::world();
   const data::TextCorpus corpus = data::TextCorpus::from_bytes(corpus_text(), "test");
   const train::TrainConfig c = small_gpt();
-  amp::Recipe recipe = amp::find_recipe("fp16-amp");
+  recipe::Recipe recipe = recipe::find_recipe("fp16-amp");
   // Bytes sent per rank and step: 2 collectives x (ranks - 1) chunks of
   // half the parameters, padded to 16 values (fp8: 16 blocks of 128).
   const int64_t params = train::make_model(c)->parameter_count();
@@ -198,7 +198,7 @@ TEST(DistWorker, LowPrecisionWireKeepsRanksIdenticalAndSkipsTogether) {
   }
   // An overflowing gradient on ONE rank's rows makes every rank skip: a huge
   // static loss scale overflows fp16 gradients, the fp8 block turns NaN.
-  recipe.loss_scale.method = amp::ScalingMethod::static_scale;
+  recipe.loss_scale.method = recipe::ScalingMethod::static_scale;
   recipe.loss_scale.init_scale = 0x1p120;
   dist::CommOptions comm;
   comm.format = "fp8";

@@ -58,7 +58,7 @@ struct TrainRun {
 };
 
 struct RunSetup {
-  amp::Recipe recipe;
+  recipe::Recipe recipe;
   int64_t batch = 8, accum = 1;
   dist::Group* group = nullptr;
   bool shard = false;
@@ -119,14 +119,14 @@ TEST(ShardWorker, ShardedEqualsUnshardedAndAccumulationWithScalingSkipsAndClippi
   ASSERT_EQ(g.size(), 2);
   const data::TextCorpus corpus = data::TextCorpus::from_bytes(corpus_text(), "test");
   struct Case {
-    amp::Recipe recipe;
+    recipe::Recipe recipe;
     double clip;
     double init_scale;  // > 0: a dynamic loss scale this large overflows fp16 first (skipped steps)
   };
-  amp::Recipe master_nearest = amp::find_recipe("bf16-master-sr");  // fp32 masters of bf16 weights
-  master_nearest.weight_rounding = amp::WeightRounding::nearest;
-  for (const Case& k : {Case{amp::find_recipe("bf16-amp"), 1.0, 0}, Case{amp::find_recipe("fp16-amp"), 1.0, 0x1p24},
-                        Case{amp::find_recipe("fp16-master"), 0.05, 0}, Case{master_nearest, 1.0, 0}}) {
+  recipe::Recipe master_nearest = recipe::find_recipe("bf16-master-sr");  // fp32 masters of bf16 weights
+  master_nearest.weight_rounding = recipe::WeightRounding::nearest;
+  for (const Case& k : {Case{recipe::find_recipe("bf16-amp"), 1.0, 0}, Case{recipe::find_recipe("fp16-amp"), 1.0, 0x1p24},
+                        Case{recipe::find_recipe("fp16-master"), 0.05, 0}, Case{master_nearest, 1.0, 0}}) {
     const char* name = k.recipe.name.c_str();
     RunSetup s;
     s.recipe = k.recipe;
@@ -177,7 +177,7 @@ TEST(ShardWorker, ShardedEqualsUnshardedAndAccumulationWithScalingSkipsAndClippi
     // master for every parameter the recipe rounds (fp16-master keeps its
     // norms in fp32 without a master). Summed over the ranks it is exactly
     // that count; each rank holds at most half, plus one optimizer chunk.
-    const amp::Recipe& r = s.recipe;
+    const recipe::Recipe& r = s.recipe;
     const int64_t mastered = r.master_format == "fp32" && r.weight_format != "fp32"
                                  ? numel_where(*sharded.model, r.norms_fp32 ? +[](const nn::Parameter& p) { return !nn::is_norm(p.role); }
                                                                             : +[](const nn::Parameter&) { return true; })
@@ -201,7 +201,7 @@ TEST(ShardWorker, RefusesWhatCannotBeSharded) {
   s.group = &g;
   s.shard = true;
   for (const char* name : {"bf16-master-sr", "scalify-fp8-fp16state"}) {
-    s.recipe = amp::find_recipe(name);
+    s.recipe = recipe::find_recipe(name);
     try {
       make_run(corpus, s);
       ADD_FAILURE() << name << " was sharded";
@@ -222,7 +222,7 @@ TEST(ShardWorker, CheckpointsResumeAcrossRankCountsAndSharding) {
   const data::TextCorpus corpus = data::TextCorpus::from_bytes(corpus_text(), "test");
   const std::string root = shared_dir(g, (fs::temp_directory_path() / ("mantissa_shard_" + std::to_string(::getpid()))).string());
   RunSetup s;
-  s.recipe = amp::find_recipe("bf16-amp");
+  s.recipe = recipe::find_recipe("bf16-amp");
   s.group = &g;
   s.shard = true;
   TrainRun first = make_run(corpus, s);
@@ -303,7 +303,7 @@ TEST(ShardWorker, ErrorFeedbackResidualsResumeBitIdentically) {
   const std::string root = shared_dir(g, (fs::temp_directory_path() / ("mantissa_ef_" + std::to_string(::getpid()))).string());
   for (bool shard : {false, true}) {
     RunSetup s;
-    s.recipe = amp::find_recipe("bf16-amp");
+    s.recipe = recipe::find_recipe("bf16-amp");
     s.group = &g;
     s.shard = shard;
     s.comm.format = "fp8";

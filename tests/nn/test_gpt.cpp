@@ -6,7 +6,7 @@
 #include <random>
 
 #include "mantissa/amp/amp.hpp"
-#include "mantissa/amp/recipe.hpp"
+#include "mantissa/recipe/recipe.hpp"
 #include "mantissa/autograd/tape.hpp"
 #include "mantissa/nn/gpt.hpp"
 #include "nn/reference_gpt.hpp"
@@ -344,19 +344,19 @@ TEST(GPT, Fp8RecipeKeepsSavedActivationsInOneByte) {
   GPTConfig c = policy_config();
   GPT m(c);
   nn::Batch batch = make_batch(4, 32, c.vocab, 6);
-  amp::Recipe r = amp::find_recipe("fp8-current");
+  recipe::Recipe r = recipe::find_recipe("fp8-current");
   ASSERT_EQ(r.saved_format, "e4m3fn");
   PolicyRun fp8 = run_policy(m, batch, amp::precision_policy(r, &m));
-  amp::set_recipe_field(r, "saved_format", "bf16");
+  recipe::set_recipe_field(r, "saved_format", "bf16");
   PolicyRun fp8_bf16 = run_policy(m, batch, amp::precision_policy(r, &m));
-  PolicyRun bf16 = run_policy(m, batch, amp::precision_policy(amp::find_recipe("bf16-amp"), &m));
+  PolicyRun bf16 = run_policy(m, batch, amp::precision_policy(recipe::find_recipe("bf16-amp"), &m));
   EXPECT_LT(fp8.saved * 100, bf16.saved * 55) << "fp8 " << fp8.saved << " bf16-amp " << bf16.saved;
   EXPECT_LT(fp8.saved * 100, fp8_bf16.saved * 75) << "fp8 " << fp8.saved << " with bf16 saves " << fp8_bf16.saved;
   EXPECT_LT(fp8.peak, fp8_bf16.peak);
   EXPECT_EQ(fp8.loss.sum, fp8_bf16.loss.sum);  // saves change the backward pass only
   // The recipe's gradient error against fp32 comes from its casts; the 1-byte
   // saves hardly add to it.
-  PolicyRun f32 = run_policy(m, batch, amp::precision_policy(amp::find_recipe("fp32"), &m));
+  PolicyRun f32 = run_policy(m, batch, amp::precision_policy(recipe::find_recipe("fp32"), &m));
   std::vector<float> all8, all16, all32;
   size_t k = 0;
   for (auto* p : m.parameters()) {

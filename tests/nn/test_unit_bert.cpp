@@ -16,7 +16,7 @@
 #include "nn/scaled_grad_check.hpp"
 
 using namespace mantissa;
-namespace us = mantissa::scaling;
+namespace us = mantissa::unit;
 
 namespace {
 bool has(const std::string& s, const char* part) { return s.find(part) != std::string::npos; }

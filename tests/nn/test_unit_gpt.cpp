@@ -22,7 +22,7 @@
 #include "mantissa/train/session.hpp"
 
 using namespace mantissa;
-namespace us = mantissa::scaling;
+namespace us = mantissa::unit;
 
 namespace {
 
@@ -146,8 +146,8 @@ TEST(UnitGPT, GradientsAreScaledLossGradients) {
 }
 
 // u-muP: no norm parameters, and block l's taus are u-muP's depth rule for
-// residuals 2l and 2l+1 of 2L (scaling::transformer_residual_tau, checked
-// against the library's goldens in scaling_test_unit_golden).
+// residuals 2l and 2l+1 of 2L (unit::transformer_residual_tau, checked
+// against the library's goldens in unit_test_unit_golden).
 TEST(UmupGPT, GradientsAreScaledLossGradientsWithDepthTaus) {
   for (const auto& [mult, ratio] : {std::pair{1.0, 1.0}, std::pair{2.0, 0.5}}) {
     nn::GPTConfig cfg = tiny_gpt("library");

@@ -14,7 +14,7 @@
 #include "nn/scaled_grad_check.hpp"
 
 using namespace mantissa;
-namespace us = mantissa::scaling;
+namespace us = mantissa::unit;
 
 TEST(UnitLlama, GradientsAreScaledLossGradients) {
   kernels::set_num_threads(1);  // tiny tensors: threads only add synchronisation

@@ -65,7 +65,7 @@ class NanInjection : public ::testing::TestWithParam<std::string> {
 
 TEST_P(NanInjection, SkipsAndRecoversOrStopsAndNeverSavesNonFinite) {
   const std::string recipe = GetParam();
-  const bool dynamic = session(recipe)->recipe.loss_scale.method == amp::ScalingMethod::dynamic;
+  const bool dynamic = session(recipe)->recipe.loss_scale.method == recipe::ScalingMethod::dynamic;
   for (Where where : {Where::activations, Where::gradients, Where::weights}) {
     SCOPED_TRACE(std::string(recipe) + ", NaN in the " + name(where));
     const fs::path ck = dir_ / ("ck-" + std::string(name(where)));

@@ -10,7 +10,7 @@
 #include "mantissa/report/scales.hpp"
 
 namespace rp = mantissa::report;
-namespace us = mantissa::scaling;
+namespace us = mantissa::unit;
 
 TEST(ScalePlotFromRecorders, MergesOpsAndPlacesValues) {
   us::ScaleRecorder standard, unit;

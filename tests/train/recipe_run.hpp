@@ -15,7 +15,7 @@
 #include <memory>
 #include <string>
 
-#include "mantissa/amp/recipe.hpp"
+#include "mantissa/recipe/recipe.hpp"
 #include "mantissa/train/session.hpp"
 #include "temp_dir.hpp"
 #include "train/cli_util.hpp"
@@ -79,15 +79,15 @@ class TinyRun {
 inline void expect_every_recipe_trains(const std::string& kind,
                                        const std::function<train::TrainConfig(const std::string&)>& config,
                                        const std::function<void(train::Session&)>& check = {}) {
-  for (const amp::Recipe& r : amp::recipes()) {
+  for (const recipe::Recipe& r : recipe::recipes()) {
     SCOPED_TRACE(r.name);
-    if (r.parametrisation == amp::Parametrisation::umup) {
+    if (r.parametrisation == recipe::Parametrisation::umup) {
       EXPECT_THROW(train::build_session(config(r.name)), std::invalid_argument);
       continue;
     }
     auto s = train::build_session(config(r.name));
     ASSERT_EQ(s->model->kind(), kind);
-    EXPECT_EQ(s->model->unit().enabled, r.parametrisation == amp::Parametrisation::unit);
+    EXPECT_EQ(s->model->unit().enabled, r.parametrisation == recipe::Parametrisation::unit);
     // Recipes without operand casts multiply in their matmul format: the model runs it.
     if (r.matmul_format != "fp32" && !s->model->precision().quantiser) {
       EXPECT_NE(s->model->precision().matmul, DType::f32);

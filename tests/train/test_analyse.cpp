@@ -47,10 +47,10 @@ train::AnalyseOptions options(const TextDir& d, const std::string& recipe) {
   return o;
 }
 
-std::pair<double, double> rms_range(const scaling::ScaleRecorder& r, const std::string& skip = "") {
+std::pair<double, double> rms_range(const unit::ScaleRecorder& r, const std::string& skip = "") {
   double lo = 1e300, hi = 0;
   for (const auto& row : r.rows()) {
-    if (row.op == skip && row.pass == scaling::Pass::forward) continue;
+    if (row.op == skip && row.pass == unit::Pass::forward) continue;
     lo = std::min(lo, row.stats.rms);
     hi = std::max(hi, row.stats.rms);
   }
@@ -68,8 +68,8 @@ TEST(Analyse, UnitGptIsUnitScaledAtInit) {
   EXPECT_EQ(paper.parametrisation, "unit");
   ASSERT_EQ(paper.ops.rows().size(), 2u * (1 + 2 * 10 + 2));  // embedding, 10 per block, ln_f, logits; both passes
   for (const auto& row : paper.ops.rows()) {
-    EXPECT_GE(row.stats.rms, 0.5) << row.op << " " << scaling::pass_name(row.pass);
-    EXPECT_LE(row.stats.rms, 2.0) << row.op << " " << scaling::pass_name(row.pass);
+    EXPECT_GE(row.stats.rms, 0.5) << row.op << " " << unit::pass_name(row.pass);
+    EXPECT_LE(row.stats.rms, 2.0) << row.op << " " << unit::pass_name(row.pass);
   }
   // Library rules (to_output_scale): a linear's input gradient carries its
   // forward scale fan_in^-1/2 instead of fan_out^-1/2, so gradients entering
@@ -79,17 +79,17 @@ TEST(Analyse, UnitGptIsUnitScaledAtInit) {
   // of those targets.
   const train::Analysis lib = train::analyse(options(d, "unit-fp32"));
   for (const auto& row : lib.ops.rows()) {
-    const bool logits = row.op == "logits" && row.pass == scaling::Pass::forward;
+    const bool logits = row.op == "logits" && row.pass == unit::Pass::forward;
     const double want = logits ? 1.0 / std::sqrt(64.0) : 1.0;
-    EXPECT_GE(row.stats.rms, 0.25 * want) << row.op << " " << scaling::pass_name(row.pass);
-    EXPECT_LE(row.stats.rms, 4.0 * want) << row.op << " " << scaling::pass_name(row.pass);
+    EXPECT_GE(row.stats.rms, 0.25 * want) << row.op << " " << unit::pass_name(row.pass);
+    EXPECT_LE(row.stats.rms, 4.0 * want) << row.op << " " << unit::pass_name(row.pass);
   }
   // Weight gradients are near unit too (their batch^-1/2 scales; attention's
   // c_proj sees the ~1.35 RMS attention output and correlated rows: 2.4-2.5).
   for (const auto& row : paper.params.rows())
     if (row.op.find("weight") != std::string::npos && row.op.find("ln_") == std::string::npos) {
-      EXPECT_GE(row.stats.rms, 0.25) << row.op << " " << scaling::pass_name(row.pass);
-      EXPECT_LE(row.stats.rms, 4.0) << row.op << " " << scaling::pass_name(row.pass);
+      EXPECT_GE(row.stats.rms, 0.25) << row.op << " " << unit::pass_name(row.pass);
+      EXPECT_LE(row.stats.rms, 4.0) << row.op << " " << unit::pass_name(row.pass);
     }
 }
 

@@ -55,9 +55,9 @@ TEST(AnalyseBert, UnitBertIsUnitScaledAtInit) {
     const train::Analysis a = train::analyse(o);
     EXPECT_EQ(a.parametrisation, "unit");
     for (const auto& row : a.ops.rows()) {
-      std::printf("%-6s %-18s %-8s rms %.3f\n", norm, row.op.c_str(), scaling::pass_name(row.pass), row.stats.rms);
-      EXPECT_GE(row.stats.rms, 0.5) << row.op << " " << scaling::pass_name(row.pass);
-      EXPECT_LE(row.stats.rms, 2.0) << row.op << " " << scaling::pass_name(row.pass);
+      std::printf("%-6s %-18s %-8s rms %.3f\n", norm, row.op.c_str(), unit::pass_name(row.pass), row.stats.rms);
+      EXPECT_GE(row.stats.rms, 0.5) << row.op << " " << unit::pass_name(row.pass);
+      EXPECT_LE(row.stats.rms, 2.0) << row.op << " " << unit::pass_name(row.pass);
     }
   }
 }

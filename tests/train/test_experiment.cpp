@@ -15,7 +15,7 @@
 #include <random>
 #include <sstream>
 
-#include "mantissa/amp/recipe.hpp"
+#include "mantissa/recipe/recipe.hpp"
 #include "mantissa/train/experiment.hpp"
 #include "train/cli_util.hpp"
 
@@ -215,10 +215,10 @@ TEST_F(Experiment, BadFlagsExitWithUsageError) {
 }
 
 TEST(ExperimentPlan, LearningRateFollowsParametrisationAndUnknownRecipesAreRefused) {
-  mantissa::amp::Recipe unit = mantissa::amp::find_recipe("fp32");
+  mantissa::recipe::Recipe unit = mantissa::recipe::find_recipe("fp32");
   unit.name = "test-unit-parametrised";
-  unit.parametrisation = mantissa::amp::Parametrisation::unit;
-  mantissa::amp::register_recipe(unit);
+  unit.parametrisation = mantissa::recipe::Parametrisation::unit;
+  mantissa::recipe::register_recipe(unit);
   ExperimentOptions o;
   o.recipes = {"fp32", "test-unit-parametrised", "missing-recipe"};
   // A recipe the user names must exist.

@@ -50,9 +50,9 @@ TEST(GptPostNorm, UnitGptIsUnitScaledAtInit) {
   // embedding, 10 per block (qkv, sdpa, proj, residual, ln for each branch), logits; both passes.
   ASSERT_EQ(a.ops.rows().size(), 2u * (1 + 2 * 10 + 1));
   for (const auto& row : a.ops.rows()) {
-    std::printf("%-18s %-8s rms %.3f\n", row.op.c_str(), scaling::pass_name(row.pass), row.stats.rms);
-    EXPECT_GE(row.stats.rms, 0.5) << row.op << " " << scaling::pass_name(row.pass);
-    EXPECT_LE(row.stats.rms, 2.0) << row.op << " " << scaling::pass_name(row.pass);
+    std::printf("%-18s %-8s rms %.3f\n", row.op.c_str(), unit::pass_name(row.pass), row.stats.rms);
+    EXPECT_GE(row.stats.rms, 0.5) << row.op << " " << unit::pass_name(row.pass);
+    EXPECT_LE(row.stats.rms, 2.0) << row.op << " " << unit::pass_name(row.pass);
   }
 }
 

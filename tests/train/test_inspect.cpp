@@ -16,7 +16,7 @@
 #include "mantissa/autograd/tape.hpp"
 #include "mantissa/formats/format.hpp"
 #include "mantissa/formats/round.hpp"
-#include "mantissa/scaling/fp8.hpp"
+#include "mantissa/quant/fp8.hpp"
 #include "mantissa/train/inspect.hpp"
 
 using namespace mantissa;
@@ -62,14 +62,14 @@ std::vector<float> spread(size_t n, double lo, double hi, uint64_t seed) {
   return v;
 }
 
-std::shared_ptr<train::Probe> probe_with(toy::Bigram& model, scaling::CastScaling scaling, DType saved,
+std::shared_ptr<train::Probe> probe_with(toy::Bigram& model, quant::CastScaling scaling, DType saved,
                                          int64_t max_values = 0) {
   autograd::PrecisionPolicy p;
-  scaling::Fp8Config c;
+  quant::Fp8Config c;
   c.scaling = scaling;
   c.forward_format = "e4m3fn";
   c.backward_format = "e5m2";
-  p.quantiser = std::make_shared<scaling::Fp8Quantiser>(c);
+  p.quantiser = std::make_shared<quant::Fp8Quantiser>(c);
   p.saved = saved;
   model.set_precision(p);
   auto probe = train::attach_probe(model, max_values);
@@ -114,7 +114,7 @@ TEST(InspectProbe, UnitScaledGradientCastMatchesFloat64) {
   // Output gradients in E5M2 at scale 1: magnitudes 2^-24 .. 2^18 span
   // E5M2's subnormals (from 2^-16) and its max 57344, so some flush and some saturate.
   toy::Bigram model(4);
-  auto probe = probe_with(model, scaling::CastScaling::unit, DType::f32);
+  auto probe = probe_with(model, quant::CastScaling::unit, DType::f32);
   const std::vector<float> x = spread(3000, -24, 18, 1);
   autograd::QuantSite site;
   site.key = model.parameters()[0];
@@ -138,7 +138,7 @@ TEST(InspectProbe, UnitScaledGradientCastMatchesFloat64) {
 
 TEST(InspectProbe, CurrentScaledActivationCastMatchesFloat64) {
   toy::Bigram model(4);
-  auto probe = probe_with(model, scaling::CastScaling::current, DType::f32);
+  auto probe = probe_with(model, quant::CastScaling::current, DType::f32);
   const std::vector<float> x = spread(2048, -30, -8, 2);
   autograd::QuantSite site;
   site.ordinal = 3;
@@ -149,7 +149,7 @@ TEST(InspectProbe, CurrentScaledActivationCastMatchesFloat64) {
   const auto& [info, t] = only_site(sites);
   double amax = 0;
   for (float v : x) amax = std::max(amax, static_cast<double>(std::fabs(v)));
-  const int e = scaling::per_tensor_exponent(448, amax);
+  const int e = quant::per_tensor_exponent(448, amax);
   const Expected want = expected_cast(x, formats::preset("e4m3fn"), e);
   EXPECT_EQ(info.name, "product3 forward X");
   EXPECT_EQ(t.scale_log2, e);
@@ -161,7 +161,7 @@ TEST(InspectProbe, CurrentScaledActivationCastMatchesFloat64) {
 
 TEST(InspectProbe, SavedActivationsAndSubsampling) {
   toy::Bigram model(4);
-  auto probe = probe_with(model, scaling::CastScaling::unit, DType::e4m3fn, 100);
+  auto probe = probe_with(model, quant::CastScaling::unit, DType::e4m3fn, 100);
   const std::vector<float> x = spread(1000, -12, 6, 3);
   autograd::OpContext ctx;
   ctx.policy = model.precision();
@@ -183,7 +183,7 @@ TEST(InspectProbe, SavedActivationsAndSubsampling) {
 
 TEST(InspectProbe, InactiveProbeLooksAtNothing) {
   toy::Bigram model(4);
-  auto probe = probe_with(model, scaling::CastScaling::unit, DType::f32);
+  auto probe = probe_with(model, quant::CastScaling::unit, DType::f32);
   probe->set_active(false);
   autograd::QuantSite site;
   site.role = autograd::OperandRole::activation;

@@ -17,8 +17,8 @@
 #include "mantissa/autograd/tape.hpp"
 #include "mantissa/formats/format.hpp"
 #include "mantissa/formats/round.hpp"
-#include "mantissa/scaling/fp4.hpp"
-#include "mantissa/scaling/fp8.hpp"
+#include "mantissa/quant/fp4.hpp"
+#include "mantissa/quant/fp8.hpp"
 #include "mantissa/train/inspect.hpp"
 
 using namespace mantissa;
@@ -126,11 +126,11 @@ TEST(InspectTiles, MxTilesMatchFloat64) {
   // OCP's exponent floor(log2 amax) - 8 falls below E8M0's 2^-127 and is clamped.
   toy::Bigram model(4);
   autograd::PrecisionPolicy p;
-  scaling::Fp8Config c;
-  c.scaling = scaling::CastScaling::mx;
+  quant::Fp8Config c;
+  c.scaling = quant::CastScaling::mx;
   c.forward_format = "e4m3fn";
   c.backward_format = "e5m2";
-  p.quantiser = std::make_shared<scaling::Fp8Quantiser>(c);
+  p.quantiser = std::make_shared<quant::Fp8Quantiser>(c);
   model.set_precision(p);
   auto probe = train::attach_probe(model, 0);
   probe->set_active(true);
@@ -193,12 +193,12 @@ TEST(InspectTiles, Nvfp4TilesMatchFloat64) {
   nn::Parameter w;
   w.name = "h0.mlp.fc.weight";
   w.block = 0;
-  scaling::Fp4Config c;
+  quant::Fp4Config c;
   c.backward = false;
-  c.rht = scaling::RhtMode::none;
+  c.rht = quant::RhtMode::none;
   toy::Bigram model(4);
   autograd::PrecisionPolicy p;
-  p.quantiser = std::make_shared<scaling::Fp4Quantiser>(c);
+  p.quantiser = std::make_shared<quant::Fp4Quantiser>(c);
   model.set_precision(p);
   auto probe = train::attach_probe(model, 0);
   probe->set_active(true);

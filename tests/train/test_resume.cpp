@@ -23,12 +23,12 @@ std::string corpus_text() {
   return s;
 }
 
-amp::Recipe resume_recipe() {
+recipe::Recipe resume_recipe() {
   // bf16 working weights, fp32 masters rounded stochastically, and a dynamic
   // scale that grows every 2 steps: every piece of state matters.
-  amp::Recipe r = amp::find_recipe("bf16-master-sr");
+  recipe::Recipe r = recipe::find_recipe("bf16-master-sr");
   r.name = "test-resume";
-  r.loss_scale.method = amp::ScalingMethod::dynamic;
+  r.loss_scale.method = recipe::ScalingMethod::dynamic;
   r.loss_scale.init_scale = 1024;
   r.loss_scale.growth_interval = 2;
   return r;
@@ -99,7 +99,7 @@ TEST(Resume, BitIdenticalToAnUninterruptedRun) {
   data::TextWindows src(corpus, 4, 16, 99);
   optim::OptimizerConfig oc;
   auto opt = optim::make_optimizer(oc, other.parameters());
-  train::Trainer wrong(other, *opt, src, nullptr, amp::find_recipe("bf16-master-sr"), {});
+  train::Trainer wrong(other, *opt, src, nullptr, recipe::find_recipe("bf16-master-sr"), {});
   try {
     wrong.resume(dir);
     FAIL() << "resumed with another recipe";

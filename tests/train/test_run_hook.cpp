@@ -35,7 +35,7 @@ std::vector<std::string> read_lines(const std::string& path) {
 struct Toy {
   explicit Toy(const data::TextCorpus& corpus) : model(256, 3), source(corpus, 2, 8, 11), val(corpus, 2, 8, 2) {
     opt = optim::make_optimizer(optim::OptimizerConfig{}, model.parameters());
-    trainer = std::make_unique<train::Trainer>(model, *opt, source, &val, amp::find_recipe("fp32"),
+    trainer = std::make_unique<train::Trainer>(model, *opt, source, &val, recipe::find_recipe("fp32"),
                                                train::TrainerOptions{});
   }
   toy::Bigram model;

@@ -70,7 +70,7 @@ TEST(Trainer, AccumulatedMicroBatchesEqualOneBigBatch) {
   optim::OptimizerConfig oc;
   oc.type = "sgd";
   oc.momentum = 0.9;
-  const amp::Recipe fp32 = amp::find_recipe("fp32");
+  const recipe::Recipe fp32 = recipe::find_recipe("fp32");
 
   toy::Bigram ma(V, 3), mb(V, 3);
   auto oa = optim::make_optimizer(oc, ma.parameters()), ob = optim::make_optimizer(oc, mb.parameters());
@@ -115,7 +115,7 @@ TEST(Trainer, SkippedStepLeavesWeightsOptimizerAndScheduleUnchanged) {
   to.schedule.min_lr = 1e-3;
   to.schedule.warmup_steps = 10;  // lr changes every step
   to.schedule.decay_steps = 100;
-  train::Trainer trainer(model, *opt, src, nullptr, amp::find_recipe("fp16-amp"), to);
+  train::Trainer trainer(model, *opt, src, nullptr, recipe::find_recipe("fp16-amp"), to);
 
   const auto s1 = trainer.train_step();
   EXPECT_FALSE(s1.skipped);
@@ -152,8 +152,8 @@ TEST(Trainer, Fp16GradientsOverflowAndUnderflowWithoutAGoodScale) {
   for (double scale : {0x1p40, 0x1p-40}) {
     toy::Bigram model(V, 4);
     auto opt = optim::make_optimizer(oc, model.parameters());
-    amp::Recipe r = amp::find_recipe("fp16-pure");
-    r.loss_scale.method = amp::ScalingMethod::static_scale;
+    recipe::Recipe r = recipe::find_recipe("fp16-pure");
+    r.loss_scale.method = recipe::ScalingMethod::static_scale;
     r.loss_scale.init_scale = scale;
     amp::AmpOptions ao;
     ao.grad_stats = true;

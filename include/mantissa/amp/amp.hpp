@@ -1,7 +1,7 @@
 // Mixed precision for any nn::Model in three lines (apex's amp.initialize,
 // scale_loss, step):
 //
-//   amp::Amp amp(model, optimizer, amp::find_recipe("fp16-amp"));
+//   amp::Amp amp(model, optimizer, recipe::find_recipe("fp16-amp"));
 //   amp.backward(batch);          // scaled forward + backward, as often as you accumulate
 //   amp.step(lr);                 // unscale, skip if non-finite, clip, update, round weights
 //
@@ -22,7 +22,7 @@
 #include "mantissa/amp/grad_stats.hpp"
 #include "mantissa/amp/loss_scaler.hpp"
 #include "mantissa/amp/master_weights.hpp"
-#include "mantissa/amp/recipe.hpp"
+#include "mantissa/recipe/recipe.hpp"
 #include "mantissa/autograd/policy.hpp"
 #include "mantissa/nn/module.hpp"
 #include "mantissa/optim/optimizer.hpp"
@@ -33,7 +33,7 @@ namespace mantissa::amp {
 // the setting when the engine cannot run a format in that role.
 // Scale-propagation recipes (cast_scaling propagate) need the model: their
 // scales start from its parameters'; Amp passes it.
-autograd::PrecisionPolicy precision_policy(const Recipe& r, nn::Model* model = nullptr);
+autograd::PrecisionPolicy precision_policy(const recipe::Recipe& r, nn::Model* model = nullptr);
 
 struct AmpOptions {
   double grad_clip = 0.0;      // <= 0: measure the norm only
@@ -53,9 +53,9 @@ int64_t count_targets(const nn::Batch& b);
 
 class Amp {
  public:
-  Amp(nn::Model& model, optim::Optimizer& optimizer, const Recipe& recipe, AmpOptions options = {});
+  Amp(nn::Model& model, optim::Optimizer& optimizer, const recipe::Recipe& recipe, AmpOptions options = {});
 
-  const Recipe& recipe() const { return recipe_; }
+  const recipe::Recipe& recipe() const { return recipe_; }
   LossScaler& scaler() { return scaler_; }
   const LossScaler& scaler() const { return scaler_; }
   MasterWeights& master_weights() { return master_; }
@@ -98,7 +98,7 @@ class Amp {
 
   nn::Model& model_;
   optim::Optimizer& optimizer_;
-  Recipe recipe_;
+  recipe::Recipe recipe_;
   AmpOptions options_;
   std::vector<nn::Parameter*> params_;
   LossScaler scaler_;

@@ -9,18 +9,18 @@
 #include <string>
 #include <vector>
 
-#include "mantissa/amp/recipe.hpp"
+#include "mantissa/recipe/recipe.hpp"
 #include "mantissa/nn/module.hpp"
 
 namespace mantissa::amp {
 
 class LossScaler {
  public:
-  explicit LossScaler(const LossScaleConfig& config = {});
+  explicit LossScaler(const recipe::LossScaleConfig& config = {});
 
   // The factor the loss (and so every gradient) is multiplied by this step.
   double scale() const { return scale_; }
-  const LossScaleConfig& config() const { return config_; }
+  const recipe::LossScaleConfig& config() const { return config_; }
   int64_t growth_tracker() const { return growth_tracker_; }
   int64_t skipped_steps() const { return skipped_; }
 
@@ -42,7 +42,7 @@ class LossScaler {
   void load_state_json(const std::string& json);  // throws std::invalid_argument
 
  private:
-  LossScaleConfig config_;
+  recipe::LossScaleConfig config_;
   double scale_ = 1.0;
   int64_t growth_tracker_ = 0;
   int64_t skipped_ = 0;

@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "mantissa/amp/recipe.hpp"
+#include "mantissa/recipe/recipe.hpp"
 #include "mantissa/formats/format.hpp"
 #include "mantissa/nn/module.hpp"
 #include "mantissa/optim/owned.hpp"
@@ -26,7 +26,7 @@ namespace mantissa::amp {
 
 class MasterWeights {
  public:
-  MasterWeights(std::vector<nn::Parameter*> params, const Recipe& recipe, uint64_t seed);
+  MasterWeights(std::vector<nn::Parameter*> params, const recipe::Recipe& recipe, uint64_t seed);
 
   // False for fp32 working weights: every call below is then a no-op.
   bool active() const { return active_; }
@@ -66,7 +66,7 @@ class MasterWeights {
   std::vector<Tensor> master_;  // fp32; undefined unless has_master_ and rounds(i)
   optim::OwnedRanges owned_;    // empty: not sharded
   formats::Format format_;
-  WeightRounding rounding_;
+  recipe::WeightRounding rounding_;
   bool norms_fp32_;
   bool active_;
   bool has_master_;

@@ -13,7 +13,7 @@ namespace mantissa::autograd {
 // y [..., F] = alpha silu(gate) * up; silu(g) = g sigmoid(g).
 // Backward: dup += alpha silu(g) dy, dgate += beta silu'(g) up dy
 // (alpha = beta = 1: the exact gradient; unit scaling passes the SiLU's
-// forward and backward scales, scaling::silu).
+// forward and backward scales, unit::silu).
 Var swiglu(Tape& t, const Var& gate, const Var& up, float alpha = 1.0f, float beta = 1.0f);
 
 // Rotary position embedding (transformers' rotate_half convention: within a

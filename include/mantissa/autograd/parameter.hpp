@@ -37,7 +37,7 @@ struct Parameter {
   int64_t fan_in = 1;   // inputs per output of a linear / readout (embedding tables: their width)
   int block = -1;       // index of the residual block holding it; -1 outside the blocks
   Parameter* bias = nullptr;  // weight or norm gain: the shift added after it (null: none)
-  // Scale propagation (scaling/scalify_quantiser.hpp) of a matmul weight's
+  // Scale propagation (scalify/scalify_quantiser.hpp) of a matmul weight's
   // input operand: the norm gain or linear weight whose output it is, and
   // the op in between. Null: not known from parameters (rescaled dynamically).
   enum class Through : uint8_t { direct, pointwise, attention };

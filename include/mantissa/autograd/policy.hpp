@@ -1,5 +1,5 @@
 // Precision policy and scale hooks consulted by every op, so that recipes
-// (amp/recipe.hpp) and scaling rules (unit scaling, scale propagation, FP8 casts)
+// (recipe/recipe.hpp) and scaling rules (unit scaling, scale propagation, FP8 casts)
 // wrap ops without rewriting the models.
 #pragma once
 
@@ -102,7 +102,7 @@ struct QuantisedOperand {
   }
 };
 
-// Casts matrix-product operands. Implemented above autograd (scaling/fp8.hpp:
+// Casts matrix-product operands. Implemented above autograd (quant/fp8.hpp:
 // unit, current, delayed, MX and blockwise scaling); ops_matmul calls it
 // through this interface only. One instance serves one model (it holds
 // per-site state) and is shared by copies of the PrecisionPolicy.

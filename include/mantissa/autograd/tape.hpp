@@ -136,7 +136,7 @@ class Tape {
   static Tensor restore_bf16(const Tensor& saved);
   // code -> bf16 bits of a 1-byte FP8 dtype (e4m3fn, e5m2, e4m3fnuz, e5m2fnuz; exact):
   // value = table[code] x scale, for kernels that decode codes as they read them
-  // (saved activations, and scaling/fp8_cast's operands). Other dtypes: invalid_argument.
+  // (saved activations, and quant/fp8_cast's operands). Other dtypes: invalid_argument.
   static const std::array<uint16_t, 256>& decode_table(DType codes);
   // x (f32 or bf16) as 1-byte `codes` scaled by 2^E, E minimal with amax x 2^-E <= max
   // (the amax of the finite 4096-element chunks). With `hint` (a site's last

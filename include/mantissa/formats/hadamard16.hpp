@@ -1,5 +1,5 @@
 // The 16-point Hadamard transform the FP4 casts can apply before rounding
-// (Fp4Spec::rht_signs; scaling/hadamard.hpp explains why): every group of 16
+// (Fp4Spec::rht_signs; quant/hadamard.hpp explains why): every group of 16
 // values along one axis of x [rows, cols] is replaced by Q g with Q = H D / 4,
 // H the 16 x 16 Sylvester-Hadamard matrix, D = diag(signs). Computed as the
 // signs, four butterfly stages (a + b, a - b at distances 1, 2, 4, 8), then

@@ -1,4 +1,4 @@
-// The whole pass of an FP8 cast over an fp32 span (scaling/fp8_cast.cpp runs
+// The whole pass of an FP8 cast over an fp32 span (quant/fp8_cast.cpp runs
 // it per chunk, row or tile band): each value scaled by a power of two,
 // rounded to nearest-even 1-byte codes, the codes' exact bf16 decode
 // (optionally with block scales folded in), and the scan of the input that

@@ -23,7 +23,7 @@
 // attention's average does not shrink); the three embeddings summed
 // with equal weights 3^-1/2, each table's gradient scaled by the embedding
 // rule; residual_split/add with tau_attn/tau_mlp around each branch (post-norm:
-// the LayerNorm follows the weighted add); linears by scaling::linear; the
+// the LayerNorm follows the weighted add); linears by unit::linear; the
 // scaled softmax of u-muP attention with the sequence length taken as the mean
 // number of non-padding tokens of the batch (not the padded length); batch
 // sizes of the weight-gradient rules count only the non-padding tokens; scaled
@@ -55,7 +55,7 @@ struct BertConfig {
   int64_t type_vocab = 2;
   bool pre_norm = false;
   uint64_t seed = 0;
-  UnitConfig unit;
+  unit::UnitConfig unit;
 
   int64_t vocab() const { return byte_vocab + 4; }
   int32_t cls_id() const { return static_cast<int32_t>(byte_vocab); }
@@ -97,7 +97,7 @@ class Bert : public Model {
   Task task() const override { return Task::masked_language_model; }
   int64_t context_length() const override { return config_.context; }
   int64_t blocks() const override { return config_.layers; }
-  const UnitConfig& unit() const override { return config_.unit; }
+  const unit::UnitConfig& unit() const override { return config_.unit; }
   const BertConfig& config() const { return config_; }
 
   // MLM logits on the given tape: [R, V] for the rows (i32 [R], indices into

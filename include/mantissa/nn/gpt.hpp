@@ -43,7 +43,7 @@ struct GPTConfig {
   // Unit-scaled parametrisation: weights N(0,1), per-op scales,
   // residual_split/add with tau, u-muP attention, untied unit readout
   // "lm_head.weight" [V, C] and unit cross-entropy. See unit/config.hpp.
-  UnitConfig unit;
+  unit::UnitConfig unit;
 
   void validate() const;  // throws std::invalid_argument naming the field
   std::string to_json() const;  // Hugging Face GPT2Config keys (+ "mantissa" extras)
@@ -62,7 +62,7 @@ class GPT : public Model {
   std::string kind() const override { return "gpt"; }
   int64_t context_length() const override { return config_.context; }
   int64_t blocks() const override { return config_.layers; }
-  const UnitConfig& unit() const override { return config_.unit; }
+  const unit::UnitConfig& unit() const override { return config_.unit; }
   const GPTConfig& config() const { return config_; }
 
   // logits [B, T, V] for ids i32 [B, T] on the given tape (records when grads are enabled).

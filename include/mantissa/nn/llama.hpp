@@ -11,7 +11,7 @@
 // Unit-scaled (config.unit.enabled), from the same forward code: weights
 // N(0, 1), embedding backward sqrt(V/tokens), residual_split/add with
 // tau_attn/tau_mlp, RMSNorm weight gradient scaled, linears by
-// scaling::linear, u-muP attention, SwiGLU as a unit SiLU times the up
+// unit::linear, u-muP attention, SwiGLU as a unit SiLU times the up
 // projection (the product of two independent unit tensors is unit), a unit
 // readout and the unit cross-entropy. Tying is not offered there.
 //
@@ -52,7 +52,7 @@ struct LlamaConfig {
   bool tie_embeddings = false;
   bool smooth_swiglu = false;
   uint64_t seed = 0;
-  UnitConfig unit;
+  unit::UnitConfig unit;
 
   int64_t kv() const { return kv_heads > 0 ? kv_heads : heads; }
   int64_t ffn() const;  // hidden, or its default
@@ -73,7 +73,7 @@ class Llama : public Model {
   std::string kind() const override { return "llama"; }
   int64_t context_length() const override { return config_.context; }
   int64_t blocks() const override { return config_.layers; }
-  const UnitConfig& unit() const override { return config_.unit; }
+  const unit::UnitConfig& unit() const override { return config_.unit; }
   const LlamaConfig& config() const { return config_; }
 
   // logits [B, T, V] for ids i32 [B, T] on the given tape.

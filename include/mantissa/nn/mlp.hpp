@@ -29,7 +29,7 @@ struct MLPConfig {
   uint64_t seed = 0;
   // Unit-scaled parametrisation: weights N(0,1), unit linear
   // scales, scaled activation, unit readout and cross-entropy.
-  UnitConfig unit;
+  unit::UnitConfig unit;
 
   void validate() const;
   std::string to_json() const;
@@ -47,7 +47,7 @@ class MLP : public Model {
   std::string config_json() const override { return config_.to_json(); }
   std::string kind() const override { return "mlp"; }
   Task task() const override { return Task::classifier; }
-  const UnitConfig& unit() const override { return config_.unit; }
+  const unit::UnitConfig& unit() const override { return config_.unit; }
   const MLPConfig& config() const { return config_; }
 
   // logits [B, classes] for x f32 [B, inputs] on the given tape.

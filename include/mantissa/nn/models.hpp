@@ -29,7 +29,7 @@ struct ModelSize {
   bool smooth_swiglu = false;
   std::string norm;  // "pre" or "post" blocks; "": the model's default (GPT pre, BERT post)
   uint64_t seed = 0;
-  UnitConfig unit;
+  unit::UnitConfig unit;
 };
 
 struct ModelKind {

@@ -71,7 +71,7 @@ class Model : public Module {
   // Residual blocks (0: none); parameters inside them carry Parameter::block.
   virtual int64_t blocks() const { return 0; }
   // The unit-scaled parametrisation the model was built with (enabled = false: standard).
-  virtual const UnitConfig& unit() const;
+  virtual const unit::UnitConfig& unit() const;
   // logits [.., outputs] for the inputs of a batch, nothing recorded.
   virtual Tensor logits(const Tensor& inputs);
 
@@ -82,7 +82,7 @@ class Model : public Module {
 
   // Scale analysis: every later pass reports its named op outputs (backward
   // = false) and the gradients arriving at them (backward = true) here
-  // (autograd::observe); an empty function turns it off.
+  // (unit::observe); an empty function turns it off.
   using Observer = std::function<void(const std::string& name, bool backward, const Tensor& value)>;
   void set_observer(Observer o) { observer_ = std::move(o); }
 

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "mantissa/report/svg.hpp"
-#include "mantissa/scaling/stats.hpp"
+#include "mantissa/unit/stats.hpp"
 
 namespace mantissa::report {
 
@@ -15,7 +15,7 @@ const char* statistic_name(ScaleStatistic s);
 
 struct RecordedModel {
   std::string name;  // "standard", "unit"
-  const scaling::ScaleRecorder* recorder = nullptr;
+  const unit::ScaleRecorder* recorder = nullptr;
 };
 
 // Ops on x: the first model's ops in model order, then ops only later models

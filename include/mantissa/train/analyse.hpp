@@ -11,7 +11,7 @@
 #include <utility>
 #include <vector>
 
-#include "mantissa/scaling/stats.hpp"
+#include "mantissa/unit/stats.hpp"
 #include "mantissa/train/config.hpp"
 
 namespace mantissa::train {
@@ -30,9 +30,9 @@ struct Analysis {
   std::string backward_format;
   double loss = 0;              // mean loss of the batch (nats)
   // Op outputs ("embedding", "h0.attn.qkv", ...) forward and backward, in model order.
-  scaling::ScaleRecorder ops;
+  unit::ScaleRecorder ops;
   // Parameters (forward: the weight; backward: its gradient), in parameter order.
-  scaling::ScaleRecorder params;
+  unit::ScaleRecorder params;
 };
 
 // Runs the batch and records; throws std::invalid_argument for bad input

@@ -4,7 +4,7 @@
 // (so Ctrl-C keeps finished runs and --resume skips them), then report.md and
 // report.html (report/report.hpp).
 //
-// Recipes are just names: whatever amp::recipes() holds at run time. A name
+// Recipes are just names: whatever recipe::recipes() holds at run time. A name
 // of the preset that is not registered (or that this build cannot train) is
 // reported as "not available" instead of failing the study.
 #pragma once

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "mantissa/amp/recipe.hpp"
+#include "mantissa/recipe/recipe.hpp"
 #include "mantissa/data/idx.hpp"
 #include "mantissa/data/text.hpp"
 #include "mantissa/nn/module.hpp"
@@ -24,11 +24,11 @@ namespace mantissa::train {
 
 // --recipe / --opt-level, then --loss-scale & co., --weight-rounding and
 // every --set key=value. Throws std::invalid_argument naming the flag.
-amp::Recipe resolve_recipe(const TrainConfig& c);
+recipe::Recipe resolve_recipe(const TrainConfig& c);
 
-// ---- unit scaling (amp::Parametrisation::unit) -----------------------------------
+// ---- unit scaling (recipe::Parametrisation::unit) -----------------------------------
 // What a unit-scaled recipe changes in a training run besides the model:
-// u-muP learning-rate multipliers per parameter (scaling::lr_scale),
+// u-muP learning-rate multipliers per parameter (unit::lr_scale),
 // independent weight decay, and the model's unit settings from
 // `--set unit.KEY=VALUE`.
 
@@ -56,12 +56,12 @@ inline constexpr double kUnitGradClip = 0.0;
 // u: keys rule_set, constraint, constraint.OP (OP: linear, readout, gelu,
 // relu, add), tau_attn, tau_mlp, attn_mult, loss_mult. Throws
 // std::invalid_argument naming the --set entry.
-std::vector<std::string> take_unit_settings(const std::vector<std::string>& set, nn::UnitConfig& u);
+std::vector<std::string> take_unit_settings(const std::vector<std::string>& set, unit::UnitConfig& u);
 
 // The u-muP role of a parameter (from nn::Role): the readout is `output`,
 // other matrices (embeddings, linears) `weight`, norm gains/shifts `norm`,
 // linear biases `bias`.
-scaling::ParamRole unit_param_role(const nn::Parameter& p);
+unit::ParamRole unit_param_role(const nn::Parameter& p);
 // Residual depth of a parameter inside the blocks (the model's number of
 // blocks), nullopt outside the trunk.
 std::optional<int> unit_param_depth(const nn::Parameter& p, int64_t blocks);
@@ -89,22 +89,22 @@ class IndependentDecay final : public optim::Optimizer {
 
 // The model's unit settings for this run: enabled by the recipe's
 // parametrisation, adjusted by --set unit.KEY=VALUE.
-nn::UnitConfig unit_config(const TrainConfig& c, const amp::Recipe& recipe);
+unit::UnitConfig unit_config(const TrainConfig& c, const recipe::Recipe& recipe);
 
 // Applies the recipe's precision policy to a model run without a Trainer
 // (analysis); a Trainer's amp::Amp applies it itself.
-void apply_precision(nn::Model& model, const amp::Recipe& recipe);
+void apply_precision(nn::Model& model, const recipe::Recipe& recipe);
 
 // A model from its kind and the size flags, or from a saved config.json.
 std::unique_ptr<nn::Model> make_model(const TrainConfig& c);  // standard parametrisation
-std::unique_ptr<nn::Model> make_model(const TrainConfig& c, const nn::UnitConfig& unit);
+std::unique_ptr<nn::Model> make_model(const TrainConfig& c, const unit::UnitConfig& unit);
 std::unique_ptr<nn::Model> model_from_config(const std::string& kind, const std::string& config_json);
 
 // The optimizer `mantissa train` uses for this model: c.optimizer with the
 // recipe's state format; unit-scaled models get the u-muP per-parameter LR
 // multipliers and weight decay independent of them (IndependentDecay).
 // owned non-empty: built with that share of the state only (sharded).
-std::unique_ptr<optim::Optimizer> make_optimizer(const TrainConfig& c, nn::Model& model, const amp::Recipe& recipe,
+std::unique_ptr<optim::Optimizer> make_optimizer(const TrainConfig& c, nn::Model& model, const recipe::Recipe& recipe,
                                                  const optim::OwnedRanges& owned = {});
 
 // The default data of a model kind (gpt: austen.txt; mlp: the Fashion-MNIST
@@ -119,7 +119,7 @@ void check_outputs(const TrainConfig& c, const std::string& data_path);
 
 struct Session {
   TrainConfig config;
-  amp::Recipe recipe;
+  recipe::Recipe recipe;
   std::string data_path;
   std::unique_ptr<nn::Model> model;
   std::unique_ptr<data::TextCorpus> corpus;            // gpt

@@ -69,7 +69,7 @@ class Trainer {
  public:
   // val may be null (no evaluation). Objects must outlive the trainer.
   Trainer(nn::Model& model, optim::Optimizer& optimizer, data::TrainSource& train, const data::EvalSource* val,
-          const amp::Recipe& recipe, TrainerOptions options);
+          const recipe::Recipe& recipe, TrainerOptions options);
 
   StepMetrics train_step();
   EvalMetrics evaluate() const;

@@ -9,7 +9,7 @@
 
 #include "mantissa/unit/rules.hpp"
 
-namespace mantissa::nn {
+namespace mantissa::unit {
 
 struct UnitConfig {
   bool enabled = false;                // false: the standard parametrisation
@@ -22,7 +22,7 @@ struct UnitConfig {
   double attn_mult = 1.0;  // u-muP attention logit multiplier (logits x mult / d_head)
   double loss_mult = 1.0;  // cross-entropy `mult` on the logits
   // u-muP (Blake et al. 2025): non-parametric norms (no gains or shifts) and
-  // the depth-dependent residual taus of scaling::transformer_residual_tau
+  // the depth-dependent residual taus of unit::transformer_residual_tau
   // (residual_mult, residual_attn_ratio) in place of tau_attn / tau_mlp.
   bool umup = false;
   double residual_mult = 1.0;
@@ -31,10 +31,10 @@ struct UnitConfig {
   // Throws std::invalid_argument naming the field and the valid values.
   void validate() const;
   // The rules one op kind applies (its override, else the model-wide constraint).
-  scaling::Rules rules(const std::string& op) const;
+  unit::Rules rules(const std::string& op) const;
   // JSON object text, and back (unknown keys are an error).
   std::string to_json() const;
   static UnitConfig from_json(const std::string& text);
 };
 
-}  // namespace mantissa::nn
+}  // namespace mantissa::unit

@@ -25,7 +25,7 @@
 #include <string_view>
 #include <vector>
 
-namespace mantissa::scaling {
+namespace mantissa::unit {
 
 // How the scales of an op whose input is a non-cut edge (its forward and
 // backward scale must agree so the op stays a scaled version of one function)
@@ -186,4 +186,4 @@ double lr_scale(OptimizerKind opt, ParamRole role, std::span<const int64_t> shap
 // the parameter's learning rate.
 double independent_weight_decay(double weight_decay, double param_lr);
 
-}  // namespace mantissa::scaling
+}  // namespace mantissa::unit

@@ -6,7 +6,7 @@ For fixed small float64 inputs, every op of `unit_scaling.functional` is run
 forward and backward (with a fixed output gradient) and its output and input
 gradients are written to one JSON file per case next to this script; the
 optimizer learning-rate rules and the transformer residual rule are written
-to optim.json; a whole u-muP GPT (loss and gradients) to models/umup_gpt.json. tests/scaling/test_unit_golden.cpp applies mantissa's rules to
+to optim.json; a whole u-muP GPT (loss and gradients) to models/umup_gpt.json. tests/unit/test_unit_golden.cpp applies mantissa's rules to
 a float64 reference of each op and compares.
 
 Environment (what works on this machine, Debian 12): unit-scaling 0.3.5

@@ -1,0 +1,147 @@
+// The FP4 recipes and their settings (recipe/recipe_fp4.hpp).
+#include "mantissa/recipe/recipe_fp4.hpp"
+
+#include <cmath>
+#include <stdexcept>
+
+#include "mantissa/recipe/recipe.hpp"
+
+namespace mantissa::recipe {
+namespace {
+
+bool parse_bool(std::string_view key, std::string_view v) {
+  if (v == "true") return true;
+  if (v == "false") return false;
+  throw std::invalid_argument("recipe setting " + std::string(key) + ": '" + std::string(v) + "' is not true/false");
+}
+
+std::string one_of(std::string_view key, std::string_view v, std::initializer_list<const char*> valid) {
+  std::string list;
+  for (const char* n : valid) {
+    if (v == n) return std::string(v);
+    list += (list.empty() ? "" : ", ") + std::string(n);
+  }
+  throw std::invalid_argument("invalid " + std::string(key) + " '" + std::string(v) + "' (valid: " + list + ")");
+}
+
+// "none" or a comma list of integers and "head".
+std::string layer_list(std::string_view key, std::string_view v) {
+  if (v == "none" || v.empty()) return "none";
+  size_t start = 0;
+  while (start <= v.size()) {
+    const size_t end = std::min(v.find(',', start), v.size());
+    const std::string item(v.substr(start, end - start));
+    size_t used = 0;
+    bool ok = item == "head";
+    if (!ok) try {
+        (void)std::stoi(item, &used);
+        ok = used == item.size() && !item.empty();
+      } catch (const std::exception&) {
+        ok = false;
+      }
+    if (!ok)
+      throw std::invalid_argument("recipe setting " + std::string(key) + ": '" + item +
+                                  "' is not a block index (negative counts from the end) or 'head'");
+    start = end + 1;
+  }
+  return std::string(v);
+}
+
+Recipe fp4_recipe(std::string name, std::string description) {
+  Recipe r;
+  r.name = std::move(name);
+  r.description = std::move(description);
+  r.matmul_format = r.saved_format = "bf16";
+  return r;
+}
+
+}  // namespace
+
+bool set_fp4_field(Fp4Settings& s, std::string_view key, std::string_view value) {
+  if (key == "fp4_format") s.format = one_of(key, value, {"none", "nvfp4", "mxfp4"});
+  else if (key == "fp4_forward") s.forward = parse_bool(key, value);
+  else if (key == "fp4_backward") s.backward = parse_bool(key, value);
+  else if (key == "fp4_weight_2d") s.weight_2d = parse_bool(key, value);
+  else if (key == "rht") s.rht = one_of(key, value, {"none", "random", "deterministic"});
+  else if (key == "rht_dgrad") s.rht_dgrad = parse_bool(key, value);
+  else if (key == "fp4_pack_saved") s.pack_saved = parse_bool(key, value);
+  else if (key == "fp4_sr") s.sr = one_of(key, value, {"none", "gradients", "backward"});
+  else if (key == "bf16_layers") s.bf16_layers = layer_list(key, value);
+  else if (key == "fp4_until" || key == "rht_seed") {
+    const std::string v(value);
+    size_t used = 0;
+    double d = NAN;
+    try {
+      d = std::stod(v, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != v.size() || v.empty() || !std::isfinite(d))
+      throw std::invalid_argument("recipe setting " + std::string(key) + ": '" + v + "' is not a number");
+    if (key == "fp4_until") {
+      if (!(d > 0 && d <= 1)) throw std::invalid_argument("recipe setting fp4_until: '" + v + "' is not in (0, 1]");
+      s.until = d;
+    } else {
+      if (d != std::floor(d) || d < 0 || d > 9.0e15)
+        throw std::invalid_argument("recipe setting rht_seed: '" + v + "' is not a non-negative integer");
+      s.seed = static_cast<long long>(d);
+    }
+  } else {
+    return false;
+  }
+  return true;
+}
+
+std::vector<std::pair<std::string, std::string>> fp4_fields(const Fp4Settings& s) {
+  auto b = [](bool v) { return std::string(v ? "true" : "false"); };
+  char until[32];
+  std::snprintf(until, sizeof until, "%.17g", s.until);
+  return {{"fp4_format", s.format}, {"fp4_forward", b(s.forward)},       {"fp4_backward", b(s.backward)},
+          {"fp4_weight_2d", b(s.weight_2d)}, {"rht", s.rht},             {"rht_dgrad", b(s.rht_dgrad)},
+          {"fp4_sr", s.sr},                  {"bf16_layers", s.bf16_layers}, {"fp4_until", until},
+          {"rht_seed", std::to_string(s.seed)}, {"fp4_pack_saved", b(s.pack_saved)}};
+}
+
+std::string fp4_summary(const Fp4Settings& s) {
+  if (s.format == "none") return "-";
+  std::string f = s.format + (s.forward ? " fwd" : "") + (s.backward ? " bwd" : "");
+  f += s.weight_2d ? ", 2-D weights" : ", 1-D weights";
+  f += ", rht " + s.rht + (s.rht_dgrad && s.rht != "none" ? " (wgrad+dgrad)" : "") + ", sr " + s.sr +
+       ", bf16 layers " + s.bf16_layers;
+  if (s.until < 1) {
+    char u[32];
+    std::snprintf(u, sizeof u, ", bf16 after %g", s.until);
+    f += u;
+  }
+  return f;
+}
+
+void add_fp4_recipes(std::vector<Recipe>& v) {
+  Recipe nv = fp4_recipe("nvfp4",
+                         "NVFP4 (E2M1, E4M3 scale per 16, fp32 tensor scale) in all three products of the block "
+                         "linear layers: 16x16 weight blocks, random Hadamard on the Wgrad inputs, stochastic "
+                         "rounding of gradients, first/last block and head in bf16 (NVIDIA)");
+  nv.fp4.format = "nvfp4";
+  v.push_back(nv);
+  Recipe nvn = fp4_recipe("nvfp4-naive", "NVFP4 in every linear product, none of the fixes (RNE, 1-D blocks, no RHT, "
+                                         "no bf16 layers)");
+  nvn.fp4 = {.format = "nvfp4", .weight_2d = false, .rht = "none", .sr = "none", .bf16_layers = "none"};
+  v.push_back(nvn);
+  Recipe mx = fp4_recipe("mxfp4", "MXFP4 (E2M1, E8M0 scale per 32) in the backward products with stochastic "
+                                  "rounding (blocks x 3/4) and random Hadamard on the inputs of both backward "
+                                  "products, bf16 forward (Tseng et al.)");
+  mx.fp4 = {.format = "mxfp4", .forward = false, .weight_2d = false, .rht_dgrad = true, .sr = "backward",
+            .bf16_layers = "none"};
+  v.push_back(mx);
+  Recipe mxf = mx;
+  mxf.name = "mxfp4-fwd";
+  mxf.description = "mxfp4 with the forward products in MXFP4 too (round to nearest even)";
+  mxf.fp4.forward = true;
+  v.push_back(mxf);
+  Recipe mxn = fp4_recipe("mxfp4-naive", "MXFP4 in every linear product, none of the fixes (RNE, OCP scales, no RHT, "
+                                         "no bf16 layers)");
+  mxn.fp4 = {.format = "mxfp4", .weight_2d = false, .rht = "none", .sr = "none", .bf16_layers = "none"};
+  v.push_back(mxn);
+}
+
+}  // namespace mantissa::recipe

@@ -55,13 +55,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   fuzz::write("ckpt/COMPLETE", parts.size() > std::size(kFiles) ? std::string(parts[std::size(kFiles)]) : manifest.dump());
   FUZZ_EXPECT_REFUSAL(s.trainer->resume(dir.string()));
   FUZZ_EXPECT_REFUSAL({
-    const std::string cfg = io::read_model_config(dir.string());
+    const std::string cfg = train::read_model_config(dir.string());
     // Sizes are bounded by GPTConfig::validate; the target skips models too
     // big to allocate under the fuzzer's memory limit (parsing is the point).
     const nn::GPTConfig g = nn::GPTConfig::from_json(cfg);
     if (g.layers * 12 * g.d_model * g.d_model + (g.vocab + g.context) * g.d_model > (1 << 22)) return 0;
     auto model = train::model_from_config("gpt", cfg);
-    io::load_model_weights(dir.string(), *model);
+    train::load_model_weights(dir.string(), *model);
   });
   return 0;
 }

@@ -42,10 +42,10 @@ GradRangeCounts classify(const formats::Format& f, const float* g, int64_t n) {
   return {n, zero, flushed, subnormal, overflow};
 }
 
-std::vector<GradGroupStats> gradient_range_stats(const formats::Format& f, const std::vector<nn::Parameter*>& params) {
+std::vector<GradGroupStats> gradient_range_stats(const formats::Format& f, const std::vector<autograd::Parameter*>& params) {
   std::vector<GradGroupStats> out;
   GradRangeCounts all;
-  for (const nn::Parameter* p : params) {
+  for (const autograd::Parameter* p : params) {
     const std::string g = grad_group_name(p->name);
     const GradRangeCounts c = classify(f, p->grad.f32(), p->grad.numel());
     all.add(c);

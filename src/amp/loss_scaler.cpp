@@ -15,11 +15,11 @@ LossScaler::LossScaler(const recipe::LossScaleConfig& config) : config_(config) 
   if (!(scale_ > 0) || !std::isfinite(scale_)) throw std::invalid_argument("loss scale must be positive and finite");
 }
 
-bool LossScaler::unscale_and_check(const std::vector<nn::Parameter*>& params) const {
+bool LossScaler::unscale_and_check(const std::vector<autograd::Parameter*>& params) const {
   return std::isfinite(unscale_sumsq(params));
 }
 
-double LossScaler::unscale_sumsq(const std::vector<nn::Parameter*>& params) const {
+double LossScaler::unscale_sumsq(const std::vector<autograd::Parameter*>& params) const {
   // fp32 reciprocal as GradScaler does; scales are powers of two in practice,
   // which makes the unscale exact.
   return optim::scale_grads_sumsq(params, unscale_factor());

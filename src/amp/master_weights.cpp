@@ -20,7 +20,7 @@ uint64_t splitmix64(uint64_t x) {
 
 }  // namespace
 
-MasterWeights::MasterWeights(std::vector<nn::Parameter*> params, const recipe::Recipe& recipe, uint64_t seed)
+MasterWeights::MasterWeights(std::vector<autograd::Parameter*> params, const recipe::Recipe& recipe, uint64_t seed)
     : params_(std::move(params)),
       format_(recipe.weight_format.value()),
       rounding_(recipe.weight_rounding),
@@ -38,11 +38,11 @@ MasterWeights::MasterWeights(std::vector<nn::Parameter*> params, const recipe::R
   master_.resize(params_.size());
 }
 
-bool MasterWeights::rounds(size_t i) const { return !(norms_fp32_ && nn::is_norm(params_[i]->role)); }
+bool MasterWeights::rounds(size_t i) const { return !(norms_fp32_ && autograd::is_norm(params_[i]->role)); }
 
 void MasterWeights::round_into_value(size_t i, uint64_t round_seed) {
   const cpu::profile::Scope profile_scope(cpu::profile::Category::conversion);
-  nn::Parameter& p = *params_[i];
+  autograd::Parameter& p = *params_[i];
   formats::RoundOptions opt;
   // Overflow saturates: a weight beyond the format's range is a divergence
   // the loss will show, not a NaN planted in the weights.

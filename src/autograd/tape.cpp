@@ -61,7 +61,7 @@ Tensor& GradNode::writable(bool* has_data) {
 }
 
 // ---- CastCache -----------------------------------------------------------------------
-const Tensor& CastCache::get(const nn::Parameter& p, DType dtype) {
+const Tensor& CastCache::get(const Parameter& p, DType dtype) {
   Entry& e = entries_[&p];
   if (e.version != p.version || e.dtype != dtype || !e.value.defined()) {
     e.value = p.value.to(dtype, MemoryKind::workspace);
@@ -78,7 +78,7 @@ size_t CastCache::bytes() const {
 }
 
 // ---- Tape ------------------------------------------------------------------------------
-Var Tape::param(nn::Parameter& p) {
+Var Tape::param(Parameter& p) {
   Var v;
   v.value = p.value;
   v.param = &p;

@@ -42,15 +42,15 @@ void eval_command(const EvalArgs& a) {
     throw UsageError("--seq-len, --max-batches and --threads must not be negative");
   if (a.threads > 0) kernels::set_num_threads(a.threads);
   // A corrupt checkpoint falls back to the one its last save replaced.
-  const io::CheckpointChoice chosen = io::choose_checkpoint(a.checkpoint, true);
+  const train::CheckpointChoice chosen = train::choose_checkpoint(a.checkpoint, true);
   if (!chosen.warning.empty()) std::fprintf(stderr, "%s\n", chosen.warning.c_str());
   const std::string& checkpoint = chosen.dir;
-  const std::string cfg = io::read_model_config(checkpoint);
+  const std::string cfg = train::read_model_config(checkpoint);
   const std::string kind = model_kind(cfg, checkpoint);
   auto model = train::model_from_config(kind, cfg);
-  io::load_model_weights(checkpoint, *model);
+  train::load_model_weights(checkpoint, *model);
   std::vector<std::pair<std::string, Tensor>> weights;
-  for (const nn::Parameter* p : model->parameters()) weights.emplace_back(p->name, p->value);
+  for (const autograd::Parameter* p : model->parameters()) weights.emplace_back(p->name, p->value);
   if (const std::string bad = train::first_non_finite(weights); !bad.empty())
     throw UsageError(checkpoint + ": weight " + bad + " holds non-finite values (NaN or infinity); refused");
   const std::string path = a.data.empty() ? train::default_data_path(kind) : a.data;

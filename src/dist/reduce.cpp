@@ -149,14 +149,14 @@ nn::Batch rank_rows(const nn::Batch& b, int rank, int ranks) {
   return nn::Batch{rows_of(b.inputs, rank * per, per), rows_of(b.targets, rank * per, per)};
 }
 
-GradReducer::GradReducer(Group& group, std::vector<nn::Parameter*> params, const CommOptions& o, bool sharded)
+GradReducer::GradReducer(Group& group, std::vector<autograd::Parameter*> params, const CommOptions& o, bool sharded)
     : group_(group),
       params_(std::move(params)),
       options_(o),
       sharded_(sharded),
       codec_(parse_wire_format(o.format), o.block) {
   validate(o);
-  for (const nn::Parameter* p : params_) total_ += p->grad.numel();
+  for (const autograd::Parameter* p : params_) total_ += p->grad.numel();
   Layout l = plan(params_, group_.size(), group_.rank(), chunk_unit(o), sharded_);
   pieces_ = std::move(l.pieces);
   chunk_ = l.chunk;
@@ -176,7 +176,7 @@ GradReducer::GradReducer(Group& group, std::vector<nn::Parameter*> params, const
 // chunk boundaries, packed in order into the smallest chunk size (a multiple
 // of unit) for which they fit in `ranks` chunks without a piece crossing a
 // chunk's end.
-GradReducer::Layout GradReducer::plan(const std::vector<nn::Parameter*>& params, int ranks, int rank, int64_t unit,
+GradReducer::Layout GradReducer::plan(const std::vector<autograd::Parameter*>& params, int ranks, int rank, int64_t unit,
                                       bool sharded) {
   Layout l;
   auto round_up = [unit](int64_t n) { return (n + unit - 1) / unit * unit; };
@@ -224,7 +224,7 @@ GradReducer::Layout GradReducer::plan(const std::vector<nn::Parameter*>& params,
   return l;
 }
 
-optim::OwnedRanges shard_ranges(const Group& group, const std::vector<nn::Parameter*>& params, const CommOptions& o) {
+optim::OwnedRanges shard_ranges(const Group& group, const std::vector<autograd::Parameter*>& params, const CommOptions& o) {
   validate(o);
   return GradReducer::plan(params, group.size(), group.rank(), chunk_unit(o), true).owned;
 }
@@ -348,7 +348,7 @@ CommStats GradReducer::gather_values() {
     whole.push_back(params_[i]->value.f32());
   }
   gather(mine, whole, "the weight all-gather");
-  for (nn::Parameter* p : params_) ++p->version;  // cached casts must refresh
+  for (autograd::Parameter* p : params_) ++p->version;  // cached casts must refresh
   CommStats s;
   s.bytes_sent = static_cast<int64_t>(group_.size() - 1) * chunk_ * static_cast<int64_t>(sizeof(float));
   s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -150,18 +150,18 @@ BertInputs bert_inputs(const BertConfig& c, const Tensor& ids) {
 // ---- construction ------------------------------------------------------------------------------
 Bert::Linear Bert::linear(const std::string& name, int64_t in, int64_t out, int block, double std, Rng& rng) {
   Linear l;
-  l.w = add_parameter(name + ".weight", {out, in}, Role::weight, in, block);
+  l.w = add_parameter(name + ".weight", {out, in}, autograd::Role::weight, in, block);
   init_normal(l.w->value, rng, std);
-  l.b = add_parameter(name + ".bias", {out}, Role::bias, 1, block);
+  l.b = add_parameter(name + ".bias", {out}, autograd::Role::bias, 1, block);
   l.w->bias = l.b;
   return l;
 }
 
 Bert::Norm Bert::norm(const std::string& name, int block) {
   Norm n;
-  n.w = add_parameter(name + ".weight", {config_.d_model}, Role::norm_gain, 1, block);
+  n.w = add_parameter(name + ".weight", {config_.d_model}, autograd::Role::norm_gain, 1, block);
   n.w->value.fill(1.0f);
-  n.b = add_parameter(name + ".bias", {config_.d_model}, Role::norm_bias, 1, block);
+  n.b = add_parameter(name + ".bias", {config_.d_model}, autograd::Role::norm_bias, 1, block);
   n.w->bias = n.b;
   return n;
 }
@@ -171,11 +171,11 @@ Bert::Bert(const BertConfig& config) : config_(config) {
   const int64_t V = config_.vocab(), C = config_.d_model, F = config_.ffn();
   Rng rng(config_.seed);
   const double s = config_.unit.enabled ? 1.0 : 0.02;
-  word_ = add_parameter("bert.embeddings.word_embeddings.weight", {V, C}, Role::token_embedding, C);
+  word_ = add_parameter("bert.embeddings.word_embeddings.weight", {V, C}, autograd::Role::token_embedding, C);
   init_normal(word_->value, rng, s);
-  position_ = add_parameter("bert.embeddings.position_embeddings.weight", {config_.context, C}, Role::position_embedding, 1);
+  position_ = add_parameter("bert.embeddings.position_embeddings.weight", {config_.context, C}, autograd::Role::position_embedding, 1);
   init_normal(position_->value, rng, s);
-  type_ = add_parameter("bert.embeddings.token_type_embeddings.weight", {config_.type_vocab, C}, Role::position_embedding, 1);
+  type_ = add_parameter("bert.embeddings.token_type_embeddings.weight", {config_.type_vocab, C}, autograd::Role::position_embedding, 1);
   // Unit: the two-row table starts at zero. Drawn N(0, 1), its row is a component every key of a
   // segment shares, which the attention's average over the keys does not shrink (the unit
   // attention scale assumes independent keys).
@@ -193,14 +193,14 @@ Bert::Bert(const BertConfig& config) : config_(config) {
     b.fc = linear(h + "intermediate.dense", C, F, i, s, rng);
     b.out = linear(h + "output.dense", F, C, i, s, rng);
     b.ln_mlp = norm(h + "output.LayerNorm", i);
-    b.o.w->input = b.v.w, b.o.w->through = Parameter::Through::attention;
-    b.out.w->input = b.fc.w, b.out.w->through = Parameter::Through::pointwise;
+    b.o.w->input = b.v.w, b.o.w->through = autograd::Parameter::Through::attention;
+    b.out.w->input = b.fc.w, b.out.w->through = autograd::Parameter::Through::pointwise;
     blocks_.push_back(b);
   }
   if (config_.pre_norm) ln_final_ = norm("bert.encoder.LayerNorm", -1);
   head_dense_ = linear("cls.predictions.transform.dense", C, C, -1, s, rng);
   ln_head_ = norm("cls.predictions.transform.LayerNorm", -1);
-  decoder_bias_ = add_parameter("cls.predictions.bias", {V}, Role::bias, 1);
+  decoder_bias_ = add_parameter("cls.predictions.bias", {V}, autograd::Role::bias, 1);
   word_->input = ln_head_.w;
 }
 

@@ -106,18 +106,18 @@ GPT::GPT(const GPTConfig& config) : config_(config) {
   // Unit scaling: every weight N(0, 1); the per-op scales do the rest.
   const bool u = config_.unit.enabled;
   const double std_w = u ? 1.0 : 0.02, std_proj = u ? 1.0 : 0.02 / std::sqrt(2.0 * static_cast<double>(L));
-  wte_ = add_parameter("transformer.wte.weight", {V, C}, Role::token_embedding, C);
+  wte_ = add_parameter("transformer.wte.weight", {V, C}, autograd::Role::token_embedding, C);
   init_normal(wte_->value, rng, std_w);
-  wpe_ = add_parameter("transformer.wpe.weight", {T, C}, Role::position_embedding, 1);
+  wpe_ = add_parameter("transformer.wpe.weight", {T, C}, autograd::Role::position_embedding, 1);
   init_normal(wpe_->value, rng, std_w);
   // A LayerNorm's gain (ones) and shift, and a Conv1D linear [in, out] with its bias.
   // u-muP's norms are non-parametric: no parameters, the norm applies the
   // constant gain and shift below.
-  auto add_norm = [&](const std::string& n, int block) -> Parameter* {
+  auto add_norm = [&](const std::string& n, int block) -> autograd::Parameter* {
     if (config_.unit.umup) return nullptr;
-    Parameter* g = add_parameter(n + ".weight", {C}, Role::norm_gain, 1, block);
+    autograd::Parameter* g = add_parameter(n + ".weight", {C}, autograd::Role::norm_gain, 1, block);
     g->value.fill(1.0f);
-    g->bias = add_parameter(n + ".bias", {C}, Role::norm_bias, 1, block);
+    g->bias = add_parameter(n + ".bias", {C}, autograd::Role::norm_bias, 1, block);
     return g;
   };
   if (config_.unit.umup) {
@@ -127,9 +127,9 @@ GPT::GPT(const GPTConfig& config) : config_(config) {
     norm_shift_.fill(0.0f);
   }
   auto linear = [&](const std::string& n, int64_t in, int64_t out, double std, int block) {
-    Parameter* w = add_parameter(n + ".weight", {in, out}, Role::weight, in, block);
+    autograd::Parameter* w = add_parameter(n + ".weight", {in, out}, autograd::Role::weight, in, block);
     init_normal(w->value, rng, std);
-    w->bias = add_parameter(n + ".bias", {out}, Role::bias, 1, block);
+    w->bias = add_parameter(n + ".bias", {out}, autograd::Role::bias, 1, block);
     return w;
   };
   for (int64_t l = 0; l < L; ++l) {
@@ -145,9 +145,9 @@ GPT::GPT(const GPTConfig& config) : config_(config) {
     // What each linear reads: pre-norm its own block's norm, post-norm the
     // norm before it (the previous block's ln_2, or none after the embedding).
     b.attn_w->input = config_.pre_norm ? b.ln1_w : blocks_.empty() ? nullptr : blocks_.back().ln2_w;
-    b.proj_w->input = b.attn_w, b.proj_w->through = Parameter::Through::attention;
+    b.proj_w->input = b.attn_w, b.proj_w->through = autograd::Parameter::Through::attention;
     b.fc_w->input = config_.pre_norm ? b.ln2_w : b.ln1_w;
-    b.mlp_proj_w->input = b.fc_w, b.mlp_proj_w->through = Parameter::Through::pointwise;
+    b.mlp_proj_w->input = b.fc_w, b.mlp_proj_w->through = autograd::Parameter::Through::pointwise;
     b.ln1_b = b.ln1_w ? b.ln1_w->bias : nullptr, b.attn_b = b.attn_w->bias, b.proj_b = b.proj_w->bias;
     b.ln2_b = b.ln2_w ? b.ln2_w->bias : nullptr, b.fc_b = b.fc_w->bias, b.mlp_proj_b = b.mlp_proj_w->bias;
     blocks_.push_back(b);
@@ -155,7 +155,7 @@ GPT::GPT(const GPTConfig& config) : config_(config) {
   if (config_.pre_norm) lnf_w_ = add_norm("transformer.ln_f", -1);
   lnf_b_ = lnf_w_ ? lnf_w_->bias : nullptr;
   if (u) {  // u-muP unties the readout
-    lm_head_ = add_parameter("lm_head.weight", {V, C}, Role::readout, C);
+    lm_head_ = add_parameter("lm_head.weight", {V, C}, autograd::Role::readout, C);
     init_normal(lm_head_->value, rng, 1.0);
   }
   (lm_head_ ? lm_head_ : wte_)->input = config_.pre_norm ? lnf_w_ : blocks_.back().ln2_w;

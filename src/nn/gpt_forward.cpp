@@ -41,7 +41,7 @@ ag::Var GPT::dropout(ag::Tape& t, ag::Var x) {
   return ag::scale_split(t, ag::dropout(t, x, p), static_cast<float>(s.fwd), static_cast<float>(s.bwd[0]));
 }
 
-ag::Var GPT::norm(ag::Tape& t, const ag::Var& x, Parameter* w, Parameter* b) {
+ag::Var GPT::norm(ag::Tape& t, const ag::Var& x, autograd::Parameter* w, autograd::Parameter* b) {
   if (!config_.unit.enabled) return ag::layer_norm(t, x, t.param(*w), t.param(*b));
   const unit::Scales ln = unit::layer_norm(config_.d_model, x.numel());
   if (w == nullptr) return unit::unit_layer_norm(t, x, t.constant(norm_gain_), t.constant(norm_shift_), ln);
@@ -71,7 +71,7 @@ ag::Var GPT::block(ag::Tape& t, const Block& b, ag::Var x_in, size_t layer) {
     return unit::observe(t, f(), full);
   };
   // y [N, out] = x [N, in] @ w [in, out] + bias; unit: unit::linear's scales.
-  auto linear = [&](ag::Var x, Parameter* w, Parameter* bias, int64_t in, int64_t out) {
+  auto linear = [&](ag::Var x, autograd::Parameter* w, autograd::Parameter* bias, int64_t in, int64_t out) {
     ag::Var bv = t.param(*bias);
     const ag::OpScales s = u ? unit::op_scales(unit::linear(in, out, N, uc.rules("linear"))) : ag::OpScales{};
     return ag::linear(t, take(x), t.param(*w), &bv, s);
@@ -80,7 +80,7 @@ ag::Var GPT::block(ag::Tape& t, const Block& b, ag::Var x_in, size_t layer) {
     return u ? unit::residual_split(t, take(x), tau) : unit::ResidualSplit{x, take(x)};
   };
   // skip + branch y; post-norm: then the norm (w, bias), observed as `ln`.
-  auto join = [&](unit::ResidualSplit& r, ag::Var& y, double tau, const char* name, Parameter* w, Parameter* bias,
+  auto join = [&](unit::ResidualSplit& r, ag::Var& y, double tau, const char* name, autograd::Parameter* w, autograd::Parameter* bias,
                   const char* ln) {
     ag::Var x = op(name, [&] { return u ? unit::residual_add(t, take(y), take(r.skip), tau) : ag::add(t, take(r.skip), take(y)); });
     return pre ? x : op(ln, [&] { return norm(t, take(x), w, bias); });

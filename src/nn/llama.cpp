@@ -118,8 +118,8 @@ LlamaConfig LlamaConfig::from_json(const std::string& text) {
 }
 
 // ---- construction ------------------------------------------------------------------------------
-Parameter* Llama::add(std::string name, const Shape& shape, Role role, int64_t fan_in, int block, double std, Rng& rng) {
-  Parameter* p = add_parameter(std::move(name), shape, role, fan_in, block);
+autograd::Parameter* Llama::add(std::string name, const Shape& shape, autograd::Role role, int64_t fan_in, int block, double std, Rng& rng) {
+  autograd::Parameter* p = add_parameter(std::move(name), shape, role, fan_in, block);
   if (std > 0) init_normal(p->value, rng, std);
   else p->value.fill(1.0f);
   return p;
@@ -130,24 +130,24 @@ Llama::Llama(const LlamaConfig& config) : config_(config) {
   const int64_t V = config_.vocab, C = config_.d_model, F = config_.ffn(), KC = config_.kv() * (C / config_.heads);
   Rng rng(config_.seed);
   const double s = config_.unit.enabled ? 1.0 : 0.02;
-  embed_ = add("model.embed_tokens.weight", {V, C}, Role::token_embedding, C, -1, s, rng);
+  embed_ = add("model.embed_tokens.weight", {V, C}, autograd::Role::token_embedding, C, -1, s, rng);
   for (int64_t l = 0; l < config_.layers; ++l) {
     const std::string h = "model.layers." + std::to_string(l) + ".";
     const int i = static_cast<int>(l);
     Block b{};
-    b.ln1 = add(h + "input_layernorm.weight", {C}, Role::norm_gain, 1, i, 0, rng);
-    b.q = add(h + "self_attn.q_proj.weight", {C, C}, Role::weight, C, i, s, rng);
-    b.k = add(h + "self_attn.k_proj.weight", {KC, C}, Role::weight, C, i, s, rng);
-    b.v = add(h + "self_attn.v_proj.weight", {KC, C}, Role::weight, C, i, s, rng);
-    b.o = add(h + "self_attn.o_proj.weight", {C, C}, Role::weight, C, i, s, rng);
-    b.ln2 = add(h + "post_attention_layernorm.weight", {C}, Role::norm_gain, 1, i, 0, rng);
-    b.gate = add(h + "mlp.gate_proj.weight", {F, C}, Role::weight, C, i, s, rng);
-    b.up = add(h + "mlp.up_proj.weight", {F, C}, Role::weight, C, i, s, rng);
-    b.down = add(h + "mlp.down_proj.weight", {C, F}, Role::weight, F, i, s, rng);
+    b.ln1 = add(h + "input_layernorm.weight", {C}, autograd::Role::norm_gain, 1, i, 0, rng);
+    b.q = add(h + "self_attn.q_proj.weight", {C, C}, autograd::Role::weight, C, i, s, rng);
+    b.k = add(h + "self_attn.k_proj.weight", {KC, C}, autograd::Role::weight, C, i, s, rng);
+    b.v = add(h + "self_attn.v_proj.weight", {KC, C}, autograd::Role::weight, C, i, s, rng);
+    b.o = add(h + "self_attn.o_proj.weight", {C, C}, autograd::Role::weight, C, i, s, rng);
+    b.ln2 = add(h + "post_attention_layernorm.weight", {C}, autograd::Role::norm_gain, 1, i, 0, rng);
+    b.gate = add(h + "mlp.gate_proj.weight", {F, C}, autograd::Role::weight, C, i, s, rng);
+    b.up = add(h + "mlp.up_proj.weight", {F, C}, autograd::Role::weight, C, i, s, rng);
+    b.down = add(h + "mlp.down_proj.weight", {C, F}, autograd::Role::weight, F, i, s, rng);
     blocks_.push_back(b);
   }
-  norm_ = add("model.norm.weight", {C}, Role::norm_gain, 1, -1, 0, rng);
-  head_ = config_.tie_embeddings ? embed_ : add("lm_head.weight", {V, C}, Role::readout, C, -1, s, rng);
+  norm_ = add("model.norm.weight", {C}, autograd::Role::norm_gain, 1, -1, 0, rng);
+  head_ = config_.tie_embeddings ? embed_ : add("lm_head.weight", {V, C}, autograd::Role::readout, C, -1, s, rng);
 }
 
 // ---- forward ------------------------------------------------------------------------------------
@@ -183,7 +183,7 @@ ag::Var Llama::block(ag::Tape& t, const Block& b, ag::Var x_in, size_t layer) {
   auto obs = [&](ag::Var v, const char* name) { return unit::observe(t, v, n + name); };
   // x [N, in] @ w [out, in]^T. Products reading one input (q, k, v; gate, up) are scaled as the
   // one product of width `fused` they form (the GPT's c_attn): their input gradients sum.
-  auto lin = [&](const ag::Var& x, Parameter* w, int64_t in, int64_t fused) {
+  auto lin = [&](const ag::Var& x, autograd::Parameter* w, int64_t in, int64_t fused) {
     const ag::OpScales s = u ? unit::op_scales(unit::linear(in, fused, N, uc.rules("linear"))) : ag::OpScales{};
     return ag::matmul(t, x, t.param(*w), false, true, s);
   };

@@ -73,11 +73,11 @@ MLP::MLP(const MLPConfig& config) : config_(config) {
     const bool last = i + 1 == n;
     const int64_t out = last ? config_.classes : config_.hidden[i];
     const std::string prefix = "layers." + std::to_string(i) + ".";
-    Parameter* w = add_parameter(prefix + "weight", {in, out}, last ? Role::readout : Role::weight, in);
+    autograd::Parameter* w = add_parameter(prefix + "weight", {in, out}, last ? autograd::Role::readout : autograd::Role::weight, in);
     // Unit scaling: N(0, 1) weights, the op scales do the rest.
     init_normal(w->value, rng,
                 config_.unit.enabled ? 1.0 : (last ? 1.0 : std::sqrt(2.0)) / std::sqrt(static_cast<double>(in)));
-    w->bias = add_parameter(prefix + "bias", {out}, Role::bias, 1);
+    w->bias = add_parameter(prefix + "bias", {out}, autograd::Role::bias, 1);
     in = out;
   }
 }

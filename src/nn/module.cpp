@@ -8,7 +8,7 @@
 namespace mantissa::nn {
 
 void Module::zero_grad() {
-  for (Parameter* p : parameters())
+  for (autograd::Parameter* p : parameters())
     if (p->grad.defined()) p->grad.zero_();
 }
 
@@ -26,27 +26,14 @@ void check_parameter_total(const char* model, int64_t n) {
 
 int64_t Module::parameter_count() {
   int64_t n = 0;
-  for (Parameter* p : parameters()) n += p->value.numel();
+  for (autograd::Parameter* p : parameters()) n += p->value.numel();
   return n;
 }
 
-Parameter* Module::find(const std::string& name) {
-  for (Parameter* p : parameters())
+autograd::Parameter* Module::find(const std::string& name) {
+  for (autograd::Parameter* p : parameters())
     if (p->name == name) return p;
   return nullptr;
-}
-
-const char* role_name(Role r) {
-  switch (r) {
-    case Role::token_embedding: return "token_embedding";
-    case Role::position_embedding: return "position_embedding";
-    case Role::weight: return "weight";
-    case Role::bias: return "bias";
-    case Role::norm_gain: return "norm_gain";
-    case Role::norm_bias: return "norm_bias";
-    case Role::readout: return "readout";
-  }
-  return "?";
 }
 
 const unit::UnitConfig& Model::unit() const {
@@ -56,8 +43,8 @@ const unit::UnitConfig& Model::unit() const {
 
 Tensor Model::logits(const Tensor&) { throw std::logic_error(kind() + " model: logits are not offered"); }
 
-std::vector<Parameter*> Model::parameters() {
-  std::vector<Parameter*> out;
+std::vector<autograd::Parameter*> Model::parameters() {
+  std::vector<autograd::Parameter*> out;
   out.reserve(params_.size());
   for (auto& p : params_) out.push_back(p.get());
   return out;
@@ -77,13 +64,13 @@ autograd::OpContext Model::context(bool training) {
   return ctx;
 }
 
-Parameter* Model::add_parameter(std::string name, const Shape& shape, Role role, int64_t fan_in, int block) {
-  auto p = std::make_unique<Parameter>();
+autograd::Parameter* Model::add_parameter(std::string name, const Shape& shape, autograd::Role role, int64_t fan_in, int block) {
+  auto p = std::make_unique<autograd::Parameter>();
   p->name = std::move(name);
   p->value = Tensor::zeros(shape, DType::f32, MemoryKind::parameter);
   p->grad = Tensor::zeros(shape, DType::f32, MemoryKind::gradient);
   p->role = role;
-  p->decay = decays(role);
+  p->decay = autograd::decays(role);
   p->fan_in = fan_in;
   p->block = block;
   params_.push_back(std::move(p));

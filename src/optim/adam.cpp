@@ -14,7 +14,7 @@ using detail::AdamScalars;
 using detail::adam_chunk;
 
 
-Adam::Adam(std::vector<nn::Parameter*> params, const OptimizerConfig& config, bool decoupled)
+Adam::Adam(std::vector<autograd::Parameter*> params, const OptimizerConfig& config, bool decoupled)
     : Optimizer(std::move(params)), cfg_(config), decoupled_(decoupled), format_(parse_state_format(config.state_format)) {
   exp_avg_.resize(params_.size());
   exp_avg_sq_.resize(params_.size());
@@ -49,7 +49,7 @@ void Adam::step(double lr) {
   }
   if (!format_.is_fp32()) {
     update_low_precision(scalars);
-    for (nn::Parameter* p : params_) ++p->version;
+    for (autograd::Parameter* p : params_) ++p->version;
     steps_ = t;
     return;
   }
@@ -58,12 +58,12 @@ void Adam::step(double lr) {
 #pragma omp parallel for schedule(static)
   for (int64_t k = 0; k < n_spans; ++k) {
     const detail::Span& sp = spans[static_cast<size_t>(k)];
-    nn::Parameter& prm = *params_[sp.param];
+    autograd::Parameter& prm = *params_[sp.param];
     const int64_t at = sp.begin - state_begin(sp.param);  // the state holds the owned elements only
     adam_chunk(prm.value.f32() + sp.begin, prm.grad.f32() + sp.begin, exp_avg_[sp.param].f32() + at,
                exp_avg_sq_[sp.param].f32() + at, sp.end - sp.begin, scalars[sp.param]);
   }
-  for (nn::Parameter* p : params_) ++p->version;
+  for (autograd::Parameter* p : params_) ++p->version;
   steps_ = t;
 }
 

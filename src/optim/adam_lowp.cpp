@@ -65,7 +65,7 @@ void Adam::update_low_precision(const std::vector<detail::AdamScalars>& scalars)
 #pragma omp for schedule(static)
     for (int64_t k = 0; k < n_spans; ++k) {
       const detail::Span& sp = spans[static_cast<size_t>(k)];
-      const nn::Parameter& prm = *params_[sp.param];
+      const autograd::Parameter& prm = *params_[sp.param];
       const int64_t n = sp.end - sp.begin;
       load_chunk(exp_avg_[sp.param], sp.begin, n, mb.data());
       load_chunk(exp_avg_sq_[sp.param], sp.begin, n, vb.data());
@@ -121,7 +121,7 @@ void Adam::update_low_precision(const std::vector<detail::AdamScalars>& scalars)
 #pragma omp for schedule(static)
     for (int64_t k = 0; k < n_spans; ++k) {
       const detail::Span& sp = spans[static_cast<size_t>(k)];
-      nn::Parameter& prm = *params_[sp.param];
+      autograd::Parameter& prm = *params_[sp.param];
       const int64_t n = sp.end - sp.begin;
       load_chunk(exp_avg_[sp.param], sp.begin, n, mb.data());
       load_chunk(exp_avg_sq_[sp.param], sp.begin, n, vb.data());

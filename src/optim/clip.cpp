@@ -6,7 +6,7 @@
 
 namespace mantissa::optim {
 
-std::vector<double> scale_grads_chunk_sumsq(const std::vector<nn::Parameter*>& params, float factor,
+std::vector<double> scale_grads_chunk_sumsq(const std::vector<autograd::Parameter*>& params, float factor,
                                             const OwnedRanges* owned) {
   const auto spans = detail::make_spans(params, true, owned);
   const auto n_spans = static_cast<int64_t>(spans.size());
@@ -33,15 +33,15 @@ std::vector<double> scale_grads_chunk_sumsq(const std::vector<nn::Parameter*>& p
   return partial;
 }
 
-double scale_grads_sumsq(const std::vector<nn::Parameter*>& params, float factor) {
+double scale_grads_sumsq(const std::vector<autograd::Parameter*>& params, float factor) {
   double total = 0.0;
   for (double s : scale_grads_chunk_sumsq(params, factor)) total += s;
   return total;
 }
 
-double grad_norm(const std::vector<nn::Parameter*>& params) { return std::sqrt(scale_grads_sumsq(params, 1.0f)); }
+double grad_norm(const std::vector<autograd::Parameter*>& params) { return std::sqrt(scale_grads_sumsq(params, 1.0f)); }
 
-void scale_grads(const std::vector<nn::Parameter*>& params, float factor, const OwnedRanges* owned) {
+void scale_grads(const std::vector<autograd::Parameter*>& params, float factor, const OwnedRanges* owned) {
   const auto spans = detail::make_spans(params, true, owned);
   const auto n_spans = static_cast<int64_t>(spans.size());
 #pragma omp parallel for schedule(static)
@@ -53,13 +53,13 @@ void scale_grads(const std::vector<nn::Parameter*>& params, float factor, const 
   }
 }
 
-void clip_to_norm(const std::vector<nn::Parameter*>& params, double norm, double max_norm, const OwnedRanges* owned) {
+void clip_to_norm(const std::vector<autograd::Parameter*>& params, double norm, double max_norm, const OwnedRanges* owned) {
   if (!std::isfinite(norm) || !(max_norm > 0)) return;
   const double coef = max_norm / (norm + 1e-6);
   if (coef < 1.0) scale_grads(params, static_cast<float>(coef), owned);
 }
 
-double clip_grad_norm(const std::vector<nn::Parameter*>& params, double max_norm) {
+double clip_grad_norm(const std::vector<autograd::Parameter*>& params, double max_norm) {
   const double norm = grad_norm(params);
   clip_to_norm(params, norm, max_norm);
   return norm;

@@ -21,7 +21,7 @@ struct Span {
 // Chunks of each parameter's value, or (of_grads) of its gradient, which a
 // bare gradient holder (a loss-scaler test) may have without a value; with
 // `owned`, of the owned elements only (chunks counted from each range's start).
-inline std::vector<Span> make_spans(const std::vector<nn::Parameter*>& params, bool of_grads = false,
+inline std::vector<Span> make_spans(const std::vector<autograd::Parameter*>& params, bool of_grads = false,
                                     const OwnedRanges* owned = nullptr) {
   std::vector<Span> spans;
   for (size_t i = 0; i < params.size(); ++i) {

@@ -12,13 +12,13 @@ namespace {
 // A tied weight (e.g. a head sharing the embedding's storage) is updated once,
 // as PyTorch's parameters() yields a shared tensor once: updating it twice would
 // apply the step twice, and two threads would race on the same memory.
-std::vector<nn::Parameter*> without_tied(std::vector<nn::Parameter*> params) {
+std::vector<autograd::Parameter*> without_tied(std::vector<autograd::Parameter*> params) {
   // The same Parameter listed twice is kept, so the duplicate-name check refuses it.
-  std::vector<nn::Parameter*> kept;
-  for (nn::Parameter* p : params) {
+  std::vector<autograd::Parameter*> kept;
+  for (autograd::Parameter* p : params) {
     if (!p) throw std::invalid_argument("optimizer: null parameter");
     bool tied = false;
-    for (const nn::Parameter* q : kept)
+    for (const autograd::Parameter* q : kept)
       tied = tied || (p != q && p->value.defined() && p->value.same_storage(q->value));
     if (!tied) kept.push_back(p);
   }
@@ -26,9 +26,9 @@ std::vector<nn::Parameter*> without_tied(std::vector<nn::Parameter*> params) {
 }
 }  // namespace
 
-Optimizer::Optimizer(std::vector<nn::Parameter*> params) : params_(without_tied(std::move(params))) {
+Optimizer::Optimizer(std::vector<autograd::Parameter*> params) : params_(without_tied(std::move(params))) {
   std::set<std::string> names;
-  for (const nn::Parameter* p : params_) {
+  for (const autograd::Parameter* p : params_) {
     if (!p->value.defined() || p->value.dtype() != DType::f32)
       throw std::invalid_argument("optimizer: parameter '" + p->name + "' needs an fp32 value tensor");
     if (!p->grad.defined() || p->grad.dtype() != DType::f32 || p->grad.shape() != p->value.shape())
@@ -49,7 +49,7 @@ void Optimizer::set_lr_multiplier(size_t index, double multiplier) {
   lr_mult_[index] = multiplier;
 }
 
-void Optimizer::set_lr_multipliers(const std::function<double(const nn::Parameter&)>& rule) {
+void Optimizer::set_lr_multipliers(const std::function<double(const autograd::Parameter&)>& rule) {
   for (size_t i = 0; i < params_.size(); ++i) set_lr_multiplier(i, rule(*params_[i]));
 }
 
@@ -99,7 +99,7 @@ void Optimizer::restore_tensor(const std::map<std::string, Tensor>& tensors, con
   dst = src.clone(MemoryKind::optimizer_state);
 }
 
-std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& c, std::vector<nn::Parameter*> params) {
+std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& c, std::vector<autograd::Parameter*> params) {
   auto check = [](bool ok, const std::string& what) {
     if (!ok) throw std::invalid_argument("optimizer: " + what);
   };

@@ -29,7 +29,7 @@ void sgd_chunk(float* __restrict p, const float* __restrict g, float* __restrict
 
 }  // namespace
 
-SGD::SGD(std::vector<nn::Parameter*> params, const OptimizerConfig& config)
+SGD::SGD(std::vector<autograd::Parameter*> params, const OptimizerConfig& config)
     : Optimizer(std::move(params)), cfg_(config) {
   if (cfg_.momentum != 0) momentum_.resize(params_.size());
   if (!config.owned.empty()) Optimizer::shard(config.owned);
@@ -44,14 +44,14 @@ void SGD::step(double lr) {
 #pragma omp parallel for schedule(static)
   for (int64_t s = 0; s < n_spans; ++s) {
     const detail::Span& sp = spans[static_cast<size_t>(s)];
-    nn::Parameter& prm = *params_[sp.param];
+    autograd::Parameter& prm = *params_[sp.param];
     float* buf = momentum_.empty() ? nullptr : momentum_[sp.param].f32() + (sp.begin - state_begin(sp.param));
     const double wd = prm.decay ? cfg_.weight_decay : 0.0;
     sgd_chunk(prm.value.f32() + sp.begin, prm.grad.f32() + sp.begin, buf, sp.end - sp.begin,
               static_cast<float>(lr * lr_mult_[sp.param]), static_cast<float>(wd),
               static_cast<float>(cfg_.momentum), static_cast<float>(1.0 - cfg_.dampening), cfg_.nesterov, first);
   }
-  for (nn::Parameter* p : params_) ++p->version;
+  for (autograd::Parameter* p : params_) ++p->version;
   ++steps_;
 }
 

@@ -42,7 +42,7 @@ struct Fp4Quantiser::CachedWeight {
 namespace {
 
 // The output head: the untied readout, or the token table when the head is tied to it.
-bool is_head(const nn::Parameter& p) { return p.role == nn::Role::readout || p.role == nn::Role::token_embedding; }
+bool is_head(const autograd::Parameter& p) { return p.role == autograd::Role::readout || p.role == autograd::Role::token_embedding; }
 
 Tensor bf16_copy(const Tensor& x, MemoryKind kind) { return x.to(DType::bf16, kind); }
 
@@ -115,7 +115,7 @@ uint64_t Fp4Quantiser::next_seed() {
   return config_.seed * 0x9E3779B97F4A7C15ull ^ (static_cast<uint64_t>(updates_) << 24) ^ call;
 }
 
-bool Fp4Quantiser::active(const nn::Parameter& p) const {
+bool Fp4Quantiser::active(const autograd::Parameter& p) const {
   {
     std::lock_guard lock(mutex_);
     if (total_ > 0 && static_cast<double>(updates_) >= config_.until * static_cast<double>(total_)) return false;
@@ -190,7 +190,7 @@ QuantisedOperand Fp4Quantiser::quantise(const Tensor& x, int64_t batch, int64_t 
     throw std::invalid_argument("Fp4Quantiser: contraction_axis must be 1 (rows) or 2 (cols)");
   const bool grad = site.role == OperandRole::grad_output;
   // Products of two activations and bf16 layers: the operand in bf16, kept as such.
-  const bool fp4 = site.key && batch == 1 && active(*static_cast<const nn::Parameter*>(site.key));
+  const bool fp4 = site.key && batch == 1 && active(*static_cast<const autograd::Parameter*>(site.key));
   QuantisedOperand q;
   if (!fp4 || (!grad && !config_.forward && !config_.backward)) {
     Tensor b = bf16_copy(x, grad ? MemoryKind::workspace : MemoryKind::activation);
@@ -223,7 +223,7 @@ QuantisedOperand Fp4Quantiser::quantise(const Tensor& x, int64_t batch, int64_t 
   return q;
 }
 
-autograd::OperandQuantiser::Weight Fp4Quantiser::quantise_weight(const nn::Parameter& p, int contraction_axis,
+autograd::OperandQuantiser::Weight Fp4Quantiser::quantise_weight(const autograd::Parameter& p, int contraction_axis,
                                                                  const QuantSite& site) {
   if (p.value.ndim() != 2) throw std::invalid_argument("Fp4Quantiser: weight " + p.name + " is not 2-D");
   std::unique_ptr<CachedWeight>* slot = nullptr;

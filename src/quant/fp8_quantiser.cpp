@@ -188,7 +188,7 @@ QuantisedOperand Fp8Quantiser::quantise(const Tensor& x, int64_t batch, int64_t 
               nullptr, decoded);
 }
 
-autograd::OperandQuantiser::Weight Fp8Quantiser::quantise_weight(const nn::Parameter& p, int contraction_axis,
+autograd::OperandQuantiser::Weight Fp8Quantiser::quantise_weight(const autograd::Parameter& p, int contraction_axis,
                                                                  const QuantSite& site) {
   if (!cast_fwd_) throw std::logic_error("Fp8Quantiser: no forward cast configured");
   if (p.value.ndim() != 2) throw std::invalid_argument("Fp8Quantiser: weight " + p.name + " is not 2-D");

@@ -40,7 +40,7 @@ formats::Format cast_format(const std::string& name, const char* which) {
 
 }  // namespace
 
-ScalifyQuantiser::ScalifyQuantiser(ScalifyOptions options, std::vector<nn::Parameter*> params)
+ScalifyQuantiser::ScalifyQuantiser(ScalifyOptions options, std::vector<autograd::Parameter*> params)
     : options_(std::move(options)) {
   if (options_.rounding == ScaleRounding::stochastic)
     throw std::invalid_argument("scalify quantiser: stochastic scale rounding is not supported here (use down/up/nearest)");
@@ -53,17 +53,17 @@ ScalifyQuantiser::ScalifyQuantiser(ScalifyOptions options, std::vector<nn::Param
     cast_bwd_ = true;
   }
   std::set<int> blocks;
-  for (const nn::Parameter* p : params) {
+  for (const autograd::Parameter* p : params) {
     if (!p) throw std::invalid_argument("scalify quantiser: null parameter");
     known_.insert(p);
     if (p->block >= 0) blocks.insert(p->block);
   }
-  for (const nn::Parameter* p : params)
-    if (p->input && known_.count(p->input) && p->input->role == nn::Role::weight) consumer_[p->input] = p;
+  for (const autograd::Parameter* p : params)
+    if (p->input && known_.count(p->input) && p->input->role == autograd::Role::weight) consumer_[p->input] = p;
   stats_.layers = static_cast<int64_t>(blocks.size());
 }
 
-double ScalifyQuantiser::param_scale(const nn::Parameter* p) const {
+double ScalifyQuantiser::param_scale(const autograd::Parameter* p) const {
   if (p == nullptr || !known_.count(p)) return 0.0;
   {
     std::lock_guard lock(scale_mutex_);
@@ -86,22 +86,22 @@ double ScalifyQuantiser::param_scale(const nn::Parameter* p) const {
   return s;
 }
 
-std::optional<int> ScalifyQuantiser::propagated_exponent(const nn::Parameter* p, autograd::OperandRole role) {
+std::optional<int> ScalifyQuantiser::propagated_exponent(const autograd::Parameter* p, autograd::OperandRole role) {
   Pow2Rounder r(options_.rounding);  // never stochastic here (the constructor refuses it)
   auto fan = [&](int64_t k) { return static_cast<double>(scale_rule::sqrt_fan(k, r)); };
   // The scale of the input operand of matmul weight w (0 when unknown): a
   // norm's output by the layer-norm rule; a linear's output by the matmul and
   // add rules, then through the op between the two linears.
-  std::function<double(const nn::Parameter*)> input_scale = [&](const nn::Parameter* w) -> double {
-    const nn::Parameter* in = w ? w->input : nullptr;
+  std::function<double(const autograd::Parameter*)> input_scale = [&](const autograd::Parameter* w) -> double {
+    const autograd::Parameter* in = w ? w->input : nullptr;
     if (in == nullptr || !known_.count(in)) return 0;
-    if (in->role == nn::Role::norm_gain) return scale_rule::layer_norm(param_scale(in), param_scale(in->bias), r);
+    if (in->role == autograd::Role::norm_gain) return scale_rule::layer_norm(param_scale(in), param_scale(in->bias), r);
     const double out =
         scale_rule::add(scale_rule::matmul(input_scale(in), param_scale(in), fan(in->fan_in)), param_scale(in->bias), r);
     switch (w->through) {
-      case nn::Parameter::Through::attention: return scale_rule::causal_attention(out);
-      case nn::Parameter::Through::pointwise: return scale_rule::gelu(out);
-      case nn::Parameter::Through::direct: break;
+      case autograd::Parameter::Through::attention: return scale_rule::causal_attention(out);
+      case autograd::Parameter::Through::pointwise: return scale_rule::gelu(out);
+      case autograd::Parameter::Through::direct: break;
     }
     return out;
   };
@@ -113,12 +113,12 @@ std::optional<int> ScalifyQuantiser::propagated_exponent(const nn::Parameter* p,
     const auto c = consumer_.find(p);
     const auto e = c == consumer_.end() ? grad_exponent_.end() : grad_exponent_.find(c->second);
     if (e != grad_exponent_.end()) {
-      const nn::Parameter& next = *c->second;
+      const autograd::Parameter& next = *c->second;
       s = scale_rule::matmul(std::ldexp(1.0, e->second), param_scale(&next), fan(next.value.numel() / next.fan_in));
       switch (next.through) {
-        case nn::Parameter::Through::attention: s = scale_rule::causal_attention_backward(s, input_scale(&next)); break;
-        case nn::Parameter::Through::pointwise: s = scale_rule::gelu_backward(s); break;
-        case nn::Parameter::Through::direct: break;
+        case autograd::Parameter::Through::attention: s = scale_rule::causal_attention_backward(s, input_scale(&next)); break;
+        case autograd::Parameter::Through::pointwise: s = scale_rule::gelu_backward(s); break;
+        case autograd::Parameter::Through::direct: break;
       }
     }
   } else {
@@ -180,7 +180,7 @@ autograd::QuantisedOperand ScalifyQuantiser::quantise(const Tensor& x, int64_t, 
                                                       const autograd::QuantSite& site, Tensor* decoded) {
   const bool grad = site.role == autograd::OperandRole::grad_output;
   if (grad ? !cast_bwd_ : !cast_fwd_) throw std::logic_error("scalify quantiser: this pass is not cast");
-  const auto* p = static_cast<const nn::Parameter*>(site.key);  // QuantSite: key is the product's Parameter
+  const auto* p = static_cast<const autograd::Parameter*>(site.key);  // QuantSite: key is the product's Parameter
   const std::string name = p ? p->name : "activation-product#" + std::to_string(site.ordinal);
   const std::string key = std::string(grad ? "grad_output:" : "activation:") + name;
   const std::optional<int> propagated = propagated_exponent(p, site.role);
@@ -196,7 +196,7 @@ autograd::QuantisedOperand ScalifyQuantiser::quantise(const Tensor& x, int64_t, 
   ++stats_.casts;
   stats_.saturated_values += saturated;
   last_[key] = e;
-  if (grad && p && p->input && p->input->role == nn::Role::weight) grad_exponent_[p] = e;
+  if (grad && p && p->input && p->input->role == autograd::Role::weight) grad_exponent_[p] = e;
   if (dynamic && site.record) {
     ++stats_.dynamic_rescales;
     ++step_rescales_;
@@ -204,7 +204,7 @@ autograd::QuantisedOperand ScalifyQuantiser::quantise(const Tensor& x, int64_t, 
   return q;
 }
 
-autograd::OperandQuantiser::Weight ScalifyQuantiser::quantise_weight(const nn::Parameter& p, int contraction_axis,
+autograd::OperandQuantiser::Weight ScalifyQuantiser::quantise_weight(const autograd::Parameter& p, int contraction_axis,
                                                                      const autograd::QuantSite&) {
   if (!cast_fwd_) throw std::logic_error("scalify quantiser: no forward cast configured");
   CachedWeight* w = nullptr;
@@ -262,7 +262,7 @@ std::map<std::string, int> ScalifyQuantiser::last_exponents() const {
 }
 
 std::shared_ptr<autograd::OperandQuantiser> make_scalify_quantiser(const ScalifyOptions& options,
-                                                                  std::vector<nn::Parameter*> params) {
+                                                                  std::vector<autograd::Parameter*> params) {
   return std::make_shared<ScalifyQuantiser>(options, std::move(params));
 }
 

@@ -54,7 +54,7 @@ Analysis analyse(const AnalyseOptions& options) {
   if (!options.checkpoint.empty()) {
     std::string cfg;
     try {
-      cfg = io::read_model_config(options.checkpoint);
+      cfg = train::read_model_config(options.checkpoint);
     } catch (const std::exception& e) {
       throw std::invalid_argument("--checkpoint " + options.checkpoint + ": " + e.what());
     }
@@ -62,7 +62,7 @@ Analysis analyse(const AnalyseOptions& options) {
       throw std::invalid_argument("--checkpoint " + options.checkpoint + " holds a " + checkpoint_kind(cfg) +
                                   " model, not --model " + c.model);
     model = model_from_config(c.model, cfg);
-    io::load_model_weights(options.checkpoint, *model);
+    train::load_model_weights(options.checkpoint, *model);
   } else {
     model = make_model(c, unit);
   }
@@ -93,7 +93,7 @@ Analysis analyse(const AnalyseOptions& options) {
   const nn::LossSum loss = model->forward_backward(batch, static_cast<float>(loss_scale / static_cast<double>(count)));
   model->set_observer({});
   a.loss = loss.sum / static_cast<double>(loss.count);
-  for (nn::Parameter* p : model->parameters()) {
+  for (autograd::Parameter* p : model->parameters()) {
     a.params.record(p->name, unit::Pass::forward, p->value.f32(), static_cast<size_t>(p->value.numel()));
     a.params.record(p->name, unit::Pass::backward, p->grad.f32(), static_cast<size_t>(p->grad.numel()));
   }

@@ -1,4 +1,5 @@
 #include "mantissa/train/checkpoint.hpp"
+#include "mantissa/train/finite.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -15,7 +16,7 @@
 #include "mantissa/io/files.hpp"
 #include "mantissa/io/untrusted.hpp"
 
-namespace mantissa::io {
+namespace mantissa::train {
 
 namespace fs = std::filesystem;
 
@@ -51,11 +52,11 @@ std::string join(const std::string& dir, const std::string& name) { return (fs::
 
 // Parameters as stored: a parameter sharing storage with an earlier one (a
 // tied head) is not stored, as in Hugging Face GPT-2 files.
-std::vector<nn::Parameter*> stored_parameters(nn::Model& model) {
-  std::vector<nn::Parameter*> out;
-  for (nn::Parameter* p : model.parameters()) {
+std::vector<autograd::Parameter*> stored_parameters(nn::Model& model) {
+  std::vector<autograd::Parameter*> out;
+  for (autograd::Parameter* p : model.parameters()) {
     bool tied = false;
-    for (const nn::Parameter* q : out) tied = tied || q->value.same_storage(p->value);
+    for (const autograd::Parameter* q : out) tied = tied || q->value.same_storage(p->value);
     if (!tied) out.push_back(p);
   }
   return out;
@@ -63,9 +64,9 @@ std::vector<nn::Parameter*> stored_parameters(nn::Model& model) {
 
 std::string model_bytes(nn::Model& model) {
   std::vector<std::pair<std::string, Tensor>> tensors;
-  for (nn::Parameter* p : stored_parameters(model)) tensors.emplace_back(p->name, p->value);
+  for (autograd::Parameter* p : stored_parameters(model)) tensors.emplace_back(p->name, p->value);
   // "format": "pt" is what Hugging Face transformers expects of a PyTorch-layout file.
-  return encode_safetensors(tensors, {{"format", "pt"}});
+  return io::encode_safetensors(tensors, {{"format", "pt"}});
 }
 
 std::string config_bytes(nn::Model& model) {
@@ -77,11 +78,11 @@ std::string config_bytes(nn::Model& model) {
   }
 }
 
-void apply_model_weights(const SafetensorsFile& file, const std::string& file_name, nn::Model& model) {
+void apply_model_weights(const io::SafetensorsFile& file, const std::string& file_name, nn::Model& model) {
   std::vector<std::pair<std::string, Tensor*>> dst;
   auto params = stored_parameters(model);
-  for (nn::Parameter* p : params) dst.emplace_back(p->name, &p->value);
-  SafetensorsFile filtered;
+  for (autograd::Parameter* p : params) dst.emplace_back(p->name, &p->value);
+  io::SafetensorsFile filtered;
   filtered.metadata = file.metadata;
   for (const auto& [name, t] : file.tensors) {
     bool buffer = false;
@@ -89,8 +90,8 @@ void apply_model_weights(const SafetensorsFile& file, const std::string& file_na
       buffer = buffer || (name.size() > std::strlen(suffix) && name.ends_with(suffix));
     if (!buffer) filtered.tensors.emplace(name, t);
   }
-  load_into(filtered, file_name, dst);
-  for (nn::Parameter* p : model.parameters()) ++p->version;
+  io::load_into(filtered, file_name, dst);
+  for (autograd::Parameter* p : model.parameters()) ++p->version;
 }
 
 void fsync_path(const std::string& path, bool directory) {
@@ -132,8 +133,8 @@ bool has_final_name(const std::string& dir) {
 // dir's COMPLETE is a mantissa checkpoint manifest.
 bool is_checkpoint(const std::string& dir) {
   try {
-    const auto m = nlohmann::json::parse(read_file(join(dir, kComplete)));
-    return string_or_empty(m, "format") == "mantissa-checkpoint";
+    const auto m = nlohmann::json::parse(io::read_file(join(dir, kComplete)));
+    return io::string_or_empty(m, "format") == "mantissa-checkpoint";
   } catch (const std::exception&) {
     return false;
   }
@@ -192,41 +193,41 @@ std::map<std::string, std::string> read_verified(const std::string& dir, const c
   const std::string marker = join(dir, kComplete);
   nlohmann::json manifest;
   try {
-    manifest = parse_json(read_file(marker), "manifest");
+    manifest = io::parse_json(io::read_file(marker), "manifest");
   } catch (const std::exception& e) {
-    throw FormatError(marker + ": unreadable checkpoint manifest: " + e.what());
+    throw io::FormatError(marker + ": unreadable checkpoint manifest: " + e.what());
   }
-  if (string_or_empty(manifest, "format") != "mantissa-checkpoint" || !manifest.contains("files") ||
+  if (io::string_or_empty(manifest, "format") != "mantissa-checkpoint" || !manifest.contains("files") ||
       !manifest["files"].is_object())
-    throw FormatError(marker + ": not a mantissa checkpoint manifest");
+    throw io::FormatError(marker + ": not a mantissa checkpoint manifest");
   std::map<std::string, std::string> files;
   for (const auto& [name, info] : manifest["files"].items()) {
     if (!known_file(name))
-      throw FormatError(marker + ": names '" + name + "', which is not a checkpoint file (expected only " +
+      throw io::FormatError(marker + ": names '" + name + "', which is not a checkpoint file (expected only " +
                         kModelFile + ", " + kConfigFile + ", " + kOptimizerFile + ", " + kOptimizerJson + ", " +
                         kTrainerFile + ")");
     if (!info.is_object() || !info.contains("bytes") || !info["bytes"].is_number_unsigned() ||
         !info.contains("crc32") || !info["crc32"].is_number_unsigned())
-      throw FormatError(marker + ": entry '" + name + "' lacks unsigned \"bytes\" and \"crc32\"");
+      throw io::FormatError(marker + ": entry '" + name + "' lacks unsigned \"bytes\" and \"crc32\"");
     if (only && name != only) continue;
     const std::string path = join(dir, name);
-    if (is_symlink(path)) throw FormatError(path + ": is a symbolic link (a checkpoint holds only regular files)");
+    if (is_symlink(path)) throw io::FormatError(path + ": is a symbolic link (a checkpoint holds only regular files)");
     std::string bytes;
     try {
-      bytes = read_file(path);
+      bytes = io::read_file(path);
     } catch (const std::invalid_argument& e) {
-      throw FormatError(std::string("checkpoint file missing: ") + e.what());
+      throw io::FormatError(std::string("checkpoint file missing: ") + e.what());
     }
     const auto want_bytes = info["bytes"].get<uint64_t>();
     const auto want_crc = info["crc32"].get<uint64_t>();
     if (bytes.size() != want_bytes)
-      throw FormatError(path + ": " + std::to_string(bytes.size()) + " bytes but the checkpoint manifest says " +
+      throw io::FormatError(path + ": " + std::to_string(bytes.size()) + " bytes but the checkpoint manifest says " +
                         std::to_string(want_bytes) + (bytes.size() < want_bytes ? " (truncated)" : ""));
-    if (crc32(bytes.data(), bytes.size()) != want_crc)
-      throw FormatError(path + ": CRC-32 does not match the checkpoint manifest (corrupt file)");
+    if (io::crc32(bytes.data(), bytes.size()) != want_crc)
+      throw io::FormatError(path + ": CRC-32 does not match the checkpoint manifest (corrupt file)");
     files.emplace(name, std::move(bytes));
   }
-  if (only && !files.count(only)) throw FormatError(marker + ": does not list " + only);
+  if (only && !files.count(only)) throw io::FormatError(marker + ": does not list " + only);
   return files;
 }
 
@@ -241,21 +242,21 @@ std::string not_loadable(const std::string& dir) {
 // file's size and CRC-32, the weights and optimizer state decoded and finite.
 void verify_checkpoint(const std::string& where) {
   const std::map<std::string, std::string> files = read_verified(where);
-  if (!files.count(kModelFile)) throw FormatError(join(where, kModelFile) + ": missing from the checkpoint manifest");
+  if (!files.count(kModelFile)) throw io::FormatError(join(where, kModelFile) + ": missing from the checkpoint manifest");
   for (const char* name : {kModelFile, kOptimizerFile}) {
     const auto it = files.find(name);
     if (it == files.end()) continue;
     const std::string path = join(where, name);
-    const SafetensorsFile f = decode_safetensors(it->second, path, MemoryKind::workspace);
+    const io::SafetensorsFile f = io::decode_safetensors(it->second, path, MemoryKind::workspace);
     for (const auto& [tensor, t] : f.tensors)
-      if (!all_finite(t)) throw FormatError(path + ": tensor '" + tensor + "' holds non-finite values (refused)");
+      if (!all_finite(t)) throw io::FormatError(path + ": tensor '" + tensor + "' holds non-finite values (refused)");
   }
 }
 
 // The step recorded in where's trainer state, or -1.
 int64_t recorded_step(const std::string& where) {
   try {
-    const auto j = parse_json(read_file(join(where, kTrainerFile)), kTrainerFile);
+    const auto j = io::parse_json(io::read_file(join(where, kTrainerFile)), kTrainerFile);
     if (j.is_object() && j.contains("step") && j["step"].is_number_integer()) return j["step"].get<int64_t>();
   } catch (const std::exception&) {
   }
@@ -301,8 +302,8 @@ void save_model(const std::string& dir, nn::Model& model) {
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) throw std::runtime_error("cannot create directory '" + dir + "': " + ec.message());
-  write_file_atomic(join(dir, kModelFile), model_bytes(model));
-  write_file_atomic(join(dir, kConfigFile), config_bytes(model));
+  io::write_file_atomic(join(dir, kModelFile), model_bytes(model));
+  io::write_file_atomic(join(dir, kConfigFile), config_bytes(model));
 }
 
 void load_model_weights(const std::string& dir, nn::Model& model) {
@@ -311,12 +312,12 @@ void load_model_weights(const std::string& dir, nn::Model& model) {
     const std::map<std::string, std::string> files = read_verified(where);
     const std::string path = join(where, kModelFile);
     const auto it = files.find(kModelFile);
-    if (it == files.end()) throw FormatError(path + ": missing from the checkpoint manifest");
-    apply_model_weights(decode_safetensors(it->second, path), path, model);
+    if (it == files.end()) throw io::FormatError(path + ": missing from the checkpoint manifest");
+    apply_model_weights(io::decode_safetensors(it->second, path), path, model);
     return;
   }
   const std::string path = join(dir, kModelFile);
-  apply_model_weights(load_safetensors(path), path, model);
+  apply_model_weights(io::load_safetensors(path), path, model);
 }
 
 std::string read_model_config(const std::string& dir) {
@@ -329,15 +330,15 @@ std::string read_model_config(const std::string& dir) {
     text = read_verified(resolved, kConfigFile).at(kConfigFile);
   } else {
     try {
-      text = read_file(path);
+      text = io::read_file(path);
     } catch (const std::invalid_argument& e) {
-      throw FormatError(std::string("model config: ") + e.what());
+      throw io::FormatError(std::string("model config: ") + e.what());
     }
   }
   try {
-    parse_json(text, path);
+    io::parse_json(text, path);
   } catch (const std::invalid_argument& e) {
-    throw FormatError(e.what());
+    throw io::FormatError(e.what());
   }
   return text;
 }
@@ -356,7 +357,7 @@ void check_checkpoint_target(const std::string& dir_in, const std::string& flag)
       throw std::invalid_argument(refuse + "exists and is not a mantissa checkpoint (no " + kComplete + " manifest)" +
                                   advice);
   }
-  check_writable_directory(parent_of(dir), flag);
+  io::check_writable_directory(parent_of(dir), flag);
 }
 
 void save_checkpoint(const std::string& dir_in, nn::Model& model, const optim::Optimizer* optimizer,
@@ -374,10 +375,10 @@ void save_checkpoint(const std::string& dir_in, nn::Model& model, const optim::O
     else ::rmdir(p.c_str());
   }
   fs::create_directories(parent_of(dir), ec);
-  const std::string tmp = unique_sibling(dir, "tmp");
+  const std::string tmp = io::unique_sibling(dir, "tmp");
   if (::mkdir(tmp.c_str(), 0755) != 0)
     throw std::runtime_error("cannot create directory '" + tmp + "': " + std::strerror(errno));
-  write_file_atomic(join(tmp, kPartial), "");
+  io::write_file_atomic(join(tmp, kPartial), "");
 
   std::map<std::string, std::string> files;
   files[kModelFile] = model_bytes(model);
@@ -388,17 +389,17 @@ void save_checkpoint(const std::string& dir_in, nn::Model& model, const optim::O
     if (optimizer)
       for (const auto& [name, t] : optimizer->state_tensors()) state.emplace_back(name, t);
     for (const auto& [name, t] : extra_tensors) state.emplace_back(kExtraPrefix + name, t);
-    files[kOptimizerFile] = encode_safetensors(state);
+    files[kOptimizerFile] = io::encode_safetensors(state);
   }
   if (optimizer) files[kOptimizerJson] = optimizer->state_json();
 
   nlohmann::json manifest = {{"format", "mantissa-checkpoint"}, {"version", 1}, {"files", nlohmann::json::object()}};
   for (const auto& [name, bytes] : files) {
-    write_file_atomic(join(tmp, name), bytes);
-    manifest["files"][name] = {{"bytes", bytes.size()}, {"crc32", crc32(bytes.data(), bytes.size())}};
+    io::write_file_atomic(join(tmp, name), bytes);
+    manifest["files"][name] = {{"bytes", bytes.size()}, {"crc32", io::crc32(bytes.data(), bytes.size())}};
   }
   // COMPLETE last: a directory without it is never loaded.
-  write_file_atomic(join(tmp, kComplete), manifest.dump(2) + "\n");
+  io::write_file_atomic(join(tmp, kComplete), manifest.dump(2) + "\n");
   ::unlink(join(tmp, kPartial).c_str());
   fsync_path(tmp, true);
 
@@ -416,7 +417,7 @@ void save_checkpoint(const std::string& dir_in, nn::Model& model, const optim::O
     } else {
       // No atomic exchange on this file system: move the old one aside
       // first; load_checkpoint falls back to DIR.old-* while DIR is missing.
-      const std::string old = unique_sibling(dir, "old");
+      const std::string old = io::unique_sibling(dir, "old");
       if (std::rename(dir.c_str(), old.c_str()) != 0)
         throw std::runtime_error("cannot rename '" + dir + "' to '" + old + "': " + std::strerror(errno));
       fsync_path(parent_of(dir), true);
@@ -441,25 +442,25 @@ CheckpointData load_checkpoint(const std::string& dir_in, nn::Model& model, opti
   // and still fails is corrupt.
   for (int attempt = 0;; ++attempt) {
     where = resolve(dir);
-    if (where.empty()) throw FormatError(not_loadable(dir));
+    if (where.empty()) throw io::FormatError(not_loadable(dir));
     const auto before = directory_identity(where);
     try {
       files = read_verified(where);
       break;
-    } catch (const FormatError&) {
+    } catch (const io::FormatError&) {
       if (attempt >= 8 || directory_identity(where) == before) throw;
     }
   }
   auto need = [&](const char* name) -> const std::string& {
     auto it = files.find(name);
-    if (it == files.end()) throw FormatError(join(where, name) + ": missing from the checkpoint");
+    if (it == files.end()) throw io::FormatError(join(where, name) + ": missing from the checkpoint");
     return it->second;
   };
   const std::string model_path = join(where, kModelFile);
-  SafetensorsFile weights = decode_safetensors(need(kModelFile), model_path);
-  SafetensorsFile state;
+  io::SafetensorsFile weights = io::decode_safetensors(need(kModelFile), model_path);
+  io::SafetensorsFile state;
   if (files.count(kOptimizerFile))
-    state = decode_safetensors(files[kOptimizerFile], join(where, kOptimizerFile), MemoryKind::optimizer_state);
+    state = io::decode_safetensors(files[kOptimizerFile], join(where, kOptimizerFile), MemoryKind::optimizer_state);
 
   CheckpointData out;
   out.trainer_state = need(kTrainerFile);
@@ -474,7 +475,7 @@ CheckpointData load_checkpoint(const std::string& dir_in, nn::Model& model, opti
     try {
       optimizer->load_state(optimizer_tensors, json);
     } catch (const std::invalid_argument& e) {
-      throw FormatError(join(where, kOptimizerFile) + ": " + e.what());
+      throw io::FormatError(join(where, kOptimizerFile) + ": " + e.what());
     }
   }
   return out;
@@ -503,7 +504,7 @@ CheckpointChoice choose_checkpoint(const std::string& dir_in, bool model_dir_ok)
     try {
       verify_checkpoint(where);
       return {where, ""};
-    } catch (const FormatError& e) {
+    } catch (const io::FormatError& e) {
       problem = e.what();
     }
   }
@@ -511,12 +512,12 @@ CheckpointChoice choose_checkpoint(const std::string& dir_in, bool model_dir_ok)
   const std::string prev = dir + kPrevSuffix;
   if (is_symlink(prev) || !is_checkpoint(prev)) {
     if (where.empty() && model_dir_ok) return {dir, ""};  // a saved model, or an error the reader names
-    throw FormatError(problem);
+    throw io::FormatError(problem);
   }
   try {
     verify_checkpoint(prev);
-  } catch (const FormatError& e) {
-    throw FormatError(problem + "; the previous checkpoint '" + prev + "' is not usable either: " + e.what());
+  } catch (const io::FormatError& e) {
+    throw io::FormatError(problem + "; the previous checkpoint '" + prev + "' is not usable either: " + e.what());
   }
   const int64_t step = recorded_step(prev);
   return {prev, "warning: checkpoint '" + dir + "' is not usable (" + problem + "); using the previous checkpoint '" +
@@ -525,4 +526,4 @@ CheckpointChoice choose_checkpoint(const std::string& dir_in, bool model_dir_ok)
 
 bool checkpoint_exists(const std::string& dir) { return !resolve(without_trailing_slash(dir)).empty(); }
 
-}  // namespace mantissa::io
+}  // namespace mantissa::train

@@ -103,7 +103,7 @@ report::ExponentCounts gradient_exponents(Session& s) {
   e.lo = -40;
   const int hi = 4;
   e.counts.assign(static_cast<size_t>(hi - e.lo + 1), 0);
-  for (nn::Parameter* p : s.model->parameters()) {
+  for (autograd::Parameter* p : s.model->parameters()) {
     const auto h = unit::exponent_histogram(p->grad.f32(), static_cast<size_t>(p->grad.numel()), e.lo, hi);
     for (size_t i = 0; i < h.counts.size(); ++i) e.counts[i] += h.counts[i];
     e.zeros += h.zeros;

@@ -63,7 +63,7 @@ std::pair<double, double> compare(const std::vector<float>& a, const std::vector
   return {aa > 0 ? ab / std::sqrt(aa * bb) : 0.0, std::sqrt(dd / bb)};
 }
 
-void sync(const std::vector<nn::Parameter*>& from, const std::vector<nn::Parameter*>& to) {
+void sync(const std::vector<autograd::Parameter*>& from, const std::vector<autograd::Parameter*>& to) {
   for (size_t i = 0; i < from.size(); ++i) {
     const std::vector<float> v = copy_of(from[i]->value);
     std::copy(v.begin(), v.end(), to[i]->value.f32());
@@ -82,7 +82,7 @@ InspectResult inspect(const InspectOptions& o) {
 
   auto run = build_session(o.config);
   auto shadow = build_session(shadow_config(run->config, run->recipe));
-  const std::vector<nn::Parameter*> rp = run->trainer->amp().parameters(), sp = shadow->trainer->amp().parameters();
+  const std::vector<autograd::Parameter*> rp = run->trainer->amp().parameters(), sp = shadow->trainer->amp().parameters();
   if (rp.size() != sp.size()) throw std::logic_error("inspect: the shadow model has other parameters");
   for (size_t i = 0; i < rp.size(); ++i)
     if (rp[i]->name != sp[i]->name || rp[i]->value.shape() != sp[i]->value.shape() || sp[i]->value.dtype() != DType::f32)
@@ -129,7 +129,7 @@ InspectResult inspect(const InspectOptions& o) {
     const double scale = ra.scaler().scale();
     if (rec.sampled) {
       if (low_grads) probe->tally_gradients(rp, recipe.gradient_format, scale);
-      for (nn::Parameter* p : rp) {
+      for (autograd::Parameter* p : rp) {
         std::vector<float> g = copy_of(p->grad);
         if (low_grads) formats::fake_quantize(grad_format, g.data(), g.data(), g.size());  // as Amp::step rounds
         for (float& x : g) x = static_cast<float>(x / scale);
@@ -155,7 +155,7 @@ InspectResult inspect(const InspectOptions& o) {
     for (const nn::Batch& b : micro) sloss += sa.backward(b, total).sum;
     std::vector<std::vector<float>> sg, sv;
     if (rec.sampled)
-      for (nn::Parameter* p : sp) {
+      for (autograd::Parameter* p : sp) {
         sg.push_back(copy_of(p->grad));
         sv.push_back(copy_of(p->value));
       }

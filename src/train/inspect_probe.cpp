@@ -133,7 +133,7 @@ class ProbeQuantiser final : public autograd::OperandQuantiser {
     return q;
   }
 
-  Weight quantise_weight(const nn::Parameter& p, int axis, const autograd::QuantSite& site) override {
+  Weight quantise_weight(const autograd::Parameter& p, int axis, const autograd::QuantSite& site) override {
     if (!probe_.active()) return inner_->quantise_weight(p, axis, site);
     autograd::QuantSite asked = site;
     asked.report_tiles = true;
@@ -200,7 +200,7 @@ class ProbeSaves final : public autograd::SaveObserver {
 }  // namespace
 
 Probe::Probe(nn::Model& model, int64_t max_values) : model_(model), max_values_(max_values) {
-  for (nn::Parameter* p : model.parameters()) param_names_[p] = p->name;
+  for (autograd::Parameter* p : model.parameters()) param_names_[p] = p->name;
 }
 
 std::shared_ptr<Probe> attach_probe(nn::Model& model, int64_t max_values) {
@@ -257,10 +257,10 @@ CastTally& Probe::add(const void* key, uint64_t ordinal, int role, const std::st
   return t;
 }
 
-void Probe::tally_gradients(const std::vector<nn::Parameter*>& params, const std::string& format, double loss_scale) {
+void Probe::tally_gradients(const std::vector<autograd::Parameter*>& params, const std::string& format, double loss_scale) {
   const formats::Format& f = formats::parse_format(format);
   const double limit = clip_limit(&f) / loss_scale;
-  for (nn::Parameter* p : params) {
+  for (autograd::Parameter* p : params) {
     const int64_t n = p->grad.numel(), stride = sample_stride(n, max_values_);
     std::vector<float> g, r;
     for (int64_t i = 0; i < n; i += stride) g.push_back(p->grad.f32()[i]);
@@ -278,9 +278,9 @@ void Probe::tally_gradients(const std::vector<nn::Parameter*>& params, const std
   }
 }
 
-void Probe::tally_weights(const std::vector<nn::Parameter*>& params, const std::map<std::string, const float*>& masters,
+void Probe::tally_weights(const std::vector<autograd::Parameter*>& params, const std::map<std::string, const float*>& masters,
                           const formats::Format& working) {
-  for (nn::Parameter* p : params) {
+  for (autograd::Parameter* p : params) {
     const auto m = masters.find(p->name);
     if (m == masters.end()) continue;  // kept in fp32 (norms, or no master at all)
     const std::vector<float> q = values_f32(p->value, 1.0f, 1);

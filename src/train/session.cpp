@@ -147,20 +147,20 @@ std::vector<std::string> take_unit_settings(const std::vector<std::string>& set,
   return rest;
 }
 
-unit::ParamRole unit_param_role(const nn::Parameter& p) {
+unit::ParamRole unit_param_role(const autograd::Parameter& p) {
   switch (p.role) {
-    case nn::Role::readout: return unit::ParamRole::output;
-    case nn::Role::bias: return unit::ParamRole::bias;
-    case nn::Role::norm_gain:
-    case nn::Role::norm_bias: return unit::ParamRole::norm;
-    case nn::Role::token_embedding:
-    case nn::Role::position_embedding:
-    case nn::Role::weight: break;
+    case autograd::Role::readout: return unit::ParamRole::output;
+    case autograd::Role::bias: return unit::ParamRole::bias;
+    case autograd::Role::norm_gain:
+    case autograd::Role::norm_bias: return unit::ParamRole::norm;
+    case autograd::Role::token_embedding:
+    case autograd::Role::position_embedding:
+    case autograd::Role::weight: break;
   }
   return unit::ParamRole::weight;
 }
 
-std::optional<int> unit_param_depth(const nn::Parameter& p, int64_t blocks) {
+std::optional<int> unit_param_depth(const autograd::Parameter& p, int64_t blocks) {
   if (p.block >= 0 && blocks > 0) return static_cast<int>(blocks);
   return std::nullopt;
 }
@@ -177,7 +177,7 @@ void IndependentDecay::step(double lr) {
   const float keep = static_cast<float>(1.0 - lr / base_lr_ * decay_);
   if (decay_ == 0.0) return;
   for (size_t k = 0; k < params_.size(); ++k) {
-    nn::Parameter* p = params_[k];
+    autograd::Parameter* p = params_[k];
     if (!p->decay) continue;
     // Sharded: the owned elements only (the others arrive from their owners).
     const int64_t first = owned_.empty() ? 0 : owned_[k].begin, n = owned_.empty() ? p->value.numel() : owned_[k].end;
@@ -203,23 +203,23 @@ namespace {
 // The forward scale (GEMM alpha) of the unit linear whose weight is w
 // [fan_in, fan_out], from the same rule the model applies (the readout uses
 // linear_readout).
-double unit_linear_forward_scale(const unit::UnitConfig& u, const nn::Parameter& w) {
+double unit_linear_forward_scale(const unit::UnitConfig& u, const autograd::Parameter& w) {
   const int64_t fan_in = w.fan_in, fan_out = w.value.numel() / w.fan_in;
-  if (w.role == nn::Role::readout) return unit::linear_readout(fan_in, fan_out, 1, u.rules("readout")).fwd;
+  if (w.role == autograd::Role::readout) return unit::linear_readout(fan_in, fan_out, 1, u.rules("readout")).fwd;
   return unit::linear(fan_in, fan_out, 1, u.rules("linear")).fwd;
 }
 
 // u-muP learning-rate multipliers (unit::lr_scale) on every parameter.
 void set_unit_lr_multipliers(nn::Model& model, optim::Optimizer& opt, const std::string& optimizer) {
   const auto kind = optimizer == "sgd" ? unit::OptimizerKind::sgd : unit::OptimizerKind::adam;
-  std::map<const nn::Parameter*, const nn::Parameter*> linear_of;  // bias -> the weight it follows
-  for (const nn::Parameter* q : model.parameters())
-    if (q->bias && !nn::is_norm(q->role)) linear_of[q->bias] = q;
-  opt.set_lr_multipliers([&](const nn::Parameter& p) {
+  std::map<const autograd::Parameter*, const autograd::Parameter*> linear_of;  // bias -> the weight it follows
+  for (const autograd::Parameter* q : model.parameters())
+    if (q->bias && !autograd::is_norm(q->role)) linear_of[q->bias] = q;
+  opt.set_lr_multipliers([&](const autograd::Parameter& p) {
     // lr_scale reads PyTorch shapes: [out, in] for linear weights and the
     // readout ([numel / fan_in, fan_in] whatever the stored layout), tables as stored.
     Shape shape = p.value.shape();
-    if (shape.size() == 2 && p.role != nn::Role::position_embedding) shape = {p.value.numel() / p.fan_in, p.fan_in};
+    if (shape.size() == 2 && p.role != autograd::Role::position_embedding) shape = {p.value.numel() / p.fan_in, p.fan_in};
     const unit::ParamRole role = unit_param_role(p);
     double mult = unit::lr_scale(kind, role, shape, unit_param_depth(p, model.blocks()));
     // The library scales a linear's bias forward with its output (alpha (xW + b));
@@ -280,7 +280,7 @@ void check_outputs(const TrainConfig& c, const std::string& data_path) {
   const std::vector<std::pair<std::string, std::string>> inputs = {{"--data", data_path}, {"--config", c.config}};
   if (!c.save.empty()) {
     io::refuse_output_over_input(c.save, "--save", inputs);
-    io::check_checkpoint_target(c.save, "--save");
+    train::check_checkpoint_target(c.save, "--save");
   }
   if (!c.metrics.empty()) {
     io::refuse_output_over_input(c.metrics, "--metrics", inputs);
@@ -344,15 +344,15 @@ std::unique_ptr<Session> build_session(const TrainConfig& config) {
   // size flags cannot silently disagree with the saved weights.
   if (!c.resume.empty()) {
     // A corrupt checkpoint falls back to the one its last save replaced.
-    io::CheckpointChoice chosen;
+    train::CheckpointChoice chosen;
     try {
-      chosen = io::choose_checkpoint(c.resume, false);
+      chosen = train::choose_checkpoint(c.resume, false);
     } catch (const io::FormatError& e) {
       throw std::invalid_argument("--resume " + c.resume + ": " + e.what());
     }
     if (!chosen.warning.empty()) std::fprintf(stderr, "%s\n", chosen.warning.c_str());
     c.resume = chosen.dir;
-    const std::string cfg = io::read_model_config(c.resume);
+    const std::string cfg = train::read_model_config(c.resume);
     s->model = model_from_config(c.model, cfg);
     if (s->model->unit().enabled != unit.enabled)
       throw std::invalid_argument("--resume " + c.resume + ": the checkpoint holds a " +

@@ -67,9 +67,9 @@ Trainer::Trainer(nn::Model& model, optim::Optimizer& optimizer, data::TrainSourc
 }
 
 void Trainer::accumulate(size_t k, size_t count) {
-  const std::vector<nn::Parameter*>& params = amp_.parameters();
+  const std::vector<autograd::Parameter*>& params = amp_.parameters();
   if (accum_.size() != params.size())
-    for (const nn::Parameter* p : params) accum_.push_back(Tensor::empty(p->grad.shape(), DType::f32, MemoryKind::gradient));
+    for (const autograd::Parameter* p : params) accum_.push_back(Tensor::empty(p->grad.shape(), DType::f32, MemoryKind::gradient));
   for (size_t i = 0; i < params.size(); ++i) {
     float* g = params[i]->grad.f32();
     float* s = accum_[i].f32();
@@ -282,7 +282,7 @@ class WholeState final : public optim::Optimizer {
 
 std::string Trainer::non_finite_state() {
   std::vector<std::pair<std::string, Tensor>> all;
-  for (const nn::Parameter* p : model_.parameters()) all.emplace_back(p->name, p->value);
+  for (const autograd::Parameter* p : model_.parameters()) all.emplace_back(p->name, p->value);
   for (const auto& [name, t] : optimizer_.state_tensors()) all.emplace_back("optimizer state " + name, t);
   for (const auto& [name, t] : amp_.master_weights().master_tensors()) all.emplace_back(kMasterPrefix + name, t);
   const std::string bad = first_non_finite(all);
@@ -301,7 +301,7 @@ std::map<std::string, Tensor> Trainer::whole_optimizer_state() {
   std::map<std::string, Tensor> mine = optimizer_.state_tensors();
   if (!sharded()) return mine;
   // One all-gather per kind of state ("exp_avg", ...) over every parameter.
-  const std::vector<nn::Parameter*>& params = amp_.parameters();
+  const std::vector<autograd::Parameter*>& params = amp_.parameters();
   std::set<std::string> kinds;
   for (const auto& [key, t] : mine) kinds.insert(key.substr(key.rfind('.') + 1));
   std::map<std::string, Tensor> whole;
@@ -329,7 +329,7 @@ std::map<std::string, Tensor> Trainer::master_tensors() {
   // weights: the model file holds what the model computes with.
   const std::map<std::string, Tensor> mine = amp_.master_weights().master_tensors();
   if (mine.empty()) return extra;
-  const std::vector<nn::Parameter*>& params = amp_.parameters();
+  const std::vector<autograd::Parameter*>& params = amp_.parameters();
   std::vector<const float*> from(params.size(), nullptr);
   std::vector<float*> to(params.size(), nullptr);
   for (size_t i = 0; i < params.size(); ++i) {
@@ -425,13 +425,13 @@ void Trainer::save(const std::string& dir) {
     options_.group->barrier("the checkpoint barrier");
     return;
   }
-  io::save_checkpoint(dir, model_, &whole, state_json(), extra);
+  train::save_checkpoint(dir, model_, &whole, state_json(), extra);
   if (options_.group) options_.group->barrier("the checkpoint barrier");
 }
 
 void Trainer::resume(const std::string& dir) {
   WholeState whole(optimizer_, {});
-  io::CheckpointData data = io::load_checkpoint(dir, model_, &whole);
+  train::CheckpointData data = train::load_checkpoint(dir, model_, &whole);
   load_state_json(data.trainer_state);
   const auto masters = amp_.master_weights().masters();
   for (const auto& [name, ptr] : masters) {
@@ -439,8 +439,8 @@ void Trainer::resume(const std::string& dir) {
     if (it == data.extra_tensors.end())
       throw std::invalid_argument("checkpoint " + dir + " lacks the master copy of " + name);
     const Tensor& t = it->second;
-    const nn::Parameter* p = nullptr;
-    for (nn::Parameter* q : amp_.parameters())
+    const autograd::Parameter* p = nullptr;
+    for (autograd::Parameter* q : amp_.parameters())
       if (q->name == name) p = q;
     if (t.dtype() != DType::f32 || !p || t.shape() != p->value.shape())
       throw std::invalid_argument("checkpoint " + dir + ": master copy of " + name + " is " + dtype_name(t.dtype()) +
@@ -449,7 +449,7 @@ void Trainer::resume(const std::string& dir) {
     amp_.master_weights().load_master(name, t.f32(), t.numel());
   }
   restore_feedback(data.extra_tensors, data.trainer_state);
-  for (nn::Parameter* p : amp_.parameters()) ++p->version;  // cached casts must refresh
+  for (autograd::Parameter* p : amp_.parameters()) ++p->version;  // cached casts must refresh
   model_.zero_grad();
   if (const std::string bad = non_finite_state(); !bad.empty())
     throw std::invalid_argument("checkpoint " + dir + ": " + bad + " holds non-finite values (refused)");

@@ -42,7 +42,7 @@ TEST(GradStats, GroupsMergeLayersAndReportFractions) {
   EXPECT_EQ(grad_group_name("transformer.h.12.mlp.c_fc.weight"), "mlp.c_fc.weight");
   EXPECT_EQ(grad_group_name("transformer.wte.weight"), "wte.weight");
   EXPECT_EQ(grad_group_name("layers.0.weight"), "layers.0.weight");
-  nn::Parameter a, b, c;
+  autograd::Parameter a, b, c;
   a.name = "transformer.h.0.attn.c_proj.weight";
   b.name = "transformer.h.1.attn.c_proj.weight";
   c.name = "transformer.wpe.weight";

@@ -78,7 +78,7 @@ TEST(LossScaler, StaticAndNoneKeepTheScaleButCountSkips) {
 }
 
 TEST(LossScaler, UnscaleDividesOnceAndDetectsNonFinite) {
-  nn::Parameter a, b;
+  autograd::Parameter a, b;
   a.grad = Tensor::from({4.0f, -8.0f, 3.0f}, {3}, MemoryKind::gradient);
   b.grad = Tensor::from({1.0f, 0.0f}, {2}, MemoryKind::gradient);
   LossScaleConfig c;

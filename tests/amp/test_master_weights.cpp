@@ -19,8 +19,8 @@ using namespace mantissa::recipe;
 
 namespace {
 
-nn::Parameter make_param(const std::string& name, int64_t n, float v) {
-  nn::Parameter p;
+autograd::Parameter make_param(const std::string& name, int64_t n, float v) {
+  autograd::Parameter p;
   p.name = name;
   p.value = Tensor::empty({n}, DType::f32, MemoryKind::parameter);
   p.value.fill(v);
@@ -32,7 +32,7 @@ nn::Parameter make_param(const std::string& name, int64_t n, float v) {
 double fp16_nearest_in_1_2(double x) { return std::nearbyint(x * 1024.0) / 1024.0; }
 
 // One fake optimizer update of +delta on every element.
-void update(MasterWeights& mw, nn::Parameter& p, float delta, int64_t step) {
+void update(MasterWeights& mw, autograd::Parameter& p, float delta, int64_t step) {
   mw.before_update();
   for (int64_t i = 0; i < p.value.numel(); ++i) p.value.f32()[i] += delta;
   mw.after_update(step);
@@ -41,7 +41,7 @@ void update(MasterWeights& mw, nn::Parameter& p, float delta, int64_t step) {
 }  // namespace
 
 TEST(MasterWeights, PureFp16LosesSmallUpdatesMasterKeepsThem) {
-  nn::Parameter pure = make_param("w", 4, 1.0f), mixed = make_param("w", 4, 1.0f);
+  autograd::Parameter pure = make_param("w", 4, 1.0f), mixed = make_param("w", 4, 1.0f);
   MasterWeights no_master({&pure}, find_recipe("fp16-pure"), 1);
   MasterWeights with_master({&mixed}, find_recipe("fp16-master"), 1);
   EXPECT_FALSE(no_master.has_master());
@@ -67,7 +67,7 @@ TEST(MasterWeights, StochasticRoundingIsUnbiasedAndReproducible) {
   const float quarter = 0.25f / 1024;  // a quarter of an fp16 ulp at 1
   Recipe r = find_recipe("fp16-master");
   r.weight_rounding = WeightRounding::stochastic;
-  nn::Parameter a = make_param("w", n, 1.0f), b = make_param("w", n, 1.0f), c = make_param("w", n, 1.0f);
+  autograd::Parameter a = make_param("w", n, 1.0f), b = make_param("w", n, 1.0f), c = make_param("w", n, 1.0f);
   MasterWeights ma({&a}, r, 42), mb({&b}, r, 42), mc({&c}, r, 42);
   ma.initialise();
   mb.initialise();
@@ -93,7 +93,7 @@ TEST(MasterWeights, StochasticRoundingIsUnbiasedAndReproducible) {
 // an array long enough to be rounded in parallel blocks.
 TEST(MasterWeights, NearestRoundingSaturatesAsTheReference) {
   const int64_t n = 300007;
-  nn::Parameter w = make_param("w", n, 0.0f);
+  autograd::Parameter w = make_param("w", n, 0.0f);
   float* v = w.value.f32();
   for (int64_t i = 0; i < n; ++i) v[i] = std::ldexp(std::sin(0.37f * static_cast<float>(i)), static_cast<int>(i % 45) - 27);
   const float specials[] = {65504.0f, 65519.99f, 65520.0f, -70000.0f, 1e30f, std::numeric_limits<float>::infinity(),
@@ -117,16 +117,16 @@ TEST(MasterWeights, NearestRoundingSaturatesAsTheReference) {
 }
 
 TEST(MasterWeights, O2KeepsNormsInFp32AndFp32IsANoOp) {
-  nn::Parameter ln = make_param("transformer.h.0.ln_1.weight", 3, 1.0001f);
-  ln.role = nn::Role::norm_gain;
-  nn::Parameter w = make_param("transformer.h.0.mlp.c_fc.weight", 3, 1.0001f);
+  autograd::Parameter ln = make_param("transformer.h.0.ln_1.weight", 3, 1.0001f);
+  ln.role = autograd::Role::norm_gain;
+  autograd::Parameter w = make_param("transformer.h.0.mlp.c_fc.weight", 3, 1.0001f);
   MasterWeights o2({&ln, &w}, recipe_for_opt_level("O2"), 0);
   o2.initialise();
   EXPECT_EQ(ln.value.f32()[0], 1.0001f);
   EXPECT_EQ(w.value.f32()[0], 1.0f);  // 1.0001 rounds to 1 in fp16
   EXPECT_EQ(o2.masters().count("transformer.h.0.ln_1.weight"), 0u);
 
-  nn::Parameter x = make_param("x", 2, 1.0001f);
+  autograd::Parameter x = make_param("x", 2, 1.0001f);
   MasterWeights fp32({&x}, find_recipe("fp32"), 0);
   EXPECT_FALSE(fp32.active());
   fp32.initialise();
@@ -135,7 +135,7 @@ TEST(MasterWeights, O2KeepsNormsInFp32AndFp32IsANoOp) {
 }
 
 TEST(MasterWeights, LoadMasterChecksNamesAndSizes) {
-  nn::Parameter w = make_param("w", 3, 1.0f);
+  autograd::Parameter w = make_param("w", 3, 1.0f);
   MasterWeights m({&w}, find_recipe("bf16-master-sr"), 0);
   m.initialise();
   const float saved[3] = {1.5f, 2.0f, 3.0f};

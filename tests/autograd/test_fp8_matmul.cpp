@@ -72,7 +72,7 @@ TEST_P(Fp8Linear, ForwardAndBackwardMatchFp64OfTheSameQuantisedOperands) {
   auto q = std::make_shared<Fp8Quantiser>(cfg);
   const formats::Format e4 = formats::parse_format("e4m3fn"), e5 = formats::parse_format("e5m2");
 
-  nn::Parameter w;
+  autograd::Parameter w;
   w.name = "w";
   w.value = random_tensor({c.K, c.N}, 11, 0.05f, MemoryKind::parameter);
   w.grad = Tensor::zeros({c.K, c.N}, DType::f32, MemoryKind::gradient);
@@ -153,7 +153,7 @@ TEST(Fp8Matmul, SavedActivationsAreOneByte) {
   // allocated until backward is the output (fp32) plus the saved input:
   // 1 byte per element with FP8 casts, 2 with bf16.
   const int64_t M = 256, K = 512, N = 64;
-  nn::Parameter w;
+  autograd::Parameter w;
   w.name = "w";
   w.value = random_tensor({K, N}, 31, 0.05f, MemoryKind::parameter);
   w.grad = Tensor::zeros({K, N}, DType::f32, MemoryKind::gradient);
@@ -189,7 +189,7 @@ TEST(Fp8Matmul, WeightCastsAreCachedPerVersion) {
   cfg.scaling = CastScaling::current;
   cfg.forward_format = "e4m3fn";
   auto q = std::make_shared<Fp8Quantiser>(cfg);
-  nn::Parameter w;
+  autograd::Parameter w;
   w.name = "w";
   w.value = random_tensor({32, 16}, 41, 0.05f, MemoryKind::parameter);
   OpContext ctx;

@@ -20,12 +20,12 @@ size_t activation_bytes() { return memory_stats().of(MemoryKind::activation); }
 
 // Stack parameters reuse addresses across tests: drop the kernels' packing of them.
 struct ForgetPacking {
-  const nn::Parameter* p;
+  const autograd::Parameter* p;
   ~ForgetPacking() { kernels::forget_packed_operand(p); }
 };
 
-nn::Parameter make_param(const Shape& s, uint64_t seed) {
-  nn::Parameter p{std::string("w"), Tensor(), Tensor()};
+autograd::Parameter make_param(const Shape& s, uint64_t seed) {
+  autograd::Parameter p{std::string("w"), Tensor(), Tensor()};
   p.value = to_tensor(s, random_vec(static_cast<size_t>(shape_numel(s)), seed));
   p.grad = Tensor::zeros(s, DType::f32, MemoryKind::gradient);
   return p;
@@ -43,7 +43,7 @@ double bf16_round(float x) {
 }  // namespace
 
 TEST(Tape, NoGradRecordsAndRetainsNothing) {
-  nn::Parameter w = make_param({8, 8}, 1);
+  autograd::Parameter w = make_param({8, 8}, 1);
   ForgetPacking forget{&w};
   const size_t base = activation_bytes();
   {
@@ -80,7 +80,7 @@ TEST(Tape, BackwardFreesSavedTensorsAsItGoes) {
 }
 
 TEST(Tape, ParameterGradientsAccumulateAcrossPasses) {
-  nn::Parameter w = make_param({3, 2}, 3);
+  autograd::Parameter w = make_param({3, 2}, 3);
   ForgetPacking forget{&w};
   const gradcheck::Vec xv = random_vec(12, 4);
   std::vector<float> once;
@@ -122,7 +122,7 @@ TEST(Tape, SharedGradientsAreCopiedBeforeWriting) {
 
 TEST(Tape, Bf16MatmulPolicyRoundsOperandsAndAccumulatesInFp32) {
   const int64_t M = 5, K = 64, N = 3;
-  nn::Parameter w = make_param({K, N}, 8);
+  autograd::Parameter w = make_param({K, N}, 8);
   ForgetPacking forget{&w};
   const gradcheck::Vec xv = random_vec(M * K, 9);
   ag::CastCache cache;
@@ -150,7 +150,7 @@ TEST(Tape, Bf16MatmulPolicyRoundsOperandsAndAccumulatesInFp32) {
 }
 
 TEST(Tape, WeightCastIsCachedPerVersion) {
-  nn::Parameter w = make_param({4, 4}, 10);
+  autograd::Parameter w = make_param({4, 4}, 10);
   ForgetPacking forget{&w};
   ag::CastCache cache;
   const Tensor& first = cache.get(w, DType::bf16);
@@ -201,7 +201,7 @@ TEST(Tape, ScaleSplitHasIndependentForwardAndBackwardScales) {
 }
 
 TEST(Tape, CheckpointRecomputesAndMatchesDirectGradients) {
-  nn::Parameter w = make_param({6, 6}, 14);
+  autograd::Parameter w = make_param({6, 6}, 14);
   ForgetPacking forget{&w};
   const gradcheck::Vec xv = random_vec(24, 15), R = random_vec(24, 16);
   auto segment = [&w](ag::Tape& t, const ag::Var& x) { return ag::gelu(t, ag::linear(t, x, t.param(w))); };
@@ -226,7 +226,7 @@ TEST(Tape, CheckpointRecomputesAndMatchesDirectGradients) {
 // (what loss scaling exists to prevent).
 TEST(Tape, Fp16MatmulPolicyRoundsOperandsAndGradients) {
   const int64_t M = 4, K = 32, N = 3;
-  nn::Parameter w = make_param({K, N}, 18);
+  autograd::Parameter w = make_param({K, N}, 18);
   ForgetPacking forget{&w};
   const gradcheck::Vec xv = random_vec(M * K, 19);
   auto half = [](double v) { return static_cast<double>(static_cast<_Float16>(static_cast<float>(v))); };

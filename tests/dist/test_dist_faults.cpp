@@ -87,7 +87,7 @@ TEST(DistRun, StopAndResumeContinueBitForBitWithTheSameRanksAndRunWithOthers) {
       << read(d / "whole.log");
   ASSERT_EQ(sh(mpirun(2) + base + " --stop-after 3 --save " + (d / "ckpt") + " --metrics " + (d / "parts.jsonl") +
                " > " + (d / "a.log") + " 2>&1"), 0) << read(d / "a.log");
-  ASSERT_TRUE(mantissa::io::checkpoint_exists(d / "ckpt"));
+  ASSERT_TRUE(mantissa::train::checkpoint_exists(d / "ckpt"));
   ASSERT_EQ(sh(mpirun(2) + base + " --resume " + (d / "ckpt") + " --metrics " + (d / "parts.jsonl") + " > " +
                (d / "b.log") + " 2>&1"), 0) << read(d / "b.log");
   const auto whole = losses(d / "whole.jsonl"), parts = losses(d / "parts.jsonl");
@@ -129,12 +129,12 @@ std::pair<int, double> fault_run(const Dir& d, int signal, const std::string& ex
   const auto start = std::chrono::steady_clock::now();
   auto waited = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
   pid_t victim = -1;
-  while (waited() < 120 && (victim < 0 || !mantissa::io::checkpoint_exists(d / "ckpt"))) {
+  while (waited() < 120 && (victim < 0 || !mantissa::train::checkpoint_exists(d / "ckpt"))) {
     if (victim < 0) victim = find_rank(tag, 1);
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   EXPECT_GT(victim, 0) << "rank 1 not found";
-  EXPECT_TRUE(mantissa::io::checkpoint_exists(d / "ckpt")) << read(d / "fault.log");
+  EXPECT_TRUE(mantissa::train::checkpoint_exists(d / "ckpt")) << read(d / "fault.log");
   if (victim > 0) ::kill(victim, signal);
   const auto signalled = std::chrono::steady_clock::now();
   int status = 0;
@@ -155,7 +155,7 @@ std::pair<int, double> fault_run(const Dir& d, int signal, const std::string& ex
 
 void expect_resumable(const Dir& d) {
   // The last checkpoint is complete; one process continues from it.
-  ASSERT_TRUE(mantissa::io::checkpoint_exists(d / "ckpt"));
+  ASSERT_TRUE(mantissa::train::checkpoint_exists(d / "ckpt"));
   const std::string state = read(d / "ckpt/trainer_state.json");
   const int64_t step = nlohmann::json::parse(state).at("step").get<int64_t>();
   EXPECT_GE(step, 2);

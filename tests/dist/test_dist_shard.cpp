@@ -106,9 +106,9 @@ void expect_same_steps(TrainRun& a, TrainRun& b, int steps, dist::Group& g, cons
   }
 }
 
-int64_t numel_where(nn::Model& m, bool (*keep)(const nn::Parameter&)) {
+int64_t numel_where(nn::Model& m, bool (*keep)(const autograd::Parameter&)) {
   int64_t n = 0;
-  for (nn::Parameter* p : m.parameters())
+  for (autograd::Parameter* p : m.parameters())
     if (keep(*p)) n += p->value.numel();
   return n;
 }
@@ -179,8 +179,8 @@ TEST(ShardWorker, ShardedEqualsUnshardedAndAccumulationWithScalingSkipsAndClippi
     // that count; each rank holds at most half, plus one optimizer chunk.
     const recipe::Recipe& r = s.recipe;
     const int64_t mastered = r.master_format == "fp32" && r.weight_format != "fp32"
-                                 ? numel_where(*sharded.model, r.norms_fp32 ? +[](const nn::Parameter& p) { return !nn::is_norm(p.role); }
-                                                                            : +[](const nn::Parameter&) { return true; })
+                                 ? numel_where(*sharded.model, r.norms_fp32 ? +[](const autograd::Parameter& p) { return !autograd::is_norm(p.role); }
+                                                                            : +[](const autograd::Parameter&) { return true; })
                                  : 0;
     const int64_t expected = params * 8 + mastered * 4;
     EXPECT_EQ(whole.trainer->state_bytes(), expected) << name;
@@ -275,7 +275,7 @@ TEST(ShardWorker, CheckpointsResumeAcrossRankCountsAndSharding) {
   ASSERT_NE(owned, nullptr);
   const auto whole_state = one.opt->state_tensors();
   const auto mine = resharded.opt->state_tensors();
-  const std::vector<nn::Parameter*>& params = resharded.opt->parameters();
+  const std::vector<autograd::Parameter*>& params = resharded.opt->parameters();
   int64_t held = 0;
   for (size_t i = 0; i < params.size(); ++i)
     for (const char* kind : {".exp_avg", ".exp_avg_sq"}) {

@@ -42,7 +42,7 @@ inline std::string corpus_text() {
 // FNV-1a over every weight's bits.
 inline uint64_t weights_hash(mantissa::nn::Model& m) {
   uint64_t h = 1469598103934665603ull;
-  for (mantissa::nn::Parameter* p : m.parameters()) {
+  for (mantissa::autograd::Parameter* p : m.parameters()) {
     const auto* b = p->value.data<uint8_t>();
     for (size_t i = 0; i < p->value.bytes(); ++i) h = (h ^ b[i]) * 1099511628211ull;
   }

@@ -87,7 +87,7 @@ inline std::set<std::string> golden_parameter_names(const Golden& g) {
 // file must name exactly the same parameters with the same shapes.
 inline void load_parameters(const Golden& g, nn::Model& model) {
   std::set<std::string> expected = golden_parameter_names(g), seen;
-  for (nn::Parameter* p : model.parameters()) {
+  for (autograd::Parameter* p : model.parameters()) {
     ASSERT_TRUE(expected.count(p->name)) << "model parameter " << p->name << " not in " << g.path;
     const Tensor& src = g.at(p->name);
     ASSERT_EQ(shape_str(src.shape()), shape_str(p->value.shape())) << p->name;
@@ -104,7 +104,7 @@ inline void load_parameters(const Golden& g, nn::Model& model) {
 inline void expect_decay_flags(const Golden& g, nn::Model& model) {
   std::set<std::string> decayed;
   for (const auto& n : g.meta_json("decay")) decayed.insert(n.get<std::string>());
-  for (nn::Parameter* p : model.parameters())
+  for (autograd::Parameter* p : model.parameters())
     EXPECT_EQ(p->decay, decayed.count(p->name) == 1) << p->name;
 }
 
@@ -112,7 +112,7 @@ inline void expect_decay_flags(const Golden& g, nn::Model& model) {
 // largest relative difference and prints one line per parameter.
 inline double expect_gradients(const Golden& g, nn::Model& model, double tol) {
   double worst = 0;
-  for (nn::Parameter* p : model.parameters()) {
+  for (autograd::Parameter* p : model.parameters()) {
     double rel = rel_max_diff(p->grad, g.at("grad." + p->name));
     EXPECT_LE(rel, tol) << "gradient of " << p->name;
     std::printf("  grad %-40s rel max diff %.2e\n", p->name.c_str(), rel);

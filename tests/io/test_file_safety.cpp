@@ -100,13 +100,13 @@ TEST(CheckpointSafety, SaveRefusesWhatIsNotACheckpointAndLeavesItIntact) {
   d.write("file.txt", "f");
   fs::create_directory_symlink(d / "user", d / "link");
   for (const std::string& target : {d / "user", d / "user/", d / "user/.", d / "file.txt", d / "link"}) {
-    const std::string msg = error_of([&] { io::save_checkpoint(target, m, nullptr, "{}"); });
+    const std::string msg = error_of([&] { mantissa::train::save_checkpoint(target, m, nullptr, "{}"); });
     EXPECT_NE(msg.find("mantissa replaces only its own checkpoints"), std::string::npos) << target << ": " << msg;
   }
   EXPECT_EQ(io::read_file(d / "user/a.txt"), "a");
   EXPECT_EQ(io::read_file(d / "file.txt"), "f");
   EXPECT_TRUE(fs::is_symlink(d / "link"));
-  EXPECT_NE(error_of([&] { io::save_checkpoint(".", m, nullptr, "{}"); }).find("does not name a directory"),
+  EXPECT_NE(error_of([&] { mantissa::train::save_checkpoint(".", m, nullptr, "{}"); }).find("does not name a directory"),
             std::string::npos);
   // Nothing was created beside them either.
   int entries = 0;
@@ -123,8 +123,8 @@ TEST(CheckpointSafety, CleanupTouchesOnlyMarkedDirectoriesAndOwnFileNames) {
   d.write("ck.tmp-1-1/config.json.tmp-1-7", "half");
   d.write("ck.tmp-1-1/mine.txt", "a user file dropped into a temporary");
   fs::create_directories(d / "ck.tmp-1-2");  // killed before marking: empty
-  io::save_checkpoint(d / "ck", m, nullptr, "{\"step\":1}");
-  io::save_checkpoint(d / "ck", m, nullptr, "{\"step\":2}");
+  mantissa::train::save_checkpoint(d / "ck", m, nullptr, "{\"step\":1}");
+  mantissa::train::save_checkpoint(d / "ck", m, nullptr, "{\"step\":2}");
   EXPECT_EQ(io::read_file(d / "ck.tmp-user/model.safetensors"), "user's file with a checkpoint name");
   EXPECT_EQ(io::read_file(d / "ck.old-user/config.json"), "user's");
   EXPECT_FALSE(fs::exists(d / "ck.tmp-1-1/config.json.tmp-1-7"));
@@ -133,32 +133,32 @@ TEST(CheckpointSafety, CleanupTouchesOnlyMarkedDirectoriesAndOwnFileNames) {
   // A user file put inside the checkpoint survives its replacement (left in
   // the swapped-out directory, which is then not removed).
   d.write("ck/notes.txt", "kept");
-  io::save_checkpoint(d / "ck", m, nullptr, "{\"step\":3}");
+  mantissa::train::save_checkpoint(d / "ck", m, nullptr, "{\"step\":3}");
   bool found = false;
   for (const auto& e : fs::directory_iterator(d.path))
     found = found || (fs::exists(e.path() / "notes.txt") && io::read_file((e.path() / "notes.txt").string()) == "kept");
   EXPECT_TRUE(found);
   nn::MLP back = tiny_mlp();
-  EXPECT_EQ(io::load_checkpoint(d / "ck", back, nullptr).trainer_state, "{\"step\":3}");
+  EXPECT_EQ(mantissa::train::load_checkpoint(d / "ck", back, nullptr).trainer_state, "{\"step\":3}");
 }
 
 TEST(CheckpointSafety, ManifestNamesOnlyCheckpointFiles) {
   TempDir d("safety");
   nn::MLP m = tiny_mlp();
-  io::save_checkpoint(d / "ck", m, nullptr, "{}");
+  mantissa::train::save_checkpoint(d / "ck", m, nullptr, "{}");
   const auto good = nlohmann::json::parse(io::read_file(d / "ck/COMPLETE"));
   for (const char* bad : {"../../etc/passwd", "/dev/zero", "x/../model.safetensors", "COMPLETE"}) {
     auto j = good;
     j["files"][bad] = {{"bytes", 0}, {"crc32", 0}};
     io::write_file_atomic(d / "ck/COMPLETE", j.dump());
     nn::MLP b = tiny_mlp();
-    const std::string msg = error_of([&] { io::load_checkpoint(d / "ck", b, nullptr); });
+    const std::string msg = error_of([&] { mantissa::train::load_checkpoint(d / "ck", b, nullptr); });
     EXPECT_NE(msg.find(std::string("names '") + bad + "', which is not a checkpoint file"), std::string::npos) << msg;
   }
   auto j = good;
   j["files"]["config.json"]["bytes"] = -1;
   io::write_file_atomic(d / "ck/COMPLETE", j.dump());
   nn::MLP b = tiny_mlp();
-  EXPECT_NE(error_of([&] { io::load_checkpoint(d / "ck", b, nullptr); }).find("lacks unsigned"), std::string::npos);
-  EXPECT_NE(error_of([&] { io::read_model_config(d / "ck"); }).find("lacks unsigned"), std::string::npos);
+  EXPECT_NE(error_of([&] { mantissa::train::load_checkpoint(d / "ck", b, nullptr); }).find("lacks unsigned"), std::string::npos);
+  EXPECT_NE(error_of([&] { mantissa::train::read_model_config(d / "ck"); }).find("lacks unsigned"), std::string::npos);
 }

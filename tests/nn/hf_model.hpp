@@ -24,8 +24,8 @@ inline std::string hf_dir(const std::string& name) {
 // The model of `dir`, read as mantissa reads a saved model.
 template <class M, class Config>
 std::unique_ptr<M> load(const std::string& dir) {
-  auto model = std::make_unique<M>(Config::from_json(io::read_model_config(dir)));
-  io::load_model_weights(dir, *model);
+  auto model = std::make_unique<M>(Config::from_json(train::read_model_config(dir)));
+  train::load_model_weights(dir, *model);
   return model;
 }
 
@@ -47,7 +47,7 @@ inline std::set<std::string> names_and_shapes(const std::string& path) {
 // Saves the model into `out` and expects exactly the names and shapes of dir's
 // model.safetensors (what transformers loaded); returns them.
 inline std::set<std::string> expect_saved_as_loaded(nn::Model& model, const std::string& dir, const std::string& out) {
-  io::save_model(out, model);
+  train::save_model(out, model);
   const std::set<std::string> saved = names_and_shapes(out + "/model.safetensors");
   EXPECT_EQ(names_and_shapes(dir + "/model.safetensors"), saved);
   return saved;

@@ -16,7 +16,7 @@
 
 namespace mantissa::unit_test {
 
-inline int check_scaled_gradient(nn::Model& m, const nn::Batch& batch, nn::Parameter& p, double factor,
+inline int check_scaled_gradient(nn::Model& m, const nn::Batch& batch, autograd::Parameter& p, double factor,
                                  std::mt19937_64& pick, float h = 1e-2f) {
   const std::vector<float> grad = p.grad.to_vector();
   size_t top = 0;

@@ -48,11 +48,11 @@ TEST_P(GoldenBert, LossAndAllGradientsMatchReference) {
   // The key bias adds q.b to every score of a row, which the softmax ignores: its gradient is
   // zero in real arithmetic, so it is checked against the largest reference gradient instead.
   double largest = 0, worst = 0;
-  for (nn::Parameter* p : model_->parameters()) {
+  for (autograd::Parameter* p : model_->parameters()) {
     const Tensor& r = g_.at("grad." + p->name);
     for (int64_t i = 0; i < r.numel(); ++i) largest = std::max(largest, std::abs(double{r.f32()[i]}));
   }
-  for (nn::Parameter* p : model_->parameters()) {
+  for (autograd::Parameter* p : model_->parameters()) {
     SCOPED_TRACE(p->name);
     if (p->name.find("attention.self.key.bias") != std::string::npos) {
       double most = 0;

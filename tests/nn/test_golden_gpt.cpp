@@ -60,8 +60,8 @@ TEST_F(GoldenGPT, TenAdamWStepsMatchReferenceLosses) { golden::expect_adamw_loss
 // The comparison is sharp enough to see a weight stored [out, in] instead of GPT-2's
 // Conv1D [in, out]: transposing one square c_proj weight moves the loss far past tolerance.
 TEST_F(GoldenGPT, TransposedConv1DWeightIsDetected) {
-  nn::Parameter* proj = nullptr;
-  for (nn::Parameter* p : model_->parameters())
+  autograd::Parameter* proj = nullptr;
+  for (autograd::Parameter* p : model_->parameters())
     if (p->name == "transformer.h.0.attn.c_proj.weight") proj = p;
   ASSERT_NE(proj, nullptr);
   const int64_t n = proj->value.dim(0);

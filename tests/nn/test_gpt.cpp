@@ -48,7 +48,7 @@ reference::Params randomise(GPT& model, uint64_t seed) {
   std::mt19937_64 g(seed);
   std::normal_distribution<double> n(0.0, 1.0);
   reference::Params p;
-  for (nn::Parameter* q : model.parameters()) {
+  for (autograd::Parameter* q : model.parameters()) {
     const bool ln_gain = q->name.find("ln_") != std::string::npos && q->name.ends_with(".weight");
     const double sd = q->value.ndim() == 2 ? 0.3 : 0.1;
     reference::Vec v(static_cast<size_t>(q->value.numel()));
@@ -152,7 +152,7 @@ void check_gradients(bool post) {
 
   std::mt19937_64 g(5);
   const double h = 1e-5;
-  for (nn::Parameter* q : m.parameters()) {
+  for (autograd::Parameter* q : m.parameters()) {
     SCOPED_TRACE(q->name);
     const std::vector<float> grad = q->grad.to_vector();
     double gmax = 0;

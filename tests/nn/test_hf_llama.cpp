@@ -29,7 +29,7 @@ TEST(HfLlama, SavedNamesAreWhatTransformersLoaded) {
   const std::set<std::string> names = hf_test::expect_saved_as_loaded(*model, kDir, out / "model");
   EXPECT_TRUE(names.count("model.layers.1.self_attn.k_proj.weight[16, 32]")) << "GQA: 2 kv heads of 8";
   EXPECT_TRUE(names.count("lm_head.weight[256, 32]"));
-  const nn::LlamaConfig c = nn::LlamaConfig::from_json(io::read_model_config(out / "model"));
+  const nn::LlamaConfig c = nn::LlamaConfig::from_json(train::read_model_config(out / "model"));
   EXPECT_EQ(c.kv(), 2);
   EXPECT_EQ(c.ffn(), 64);
 }

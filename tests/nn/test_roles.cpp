@@ -8,7 +8,7 @@
 #include "mantissa/nn/models.hpp"
 
 using namespace mantissa;
-using nn::Role;
+using autograd::Role;
 
 namespace {
 
@@ -41,12 +41,12 @@ void check(const std::string& kind, const nn::ModelSize& size) {
   const auto params = model->parameters();
   const std::string last = "layers." + std::to_string(size.layers) + ".";
   int norms = 0, in_blocks = 0;
-  for (const nn::Parameter* p : params) {
+  for (const autograd::Parameter* p : params) {
     const Role want = role_from_name(kind, p->name, p->name.rfind(last, 0) == 0);
-    EXPECT_EQ(nn::role_name(p->role), std::string(nn::role_name(want))) << p->name;
+    EXPECT_EQ(autograd::role_name(p->role), std::string(autograd::role_name(want))) << p->name;
     EXPECT_EQ(p->block, kind == "mlp" ? -1 : block_from_name(p->name)) << p->name;
-    EXPECT_EQ(p->decay, nn::decays(p->role)) << p->name;
-    norms += nn::is_norm(p->role);
+    EXPECT_EQ(p->decay, autograd::decays(p->role)) << p->name;
+    norms += autograd::is_norm(p->role);
     in_blocks += p->block >= 0;
     if (p->bias) {  // "<x>.weight" -> "<x>.bias"
       ASSERT_TRUE(ends_with(p->name, ".weight")) << p->name;
@@ -89,7 +89,7 @@ TEST(ParameterRoles, GptLlamaMlpMatchTheirNames) {
 
 TEST(ParameterRoles, GptDeclaresItsScalePropagationLinks) {
   auto model = nn::find_model_kind("gpt")->make(small(false));
-  for (const nn::Parameter* p : model->parameters()) {
+  for (const autograd::Parameter* p : model->parameters()) {
     const std::string& n = p->name;
     std::string in;  // the name of the parameter feeding this matmul weight, per GPT-2's block
     if (ends_with(n, "attn.c_attn.weight")) in = n.substr(0, n.size() - 18) + "ln_1.weight";

@@ -36,7 +36,7 @@ TEST(UmupGolden, WholeModelMatchesUnitScalingPackage) {
   c.unit.attn_mult = cfg["attn_mult"];
   nn::GPT m(c);
   ASSERT_EQ(m.parameters().size(), g["params"].size());  // no norm parameters on either side
-  for (nn::Parameter* p : m.parameters()) {
+  for (autograd::Parameter* p : m.parameters()) {
     SCOPED_TRACE(p->name);
     ASSERT_TRUE(g["params"].contains(p->name));
     const auto v = g["params"][p->name]["data"].get<std::vector<double>>();
@@ -53,7 +53,7 @@ TEST(UmupGolden, WholeModelMatchesUnitScalingPackage) {
   m.zero_grad();
   const nn::LossSum loss = m.forward_backward(batch, 1.0f / static_cast<float>(B * T));  // one micro-batch
   EXPECT_NEAR(loss.sum, g["loss_sum"].get<double>(), 1e-5 * g["loss_sum"].get<double>());
-  for (nn::Parameter* p : m.parameters()) {
+  for (autograd::Parameter* p : m.parameters()) {
     SCOPED_TRACE(p->name);
     const auto want = g["grads"][p->name]["data"].get<std::vector<double>>();
     const auto got = p->grad.to_vector();

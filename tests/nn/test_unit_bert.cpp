@@ -51,7 +51,7 @@ TEST(UnitBert, GradientsAreScaledLossGradients) {
       const int64_t R = 5, tokens = 13;
       // The random initialisation of the token-type table is zero in the unit model: give it values.
       std::mt19937_64 g(3);
-      nn::Parameter* types = m.find("bert.embeddings.token_type_embeddings.weight");
+      autograd::Parameter* types = m.find("bert.embeddings.token_type_embeddings.weight");
       for (int64_t i = 0; i < types->value.numel(); ++i) types->value.f32()[i] = static_cast<float>(g() % 1000) / 500.0f - 1.0f;
 
       const us::Rules lin = cfg.unit.rules("linear");
@@ -60,12 +60,12 @@ TEST(UnitBert, GradientsAreScaledLossGradients) {
       const double c_loss = ce.bwd[0] / ce.input_fwd, c_ro = ro.bwd[0] / ro.fwd;
       const double c_gather = std::sqrt(static_cast<double>(tokens) / static_cast<double>(R));
       const double embed_fwd = 1.0 / std::sqrt(3.0);
-      auto linear_leaf = [&](const nn::Parameter& p, int64_t in, int64_t fused, int64_t batch_rows) {
+      auto linear_leaf = [&](const autograd::Parameter& p, int64_t in, int64_t fused, int64_t batch_rows) {
         const us::Scales s = us::linear(in, fused, batch_rows, lin);
         EXPECT_DOUBLE_EQ(s.fwd, s.bwd[0]);
         return has(p.name, ".bias") ? s.bwd[1] : s.bwd[1] / s.fwd;
       };
-      auto factor = [&](const nn::Parameter& p) -> double {
+      auto factor = [&](const autograd::Parameter& p) -> double {
         const std::string& n = p.name;
         if (n == "cls.predictions.bias") return c_loss * ro.bwd[1];
         if (has(n, "cls.predictions.transform.dense")) return c_loss * c_ro * linear_leaf(p, C, C, R);
@@ -90,7 +90,7 @@ TEST(UnitBert, GradientsAreScaledLossGradients) {
       m.forward_backward(batch, 1.0f / static_cast<float>(R));
       std::mt19937_64 pick(5);
       int checked = 0;
-      for (nn::Parameter* p : m.parameters()) {
+      for (autograd::Parameter* p : m.parameters()) {
         if (p->name == "bert.embeddings.word_embeddings.weight") continue;
         if (has(p->name, "attention.self.key.bias")) continue;  // zero gradient: the softmax ignores it
         SCOPED_TRACE(p->name);

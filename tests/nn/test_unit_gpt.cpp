@@ -38,14 +38,14 @@ nn::Batch token_batch(int64_t B, int64_t T, int64_t V, uint64_t seed) {
 
 // Checks unit_grad / factor(p) against central differences of the summed loss
 // at the largest-gradient element and three random ones of every parameter.
-void check_against_fd(nn::Model& m, const nn::Batch& batch, const std::function<double(const nn::Parameter&)>& factor,
+void check_against_fd(nn::Model& m, const nn::Batch& batch, const std::function<double(const autograd::Parameter&)>& factor,
                       int64_t count) {
   m.zero_grad();
   m.forward_backward(batch, 1.0f / static_cast<float>(count));  // one micro-batch: seed 1
   std::mt19937_64 g(5);
   const float h = 1e-2f;
   int checked = 0;
-  for (nn::Parameter* p : m.parameters()) {
+  for (autograd::Parameter* p : m.parameters()) {
     SCOPED_TRACE(p->name);
     const auto grad = p->grad.to_vector();
     const double c = factor(*p);
@@ -107,7 +107,7 @@ void check_unit_gpt_gradients(const nn::GPTConfig& cfg, const Taus& taus) {
     const us::LossScales ce = us::cross_entropy(V, N);
     const us::Scales ro = us::linear_readout(C, V, N, cfg.unit.rules("readout"));
     const double c_loss = ce.bwd[0] / ce.input_fwd, c_ro = ro.bwd[0] / ro.fwd;
-    auto factor = [&](const nn::Parameter& p) -> double {
+    auto factor = [&](const autograd::Parameter& p) -> double {
       if (p.name == "lm_head.weight") return c_loss * ro.bwd[1] / ro.fwd;
       double leaf = 1;
       if (p.name == "transformer.wte.weight") leaf = us::embedding(V, N).bwd[0];
@@ -178,10 +178,10 @@ TEST(UmupGPT, EqualsTheUnitGPTWithThoseTausAndFixedNorms) {
   const auto a = unit.logits(batch.inputs).to_vector(), b = umup.logits(batch.inputs).to_vector();
   EXPECT_EQ(a, b);
   int64_t norms = 0;
-  for (nn::Parameter* p : unit.parameters()) norms += p->name.find("ln_") != std::string::npos ? p->value.numel() : 0;
+  for (autograd::Parameter* p : unit.parameters()) norms += p->name.find("ln_") != std::string::npos ? p->value.numel() : 0;
   EXPECT_EQ(norms, 3 * 2 * u.d_model);  // ln_1, ln_2, ln_f: gain and shift
   EXPECT_EQ(umup.parameter_count() + norms, unit.parameter_count());
-  for (nn::Parameter* p : umup.parameters()) EXPECT_EQ(p->name.find("ln_"), std::string::npos) << p->name;
+  for (autograd::Parameter* p : umup.parameters()) EXPECT_EQ(p->name.find("ln_"), std::string::npos) << p->name;
   // config.json says umup and reads back as such.
   const nn::GPTConfig back = nn::GPTConfig::from_json(m.to_json());
   EXPECT_TRUE(back.unit.enabled);
@@ -239,7 +239,7 @@ TEST(UnitMLP, GradientsAreScaledLossGradients) {
   const us::Rules lin = c.unit.rules("linear");
   const us::LossScales ce = us::cross_entropy(c.classes, B);
   const us::Scales ro = us::linear_readout(9, c.classes, B, c.unit.rules("readout"));
-  auto factor = [&](const nn::Parameter& p) -> double {
+  auto factor = [&](const autograd::Parameter& p) -> double {
     const bool last = p.name.rfind("layers.2.", 0) == 0;
     const double top = ce.bwd[0] * (last ? 1.0 : ro.bwd[0] / ro.fwd);
     if (last) return top * (p.value.ndim() == 2 ? ro.bwd[1] / ro.fwd : ro.bwd[2]);

@@ -46,7 +46,7 @@ TEST(UnitLlama, GradientsAreScaledLossGradients) {
     const us::LossScales ce = us::cross_entropy(V, N);
     const us::Scales ro = us::linear_readout(C, V, N, cfg.unit.rules("readout"));
     const double c_loss = ce.bwd[0] / ce.input_fwd, c_ro = ro.bwd[0] / ro.fwd;
-    auto factor = [&](const nn::Parameter& p) -> double {
+    auto factor = [&](const autograd::Parameter& p) -> double {
       if (p.name == "lm_head.weight") return c_loss * ro.bwd[1] / ro.fwd;
       double leaf = 1;
       const bool attn = p.name.find(".self_attn.") != std::string::npos || p.name.find(".input_layernorm") != std::string::npos;
@@ -73,7 +73,7 @@ TEST(UnitLlama, GradientsAreScaledLossGradients) {
     m.forward_backward(batch, 1.0f / static_cast<float>(count));
     std::mt19937_64 pick(5);
     int checked = 0;
-    for (nn::Parameter* p : m.parameters()) {
+    for (autograd::Parameter* p : m.parameters()) {
       SCOPED_TRACE(p->name);
       checked += unit_test::check_scaled_gradient(m, batch, *p, factor(*p), pick);
     }

@@ -10,7 +10,7 @@
 #include "mantissa/optim/schedule.hpp"
 
 using mantissa::Tensor;
-using mantissa::nn::Parameter;
+using mantissa::autograd::Parameter;
 namespace optim = mantissa::optim;
 
 namespace {

@@ -16,7 +16,7 @@
 #include "mantissa/optim/optimizer.hpp"
 
 using namespace mantissa;
-using nn::Parameter;
+using autograd::Parameter;
 
 namespace {
 

@@ -13,7 +13,7 @@
 using mantissa::DType;
 using mantissa::MemoryKind;
 using mantissa::Tensor;
-using mantissa::nn::Parameter;
+using mantissa::autograd::Parameter;
 namespace optim = mantissa::optim;
 
 namespace {

@@ -53,7 +53,7 @@ struct LinearRun {
   Tensor y, dx, dw;
 };
 
-LinearRun run_linear(std::shared_ptr<ms::Fp4Quantiser> q, nn::Parameter& w, const Tensor& x, const Tensor& g) {
+LinearRun run_linear(std::shared_ptr<ms::Fp4Quantiser> q, autograd::Parameter& w, const Tensor& x, const Tensor& g) {
   w.grad = Tensor::zeros(w.value.shape(), DType::f32, MemoryKind::gradient);
   OpContext ctx;
   ctx.policy.matmul = DType::bf16;
@@ -70,7 +70,7 @@ LinearRun run_linear(std::shared_ptr<ms::Fp4Quantiser> q, nn::Parameter& w, cons
 
 TEST(Fp4Linear, ThreeProductsMatchFp64OfTheReferenceCasts) {
   const int64_t M = 48, K = 64, N = 40;
-  nn::Parameter w;
+  autograd::Parameter w;
   w.name = "transformer.h.1.mlp.c_fc.weight";
   w.value = random_tensor({K, N}, 11, 0.05f, MemoryKind::parameter);
   const Tensor x = random_tensor({M, K}, 12, 3.0f), g = random_tensor({M, N}, 13, 1e-3f);
@@ -108,7 +108,7 @@ TEST(Fp4Linear, ThreeProductsMatchFp64OfTheReferenceCasts) {
 
 TEST(Fp4Linear, StochasticGradientsReplayExactly) {
   const int64_t M = 32, K = 48, N = 32;
-  nn::Parameter w;
+  autograd::Parameter w;
   w.name = "transformer.h.2.attn.c_proj.weight";
   w.value = random_tensor({K, N}, 1, 0.05f, MemoryKind::parameter);
   const Tensor x = random_tensor({M, K}, 2, 1.0f), g = random_tensor({M, N}, 3, 1e-2f);
@@ -127,7 +127,7 @@ TEST(Fp4Linear, StochasticGradientsReplayExactly) {
 }
 
 TEST(Fp4Linear, Bf16LayersAndTheLateSwitch) {
-  nn::Parameter w;
+  autograd::Parameter w;
   w.name = "transformer.h.3.mlp.c_proj.weight";
   w.block = 3;
   w.value = random_tensor({32, 16}, 1, 0.05f, MemoryKind::parameter);
@@ -147,7 +147,7 @@ TEST(Fp4Linear, Bf16LayersAndTheLateSwitch) {
   q.set_progress(0, 100);
   w.name = "transformer.wte.weight";
   w.block = -1;
-  w.role = nn::Role::token_embedding;
+  w.role = autograd::Role::token_embedding;
   EXPECT_FALSE(q.active(w));
   ms::parse_bf16_layers("none", c);
   EXPECT_TRUE(ms::Fp4Quantiser(c).active(w));
@@ -158,7 +158,7 @@ TEST(Fp4Linear, Bf16LayersAndTheLateSwitch) {
 // forward and Wgrad products stay as without it.
 TEST(Fp4Linear, DgradRotationAlongTheContraction) {
   const int64_t M = 32, K = 48, N = 40;  // N = 40: a last group of 8 columns stays unrotated
-  nn::Parameter w;
+  autograd::Parameter w;
   w.name = "transformer.h.1.mlp.c_fc.weight";
   w.value = random_tensor({K, N}, 21, 0.05f, MemoryKind::parameter);
   const Tensor x = random_tensor({M, K}, 22, 2.0f), g = random_tensor({M, N}, 23, 1e-3f);
@@ -185,7 +185,7 @@ TEST(Fp4Linear, DgradRotationAlongTheContraction) {
 // bf16 decode kept without packing, bit for bit, scale included.
 TEST(Fp4Linear, PackedSavedOperandDecodesToTheBf16One) {
   const int64_t M = 40, K = 24;
-  nn::Parameter w;
+  autograd::Parameter w;
   w.name = "transformer.h.1.mlp.c_fc.weight";
   w.block = 1;
   const Tensor x = random_tensor({M, K}, 31, 1.5f);

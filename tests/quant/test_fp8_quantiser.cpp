@@ -49,7 +49,7 @@ nn::MLPConfig small_mlp() {
   return c;
 }
 
-bool all_finite(const std::vector<nn::Parameter*>& ps) {
+bool all_finite(const std::vector<autograd::Parameter*>& ps) {
   for (auto* p : ps)
     for (float v : p->value.to_vector())
       if (!std::isfinite(v)) return false;

@@ -78,8 +78,8 @@ TEST_P(NanInjection, SkipsAndRecoversOrStopsAndNeverSavesNonFinite) {
     const std::string good = io::read_file((ck / "model.safetensors").string());
 
     // Position 0's embedding: every window's forward pass reads it.
-    nn::Parameter* p = nullptr;
-    for (nn::Parameter* q : s->model->parameters())
+    autograd::Parameter* p = nullptr;
+    for (autograd::Parameter* q : s->model->parameters())
       if (q->name == "transformer.wpe.weight") p = q;
     ASSERT_NE(p, nullptr);
     float kept = 0;

@@ -133,7 +133,7 @@ void expect_close(const float* got, const std::vector<double>& want, const std::
 
 TEST(ScalifyFp16Linear, ForwardAndBackwardMatchFp64OfTheSameFp16Operands) {
   const int64_t M = 40, K = 72, N = 48;
-  nn::Parameter w;
+  autograd::Parameter w;
   w.name = "w";  // not a GPT site: the weight keeps its own scale, the others are rescaled dynamically (max)
   w.value = random_tensor({K, N}, 11, 0.05f, MemoryKind::parameter);
   w.grad = Tensor::zeros({K, N}, DType::f32, MemoryKind::gradient);
@@ -141,7 +141,7 @@ TEST(ScalifyFp16Linear, ForwardAndBackwardMatchFp64OfTheSameFp16Operands) {
   const Tensor g = random_tensor({M, N}, 13, 1e-6f);  // far below fp16's normal range unscaled
   scalify::ScalifyOptions o;
   o.forward_format = o.backward_format = "fp16";
-  auto q = std::make_shared<scalify::ScalifyQuantiser>(o, std::vector<nn::Parameter*>{&w});
+  auto q = std::make_shared<scalify::ScalifyQuantiser>(o, std::vector<autograd::Parameter*>{&w});
 
   autograd::OpContext ctx;
   ctx.policy.matmul = DType::f16;
@@ -183,7 +183,7 @@ TEST(ScalifyFp16Linear, ForwardAndBackwardMatchFp64OfTheSameFp16Operands) {
 }
 
 TEST(ScalifyFp16Quantiser, RefusesFormatsItCannotCast) {
-  nn::Parameter w;
+  autograd::Parameter w;
   w.name = "w";
   w.value = Tensor::zeros({2, 2}, DType::f32, MemoryKind::parameter);
   scalify::ScalifyOptions o;

@@ -50,7 +50,7 @@ nn::Batch batch(uint64_t seed) {
 
 // Independent: floor(log2 rms) of a parameter; -1000 for an all-zero one.
 int log2_scale(nn::GPT& m, const std::string& name) {
-  for (const nn::Parameter* p : m.parameters())
+  for (const autograd::Parameter* p : m.parameters())
     if (p->name == name) {
       double ss = 0;
       for (int64_t i = 0; i < p->value.numel(); ++i) ss += static_cast<double>(p->value.f32()[i]) * p->value.f32()[i];
@@ -71,7 +71,7 @@ int join(int a, int b) {
 TEST(ScalifyQuantiser, ScalesComeFromPropagationAndTwoRescalesPerLayer) {
   nn::GPT m(small());
   // Biases away from zero so the add rule matters.
-  for (nn::Parameter* p : m.parameters())
+  for (autograd::Parameter* p : m.parameters())
     if (p->name.ends_with(".bias"))
       for (int64_t i = 0; i < p->value.numel(); ++i) p->value.f32()[i] = 0.3f * std::sin(static_cast<float>(i));
   auto q = std::make_shared<ScalifyQuantiser>(ScalifyOptions{}, m.parameters());

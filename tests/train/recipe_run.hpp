@@ -33,7 +33,7 @@ class CountingQuantiser final : public autograd::OperandQuantiser {
     ++(site.role == autograd::OperandRole::grad_output ? backward : forward);
     return inner_->quantise(x, batch, rows, cols, axis, site, decoded);
   }
-  Weight quantise_weight(const nn::Parameter& p, int axis, const autograd::QuantSite& site) override {
+  Weight quantise_weight(const autograd::Parameter& p, int axis, const autograd::QuantSite& site) override {
     ++weights;
     return inner_->quantise_weight(p, axis, site);
   }

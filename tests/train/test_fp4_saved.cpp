@@ -44,7 +44,7 @@ class SavedBytes final : public autograd::OperandQuantiser {
     }
     return q;
   }
-  Weight quantise_weight(const nn::Parameter& p, int axis, const autograd::QuantSite& site) override {
+  Weight quantise_weight(const autograd::Parameter& p, int axis, const autograd::QuantSite& site) override {
     return inner_->quantise_weight(p, axis, site);
   }
   Tensor decode(const autograd::QuantisedOperand& q) const override { return inner_->decode(q); }

@@ -60,7 +60,7 @@ TEST(InspectOptimizerState, AdamMomentSitesMatchFloat64) {
   std::mt19937_64 rng(11);
   std::uniform_real_distribution<double> e(-30, 0);
   std::vector<std::vector<double>> grads;
-  for (nn::Parameter* p : model.parameters()) {
+  for (autograd::Parameter* p : model.parameters()) {
     grads.emplace_back();
     for (int64_t i = 0; i < p->grad.numel(); ++i) {
       const double g = (rng() & 1 ? 1 : -1) * std::exp2(e(rng));
@@ -85,7 +85,7 @@ TEST(InspectOptimizerState, AdamMomentSitesMatchFloat64) {
   const auto& fm = formats::preset("e4m3fn");
   const auto& fv = formats::preset("fp16");
   size_t k = 0;
-  for (nn::Parameter* p : model.parameters()) {
+  for (autograd::Parameter* p : model.parameters()) {
     for (const char* moment : {"exp_avg", "exp_avg_sq"}) {
       const std::string name = p->name + " " + moment;
       const auto it = std::find_if(sites.begin(), sites.end(), [&](const auto& s) { return s.first.name == name; });

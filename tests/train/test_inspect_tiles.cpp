@@ -190,7 +190,7 @@ TEST(InspectTiles, Nvfp4TilesMatchFloat64) {
   // 4 rows x 64 in 1 x 16 blocks: the tensor's amax sets the fp32 tensor
   // scale t = amax / (6 x 448), so its tile's E4M3 scale is 448 (ceiling);
   // a row 2^-25 below it needs less than E4M3's smallest 2^-9 (floor).
-  nn::Parameter w;
+  autograd::Parameter w;
   w.name = "h0.mlp.fc.weight";
   w.block = 0;
   quant::Fp4Config c;

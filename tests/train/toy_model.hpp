@@ -31,7 +31,7 @@ class Bigram final : public nn::Model {
     for (int64_t i = 0; i < w_.value.numel(); ++i)
       w_.value.f32()[i] = static_cast<float>(static_cast<double>(rng() >> 11) * 0x1.0p-53 - 0.5) * 0.2f;
   }
-  std::vector<nn::Parameter*> parameters() override { return {&w_, &b_}; }
+  std::vector<autograd::Parameter*> parameters() override { return {&w_, &b_}; }
   nn::LossSum forward_backward(const nn::Batch& batch, float grad_scale) override { return run(batch, grad_scale, true); }
   nn::LossSum evaluate(const nn::Batch& batch) override { return run(batch, 0, false); }
   std::string config_json() const override { return nlohmann::json{{"vocab_size", vocab_}}.dump(); }
@@ -73,7 +73,7 @@ class Bigram final : public nn::Model {
   }
 
   int64_t vocab_;
-  nn::Parameter w_, b_;
+  autograd::Parameter w_, b_;
 };
 
 // Batches served in a fixed cycle; the cursor is the resumable state.

@@ -60,7 +60,7 @@ class Amp {
   const LossScaler& scaler() const { return scaler_; }
   MasterWeights& master_weights() { return master_; }
   const MasterWeights& master_weights() const { return master_; }
-  const std::vector<nn::Parameter*>& parameters() const { return params_; }
+  const std::vector<autograd::Parameter*>& parameters() const { return params_; }
 
   // Scaled forward + backward of one micro-batch. Gradients of all
   // micro-batches of a step add up to loss_scale x d(sum of losses)/total,
@@ -100,7 +100,7 @@ class Amp {
   optim::Optimizer& optimizer_;
   recipe::Recipe recipe_;
   AmpOptions options_;
-  std::vector<nn::Parameter*> params_;
+  std::vector<autograd::Parameter*> params_;
   LossScaler scaler_;
   MasterWeights master_;
   formats::Format grad_format_;

@@ -38,7 +38,7 @@ std::string grad_group_name(const std::string& parameter_name);
 GradRangeCounts classify(const formats::Format& f, const float* g, int64_t n);
 
 // Groups in first-appearance order, followed by "all".
-std::vector<GradGroupStats> gradient_range_stats(const formats::Format& f, const std::vector<nn::Parameter*>& params);
+std::vector<GradGroupStats> gradient_range_stats(const formats::Format& f, const std::vector<autograd::Parameter*>& params);
 
 // {"format": "fp16", "groups": {"wte.weight": {"zero": .., "flushed": .., "subnormal": .., "overflow": ..}, ...}}
 // with fractions of the group's value count.

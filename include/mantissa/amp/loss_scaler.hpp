@@ -27,10 +27,10 @@ class LossScaler {
   // Multiplies every gradient by 1/scale in place and reports whether all of
   // them are finite (checked on the values before unscaling, in one pass).
   // Call exactly once per optimizer step, before clipping.
-  bool unscale_and_check(const std::vector<nn::Parameter*>& params) const;
+  bool unscale_and_check(const std::vector<autograd::Parameter*>& params) const;
   // The same pass, returning the sum of squares of the gradients before
   // unscaling (inf/NaN when one is not finite; optim::scale_grads_sumsq).
-  double unscale_sumsq(const std::vector<nn::Parameter*>& params) const;
+  double unscale_sumsq(const std::vector<autograd::Parameter*>& params) const;
   // The factor unscaling multiplies by: the fp32 reciprocal of the scale.
   float unscale_factor() const { return static_cast<float>(1.0 / scale_); }
 

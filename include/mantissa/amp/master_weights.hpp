@@ -26,7 +26,7 @@ namespace mantissa::amp {
 
 class MasterWeights {
  public:
-  MasterWeights(std::vector<nn::Parameter*> params, const recipe::Recipe& recipe, uint64_t seed);
+  MasterWeights(std::vector<autograd::Parameter*> params, const recipe::Recipe& recipe, uint64_t seed);
 
   // False for fp32 working weights: every call below is then a no-op.
   bool active() const { return active_; }
@@ -62,7 +62,7 @@ class MasterWeights {
   bool rounds(size_t i) const;
   void round_into_value(size_t i, uint64_t round_seed);
 
-  std::vector<nn::Parameter*> params_;
+  std::vector<autograd::Parameter*> params_;
   std::vector<Tensor> master_;  // fp32; undefined unless has_master_ and rounds(i)
   optim::OwnedRanges owned_;    // empty: not sharded
   formats::Format format_;

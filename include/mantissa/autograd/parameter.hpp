@@ -8,7 +8,7 @@
 
 #include "mantissa/tensor/tensor.hpp"
 
-namespace mantissa::nn {
+namespace mantissa::autograd {
 
 // What a parameter is to the model that owns it. Every rule outside nn/
 // (learning-rate multipliers, weight decay, master rounding, which casts
@@ -48,4 +48,4 @@ struct Parameter {
                         // its owner calls kernels::forget_packed_operand(this) before destroying it)
 };
 
-}  // namespace mantissa::nn
+}  // namespace mantissa::autograd

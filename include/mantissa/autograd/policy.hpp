@@ -9,11 +9,9 @@
 
 #include "mantissa/tensor/tensor.hpp"
 
-namespace mantissa::nn {
-struct Parameter;
-}
-
 namespace mantissa::autograd {
+
+struct Parameter;
 
 // ---- operand casts at the matrix products (FP8 recipes) ------------------------------------
 // Which operand of a product is being cast. Forward inputs (activation and
@@ -128,7 +126,7 @@ class OperandQuantiser {
     const void* cache_key = nullptr;
     int cache_version = 0;
   };
-  virtual Weight quantise_weight(const nn::Parameter& p, int contraction_axis, const QuantSite& site) = 0;
+  virtual Weight quantise_weight(const Parameter& p, int contraction_axis, const QuantSite& site) = 0;
   // The values the GEMM multiplies (of q.packed when set): the codes with block scales folded in,
   // exactly, in bf16 (every FP8 value times a power of two within bf16's
   // range is a bf16 value) or in f32 for formats bf16 cannot hold (fp16);

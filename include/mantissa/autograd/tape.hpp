@@ -18,11 +18,9 @@
 #include "mantissa/autograd/policy.hpp"
 #include "mantissa/tensor/tensor.hpp"
 
-namespace mantissa::nn {
-struct Parameter;
-}
-
 namespace mantissa::autograd {
+
+struct Parameter;
 
 // Gradient of one value, fp32. Contributions are accumulated; a first
 // contribution is adopted without a copy (copy-on-write if it is shared).
@@ -47,7 +45,7 @@ struct GradNode {
 struct Var {
   Tensor value;
   std::shared_ptr<GradNode> node;   // null: no gradient is wanted for this value
-  nn::Parameter* param = nullptr;   // set for parameter leaves (weight-cast cache key)
+  Parameter* param = nullptr;   // set for parameter leaves (weight-cast cache key)
 
   bool requires_grad() const { return node != nullptr; }
   const Shape& shape() const { return value.shape(); }
@@ -58,7 +56,7 @@ struct Var {
 // Weights converted to the matmul dtype once per Parameter::version.
 class CastCache {
  public:
-  const Tensor& get(const nn::Parameter& p, DType dtype);
+  const Tensor& get(const Parameter& p, DType dtype);
   void clear() { entries_.clear(); }
   size_t bytes() const;
 
@@ -68,7 +66,7 @@ class CastCache {
     DType dtype = DType::f32;
     Tensor value;
   };
-  std::unordered_map<const nn::Parameter*, Entry> entries_;
+  std::unordered_map<const Parameter*, Entry> entries_;
 };
 
 // Everything an op consults besides its inputs.
@@ -109,7 +107,7 @@ class Tape {
   const PrecisionPolicy& policy() const { return ctx_.policy; }
 
   // Leaves. A parameter leaf accumulates into Parameter::grad.
-  Var param(nn::Parameter& p);
+  Var param(Parameter& p);
   Var constant(Tensor value) const;                   // no gradient
   Var leaf(Tensor value, bool requires_grad = true);  // gradient kept in var.node->grad
 

@@ -89,12 +89,12 @@ double ordered_sum(Group& group, const std::vector<double>& mine, const char* wh
 // This rank's elements of each parameter in the sharded layout, as
 // GradReducer(..., sharded = true) will own them: known before anything is
 // allocated, so the optimizer can be built with its share of the state only.
-optim::OwnedRanges shard_ranges(const Group& group, const std::vector<nn::Parameter*>& params, const CommOptions& o);
+optim::OwnedRanges shard_ranges(const Group& group, const std::vector<autograd::Parameter*>& params, const CommOptions& o);
 
 class GradReducer {
  public:
   // sharded: the ZeRO stage 1 layout (see above) for reduce_scatter().
-  GradReducer(Group& group, std::vector<nn::Parameter*> params, const CommOptions& o, bool sharded = false);
+  GradReducer(Group& group, std::vector<autograd::Parameter*> params, const CommOptions& o, bool sharded = false);
 
   // Replaces every rank's Parameter::grad by the ordered sum over ranks.
   // loss_scale: the scale the gradients carry (residuals follow it).
@@ -137,7 +137,7 @@ class GradReducer {
     int64_t chunk = 0;
     optim::OwnedRanges owned;  // of `rank`
   };
-  static Layout plan(const std::vector<nn::Parameter*>& params, int ranks, int rank, int64_t unit, bool sharded);
+  static Layout plan(const std::vector<autograd::Parameter*>& params, int ranks, int rank, int64_t unit, bool sharded);
 
  private:
   void flatten_grads();
@@ -148,7 +148,7 @@ class GradReducer {
   void encode_with_feedback(const float* in, float* residual, uint8_t* out, int64_t n);
 
   Group& group_;
-  std::vector<nn::Parameter*> params_;
+  std::vector<autograd::Parameter*> params_;
   CommOptions options_;
   bool sharded_;
   std::vector<Piece> pieces_;

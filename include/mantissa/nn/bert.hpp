@@ -108,10 +108,10 @@ class Bert : public Model {
 
  private:
   struct Linear {
-    Parameter *w = nullptr, *b = nullptr;
+    autograd::Parameter *w = nullptr, *b = nullptr;
   };
   struct Norm {
-    Parameter *w = nullptr, *b = nullptr;
+    autograd::Parameter *w = nullptr, *b = nullptr;
   };
   struct Block {
     Linear q, k, v, o, fc, out;
@@ -127,10 +127,10 @@ class Bert : public Model {
   autograd::Var gelu(autograd::Tape& t, autograd::Var x);
 
   BertConfig config_;
-  Parameter *word_ = nullptr, *position_ = nullptr, *type_ = nullptr;
+  autograd::Parameter *word_ = nullptr, *position_ = nullptr, *type_ = nullptr;
   Norm ln_embed_, ln_final_, ln_head_;  // ln_final_: pre-norm only
   Linear head_dense_;
-  Parameter* decoder_bias_ = nullptr;
+  autograd::Parameter* decoder_bias_ = nullptr;
   std::vector<Block> blocks_;
 };
 

@@ -76,14 +76,14 @@ class GPT : public Model {
 
  private:
   struct Block {
-    Parameter *ln1_w, *ln1_b, *attn_w, *attn_b, *proj_w, *proj_b;
-    Parameter *ln2_w, *ln2_b, *fc_w, *fc_b, *mlp_proj_w, *mlp_proj_b;
+    autograd::Parameter *ln1_w, *ln1_b, *attn_w, *attn_b, *proj_w, *proj_b;
+    autograd::Parameter *ln2_w, *ln2_b, *fc_w, *fc_b, *mlp_proj_w, *mlp_proj_b;
   };
   uint64_t pass_seed(bool training) override;
   // One block, standard or unit-scaled, pre- or post-norm (gpt_forward.cpp).
   autograd::Var block(autograd::Tape& tape, const Block& b, autograd::Var x, size_t layer);
   // Layer norm with the gain and shift w, b (unit: scaled; u-muP: w, b null, the constants).
-  autograd::Var norm(autograd::Tape& tape, const autograd::Var& x, Parameter* w, Parameter* b);
+  autograd::Var norm(autograd::Tape& tape, const autograd::Var& x, autograd::Parameter* w, autograd::Parameter* b);
   // Dropout with config.dropout (unit: x sqrt(1-p) on both passes).
   autograd::Var dropout(autograd::Tape& tape, autograd::Var x);
   // Residual taus of block `layer`: (attention, MLP).
@@ -91,8 +91,8 @@ class GPT : public Model {
   void check_batch(const Batch& batch) const;
 
   GPTConfig config_;
-  Parameter *wte_ = nullptr, *wpe_ = nullptr, *lnf_w_ = nullptr, *lnf_b_ = nullptr;
-  Parameter* lm_head_ = nullptr;  // unit only (the standard head is tied to wte)
+  autograd::Parameter *wte_ = nullptr, *wpe_ = nullptr, *lnf_w_ = nullptr, *lnf_b_ = nullptr;
+  autograd::Parameter* lm_head_ = nullptr;  // unit only (the standard head is tied to wte)
   Tensor norm_gain_, norm_shift_;  // u-muP's non-parametric norms: constant 1 and 0 [C]
   std::vector<Block> blocks_;
   uint64_t passes_ = 0;  // dropout stream: one per training forward

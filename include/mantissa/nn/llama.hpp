@@ -83,14 +83,14 @@ class Llama : public Model {
 
  private:
   struct Block {
-    Parameter *ln1, *q, *k, *v, *o, *ln2, *gate, *up, *down;
+    autograd::Parameter *ln1, *q, *k, *v, *o, *ln2, *gate, *up, *down;
   };
   // N(0, std^2) from rng, or all ones when std is 0 (norm gains).
-  Parameter* add(std::string name, const Shape& shape, Role role, int64_t fan_in, int block, double std, Rng& rng);
+  autograd::Parameter* add(std::string name, const Shape& shape, autograd::Role role, int64_t fan_in, int block, double std, Rng& rng);
   autograd::Var block(autograd::Tape& t, const Block& b, autograd::Var x, size_t layer);
 
   LlamaConfig config_;
-  Parameter *embed_ = nullptr, *norm_ = nullptr, *head_ = nullptr;  // head_ = embed_ when tied
+  autograd::Parameter *embed_ = nullptr, *norm_ = nullptr, *head_ = nullptr;  // head_ = embed_ when tied
   std::vector<Block> blocks_;
 };
 

@@ -30,11 +30,11 @@ void check_parameter_total(const char* model, int64_t n);
 class Module {
  public:
   virtual ~Module() = default;
-  virtual std::vector<Parameter*> parameters() = 0;
+  virtual std::vector<autograd::Parameter*> parameters() = 0;
   void zero_grad();
   int64_t parameter_count();
   // The parameter with this exact name, or null (checkpoints, golden tests).
-  Parameter* find(const std::string& name);
+  autograd::Parameter* find(const std::string& name);
 };
 
 // One micro-batch. GPT: inputs i32 [B, T] token ids, targets i32 [B, T] with
@@ -87,7 +87,7 @@ class Model : public Module {
   void set_observer(Observer o) { observer_ = std::move(o); }
 
   // The library's models hold their parameters here (in creation order).
-  std::vector<Parameter*> parameters() override;
+  std::vector<autograd::Parameter*> parameters() override;
   // Drops the weights pre-packed by the matmul kernels (keyed by Parameter address).
   ~Model() override;
   // What a tape for this model carries: its precision policy, weight-cast
@@ -103,7 +103,7 @@ class Model : public Module {
 
  protected:
   // A zero parameter (value and grad) of this role; decay = decays(role).
-  Parameter* add_parameter(std::string name, const Shape& shape, Role role, int64_t fan_in, int block = -1);
+  autograd::Parameter* add_parameter(std::string name, const Shape& shape, autograd::Role role, int64_t fan_in, int block = -1);
   // The dropout seed of the next pass (context(training) calls it once per tape).
   virtual uint64_t pass_seed(bool training) {
     (void)training;
@@ -112,7 +112,7 @@ class Model : public Module {
 
   autograd::PrecisionPolicy precision_;
   Observer observer_;
-  std::vector<std::unique_ptr<Parameter>> params_;
+  std::vector<std::unique_ptr<autograd::Parameter>> params_;
   autograd::CastCache casts_;
   int checkpoint_every_ = 0;
 };

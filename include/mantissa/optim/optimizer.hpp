@@ -54,7 +54,7 @@ struct OptimizerConfig {
 
 class Optimizer {
  public:
-  explicit Optimizer(std::vector<nn::Parameter*> params);
+  explicit Optimizer(std::vector<autograd::Parameter*> params);
   virtual ~Optimizer() = default;
   Optimizer(const Optimizer&) = delete;
   Optimizer& operator=(const Optimizer&) = delete;
@@ -68,12 +68,12 @@ class Optimizer {
   // Number of step() calls so far (PyTorch's `step` state; Adam's bias
   // correction uses it).
   int64_t step_count() const { return steps_; }
-  const std::vector<nn::Parameter*>& parameters() const { return params_; }
+  const std::vector<autograd::Parameter*>& parameters() const { return params_; }
 
   // Per-parameter learning-rate multiplier (default 1), e.g. for
   // parametrisation-dependent rules such as unit scaling's fan_in^-1/2.
   void set_lr_multiplier(size_t index, double multiplier);
-  void set_lr_multipliers(const std::function<double(const nn::Parameter&)>& rule);
+  void set_lr_multipliers(const std::function<double(const autograd::Parameter&)>& rule);
   double lr_multiplier(size_t index) const { return lr_mult_.at(index); }
 
   // Checkpoint state. Tensors are named "<parameter name>.<state name>"
@@ -109,7 +109,7 @@ class Optimizer {
   // returns nothing else so subclasses stay free in their extra keys.
   void restore_common(const std::string& json);
 
-  std::vector<nn::Parameter*> params_;
+  std::vector<autograd::Parameter*> params_;
   std::vector<double> lr_mult_;
   int64_t steps_ = 0;
   OwnedRanges owned_;  // empty: not sharded
@@ -118,14 +118,14 @@ class Optimizer {
 // Builds the optimizer named by config.type; throws std::invalid_argument for
 // an unknown type or an out-of-range hyper-parameter.
 std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& config,
-                                          std::vector<nn::Parameter*> params);
+                                          std::vector<autograd::Parameter*> params);
 
 // torch.optim.SGD: d = g + wd*p; buf = d at the first step, then
 // buf = momentum*buf + (1-dampening)*d; d = nesterov ? d + momentum*buf : buf;
 // p -= lr*d.
 class SGD final : public Optimizer {
  public:
-  SGD(std::vector<nn::Parameter*> params, const OptimizerConfig& config);
+  SGD(std::vector<autograd::Parameter*> params, const OptimizerConfig& config);
   void step(double lr) override;
   std::string type() const override { return "sgd"; }
   std::map<std::string, Tensor> state_tensors() const override;
@@ -156,7 +156,7 @@ class SGD final : public Optimizer {
 // The state tensors carry their scales (Tensor::scale), which checkpoints keep.
 class Adam final : public Optimizer {
  public:
-  Adam(std::vector<nn::Parameter*> params, const OptimizerConfig& config, bool decoupled);
+  Adam(std::vector<autograd::Parameter*> params, const OptimizerConfig& config, bool decoupled);
   void step(double lr) override;
   std::string type() const override { return decoupled_ ? "adamw" : "adam"; }
   std::map<std::string, Tensor> state_tensors() const override;
@@ -171,7 +171,7 @@ class Adam final : public Optimizer {
   // the moment's units (scale applied), of the elements 0, stride, 2 stride,
   // ... of the parameter (n of them).
   struct StateCast {
-    const nn::Parameter* param = nullptr;
+    const autograd::Parameter* param = nullptr;
     const char* moment = "";  // "exp_avg" or "exp_avg_sq"
     DType dtype = DType::f32;
     const float* ref = nullptr;

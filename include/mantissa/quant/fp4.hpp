@@ -21,7 +21,7 @@
 // alpha.
 //
 // Layers kept in bf16: products of two activations (attention), the listed
-// residual blocks (by nn::Parameter::block) and, with "head", the
+// residual blocks (by autograd::Parameter::block) and, with "head", the
 // readout; everything from fp4_until x the run's steps on.
 //
 // Storage: what the backward pass keeps of a cast activation is its Wgrad
@@ -91,14 +91,14 @@ class Fp4Quantiser final : public autograd::OperandQuantiser {
   }
   autograd::QuantisedOperand quantise(const Tensor& x, int64_t batch, int64_t rows, int64_t cols,
                                       int contraction_axis, const autograd::QuantSite& site, Tensor* decoded) override;
-  Weight quantise_weight(const nn::Parameter& p, int contraction_axis, const autograd::QuantSite& site) override;
+  Weight quantise_weight(const autograd::Parameter& p, int contraction_axis, const autograd::QuantSite& site) override;
   Tensor decode(const autograd::QuantisedOperand& q) const override;
   void set_progress(int64_t updates, int64_t total) override;
 
   const Fp4Config& config() const { return config_; }
   Fp4Stats stats() const;
   // Whether the products of this parameter run in FP4 now.
-  bool active(const nn::Parameter& p) const;
+  bool active(const autograd::Parameter& p) const;
 
  private:
   struct CachedWeight;
@@ -124,7 +124,7 @@ class Fp4Quantiser final : public autograd::OperandQuantiser {
   mutable std::mutex mutex_;
   int64_t updates_ = 0, total_ = 0;
   uint64_t calls_ = 0;
-  std::map<const nn::Parameter*, std::unique_ptr<CachedWeight>> weights_;
+  std::map<const autograd::Parameter*, std::unique_ptr<CachedWeight>> weights_;
   Fp4Stats stats_;
 };
 

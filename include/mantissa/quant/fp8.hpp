@@ -152,7 +152,7 @@ class Fp8Quantiser final : public autograd::OperandQuantiser {
   bool casts_backward() const override { return cast_bwd_; }
   autograd::QuantisedOperand quantise(const Tensor& x, int64_t batch, int64_t rows, int64_t cols,
                                       int contraction_axis, const autograd::QuantSite& site, Tensor* decoded) override;
-  Weight quantise_weight(const nn::Parameter& p, int contraction_axis, const autograd::QuantSite& site) override;
+  Weight quantise_weight(const autograd::Parameter& p, int contraction_axis, const autograd::QuantSite& site) override;
   Tensor decode(const autograd::QuantisedOperand& q) const override;
   void end_step() override;
 
@@ -192,7 +192,7 @@ class Fp8Quantiser final : public autograd::OperandQuantiser {
   bool cast_fwd_ = false, cast_bwd_ = false;
   mutable std::mutex mutex_;
   std::map<SiteKey, SiteState> sites_;
-  std::unordered_map<const nn::Parameter*, std::unique_ptr<CachedWeight>> weights_;
+  std::unordered_map<const autograd::Parameter*, std::unique_ptr<CachedWeight>> weights_;
   Fp8Stats stats_;
 };
 

@@ -1,7 +1,7 @@
 // The `propagate` operand quantiser: FP8 or FP16 casts of
 // the GPT's matrix-product operands at scales that come from scale propagation
 // (propagate.hpp's scale_rule functions applied along the block structure the model declares
-// with nn::Parameter::input / through, from the parameters' own power-of-two
+// with autograd::Parameter::input / through, from the parameters' own power-of-two
 // scales), not from each tensor's amax. In GPT-2 terms:
 //
 //   weight W                 s(W) = pow2_down(rms(W))   (a scaled array's scale, per version)
@@ -67,12 +67,12 @@ class ScalifyQuantiser final : public autograd::OperandQuantiser {
  public:
   // params: the model's parameters; throws std::invalid_argument
   // naming a format that is neither fp16 nor one with a 1-byte dtype.
-  ScalifyQuantiser(ScalifyOptions options, std::vector<nn::Parameter*> params);
+  ScalifyQuantiser(ScalifyOptions options, std::vector<autograd::Parameter*> params);
   bool casts_forward() const override { return cast_fwd_; }
   bool casts_backward() const override { return cast_bwd_; }
   autograd::QuantisedOperand quantise(const Tensor& x, int64_t batch, int64_t rows, int64_t cols,
                                       int contraction_axis, const autograd::QuantSite& site, Tensor* decoded) override;
-  Weight quantise_weight(const nn::Parameter& p, int contraction_axis, const autograd::QuantSite& site) override;
+  Weight quantise_weight(const autograd::Parameter& p, int contraction_axis, const autograd::QuantSite& site) override;
   Tensor decode(const autograd::QuantisedOperand& q) const override;
   void end_step() override;
 
@@ -100,22 +100,22 @@ class ScalifyQuantiser final : public autograd::OperandQuantiser {
                                           int* exponent, int64_t* saturated, Tensor* decoded, bool keep_codes);
   int norm_exponent(const Tensor& x32) const;  // exponent of the rescale norm of x32 (0: zero or non-finite)
   int amax_exponent(const quant::Amax& a) const;      // the same for the max norm, from x32's amax
-  double param_scale(const nn::Parameter* p) const;  // s(P); 0 when P is zero (any scale), null or not the model's
+  double param_scale(const autograd::Parameter* p) const;  // s(P); 0 when P is zero (any scale), null or not the model's
   // The propagated exponent of the operand of the product with weight p (null:
   // two activations); nullopt when the site has none (dynamic rescale).
-  std::optional<int> propagated_exponent(const nn::Parameter* p, autograd::OperandRole role);
+  std::optional<int> propagated_exponent(const autograd::Parameter* p, autograd::OperandRole role);
 
   ScalifyOptions options_;
   formats::Format fwd_, bwd_;
   bool cast_fwd_ = false, cast_bwd_ = false;
-  std::unordered_set<const nn::Parameter*> known_;  // the model's parameters
+  std::unordered_set<const autograd::Parameter*> known_;  // the model's parameters
   // A linear weight -> the linear weight whose input is its output (Parameter::input).
-  std::unordered_map<const nn::Parameter*, const nn::Parameter*> consumer_;
+  std::unordered_map<const autograd::Parameter*, const autograd::Parameter*> consumer_;
   mutable std::mutex mutex_;
   // This step's grad_output exponents of linears fed by another linear.
-  std::unordered_map<const nn::Parameter*, int> grad_exponent_;
+  std::unordered_map<const autograd::Parameter*, int> grad_exponent_;
   std::map<std::string, int> last_;
-  std::unordered_map<const nn::Parameter*, CachedWeight> weights_;
+  std::unordered_map<const autograd::Parameter*, CachedWeight> weights_;
   // s(P) per parameter version: every parameter changes once per step, and
   // each scale enters several operands' propagated scales.
   struct CachedScale {
@@ -123,13 +123,13 @@ class ScalifyQuantiser final : public autograd::OperandQuantiser {
     double scale = 0;
   };
   mutable std::mutex scale_mutex_;
-  mutable std::unordered_map<const nn::Parameter*, CachedScale> scales_;
+  mutable std::unordered_map<const autograd::Parameter*, CachedScale> scales_;
   ScalifyStats stats_;
   int64_t step_rescales_ = 0;
 };
 
 // The factory amp::precision_policy calls for cast_scaling == propagate.
 std::shared_ptr<autograd::OperandQuantiser> make_scalify_quantiser(const ScalifyOptions& options,
-                                                                  std::vector<nn::Parameter*> params);
+                                                                  std::vector<autograd::Parameter*> params);
 
 }  // namespace mantissa::scalify

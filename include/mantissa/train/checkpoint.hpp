@@ -41,7 +41,7 @@
 #include "mantissa/nn/module.hpp"
 #include "mantissa/optim/optimizer.hpp"
 
-namespace mantissa::io {
+namespace mantissa::train {
 
 // Writes model.safetensors + config.json into dir (created if needed; each
 // file atomically).
@@ -81,10 +81,7 @@ struct CheckpointChoice {
 // fail, throws FormatError naming both. model_dir_ok: a DIR without a
 // manifest and no DIR.prev is returned as is (a saved model directory).
 CheckpointChoice choose_checkpoint(const std::string& dir, bool model_dir_ok);
-// True if every value of t (decoded, times its scale) is finite and its
-// scale is finite and > 0. Integer tensors are always finite.
-bool all_finite(const Tensor& t);
 // True if dir (or its DIR.old-* fallback) holds a COMPLETE checkpoint.
 bool checkpoint_exists(const std::string& dir);
 
-}  // namespace mantissa::io
+}  // namespace mantissa::train

@@ -58,13 +58,13 @@ inline constexpr double kUnitGradClip = 0.0;
 // std::invalid_argument naming the --set entry.
 std::vector<std::string> take_unit_settings(const std::vector<std::string>& set, unit::UnitConfig& u);
 
-// The u-muP role of a parameter (from nn::Role): the readout is `output`,
+// The u-muP role of a parameter (from autograd::Role): the readout is `output`,
 // other matrices (embeddings, linears) `weight`, norm gains/shifts `norm`,
 // linear biases `bias`.
-unit::ParamRole unit_param_role(const nn::Parameter& p);
+unit::ParamRole unit_param_role(const autograd::Parameter& p);
 // Residual depth of a parameter inside the blocks (the model's number of
 // blocks), nullopt outside the trunk.
-std::optional<int> unit_param_depth(const nn::Parameter& p, int64_t blocks);
+std::optional<int> unit_param_depth(const autograd::Parameter& p, int64_t blocks);
 
 // Wraps an optimizer built with weight decay 0 and applies decoupled weight
 // decay itself after each update: p *= 1 - (lr / base_lr) * decay for every

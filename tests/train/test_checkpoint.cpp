@@ -36,13 +36,13 @@ class TinyModel : public nn::Model {
     add("transformer.h.0.ln_1.bias", {width}, false, base);
     add("transformer.h.0.attn.c_attn.weight", {width, 3 * width}, true, base);
     // Tied head: same storage as wte, so it is not stored.
-    nn::Parameter head = params_[0];
+    mantissa::autograd::Parameter head = params_[0];
     head.name = "lm_head.weight";
     params_.push_back(head);
     width_ = width;
   }
-  std::vector<nn::Parameter*> parameters() override {
-    std::vector<nn::Parameter*> out;
+  std::vector<mantissa::autograd::Parameter*> parameters() override {
+    std::vector<mantissa::autograd::Parameter*> out;
     for (auto& p : params_) out.push_back(&p);
     return out;
   }
@@ -59,11 +59,11 @@ class TinyModel : public nn::Model {
       for (int64_t i = 0; i < params_[j].value.numel(); ++i)
         params_[j].value.f32()[i] = v + 0.001f * static_cast<float>(i) + static_cast<float>(j);
   }
-  std::vector<nn::Parameter> params_;
+  std::vector<mantissa::autograd::Parameter> params_;
 
  private:
   void add(const std::string& name, const mantissa::Shape& shape, bool decay, float base) {
-    nn::Parameter p;
+    mantissa::autograd::Parameter p;
     p.name = name;
     p.value = Tensor::empty(shape, DType::f32, MemoryKind::parameter);
     p.grad = Tensor::zeros(shape, DType::f32, MemoryKind::gradient);
@@ -118,18 +118,18 @@ std::vector<std::string> leftovers(const std::string& root) {
 TEST(SaveModel, HuggingFaceLayoutAndBitExactReload) {
   const std::string dir = temp_dir() + "/model";
   TinyModel a;
-  io::save_model(dir, a);
+  mantissa::train::save_model(dir, a);
   auto file = io::load_safetensors(dir + "/model.safetensors");
   EXPECT_EQ(file.metadata.at("format"), "pt");
   ASSERT_EQ(file.tensors.size(), 3u);  // lm_head is tied, not stored
   EXPECT_EQ(file.tensors.count("lm_head.weight"), 0u);
   EXPECT_EQ(file.tensors.at("transformer.h.0.attn.c_attn.weight").shape(), (mantissa::Shape{4, 12}));
-  auto cfg = nlohmann::json::parse(io::read_model_config(dir));
+  auto cfg = nlohmann::json::parse(mantissa::train::read_model_config(dir));
   EXPECT_EQ(cfg["model_type"], "gpt2");
   EXPECT_EQ(cfg["n_embd"], 4);
 
   TinyModel b(4, 5.0f);
-  io::load_model_weights(dir, b);
+  mantissa::train::load_model_weights(dir, b);
   for (size_t j = 0; j < a.params_.size(); ++j) {
     EXPECT_TRUE(same_bits(a.params_[j].value, b.params_[j].value)) << a.params_[j].name;
     EXPECT_EQ(b.params_[j].version, 1) << "version must be bumped so cached casts refresh";
@@ -137,7 +137,7 @@ TEST(SaveModel, HuggingFaceLayoutAndBitExactReload) {
   EXPECT_TRUE(b.params_.back().value.same_storage(b.params_[0].value));  // still tied
   // Saving the reloaded model reproduces the file byte for byte.
   const std::string dir2 = dir + "2";
-  io::save_model(dir2, b);
+  mantissa::train::save_model(dir2, b);
   EXPECT_EQ(io::read_file(dir + "/model.safetensors"), io::read_file(dir2 + "/model.safetensors"));
   fs::remove_all(fs::path(dir).parent_path());
 }
@@ -145,15 +145,15 @@ TEST(SaveModel, HuggingFaceLayoutAndBitExactReload) {
 TEST(SaveModel, WrongShapesAndMissingFilesAreRefused) {
   const std::string root = temp_dir();
   TinyModel a(4);
-  io::save_model(root + "/m", a);
+  mantissa::train::save_model(root + "/m", a);
   TinyModel wide(8);
-  std::string msg = error_of([&] { io::load_model_weights(root + "/m", wide); });
+  std::string msg = error_of([&] { mantissa::train::load_model_weights(root + "/m", wide); });
   EXPECT_NE(msg.find("model.safetensors"), std::string::npos) << msg;
   EXPECT_NE(msg.find("transformer.wte.weight"), std::string::npos) << msg;
   EXPECT_NE(msg.find("[6, 4] but [6, 8] expected"), std::string::npos) << msg;
-  msg = error_of([&] { io::load_model_weights(root + "/absent", wide); });
+  msg = error_of([&] { mantissa::train::load_model_weights(root + "/absent", wide); });
   EXPECT_NE(msg.find(root + "/absent/model.safetensors"), std::string::npos) << msg;
-  msg = error_of([&] { io::read_model_config(root + "/absent"); });
+  msg = error_of([&] { mantissa::train::read_model_config(root + "/absent"); });
   EXPECT_NE(msg.find("config.json"), std::string::npos) << msg;
   fs::remove_all(root);
 }
@@ -169,13 +169,13 @@ TEST(Checkpoint, RoundTripIsBitExact) {
   Tensor working = a.params_[0].value.to(DType::bf16);
   working.set_scale(0.25f);
   const std::string trainer = R"({"step":3,"rng":"12 34","loss_scale":65536})";
-  io::save_checkpoint(dir, a, opt_a.get(), trainer, {{"working.wte", working}});
-  EXPECT_TRUE(io::checkpoint_exists(dir));
+  mantissa::train::save_checkpoint(dir, a, opt_a.get(), trainer, {{"working.wte", working}});
+  EXPECT_TRUE(mantissa::train::checkpoint_exists(dir));
   EXPECT_TRUE(leftovers(root).empty());
 
   TinyModel b(4, 3.0f);
   auto opt_b = optim::make_optimizer(cfg, b.parameters());
-  io::CheckpointData d = io::load_checkpoint(dir, b, opt_b.get());
+  mantissa::train::CheckpointData d = mantissa::train::load_checkpoint(dir, b, opt_b.get());
   EXPECT_EQ(d.trainer_state, trainer);
   ASSERT_EQ(d.extra_tensors.count("working.wte"), 1u);
   EXPECT_TRUE(same_bits(d.extra_tensors.at("working.wte"), working));
@@ -191,20 +191,20 @@ TEST(Checkpoint, RoundTripIsBitExact) {
   for (size_t j = 0; j < a.params_.size(); ++j) EXPECT_TRUE(same_bits(a.params_[j].value, b.params_[j].value));
   // A checkpoint is also a model directory.
   TinyModel c(4, 9.0f);
-  io::load_model_weights(dir, c);
+  mantissa::train::load_model_weights(dir, c);
   EXPECT_TRUE(same_bits(c.params_[2].value, b.params_[2].value) == false);  // b moved on since
   // Overwriting replaces atomically and leaves no siblings behind.
-  io::save_checkpoint(dir, a, opt_a.get(), R"({"step":5})");
+  mantissa::train::save_checkpoint(dir, a, opt_a.get(), R"({"step":5})");
   EXPECT_TRUE(leftovers(root).empty());
   TinyModel e;
   auto opt_e = optim::make_optimizer(cfg, e.parameters());
-  EXPECT_EQ(io::load_checkpoint(dir, e, opt_e.get()).trainer_state, R"({"step":5})");
+  EXPECT_EQ(mantissa::train::load_checkpoint(dir, e, opt_e.get()).trainer_state, R"({"step":5})");
   EXPECT_EQ(opt_e->step_count(), 5);
   // The wrong optimizer type is refused, naming the file.
   optim::OptimizerConfig sgd;
   sgd.type = "sgd";
   auto opt_s = optim::make_optimizer(sgd, e.parameters());
-  std::string msg = error_of([&] { io::load_checkpoint(dir, e, opt_s.get()); });
+  std::string msg = error_of([&] { mantissa::train::load_checkpoint(dir, e, opt_s.get()); });
   EXPECT_NE(msg.find("optimizer.safetensors"), std::string::npos) << msg;
   EXPECT_NE(msg.find("adamw"), std::string::npos) << msg;
   fs::remove_all(root);
@@ -218,16 +218,16 @@ TEST(Checkpoint, CorruptOrTruncatedFilesAreRefused) {
   auto fresh_load = [&] {
     TinyModel b;
     auto o = optim::make_optimizer({}, b.parameters());
-    return error_of([&] { io::load_checkpoint(dir, b, o.get()); });
+    return error_of([&] { mantissa::train::load_checkpoint(dir, b, o.get()); });
   };
 
-  io::save_checkpoint(dir, a, opt.get(), "{}");
+  mantissa::train::save_checkpoint(dir, a, opt.get(), "{}");
   fs::resize_file(dir + "/model.safetensors", fs::file_size(dir + "/model.safetensors") - 3);
   std::string msg = fresh_load();
   EXPECT_NE(msg.find(dir + "/model.safetensors"), std::string::npos) << msg;
   EXPECT_NE(msg.find("truncated"), std::string::npos) << msg;
 
-  io::save_checkpoint(dir, a, opt.get(), "{}");
+  mantissa::train::save_checkpoint(dir, a, opt.get(), "{}");
   {
     std::fstream f(dir + "/optimizer.safetensors", std::ios::in | std::ios::out | std::ios::binary);
     f.seekp(-5, std::ios::end);
@@ -237,16 +237,16 @@ TEST(Checkpoint, CorruptOrTruncatedFilesAreRefused) {
   EXPECT_NE(msg.find("optimizer.safetensors"), std::string::npos) << msg;
   EXPECT_NE(msg.find("CRC-32"), std::string::npos) << msg;
 
-  io::save_checkpoint(dir, a, opt.get(), "{}");
+  mantissa::train::save_checkpoint(dir, a, opt.get(), "{}");
   fs::remove(dir + "/trainer_state.json");
   msg = fresh_load();
   EXPECT_NE(msg.find("trainer_state.json"), std::string::npos) << msg;
 
-  io::save_checkpoint(dir, a, opt.get(), "{}");
+  mantissa::train::save_checkpoint(dir, a, opt.get(), "{}");
   fs::remove(dir + "/COMPLETE");
   msg = fresh_load();
   EXPECT_NE(msg.find("not a complete checkpoint"), std::string::npos) << msg;
-  EXPECT_FALSE(io::checkpoint_exists(dir));
+  EXPECT_FALSE(mantissa::train::checkpoint_exists(dir));
 
   msg = fresh_load();
   fs::remove_all(dir);
@@ -261,11 +261,11 @@ TEST(Checkpoint, InterruptedSavesLeaveTheLastCheckpointLoadable) {
   const std::string dir = root + "/ckpt";
   TinyModel a;
   auto opt = optim::make_optimizer({}, a.parameters());
-  io::save_checkpoint(dir, a, opt.get(), R"({"step":1})");
+  mantissa::train::save_checkpoint(dir, a, opt.get(), R"({"step":1})");
   auto load_state = [&](const std::string& d) {
     TinyModel b;
     auto o = optim::make_optimizer({}, b.parameters());
-    return io::load_checkpoint(d, b, o.get()).trainer_state;
+    return mantissa::train::load_checkpoint(d, b, o.get()).trainer_state;
   };
 
   // Killed while writing the new directory: a half-written sibling, marked
@@ -274,17 +274,17 @@ TEST(Checkpoint, InterruptedSavesLeaveTheLastCheckpointLoadable) {
   { std::ofstream(dir + ".tmp-99999-0/.mantissa-partial"); }
   { std::ofstream(dir + ".tmp-99999-0/model.safetensors") << "partial"; }
   EXPECT_EQ(load_state(dir), R"({"step":1})");
-  io::save_checkpoint(dir, a, opt.get(), R"({"step":2})");  // cleans it up
+  mantissa::train::save_checkpoint(dir, a, opt.get(), R"({"step":2})");  // cleans it up
   EXPECT_TRUE(leftovers(root).empty());
   EXPECT_EQ(load_state(dir), R"({"step":2})");
 
   // Killed between the two renames of the non-exchange path: DIR is gone,
   // DIR.old-* holds the previous complete checkpoint.
   fs::rename(dir, dir + ".old-99999-3");
-  EXPECT_TRUE(io::checkpoint_exists(dir));
+  EXPECT_TRUE(mantissa::train::checkpoint_exists(dir));
   EXPECT_EQ(load_state(dir), R"({"step":2})");
-  EXPECT_NE(io::read_model_config(dir).find("gpt2"), std::string::npos);
-  io::save_checkpoint(dir, a, opt.get(), R"({"step":3})");
+  EXPECT_NE(mantissa::train::read_model_config(dir).find("gpt2"), std::string::npos);
+  mantissa::train::save_checkpoint(dir, a, opt.get(), R"({"step":3})");
   EXPECT_TRUE(leftovers(root).empty());
   EXPECT_EQ(load_state(dir), R"({"step":3})");
   fs::remove_all(root);
@@ -301,7 +301,7 @@ TEST(Checkpoint, SigkillDuringSavesNeverBreaksTheCheckpoint) {
   // Kill times spread over a few saves' durations (fsync makes a save take
   // milliseconds to a few hundred, depending on the disk).
   const auto t0 = std::chrono::steady_clock::now();
-  io::save_checkpoint(dir, a, nullptr, "0");
+  mantissa::train::save_checkpoint(dir, a, nullptr, "0");
   const auto save_us = std::max<int64_t>(
       200, std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0).count());
   std::mt19937 rng(11);
@@ -312,7 +312,7 @@ TEST(Checkpoint, SigkillDuringSavesNeverBreaksTheCheckpoint) {
     if (pid == 0) {
       for (int step = 1;; ++step) {
         a.fill(static_cast<float>(step));
-        io::save_checkpoint(dir, a, nullptr, std::to_string(step));
+        mantissa::train::save_checkpoint(dir, a, nullptr, std::to_string(step));
       }
     }
     // Killed however this round ends, a failed assertion included: a child
@@ -329,14 +329,14 @@ TEST(Checkpoint, SigkillDuringSavesNeverBreaksTheCheckpoint) {
     if (round == 9) {  // on a loaded machine the child may not have finished a save yet: wait for one
       const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
       TinyModel probe(64);
-      while (std::chrono::steady_clock::now() < deadline && io::load_checkpoint(dir, probe, nullptr).trainer_state == "0")
+      while (std::chrono::steady_clock::now() < deadline && mantissa::train::load_checkpoint(dir, probe, nullptr).trainer_state == "0")
         std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
     kill(pid, SIGKILL);
     waitpid(pid, nullptr, 0);
     TinyModel b(64, 7.0f);
-    io::CheckpointData d;
-    ASSERT_NO_THROW(d = io::load_checkpoint(dir, b, nullptr)) << "round " << round;
+    mantissa::train::CheckpointData d;
+    ASSERT_NO_THROW(d = mantissa::train::load_checkpoint(dir, b, nullptr)) << "round " << round;
     const int step = std::stoi(d.trainer_state);
     max_seen = std::max(max_seen, step);
     TinyModel want(64);

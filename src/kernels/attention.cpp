@@ -65,10 +65,9 @@ Scratch& scratch() {
 
 namespace {
 
-// Columns row r of the [heads * T, T] scores keeps: causal (key_len null) 0..t, else the
-// sequence's first key_len[b] keys.
+// Columns row r of the [heads * T, T] scores keeps (attention_detail::kept_keys).
 int64_t kept_keys(const int32_t* key_len, int64_t r, int64_t T, int64_t NH) {
-  return key_len ? key_len[r / (NH * T)] : r % T + 1;
+  return attention_detail::kept_keys(key_len, r / T, r % T, NH);
 }
 
 // att [B, NH, T, T] = softmax over each row's kept keys of q k^T / sqrt(hs) (0 beyond); out [B, T, C] = att v
@@ -161,10 +160,7 @@ void attention_forward_keys(float* out, float* att, const float* qkv, const int3
                             int64_t C, int64_t NH, bool bf16_products) {
   cpu::profile::Scope profile_scope(cpu::profile::Category::attention, attention_flops(B, T, C, NH, 4.0));
   const Dims d = check_dims(B, T, C, NH);
-  for (int64_t b = 0; b < B; ++b)
-    if (key_len[b] < 1 || key_len[b] > T)
-      throw std::invalid_argument("attention: key length " + std::to_string(key_len[b]) + " of sequence " +
-                                  std::to_string(b) + " is outside [1, " + std::to_string(T) + "]");
+  attention_detail::check_key_len(key_len, B, T);
   products_forward(out, att, qkv, key_len, d, bf16_products);
 }
 

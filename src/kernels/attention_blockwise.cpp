@@ -1,11 +1,15 @@
-// Blockwise (flash-style) causal attention. Queries are taken kBlockRows rows
-// at a time, for all B*NH heads at once: a block's scores [heads, rows, kend]
-// (kend = last row + 1: causal, later keys are never needed) come from one
-// batched product whose operands are row ranges of the gathered q and k
-// (matmul batch strides), so the T x T matrix exists only a block at a time.
-// Within a block the whole causal key range is present, so each row's softmax
-// is exact in one pass (no online rescaling needed); forward keeps only
-// lse = max + log(sum exp) per row, and backward rebuilds P = exp(S - lse).
+// Blockwise (flash-style) attention, causal or key-padded (BERT). Queries are
+// taken kBlockRows rows at a time, for all B*NH heads at once: a block's
+// scores [heads, rows, kend] come from one batched product whose operands are
+// row ranges of the gathered q and k (matmul batch strides), so the T x T
+// matrix exists only a block at a time. kend is the last key any row of the
+// block keeps, plus one: causal, the block's last row + 1 (later keys are never
+// needed); key-padded, the longest sequence's length (every row of sequence b
+// keeps keys 0..key_len[b]-1, padded query rows included). Within a block each
+// row's whole key range is present, so its softmax is exact in one pass (no
+// online rescaling needed); forward keeps only lse = max + log(sum exp) per
+// row, and backward rebuilds P = exp(S - lse). Keys a row does not keep get
+// exact zeros in P and dS, hence no weight and no gradient.
 //
 // Per block (S = scaled scores, P probabilities, dO = dout head rows):
 //   forward:  S = q_blk k^T / sqrt(hs);  P = softmax(S);  O_blk = P v
@@ -32,6 +36,7 @@ using attention_detail::Buffer;
 using attention_detail::check_dims;
 using attention_detail::Dims;
 using attention_detail::gather_heads;
+using attention_detail::kept_keys;
 using attention_detail::scatter_heads;
 
 constexpr int64_t kBlockRows = 64;
@@ -42,6 +47,12 @@ constexpr int64_t kBlockRows = 64;
 constexpr int64_t kBlockwiseMinT_f32 = 512;
 constexpr int64_t kBlockwiseMinT_bf16 = 1024;
 constexpr double kBlockwiseScoresBytes = 256.0 * (1 << 20);
+// Key-padded (bidirectional) attention has no masked half to skip, and every
+// block's key-side products span all kept keys: the blockwise path is slower
+// at every T bench_attention measures and is taken for memory, from T = 2048
+// (where it keeps a fifth of the whole path's peak) or past 256 MiB of scores.
+constexpr int64_t kBlockwiseKeysMinT_f32 = 2048;
+constexpr int64_t kBlockwiseKeysMinT_bf16 = 2048;
 
 // C [heads, M, N] (+)= alpha op(A) op(B); A, B, C start at the given element
 // offsets with the given batch strides (0: dense).
@@ -92,21 +103,15 @@ void block_scores(const Dims& d, const Scratch& sc, int64_t r0, int64_t nb, int6
           0, false);
 }
 
-}  // namespace
-
-int64_t attention_block_rows() { return kBlockRows; }
-
-bool attention_prefers_blockwise(int64_t B, int64_t T, int64_t NH, bool bf16_products) {
-  const double scores_bytes = static_cast<double>(B) * static_cast<double>(NH) * static_cast<double>(T) *
-                              static_cast<double>(T) * (bf16_products ? 2.0 : 4.0);
-  return T >= (bf16_products ? kBlockwiseMinT_bf16 : kBlockwiseMinT_f32) || scores_bytes > kBlockwiseScoresBytes;
+// The keys rows [r0, r0 + nb) of a block need (see the top of the file).
+int64_t block_key_end(const int32_t* key_len, int64_t longest, int64_t r0, int64_t nb) {
+  return key_len ? longest : r0 + nb;
 }
 
-void attention_forward_blockwise(float* out, float* lse, const float* qkv, int64_t B, int64_t T, int64_t C,
-                                 int64_t NH, bool bf16_products) {
-  const Dims d = check_dims(B, T, C, NH);
-  cpu::profile::Scope profile_scope(cpu::profile::Category::attention,
-                                        2.0 * static_cast<double>(d.heads() * T * T * d.hs));
+// key_len null: causal; else [B] keys kept per sequence, longest their max.
+void blockwise_forward(float* out, float* lse, const float* qkv, const int32_t* key_len, int64_t longest,
+                       const Dims& d, bool bf16_products) {
+  const int64_t T = d.T, C = d.C;
   const DType type = bf16_products ? DType::bf16 : DType::f32;
   Scratch& sc = scratch();
   gather_heads(sc.q, qkv, 3 * C, 0, d, bf16_products);
@@ -117,28 +122,28 @@ void attention_forward_blockwise(float* out, float* lse, const float* qkv, int64
   sc.s.resize(static_cast<size_t>(d.heads() * block * T));
   if (bf16_products) sc.p16.resize(sc.s.size());
   for (int64_t r0 = 0; r0 < T; r0 += block) {
-    const int64_t nb = std::min(block, T - r0), kend = r0 + nb, rows = d.heads() * nb;
+    const int64_t nb = std::min(block, T - r0), kend = block_key_end(key_len, longest, r0, nb), rows = d.heads() * nb;
     float* S = sc.s.data();
     uint16_t* P16 = sc.p16.data();
     block_scores(d, sc, r0, nb, kend, S);
-    // Masked row softmax; row t = r0 + i keeps keys 0..t, the rest are exact
-    // zeros. Under bf16 products the probabilities go straight to bf16 codes.
+    // Masked row softmax; row t = r0 + i keeps its first n keys, the rest are
+    // exact zeros. Under bf16 products the probabilities go straight to bf16 codes.
 #pragma omp parallel for schedule(static) if (parallel_rows(rows, kend))
     for (int64_t r = 0; r < rows; ++r) {
-      const int64_t h = r / nb, t = r0 + r % nb;
+      const int64_t h = r / nb, t = r0 + r % nb, n = kept_keys(key_len, h, t, d.NH);
       float* a = S + r * kend;
-      const float mx = span_max(a, t + 1);
-      const float sum = span_exp_sum(a, a, t + 1, mx);
+      const float mx = span_max(a, n);
+      const float sum = span_exp_sum(a, a, n, mx);
       lse[h * T + t] = mx + std::log(sum);
       if (bf16_products) {
         uint16_t* p = P16 + r * kend;
         const float inv = 1.0f / sum;
 #pragma omp simd
-        for (int64_t j = 0; j <= t; ++j) p[j] = f32_to_bf16_one(a[j] * inv);
-        std::fill(p + t + 1, p + kend, uint16_t{0});
+        for (int64_t j = 0; j < n; ++j) p[j] = f32_to_bf16_one(a[j] * inv);
+        std::fill(p + n, p + kend, uint16_t{0});
       } else {
-        span_scale(a, t + 1, 1.0f / sum);
-        std::fill(a + t + 1, a + kend, 0.0f);
+        span_scale(a, n, 1.0f / sum);
+        std::fill(a + n, a + kend, 0.0f);
       }
     }
     const Strided P = operand(sc.s, sc.p16, bf16_products);
@@ -148,21 +153,19 @@ void attention_forward_blockwise(float* out, float* lse, const float* qkv, int64
   scatter_heads(out, sc.y.data(), C, 0, d, false);
 }
 
-void attention_backward_blockwise(float* dqkv, const float* dout, const float* qkv, const float* lse, int64_t B,
-                                  int64_t T, int64_t C, int64_t NH, bool bf16_products) {
-  const Dims d = check_dims(B, T, C, NH);
-  cpu::profile::Scope profile_scope(cpu::profile::Category::attention,
-                                        5.0 * static_cast<double>(d.heads() * T * T * d.hs));
+void blockwise_backward(float* dqkv, const float* dout, const float* qkv, const float* lse, const int32_t* key_len,
+                        int64_t longest, const Dims& d, bool bf16_products) {
+  const int64_t T = d.T, C = d.C;
   const DType type = bf16_products ? DType::bf16 : DType::f32;
   Scratch& sc = scratch();
   gather_heads(sc.q, qkv, 3 * C, 0, d, bf16_products);
   gather_heads(sc.k, qkv, 3 * C, C, d, bf16_products);
   gather_heads(sc.v, qkv, 3 * C, 2 * C, d, bf16_products);
   gather_heads(sc.dy, dout, C, 0, d, bf16_products);
-  const size_t n = static_cast<size_t>(d.head_elems());
-  sc.dq.resize(n);
-  sc.dk.assign(n, 0.0f);  // accumulated over query blocks
-  sc.dv.assign(n, 0.0f);
+  const size_t n_elems = static_cast<size_t>(d.head_elems());
+  sc.dq.resize(n_elems);
+  sc.dk.assign(n_elems, 0.0f);  // accumulated over query blocks; keys past every kend stay 0
+  sc.dv.assign(n_elems, 0.0f);
   const int64_t block = std::min(kBlockRows, T), head = T * d.hs;
   sc.s.resize(static_cast<size_t>(d.heads() * block * T));
   sc.dp.resize(sc.s.size());
@@ -172,7 +175,7 @@ void attention_backward_blockwise(float* dqkv, const float* dout, const float* q
     sc.ds16.resize(sc.s.size());
   }
   for (int64_t r0 = 0; r0 < T; r0 += block) {
-    const int64_t nb = std::min(block, T - r0), kend = r0 + nb, rows = d.heads() * nb;
+    const int64_t nb = std::min(block, T - r0), kend = block_key_end(key_len, longest, r0, nb), rows = d.heads() * nb;
     float* S = sc.s.data();
     float* dP = sc.dp.data();
     uint16_t* P16 = sc.p16.data();
@@ -180,31 +183,31 @@ void attention_backward_blockwise(float* dqkv, const float* dout, const float* q
     block_scores(d, sc, r0, nb, kend, S);
     product(d, nb, kend, d.hs, false, true, 1.0f, {sc.dy.data(r0 * d.hs), head}, {sc.v.data(), head}, type, dP, 0,
             false);
-    // P = exp(S - lse) on the causal part; dS = P (dP - rowsum(P dP)) / sqrt(hs), into dP.
+    // P = exp(S - lse) on the kept keys; dS = P (dP - rowsum(P dP)) / sqrt(hs), into dP.
 #pragma omp parallel for schedule(static) if (parallel_rows(rows, kend))
     for (int64_t r = 0; r < rows; ++r) {
-      const int64_t h = r / nb, t = r0 + r % nb;
+      const int64_t h = r / nb, t = r0 + r % nb, n = kept_keys(key_len, h, t, d.NH);
       float* p = S + r * kend;
       float* g = dP + r * kend;
-      span_exp_sum(p, p, t + 1, lse[h * T + t]);
+      span_exp_sum(p, p, n, lse[h * T + t]);
       float dot = 0.0f;
 #pragma omp simd reduction(+ : dot)
-      for (int64_t j = 0; j <= t; ++j) dot += p[j] * g[j];
+      for (int64_t j = 0; j < n; ++j) dot += p[j] * g[j];
       if (bf16_products) {
         uint16_t* p16 = P16 + r * kend;
         uint16_t* g16 = dS16 + r * kend;
 #pragma omp simd
-        for (int64_t j = 0; j <= t; ++j) {
+        for (int64_t j = 0; j < n; ++j) {
           p16[j] = f32_to_bf16_one(p[j]);
           g16[j] = f32_to_bf16_one(p[j] * (g[j] - dot) * scale);
         }
-        std::fill(p16 + t + 1, p16 + kend, uint16_t{0});
-        std::fill(g16 + t + 1, g16 + kend, uint16_t{0});
+        std::fill(p16 + n, p16 + kend, uint16_t{0});
+        std::fill(g16 + n, g16 + kend, uint16_t{0});
       } else {
 #pragma omp simd
-        for (int64_t j = 0; j <= t; ++j) g[j] = p[j] * (g[j] - dot) * scale;
-        std::fill(p + t + 1, p + kend, 0.0f);
-        std::fill(g + t + 1, g + kend, 0.0f);
+        for (int64_t j = 0; j < n; ++j) g[j] = p[j] * (g[j] - dot) * scale;
+        std::fill(p + n, p + kend, 0.0f);
+        std::fill(g + n, g + kend, 0.0f);
       }
     }
     const Strided P = operand(sc.s, sc.p16, bf16_products);
@@ -218,6 +221,53 @@ void attention_backward_blockwise(float* dqkv, const float* dout, const float* q
   scatter_heads(dqkv, sc.dq.data(), 3 * C, 0, d, true);
   scatter_heads(dqkv, sc.dk.data(), 3 * C, C, d, true);
   scatter_heads(dqkv, sc.dv.data(), 3 * C, 2 * C, d, true);
+}
+
+double products_flops(const Dims& d, double products) {
+  return products * static_cast<double>(d.heads() * d.T * d.T * d.hs);
+}
+
+}  // namespace
+
+int64_t attention_block_rows() { return kBlockRows; }
+
+bool attention_prefers_blockwise(int64_t B, int64_t T, int64_t NH, bool bf16_products, bool causal) {
+  const double scores_bytes = static_cast<double>(B) * static_cast<double>(NH) * static_cast<double>(T) *
+                              static_cast<double>(T) * (bf16_products ? 2.0 : 4.0);
+  const int64_t min_t = causal ? (bf16_products ? kBlockwiseMinT_bf16 : kBlockwiseMinT_f32)
+                               : (bf16_products ? kBlockwiseKeysMinT_bf16 : kBlockwiseKeysMinT_f32);
+  return T >= min_t || scores_bytes > kBlockwiseScoresBytes;
+}
+
+void attention_forward_blockwise(float* out, float* lse, const float* qkv, int64_t B, int64_t T, int64_t C,
+                                 int64_t NH, bool bf16_products) {
+  const Dims d = check_dims(B, T, C, NH);
+  cpu::profile::Scope profile_scope(cpu::profile::Category::attention, products_flops(d, 2.0));
+  blockwise_forward(out, lse, qkv, nullptr, 0, d, bf16_products);
+}
+
+void attention_backward_blockwise(float* dqkv, const float* dout, const float* qkv, const float* lse, int64_t B,
+                                  int64_t T, int64_t C, int64_t NH, bool bf16_products) {
+  const Dims d = check_dims(B, T, C, NH);
+  cpu::profile::Scope profile_scope(cpu::profile::Category::attention, products_flops(d, 5.0));
+  blockwise_backward(dqkv, dout, qkv, lse, nullptr, 0, d, bf16_products);
+}
+
+void attention_forward_keys_blockwise(float* out, float* lse, const float* qkv, const int32_t* key_len, int64_t B,
+                                      int64_t T, int64_t C, int64_t NH, bool bf16_products) {
+  const Dims d = check_dims(B, T, C, NH);
+  const int64_t longest = attention_detail::check_key_len(key_len, B, T);
+  cpu::profile::Scope profile_scope(cpu::profile::Category::attention, products_flops(d, 4.0));
+  blockwise_forward(out, lse, qkv, key_len, longest, d, bf16_products);
+}
+
+void attention_backward_keys_blockwise(float* dqkv, const float* dout, const float* qkv, const float* lse,
+                                       const int32_t* key_len, int64_t B, int64_t T, int64_t C, int64_t NH,
+                                       bool bf16_products) {
+  const Dims d = check_dims(B, T, C, NH);
+  const int64_t longest = attention_detail::check_key_len(key_len, B, T);
+  cpu::profile::Scope profile_scope(cpu::profile::Category::attention, products_flops(d, 10.0));
+  blockwise_backward(dqkv, dout, qkv, lse, key_len, longest, d, bf16_products);
 }
 
 }  // namespace mantissa::kernels

@@ -90,4 +90,23 @@ inline void scatter_heads(float* dst, const float* src, int64_t stride, int64_t 
   }
 }
 
+// The keys query row t of head `head` (of B*NH) keeps: causal (key_len null)
+// keys 0..t, else its sequence's first key_len[head / NH] keys (right padding;
+// rows of padded queries keep the same keys as the sequence's other rows).
+inline int64_t kept_keys(const int32_t* key_len, int64_t head, int64_t t, int64_t NH) {
+  return key_len ? key_len[head / NH] : t + 1;
+}
+
+// Throws unless every key length is in [1, T]; returns the longest.
+inline int64_t check_key_len(const int32_t* key_len, int64_t B, int64_t T) {
+  int64_t longest = 0;
+  for (int64_t b = 0; b < B; ++b) {
+    if (key_len[b] < 1 || key_len[b] > T)
+      throw std::invalid_argument("attention: key length " + std::to_string(key_len[b]) + " of sequence " +
+                                  std::to_string(b) + " is outside [1, " + std::to_string(T) + "]");
+    longest = std::max<int64_t>(longest, key_len[b]);
+  }
+  return longest;
+}
+
 }  // namespace mantissa::kernels::attention_detail

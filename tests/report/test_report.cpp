@@ -188,6 +188,40 @@ TEST(ReportStats, TablesShowTheComputedNumbers) {
   EXPECT_NE(sc.find("| + FP16 optimizer state, rescaled gradients | 2.93 |"), std::string::npos) << sc;
 }
 
+TEST(ReportStats, BertPaperTableCellsAndMissingRecipes) {
+  auto bert = [](const std::string& recipe, int64_t seed, double bpc, double accuracy) {
+    RunResult r = gpt(recipe, seed, bpc);
+    r.id = "bert-" + recipe + "-s" + std::to_string(seed);
+    r.task = "bert";
+    r.accuracy = accuracy;
+    return r;
+  };
+  RunResult na = bert("fp16-amp", 1, std::nan(""), std::nan(""));
+  na.status = "not-available";
+  na.error = "not in this build";
+  // A GPT run of a BERT recipe name must not fill a BERT cell.
+  const std::vector<RunResult> runs = {bert("fp32", 1, 3.0, 0.40), bert("fp32", 2, 3.2, 0.42), na,
+                                       bert("unit-fp8", 1, std::nan(""), std::nan("")),
+                                       bert("unit-fp16", 1, 3.25, 0.375), gpt("fp8-delayed", 1, 2.0)};
+  const std::string t = bert_paper_table_md(summarize(runs));
+  // mean 41 %, sample std sqrt(2) = 1.41 points; bpc mean 3.1, std 0.141
+  EXPECT_NE(t.find("| mantissa: BERT regular, masked-token accuracy % / bits per masked character | "
+                   "41.00 ± 1.41 % / 3.100 ± 0.141 | n/a | not run |"),
+            std::string::npos)
+      << t;
+  EXPECT_NE(t.find("| mantissa: BERT unit, masked-token accuracy % / bits per masked character | "
+                   "not run | 37.50 % / 3.250 | diverged |"),
+            std::string::npos)
+      << t;
+  EXPECT_NE(t.find("| model | FP32 | FP16 | FP8 |"), std::string::npos) << t;
+  EXPECT_NE(t.find("SQuAD v1.1 F1 (another task and metric) | 90.9 | 90.93 | 90.69 |"), std::string::npos) << t;
+  EXPECT_NE(t.find("| mantissa recipe, unit | `unit-fp32` | `unit-fp16` | `unit-fp8` |"), std::string::npos) << t;
+  EXPECT_NE(t.find("| mantissa recipe, regular | `fp32` | `fp16-amp` | `fp8-delayed` |"), std::string::npos) << t;
+  // The paper's rows above ours, regular before unit.
+  EXPECT_LT(t.find("| paper: BERT-large regular"), t.find("| paper: BERT-large unit"));
+  EXPECT_LT(t.find("| paper: BERT-large unit"), t.find("| mantissa: BERT regular"));
+}
+
 TEST(ReportJson, RoundTripKeepsNumbersAndNaN) {
   RunResult r = gpt("fp16-amp", 2, 2.31);
   r.accuracy = std::nan("");
@@ -226,6 +260,7 @@ TEST(ReportWrite, FilesHoldTablesAndInlineFigures) {
   EXPECT_NE(md.find("mantissa experiment --preset quick"), std::string::npos);
   EXPECT_NE(md.find("| oneDNN | 2.6.3 |"), std::string::npos);
   EXPECT_NE(md.find("Per-op scale plot: not in this build"), std::string::npos);
+  EXPECT_EQ(md.find("Blake et al. 2023, BERT"), std::string::npos) << "the BERT paper table in a study without BERT";
   EXPECT_NE(html.find("<td>2.205 ± 0.148</td>"), std::string::npos);
   ASSERT_EQ(f.figures.size(), 4u);  // val curves, mlp curves, gradient exponents, loss scale
   size_t inline_svgs = 0;

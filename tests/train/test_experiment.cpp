@@ -11,9 +11,12 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <sstream>
+#include <utility>
+#include <vector>
 
 #include "mantissa/recipe/recipe.hpp"
 #include "mantissa/train/experiment.hpp"
@@ -187,6 +190,57 @@ TEST_F(Experiment, BertStudyWritesTheMaskedLmTable) {
   EXPECT_TRUE(fs::exists(dir_ / "bert" / "figures" / "bert_curves.svg"));
 }
 
+// The last evaluation's (bits per masked character, masked-token accuracy) of one run, from its metrics file.
+std::pair<double, double> last_bert_eval(const fs::path& run_dir) {
+  std::ifstream metrics(run_dir / "metrics.jsonl");
+  double bpc = NAN, acc = NAN;
+  for (std::string line; std::getline(metrics, line);) {
+    const auto j = nlohmann::json::parse(line);
+    if (j.contains("val_bpc")) {
+      bpc = j["val_bpc"].get<double>();
+      acc = j["val_masked_accuracy"].get<double>();
+    }
+  }
+  return {bpc, acc};
+}
+
+// "m ± s" with the sample standard deviation, as the report prints it.
+std::string mean_pm(double a, double b, int decimals) {
+  const double m = (a + b) / 2, sd = std::sqrt((a - m) * (a - m) + (b - m) * (b - m));
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f ± %.*f", decimals, m, decimals, sd);
+  return buf;
+}
+
+TEST_F(Experiment, BertStudyFillsThePaperShapedTable) {
+  const Result r = run("experiment --model bert --recipes fp32,unit-fp16,unit-fp8 --mlp-recipes none --seeds 2 "
+                       "--tokens 320 --layers 1 --d-model 16 --heads 2 --seq-len 16 --batch-size 2 --threads 1 "
+                       "--lr-standard 0.01 --no-inspect --data " + path("corpus.txt") + " --out " + path("bertpaper"));
+  ASSERT_EQ(r.code, 0) << r.out;
+  const std::string md = slurp(dir_ / "bertpaper" / "report.md");
+  ASSERT_NE(md.find("### Laid out like the unit-scaling paper (Blake et al. 2023, BERT)"), std::string::npos) << md;
+  std::map<std::string, std::string> cell;  // recipe -> expected cell
+  for (const char* recipe : {"fp32", "unit-fp16", "unit-fp8"}) {
+    std::vector<std::pair<double, double>> evals;
+    for (const auto& e : fs::directory_iterator(dir_ / "bertpaper" / "runs"))
+      if (e.path().filename().string().rfind(std::string("bert-") + recipe + "-s", 0) == 0)
+        evals.push_back(last_bert_eval(e.path()));
+    ASSERT_EQ(evals.size(), 2u) << recipe;
+    for (const auto& [bpc, acc] : evals) {
+      ASSERT_TRUE(std::isfinite(bpc) && bpc < 8.0) << recipe;  // no seed diverged
+      ASSERT_TRUE(acc >= 0.0 && acc <= 1.0) << recipe;
+    }
+    cell[recipe] = mean_pm(100 * evals[0].second, 100 * evals[1].second, 2) + " % / " +
+                   mean_pm(evals[0].first, evals[1].first, 3);
+  }
+  const std::string prefix = ", masked-token accuracy % / bits per masked character | ";
+  const std::string regular = "| mantissa: BERT regular" + prefix + cell["fp32"] + " | not run | not run |";
+  const std::string unit = "| mantissa: BERT unit" + prefix + "not run | " + cell["unit-fp16"] + " | " + cell["unit-fp8"] + " |";
+  EXPECT_NE(md.find(regular), std::string::npos) << regular << "\n" << md;
+  EXPECT_NE(md.find(unit), std::string::npos) << unit << "\n" << md;
+  EXPECT_EQ(md.find("Blake et al. 2023, character LM"), std::string::npos) << md;  // the GPT's paper table
+}
+
 TEST_F(Experiment, PostNormStudyFillsThePapersPostNormRow) {
   const Result r = run("experiment --norm post --recipes fp32 --mlp-recipes none --tokens 320 --layers 1 --d-model 16 "
                        "--heads 2 --seq-len 16 --batch-size 2 --threads 1 --no-inspect --data " +
@@ -198,6 +252,7 @@ TEST_F(Experiment, PostNormStudyFillsThePapersPostNormRow) {
   EXPECT_EQ(md.find("| mantissa: GPT pre-norm"), std::string::npos) << md;
   EXPECT_LT(md.find("| paper: attention, post-norm"), ours);
   EXPECT_LT(ours, md.find("| paper: attention, pre-norm"));
+  EXPECT_EQ(md.find("Blake et al. 2023, BERT"), std::string::npos) << md;  // BERT studies only
   // The run really was post-norm: its spec says so.
   const auto spec = nlohmann::json::parse(slurp(dir_ / "post" / "runs" / "gpt-fp32-s1337" / "spec.json"));
   EXPECT_EQ(spec["config"].value("norm", ""), "post") << spec.dump();

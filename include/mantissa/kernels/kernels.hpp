@@ -155,11 +155,20 @@ void attention_forward_blockwise(float* out, float* lse, const float* qkv, int64
 // dqkv [B, T, 3C] += gradient.
 void attention_backward_blockwise(float* dqkv, const float* dout, const float* qkv, const float* lse, int64_t B,
                                   int64_t T, int64_t C, int64_t NH, bool bf16_products = false);
+// Blockwise key-padded attention (BERT): attention_forward_keys' maths (every
+// row of sequence b keeps keys 0..key_len[b]-1, padded query rows included)
+// with lse [B, NH, T] kept instead of the probabilities, as above.
+void attention_forward_keys_blockwise(float* out, float* lse, const float* qkv, const int32_t* key_len, int64_t B,
+                                      int64_t T, int64_t C, int64_t NH, bool bf16_products = false);
+// dqkv [B, T, 3C] += gradient; padded keys get none.
+void attention_backward_keys_blockwise(float* dqkv, const float* dout, const float* qkv, const float* lse,
+                                       const int32_t* key_len, int64_t B, int64_t T, int64_t C, int64_t NH,
+                                       bool bf16_products = false);
 int64_t attention_block_rows();
 // Whether the blockwise path should replace the whole-scores one for this
-// shape (T at least the measured cross-over of the product type, or scores
-// over 256 MiB; see bench/bench_attention.cpp).
-bool attention_prefers_blockwise(int64_t B, int64_t T, int64_t NH, bool bf16_products = false);
+// shape (T at least the measured cross-over of the product type and mask,
+// causal or key-padded, or scores over 256 MiB; see bench/bench_attention.cpp).
+bool attention_prefers_blockwise(int64_t B, int64_t T, int64_t NH, bool bf16_products = false, bool causal = true);
 
 // ---- reductions -------------------------------------------------------------------------
 double sum(const float* x, int64_t n);            // fp64 accumulation

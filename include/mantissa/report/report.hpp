@@ -184,6 +184,12 @@ std::string bert_table_md(const std::vector<RecipeSummary>& rows);
 // row is labelled so and sits under the paper's post-norm row.
 std::string unit_paper_table_md(const std::vector<RecipeSummary>& rows, bool post_norm = false);
 std::string scalify_table_md(const std::vector<RecipeSummary>& rows);
+// BERT laid out like the unit-scaling paper's BERT table: rows regular (fp32,
+// fp16-amp, fp8-delayed) and unit (unit-fp32, unit-fp16, unit-fp8), columns
+// FP32 / FP16 / FP8, cells masked-token accuracy % / bits per masked
+// character ("not run" for a recipe the study left out); the paper's
+// BERT-large SQuAD F1 rows above ours.
+std::string bert_paper_table_md(const std::vector<RecipeSummary>& rows);
 
 struct ReportFiles {
   std::string markdown, html;

@@ -37,6 +37,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "mantissa/tensor/derived_cache.hpp"
 #include "kernels/bf16_convert.hpp"
 #include "kernels/parallel.hpp"
 #include "mantissa/kernels/matmul_route.hpp"
@@ -75,10 +76,13 @@ struct KeyHash {
   }
 };
 
+// A constant B pre-packed for one primitive: an entry of the derived-value
+// cache keyed (b_cache_key, the primitive's Entry, kPacked), so it goes when
+// B's source dies or the primitive does.
 struct Packed {
-  int version = 0;
   memory mem;
 };
+const DerivedCache::Kind kPacked{"packed matmul operand"};
 
 struct Entry {
   dnnl::matmul::primitive_desc pd;
@@ -89,7 +93,10 @@ struct Entry {
   bool bias_post_op = false;  // bias via binary post-op at this index
   int bias_post_op_index = 0;
   const char* impl = "none";  // interned in State::impl_names
-  std::unordered_map<const void*, Packed> packed;  // keyed by the caller's b_cache_key; State::mu guards it
+  Entry() = default;
+  Entry(const Entry&) = delete;
+  Entry& operator=(const Entry&) = delete;
+  ~Entry() { derived_cache().forget_owner(this); }  // its packed copies of B
 };
 
 struct State {
@@ -325,13 +332,14 @@ void matmul(const MatmulArgs& args, const void* A, const void* B, float* C, cons
   dnnl_memory_t b_handle;
   if (e.b_needs_reorder) {
     std::lock_guard<std::mutex> lock(st.mu);
-    Packed& p = e.packed[args.b_cache_key];
-    if (!p.mem || p.version != args.b_cache_version) {
+    auto& slot = derived_cache().slot<Packed>(args.b_cache_key, &e, kPacked);
+    Packed& p = slot.value;
+    if (!p.mem || slot.version != args.b_cache_version) {
       memory src(e.b_plain_md, st.engine, b_operand());
       if (!p.mem) p.mem = memory(e.pd.weights_desc(), st.engine);
       dnnl::reorder(src, p.mem).execute(st.stream, src, p.mem);
       st.stream.wait();
-      p.version = args.b_cache_version;
+      slot.version = args.b_cache_version;
     }
     b_packed = p.mem;
     b_handle = b_packed.get();
@@ -374,19 +382,9 @@ void clear_matmul_cache() {
 
 int64_t matmul_primitives_created() { return state().created.load(std::memory_order_relaxed); }
 
-void forget_packed_operand(const void* b_cache_key) {
-  State& st = state();
-  std::lock_guard<std::mutex> lock(st.mu);
-  for (auto& kv : st.cache) kv.second->packed.erase(b_cache_key);
-}
+void forget_packed_operand(const void* b_cache_key) { derived_cache().forget_source(b_cache_key); }
 
-int64_t packed_operand_count() {
-  State& st = state();
-  std::lock_guard<std::mutex> lock(st.mu);
-  int64_t n = 0;
-  for (auto& kv : st.cache) n += static_cast<int64_t>(kv.second->packed.size());
-  return n;
-}
+int64_t packed_operand_count() { return derived_cache().count(kPacked); }
 
 int64_t cached_matmul_primitives() {
   State& st = state();

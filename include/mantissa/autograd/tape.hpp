@@ -12,7 +12,6 @@
 #include <functional>
 #include <memory>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "mantissa/autograd/policy.hpp"
@@ -55,20 +54,18 @@ struct Var {
   int64_t numel() const { return value.numel(); }
 };
 
-// Weights converted to the matmul dtype once per Parameter::version.
+// Weights converted to the matmul dtype once per Parameter::version: this
+// object's entries in the derived-value cache (tensor/derived_cache.hpp),
+// freed with it or with their parameter.
 class CastCache {
  public:
+  CastCache() = default;
+  CastCache(const CastCache&) = delete;
+  CastCache& operator=(const CastCache&) = delete;
+  ~CastCache() { clear(); }
   const Tensor& get(const nn::Parameter& p, DType dtype);
-  void clear() { entries_.clear(); }
+  void clear();
   size_t bytes() const;
-
- private:
-  struct Entry {
-    int version = -1;
-    DType dtype = DType::f32;
-    Tensor value;
-  };
-  std::unordered_map<const nn::Parameter*, Entry> entries_;
 };
 
 // Everything an op consults besides its inputs.

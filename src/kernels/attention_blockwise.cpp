@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "kernels/attention_heads.hpp"
-#include "kernels/bf16_convert.hpp"
+#include "mantissa/formats/bf16.hpp"
 #include "kernels/parallel.hpp"
 #include "kernels/row_math.hpp"
 #include "mantissa/kernels/kernels.hpp"
@@ -134,7 +134,7 @@ void attention_forward_blockwise(float* out, float* lse, const float* qkv, int64
         uint16_t* p = P16 + r * kend;
         const float inv = 1.0f / sum;
 #pragma omp simd
-        for (int64_t j = 0; j <= t; ++j) p[j] = f32_to_bf16_one(a[j] * inv);
+        for (int64_t j = 0; j <= t; ++j) p[j] = formats::round_bf16(a[j] * inv);
         std::fill(p + t + 1, p + kend, uint16_t{0});
       } else {
         span_scale(a, t + 1, 1.0f / sum);
@@ -195,8 +195,8 @@ void attention_backward_blockwise(float* dqkv, const float* dout, const float* q
         uint16_t* g16 = dS16 + r * kend;
 #pragma omp simd
         for (int64_t j = 0; j <= t; ++j) {
-          p16[j] = f32_to_bf16_one(p[j]);
-          g16[j] = f32_to_bf16_one(p[j] * (g[j] - dot) * scale);
+          p16[j] = formats::round_bf16(p[j]);
+          g16[j] = formats::round_bf16(p[j] * (g[j] - dot) * scale);
         }
         std::fill(p16 + t + 1, p16 + kend, uint16_t{0});
         std::fill(g16 + t + 1, g16 + kend, uint16_t{0});

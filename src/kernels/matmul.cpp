@@ -38,7 +38,8 @@
 #include <vector>
 
 #include "mantissa/tensor/derived_cache.hpp"
-#include "kernels/bf16_convert.hpp"
+#include "mantissa/formats/bf16.hpp"
+#include "mantissa/kernels/kernels.hpp"
 #include "kernels/parallel.hpp"
 #include "mantissa/kernels/matmul_route.hpp"
 #include "mantissa/cpu/profile.hpp"
@@ -251,12 +252,12 @@ void widen_operand(float* out, const void* in, DType type, int64_t n) {
   if (type == DType::bf16) {
     const uint16_t* src = static_cast<const uint16_t*>(in);
     for_chunks(n, [&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i) out[i] = bf16_to_f32_one(src[i]);
+      for (int64_t i = b; i < e; ++i) out[i] = formats::widen_bf16(src[i]);
     });
   } else {
     const float* src = static_cast<const float*>(in);
     for_chunks(n, [&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i) out[i] = bf16_to_f32_one(f32_to_bf16_one(src[i]));
+      for (int64_t i = b; i < e; ++i) out[i] = formats::widen_bf16(formats::round_bf16(src[i]));
     });
   }
 }

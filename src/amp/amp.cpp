@@ -48,19 +48,19 @@ formats::Format diagnostic_format(const recipe::Recipe& r) {
 // The FP4 quantiser's settings; negative bf16_layers count from the model's last block.
 quant::Fp4Config fp4_config(const recipe::Fp4Settings& f, nn::Model* model) {
   quant::Fp4Config c;
-  c.format = f.format == "nvfp4" ? formats::Fp4Scale::nvfp4 : formats::Fp4Scale::mxfp4;
+  c.format = f.format.value().value_or(formats::Fp4Scale::mxfp4);
   c.forward = f.forward;
   c.backward = f.backward;
   c.weight_2d = f.weight_2d;
-  c.rht = f.rht == "none" ? quant::RhtMode::none
-                          : f.rht == "random" ? quant::RhtMode::random : quant::RhtMode::deterministic;
-  c.sr_gradients = f.sr != "none";
-  c.sr_operands = f.sr == "backward";
+  c.rht = f.rht.value();
+  c.sr_gradients = f.sr.value() != recipe::Fp4Rounding::none;
+  c.sr_operands = f.sr.value() == recipe::Fp4Rounding::backward;
   c.rht_dgrad = f.rht_dgrad;
   c.pack_saved = f.pack_saved;
   c.until = f.until;
   c.seed = static_cast<uint64_t>(f.seed);
-  quant::parse_bf16_layers(f.bf16_layers, c);
+  c.bf16_blocks = f.bf16_layers.value().blocks;
+  c.bf16_head = f.bf16_layers.value().head;
   if (model) c.n_blocks = static_cast<int>(model->blocks());
   return c;
 }

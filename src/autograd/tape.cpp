@@ -4,6 +4,7 @@
 
 #include "mantissa/kernels/kernels.hpp"
 #include "mantissa/autograd/parameter.hpp"
+#include "mantissa/tensor/derived_cache.hpp"
 #include "mantissa/tensor/memory_trace.hpp"
 
 namespace mantissa::autograd {
@@ -61,21 +62,29 @@ Tensor& GradNode::writable(bool* has_data) {
 }
 
 // ---- CastCache -----------------------------------------------------------------------
+namespace {
+struct Cast {
+  DType dtype = DType::f32;
+  Tensor value;
+};
+size_t cached_bytes(const Cast& c) { return mantissa::cached_bytes(c.value); }
+const DerivedCache::Kind kWeightCast{"weight cast"};
+}  // namespace
+
 const Tensor& CastCache::get(const Parameter& p, DType dtype) {
-  Entry& e = entries_[&p];
-  if (e.version != p.version || e.dtype != dtype || !e.value.defined()) {
+  auto& slot = derived_cache().slot<Cast>(&p, this, kWeightCast);
+  Cast& e = slot.value;
+  if (slot.version != p.version || e.dtype != dtype || !e.value.defined()) {
     e.value = p.value.to(dtype, MemoryKind::workspace);
-    e.version = p.version;
+    slot.version = p.version;
     e.dtype = dtype;
   }
   return e.value;
 }
 
-size_t CastCache::bytes() const {
-  size_t n = 0;
-  for (const auto& kv : entries_) n += kv.second.value.defined() ? kv.second.value.bytes() : 0;
-  return n;
-}
+void CastCache::clear() { derived_cache().forget_owner(this); }
+
+size_t CastCache::bytes() const { return derived_cache().bytes(this); }
 
 // ---- Tape ------------------------------------------------------------------------------
 Var Tape::param(Parameter& p) {

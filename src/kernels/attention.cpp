@@ -12,7 +12,7 @@
 
 #include "kernels/attention_fused.hpp"
 #include "kernels/attention_heads.hpp"
-#include "kernels/bf16_convert.hpp"
+#include "mantissa/formats/bf16.hpp"
 #include "kernels/parallel.hpp"
 #include "kernels/row_math.hpp"
 #include "mantissa/kernels/kernels.hpp"
@@ -208,7 +208,7 @@ void attention_forward_bf16(float* out, uint16_t* att16, const float* qkv, int64
     const float inv = 1.0f / sum;
     uint16_t* p = att16 + r * T;
 #pragma omp simd
-    for (int64_t j = 0; j <= t; ++j) p[j] = f32_to_bf16_one(a[j] * inv);
+    for (int64_t j = 0; j <= t; ++j) p[j] = formats::round_bf16(a[j] * inv);
     std::fill(p + t + 1, p + T, uint16_t{0});
   }
   s.y.resize(static_cast<size_t>(d.head_elems()));
@@ -245,9 +245,9 @@ void attention_backward_bf16(float* dqkv, float* datt, const float* dout, const 
     uint16_t* o = ds + r * T;
     float dot = 0.0f;
 #pragma omp simd reduction(+ : dot)
-    for (int64_t j = 0; j <= t; ++j) dot += bf16_to_f32_one(pr[j]) * g[j];
+    for (int64_t j = 0; j <= t; ++j) dot += formats::widen_bf16(pr[j]) * g[j];
 #pragma omp simd
-    for (int64_t j = 0; j <= t; ++j) o[j] = f32_to_bf16_one(bf16_to_f32_one(pr[j]) * (g[j] - dot) * scale);
+    for (int64_t j = 0; j <= t; ++j) o[j] = formats::round_bf16(formats::widen_bf16(pr[j]) * (g[j] - dot) * scale);
     std::fill(o + t + 1, o + T, uint16_t{0});
   }
   batched(d, T, d.hs, T, false, false, 1.0f, ds, s.k.data(), DType::bf16, s.y.data());  // dQ

@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "kernels/attention_heads.hpp"
-#include "kernels/bf16_convert.hpp"
+#include "mantissa/formats/bf16.hpp"
 #include "kernels/parallel.hpp"
 #include "kernels/row_math.hpp"
 #include "mantissa/kernels/kernels.hpp"
@@ -139,7 +139,7 @@ void blockwise_forward(float* out, float* lse, const float* qkv, const int32_t* 
         uint16_t* p = P16 + r * kend;
         const float inv = 1.0f / sum;
 #pragma omp simd
-        for (int64_t j = 0; j < n; ++j) p[j] = f32_to_bf16_one(a[j] * inv);
+        for (int64_t j = 0; j < n; ++j) p[j] = formats::round_bf16(a[j] * inv);
         std::fill(p + n, p + kend, uint16_t{0});
       } else {
         span_scale(a, n, 1.0f / sum);
@@ -198,8 +198,8 @@ void blockwise_backward(float* dqkv, const float* dout, const float* qkv, const 
         uint16_t* g16 = dS16 + r * kend;
 #pragma omp simd
         for (int64_t j = 0; j < n; ++j) {
-          p16[j] = f32_to_bf16_one(p[j]);
-          g16[j] = f32_to_bf16_one(p[j] * (g[j] - dot) * scale);
+          p16[j] = formats::round_bf16(p[j]);
+          g16[j] = formats::round_bf16(p[j] * (g[j] - dot) * scale);
         }
         std::fill(p16 + n, p16 + kend, uint16_t{0});
         std::fill(g16 + n, g16 + kend, uint16_t{0});

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/bf16_convert.hpp"
+#include "mantissa/formats/bf16.hpp"
 #include "mantissa/formats/convert.hpp"
 #include "mantissa/formats/lookup.hpp"
 #include "kernels/parallel.hpp"

@@ -37,7 +37,9 @@
 #include <unordered_map>
 #include <vector>
 
-#include "kernels/bf16_convert.hpp"
+#include "mantissa/tensor/derived_cache.hpp"
+#include "mantissa/formats/bf16.hpp"
+#include "mantissa/kernels/kernels.hpp"
 #include "kernels/parallel.hpp"
 #include "mantissa/kernels/matmul_route.hpp"
 #include "mantissa/cpu/profile.hpp"
@@ -75,10 +77,13 @@ struct KeyHash {
   }
 };
 
+// A constant B pre-packed for one primitive: an entry of the derived-value
+// cache keyed (b_cache_key, the primitive's Entry, kPacked), so it goes when
+// B's source dies or the primitive does.
 struct Packed {
-  int version = 0;
   memory mem;
 };
+const DerivedCache::Kind kPacked{"packed matmul operand"};
 
 struct Entry {
   dnnl::matmul::primitive_desc pd;
@@ -89,7 +94,10 @@ struct Entry {
   bool bias_post_op = false;  // bias via binary post-op at this index
   int bias_post_op_index = 0;
   const char* impl = "none";  // interned in State::impl_names
-  std::unordered_map<const void*, Packed> packed;  // keyed by the caller's b_cache_key; State::mu guards it
+  Entry() = default;
+  Entry(const Entry&) = delete;
+  Entry& operator=(const Entry&) = delete;
+  ~Entry() { derived_cache().forget_owner(this); }  // its packed copies of B
 };
 
 struct State {
@@ -244,12 +252,12 @@ void widen_operand(float* out, const void* in, DType type, int64_t n) {
   if (type == DType::bf16) {
     const uint16_t* src = static_cast<const uint16_t*>(in);
     for_chunks(n, [&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i) out[i] = bf16_to_f32_one(src[i]);
+      for (int64_t i = b; i < e; ++i) out[i] = formats::widen_bf16(src[i]);
     });
   } else {
     const float* src = static_cast<const float*>(in);
     for_chunks(n, [&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i) out[i] = bf16_to_f32_one(f32_to_bf16_one(src[i]));
+      for (int64_t i = b; i < e; ++i) out[i] = formats::widen_bf16(formats::round_bf16(src[i]));
     });
   }
 }
@@ -325,13 +333,14 @@ void matmul(const MatmulArgs& args, const void* A, const void* B, float* C, cons
   dnnl_memory_t b_handle;
   if (e.b_needs_reorder) {
     std::lock_guard<std::mutex> lock(st.mu);
-    Packed& p = e.packed[args.b_cache_key];
-    if (!p.mem || p.version != args.b_cache_version) {
+    auto& slot = derived_cache().slot<Packed>(args.b_cache_key, &e, kPacked);
+    Packed& p = slot.value;
+    if (!p.mem || slot.version != args.b_cache_version) {
       memory src(e.b_plain_md, st.engine, b_operand());
       if (!p.mem) p.mem = memory(e.pd.weights_desc(), st.engine);
       dnnl::reorder(src, p.mem).execute(st.stream, src, p.mem);
       st.stream.wait();
-      p.version = args.b_cache_version;
+      slot.version = args.b_cache_version;
     }
     b_packed = p.mem;
     b_handle = b_packed.get();
@@ -374,19 +383,9 @@ void clear_matmul_cache() {
 
 int64_t matmul_primitives_created() { return state().created.load(std::memory_order_relaxed); }
 
-void forget_packed_operand(const void* b_cache_key) {
-  State& st = state();
-  std::lock_guard<std::mutex> lock(st.mu);
-  for (auto& kv : st.cache) kv.second->packed.erase(b_cache_key);
-}
+void forget_packed_operand(const void* b_cache_key) { derived_cache().forget_source(b_cache_key); }
 
-int64_t packed_operand_count() {
-  State& st = state();
-  std::lock_guard<std::mutex> lock(st.mu);
-  int64_t n = 0;
-  for (auto& kv : st.cache) n += static_cast<int64_t>(kv.second->packed.size());
-  return n;
-}
+int64_t packed_operand_count() { return derived_cache().count(kPacked); }
 
 int64_t cached_matmul_primitives() {
   State& st = state();

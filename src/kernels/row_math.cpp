@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <limits>
 
-#include "kernels/bf16_convert.hpp"
+#include "mantissa/formats/bf16.hpp"
 #include "kernels/vec_math.hpp"
 #include "mantissa/cpu/isa.hpp"
 
@@ -135,12 +135,12 @@ const char* gelu_implementation() { return cpu::select(kGeluForward).name; }
 
 MANTISSA_CLONES void span_to_bf16(uint16_t* y, const float* x, int64_t n) {
 #pragma omp simd
-  for (int64_t i = 0; i < n; ++i) y[i] = f32_to_bf16_one(x[i]);
+  for (int64_t i = 0; i < n; ++i) y[i] = formats::round_bf16(x[i]);
 }
 
 MANTISSA_CLONES void span_from_bf16(float* y, const uint16_t* x, int64_t n) {
 #pragma omp simd
-  for (int64_t i = 0; i < n; ++i) y[i] = bf16_to_f32_one(x[i]);
+  for (int64_t i = 0; i < n; ++i) y[i] = formats::widen_bf16(x[i]);
 }
 
 MANTISSA_CLONES void span_add_inplace(float* acc, const float* x, int64_t n) {

@@ -3,7 +3,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "mantissa/kernels/matmul.hpp"
+#include "mantissa/tensor/derived_cache.hpp"
 
 namespace mantissa::nn {
 
@@ -51,7 +51,7 @@ std::vector<autograd::Parameter*> Model::parameters() {
 }
 
 Model::~Model() {
-  for (auto& p : params_) kernels::forget_packed_operand(p.get());
+  for (auto& p : params_) derived_cache().forget_source(p.get());
 }
 
 autograd::OpContext Model::context(bool training) {

@@ -7,9 +7,9 @@
 #include "mantissa/cpu/profile.hpp"
 #include "mantissa/formats/format.hpp"
 #include "mantissa/formats/round.hpp"
-#include "mantissa/kernels/matmul.hpp"
 #include "mantissa/nn/module.hpp"
 #include "mantissa/quant/fp4.hpp"
+#include "mantissa/tensor/derived_cache.hpp"
 
 namespace mantissa::quant {
 
@@ -30,8 +30,9 @@ struct Fp4Quantiser::Packed final : autograd::PackedOperand {
   size_t bytes() const override { return codes.bytes() + scales.bytes(); }
 };
 
+// A weight's cast: this quantiser's entry for the parameter in the
+// derived-value cache, refreshed when the parameter's version moves.
 struct Fp4Quantiser::CachedWeight {
-  int version = -1;
   int axis = 0;
   bool fp4 = false;
   int generation = 0;
@@ -39,7 +40,13 @@ struct Fp4Quantiser::CachedWeight {
   Tensor decoded;
 };
 
+size_t cached_bytes(const Fp4Quantiser::CachedWeight& w) {
+  return (w.operand.defined() ? w.operand.bytes() : 0) + mantissa::cached_bytes(w.decoded);
+}
+
 namespace {
+
+const DerivedCache::Kind kFp4Weight{"fp4 weight cast"};
 
 // The output head: the untied readout, or the token table when the head is tied to it.
 bool is_head(const autograd::Parameter& p) { return p.role == autograd::Role::readout || p.role == autograd::Role::token_embedding; }
@@ -93,9 +100,7 @@ Fp4Quantiser::Fp4Quantiser(Fp4Config config)
   if (!(config_.until > 0 && config_.until <= 1)) throw std::invalid_argument("Fp4Quantiser: until must be in (0, 1]");
 }
 
-Fp4Quantiser::~Fp4Quantiser() {
-  for (auto& kv : weights_) kernels::forget_packed_operand(kv.second.get());
-}
+Fp4Quantiser::~Fp4Quantiser() { derived_cache().forget_owner(this); }
 
 Fp4Stats Fp4Quantiser::stats() const {
   std::lock_guard lock(mutex_);
@@ -226,15 +231,10 @@ QuantisedOperand Fp4Quantiser::quantise(const Tensor& x, int64_t batch, int64_t 
 autograd::OperandQuantiser::Weight Fp4Quantiser::quantise_weight(const autograd::Parameter& p, int contraction_axis,
                                                                  const QuantSite& site) {
   if (p.value.ndim() != 2) throw std::invalid_argument("Fp4Quantiser: weight " + p.name + " is not 2-D");
-  std::unique_ptr<CachedWeight>* slot = nullptr;
-  {
-    std::lock_guard lock(mutex_);
-    slot = &weights_[&p];
-    if (!*slot) *slot = std::make_unique<CachedWeight>();
-  }
-  CachedWeight& w = **slot;
+  auto& slot = derived_cache().slot<CachedWeight>(&p, this, kFp4Weight);
+  CachedWeight& w = slot.value;
   const bool fp4 = active(p);
-  if (!(w.operand.defined() && w.version == p.version && w.axis == contraction_axis && w.fp4 == fp4)) {
+  if (!(w.operand.defined() && slot.version == p.version && w.axis == contraction_axis && w.fp4 == fp4)) {
     const Tensor x32 = p.value.dtype() == DType::f32 ? p.value : p.value.to(DType::f32, MemoryKind::workspace);
     const int64_t rows = p.value.dim(0), cols = p.value.dim(1), b = block();
     w.operand = QuantisedOperand{};
@@ -258,7 +258,7 @@ autograd::OperandQuantiser::Weight Fp4Quantiser::quantise_weight(const autograd:
         w.operand.backward = cast_w(3 - contraction_axis, config_.sr_operands, config_.rht_dgrad, nullptr);
       w.operand.tiles = std::move(tiles);
     }
-    w.version = p.version;
+    slot.version = p.version;
     w.axis = contraction_axis;
     w.fp4 = fp4;
     ++w.generation;

@@ -14,9 +14,9 @@
 #include <optional>
 #include <stdexcept>
 
-#include "mantissa/kernels/matmul.hpp"
 #include "mantissa/nn/module.hpp"
 #include "mantissa/quant/fp8.hpp"
+#include "mantissa/tensor/derived_cache.hpp"
 
 namespace mantissa::quant {
 
@@ -24,16 +24,25 @@ using autograd::OperandRole;
 using autograd::QuantisedOperand;
 using autograd::QuantSite;
 
+// A weight's cast: this quantiser's entry for the parameter in the
+// derived-value cache, refreshed when the parameter's version moves.
 struct Fp8Quantiser::CachedWeight {
-  int version = -1;
   int axis = 0;
   int exponent = 0;      // delayed: the site exponent the cast used
   bool has_exponent = false;
   Amax amax;             // of the weight, re-recorded on cache hits
-  int generation = 0;    // the GEMM packing cache's version of `bf16`
+  int generation = 0;    // the GEMM packing cache's version of `decoded`
   QuantisedOperand operand;
   Tensor decoded;
 };
+
+namespace {
+const DerivedCache::Kind kFp8Weight{"fp8 weight cast"};
+}  // namespace
+
+size_t cached_bytes(const Fp8Quantiser::CachedWeight& w) {
+  return (w.operand.defined() ? w.operand.bytes() : 0) + mantissa::cached_bytes(w.decoded);
+}
 
 namespace {
 formats::Format cast_format(const std::string& name, const char* field) {
@@ -60,9 +69,7 @@ Fp8Quantiser::Fp8Quantiser(Fp8Config config)
     throw std::invalid_argument("Fp8Quantiser: cast scaling 'propagate' is the scalify quantiser's (make_scalify_quantiser)");
 }
 
-Fp8Quantiser::~Fp8Quantiser() {
-  for (auto& kv : weights_) kernels::forget_packed_operand(kv.second.get());
-}
+Fp8Quantiser::~Fp8Quantiser() { derived_cache().forget_owner(this); }
 
 Fp8Stats Fp8Quantiser::stats() const {
   std::lock_guard lock(mutex_);
@@ -192,14 +199,9 @@ autograd::OperandQuantiser::Weight Fp8Quantiser::quantise_weight(const autograd:
                                                                  const QuantSite& site) {
   if (!cast_fwd_) throw std::logic_error("Fp8Quantiser: no forward cast configured");
   if (p.value.ndim() != 2) throw std::invalid_argument("Fp8Quantiser: weight " + p.name + " is not 2-D");
-  std::unique_ptr<CachedWeight>* slot = nullptr;
-  {
-    std::lock_guard lock(mutex_);
-    slot = &weights_[&p];
-    if (!*slot) *slot = std::make_unique<CachedWeight>();
-  }
-  CachedWeight& w = **slot;
-  bool fresh = w.operand.defined() && w.version == p.version && w.axis == contraction_axis;
+  auto& slot = derived_cache().slot<CachedWeight>(&p, this, kFp8Weight);
+  CachedWeight& w = slot.value;
+  bool fresh = w.operand.defined() && slot.version == p.version && w.axis == contraction_axis;
   if (fresh && config_.scaling == CastScaling::delayed) {
     const SiteState s = site_state(site);
     fresh = s.has_exponent == w.has_exponent && (!s.has_exponent || s.exponent == w.exponent);
@@ -209,7 +211,7 @@ autograd::OperandQuantiser::Weight Fp8Quantiser::quantise_weight(const autograd:
     const SiteState before = site_state(site);
     w.operand = cast(fwd_, x32, 1, p.value.dim(0), p.value.dim(1), contraction_axis, true, site, MemoryKind::workspace,
                      &w.amax, &w.decoded);
-    w.version = p.version;
+    slot.version = p.version;
     w.axis = contraction_axis;
     w.has_exponent = before.has_exponent;
     w.exponent = before.exponent;

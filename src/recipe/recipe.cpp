@@ -318,6 +318,7 @@ void validate_recipe(const Recipe& r) {
       r.cast_backward.empty())
     throw std::invalid_argument("recipe " + r.name + ": cast_scaling '" + cast_scaling_name(r.cast_scaling) +
                                 "' needs cast_forward or cast_backward");
+  check_fp4_settings(r.fp4);
   if (r.fp4.format != "none" && (!r.cast_forward.empty() || !r.cast_backward.empty()))
     throw std::invalid_argument("recipe " + r.name + ": fp4_format and cast_forward/cast_backward exclude each other");
   const auto& ls = r.loss_scale;

@@ -15,36 +15,23 @@ bool parse_bool(std::string_view key, std::string_view v) {
   throw std::invalid_argument("recipe setting " + std::string(key) + ": '" + std::string(v) + "' is not true/false");
 }
 
-std::string one_of(std::string_view key, std::string_view v, std::initializer_list<const char*> valid) {
+// The index of v in `valid`; else throws "invalid <key> 'v' (valid: ...)".
+size_t one_of(std::string_view key, std::string_view v, std::initializer_list<const char*> valid) {
   std::string list;
+  size_t i = 0;
   for (const char* n : valid) {
-    if (v == n) return std::string(v);
+    if (v == n) return i;
     list += (list.empty() ? "" : ", ") + std::string(n);
+    ++i;
   }
   throw std::invalid_argument("invalid " + std::string(key) + " '" + std::string(v) + "' (valid: " + list + ")");
 }
 
-// "none" or a comma list of integers and "head".
-std::string layer_list(std::string_view key, std::string_view v) {
-  if (v == "none" || v.empty()) return "none";
-  size_t start = 0;
-  while (start <= v.size()) {
-    const size_t end = std::min(v.find(',', start), v.size());
-    const std::string item(v.substr(start, end - start));
-    size_t used = 0;
-    bool ok = item == "head";
-    if (!ok) try {
-        (void)std::stoi(item, &used);
-        ok = used == item.size() && !item.empty();
-      } catch (const std::exception&) {
-        ok = false;
-      }
-    if (!ok)
-      throw std::invalid_argument("recipe setting " + std::string(key) + ": '" + item +
-                                  "' is not a block index (negative counts from the end) or 'head'");
-    start = end + 1;
-  }
-  return std::string(v);
+// Assigns a setting's name, throwing its parser's message when it names nothing.
+template <class S>
+void assign(S& setting, std::string_view value) {
+  setting = std::string(value);
+  if (!setting.error().empty()) throw std::invalid_argument(setting.error());
 }
 
 Recipe fp4_recipe(std::string name, std::string description) {
@@ -57,16 +44,65 @@ Recipe fp4_recipe(std::string name, std::string description) {
 
 }  // namespace
 
+std::optional<formats::Fp4Scale> parse_fp4_format(std::string_view v) {
+  switch (one_of("fp4_format", v, {"none", "nvfp4", "mxfp4"})) {
+    case 1: return formats::Fp4Scale::nvfp4;
+    case 2: return formats::Fp4Scale::mxfp4;
+    default: return std::nullopt;
+  }
+}
+
+quant::RhtMode parse_rht(std::string_view v) {
+  return static_cast<quant::RhtMode>(one_of("rht", v, {"none", "random", "deterministic"}));
+}
+
+Fp4Rounding parse_fp4_sr(std::string_view v) {
+  return static_cast<Fp4Rounding>(one_of("fp4_sr", v, {"none", "gradients", "backward"}));
+}
+
+// "none" or a comma list of integers and "head".
+Bf16Layers parse_bf16_layer_list(std::string_view v) {
+  Bf16Layers out;
+  if (v == "none" || v.empty()) return out;
+  size_t start = 0;
+  while (start <= v.size()) {
+    const size_t end = std::min(v.find(',', start), v.size());
+    const std::string item(v.substr(start, end - start));
+    size_t used = 0;
+    bool ok = item == "head";
+    if (ok) out.head = true;
+    else try {
+        out.blocks.push_back(std::stoi(item, &used));
+        ok = used == item.size() && !item.empty();
+      } catch (const std::exception&) {
+        ok = false;
+      }
+    if (!ok)
+      throw std::invalid_argument("recipe setting bf16_layers: '" + item +
+                                  "' is not a block index (negative counts from the end) or 'head'");
+    start = end + 1;
+  }
+  return out;
+}
+
+void check_fp4_settings(const Fp4Settings& s) {
+  const std::pair<const char*, const std::string*> errors[] = {
+      {"fp4_format", &s.format.error()}, {"rht", &s.rht.error()}, {"fp4_sr", &s.sr.error()},
+      {"bf16_layers", &s.bf16_layers.error()}};
+  for (const auto& [key, error] : errors)
+    if (!error->empty()) throw std::invalid_argument("recipe setting " + std::string(key) + ": " + *error);
+}
+
 bool set_fp4_field(Fp4Settings& s, std::string_view key, std::string_view value) {
-  if (key == "fp4_format") s.format = one_of(key, value, {"none", "nvfp4", "mxfp4"});
+  if (key == "fp4_format") assign(s.format, value);
   else if (key == "fp4_forward") s.forward = parse_bool(key, value);
   else if (key == "fp4_backward") s.backward = parse_bool(key, value);
   else if (key == "fp4_weight_2d") s.weight_2d = parse_bool(key, value);
-  else if (key == "rht") s.rht = one_of(key, value, {"none", "random", "deterministic"});
+  else if (key == "rht") assign(s.rht, value);
   else if (key == "rht_dgrad") s.rht_dgrad = parse_bool(key, value);
   else if (key == "fp4_pack_saved") s.pack_saved = parse_bool(key, value);
-  else if (key == "fp4_sr") s.sr = one_of(key, value, {"none", "gradients", "backward"});
-  else if (key == "bf16_layers") s.bf16_layers = layer_list(key, value);
+  else if (key == "fp4_sr") assign(s.sr, value);
+  else if (key == "bf16_layers") assign(s.bf16_layers, value.empty() ? std::string_view("none") : value);
   else if (key == "fp4_until" || key == "rht_seed") {
     const std::string v(value);
     size_t used = 0;
@@ -96,18 +132,18 @@ std::vector<std::pair<std::string, std::string>> fp4_fields(const Fp4Settings& s
   auto b = [](bool v) { return std::string(v ? "true" : "false"); };
   char until[32];
   std::snprintf(until, sizeof until, "%.17g", s.until);
-  return {{"fp4_format", s.format}, {"fp4_forward", b(s.forward)},       {"fp4_backward", b(s.backward)},
-          {"fp4_weight_2d", b(s.weight_2d)}, {"rht", s.rht},             {"rht_dgrad", b(s.rht_dgrad)},
-          {"fp4_sr", s.sr},                  {"bf16_layers", s.bf16_layers}, {"fp4_until", until},
+  return {{"fp4_format", s.format.name()}, {"fp4_forward", b(s.forward)},  {"fp4_backward", b(s.backward)},
+          {"fp4_weight_2d", b(s.weight_2d)}, {"rht", s.rht.name()},        {"rht_dgrad", b(s.rht_dgrad)},
+          {"fp4_sr", s.sr.name()},           {"bf16_layers", s.bf16_layers.name()}, {"fp4_until", until},
           {"rht_seed", std::to_string(s.seed)}, {"fp4_pack_saved", b(s.pack_saved)}};
 }
 
 std::string fp4_summary(const Fp4Settings& s) {
   if (s.format == "none") return "-";
-  std::string f = s.format + (s.forward ? " fwd" : "") + (s.backward ? " bwd" : "");
+  std::string f = s.format.name() + (s.forward ? " fwd" : "") + (s.backward ? " bwd" : "");
   f += s.weight_2d ? ", 2-D weights" : ", 1-D weights";
-  f += ", rht " + s.rht + (s.rht_dgrad && s.rht != "none" ? " (wgrad+dgrad)" : "") + ", sr " + s.sr +
-       ", bf16 layers " + s.bf16_layers;
+  f += ", rht " + s.rht.name() + (s.rht_dgrad && s.rht != "none" ? " (wgrad+dgrad)" : "") + ", sr " + s.sr.name() +
+       ", bf16 layers " + s.bf16_layers.name();
   if (s.until < 1) {
     char u[32];
     std::snprintf(u, sizeof u, ", bf16 after %g", s.until);

@@ -12,10 +12,14 @@
 #include "mantissa/quant/fp8.hpp"
 #include "mantissa/scalify/propagate.hpp"
 #include "mantissa/scalify/scalify_cast.hpp"
+#include "mantissa/tensor/derived_cache.hpp"
 
 namespace mantissa::scalify {
 
 namespace {
+
+const DerivedCache::Kind kScalifyWeight{"scalify weight cast"};
+const DerivedCache::Kind kScalifyScale{"scalify parameter scale"};
 
 int exponent_of(double pow2_scale) {
   int e = 0;
@@ -63,12 +67,18 @@ ScalifyQuantiser::ScalifyQuantiser(ScalifyOptions options, std::vector<autograd:
   stats_.layers = static_cast<int64_t>(blocks.size());
 }
 
+ScalifyQuantiser::~ScalifyQuantiser() { derived_cache().forget_owner(this); }
+
+size_t cached_bytes(const ScalifyQuantiser::CachedWeight& w) {
+  return (w.operand.defined() ? w.operand.bytes() : 0) + mantissa::cached_bytes(w.decoded);
+}
+
 double ScalifyQuantiser::param_scale(const autograd::Parameter* p) const {
   if (p == nullptr || !known_.count(p)) return 0.0;
+  auto& slot = derived_cache().slot<double>(p, this, kScalifyScale);
   {
     std::lock_guard lock(scale_mutex_);
-    const auto c = scales_.find(p);
-    if (c != scales_.end() && c->second.version == p->version) return c->second.scale;
+    if (slot.version == p->version) return slot.value;
   }
   // Part of the casts the scale is for (the weight's own, and the
   // activations' propagated ones).
@@ -82,7 +92,8 @@ double ScalifyQuantiser::param_scale(const autograd::Parameter* p) const {
   const double rms = std::sqrt(ss / static_cast<double>(std::max<int64_t>(n, 1)));
   const double s = !(rms > 0) || !std::isfinite(rms) ? 0.0 : static_cast<double>(pow2_round(rms, options_.rounding));
   std::lock_guard lock(scale_mutex_);
-  scales_[p] = {p->version, s};
+  slot.value = s;
+  slot.version = p->version;
   return s;
 }
 
@@ -207,17 +218,14 @@ autograd::QuantisedOperand ScalifyQuantiser::quantise(const Tensor& x, int64_t, 
 autograd::OperandQuantiser::Weight ScalifyQuantiser::quantise_weight(const autograd::Parameter& p, int contraction_axis,
                                                                      const autograd::QuantSite&) {
   if (!cast_fwd_) throw std::logic_error("scalify quantiser: no forward cast configured");
-  CachedWeight* w = nullptr;
-  {
-    std::lock_guard lock(mutex_);
-    w = &weights_[&p];
-  }
-  if (!(w->operand.defined() && w->version == p.version && w->axis == contraction_axis)) {
+  auto& slot = derived_cache().slot<CachedWeight>(&p, this, kScalifyWeight);
+  CachedWeight* w = &slot.value;
+  if (!(w->operand.defined() && slot.version == p.version && w->axis == contraction_axis)) {
     const double s = param_scale(&p);
     const int e = s > 0 ? exponent_of(s) : 0;
     int64_t saturated = 0;
     w->operand = cast(fwd_, as_f32(p.value), e, &saturated, MemoryKind::workspace, &w->decoded);
-    w->version = p.version;
+    slot.version = p.version;
     w->axis = contraction_axis;
     ++w->generation;
     std::lock_guard lock(mutex_);

@@ -16,6 +16,7 @@
 #include "mantissa/nn/module.hpp"
 #include "mantissa/quant/fp8.hpp"
 #include "mantissa/tensor/memory.hpp"
+#include "random_tensor.hpp"
 
 using namespace mantissa;
 using namespace mantissa::autograd;
@@ -25,14 +26,6 @@ using mantissa::quant::Fp8Quantiser;
 using mantissa::quant::CastScaling;
 
 namespace {
-
-Tensor random_tensor(const Shape& s, uint64_t seed, float sd, MemoryKind kind = MemoryKind::activation) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<float> n(0, sd);
-  Tensor t = Tensor::empty(s, DType::f32, kind);
-  for (int64_t i = 0; i < t.numel(); ++i) t.f32()[i] = n(rng);
-  return t;
-}
 
 // The operand as the quantiser's rules cast it, computed independently of
 // the quantiser (scaling functions called directly): dequantised values.

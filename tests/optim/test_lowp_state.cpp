@@ -14,6 +14,7 @@
 #include "mantissa/io/safetensors.hpp"
 #include "mantissa/nn/gpt.hpp"
 #include "mantissa/optim/optimizer.hpp"
+#include "optim/random_parameter.hpp"
 
 using namespace mantissa;
 using autograd::Parameter;
@@ -29,13 +30,7 @@ std::vector<Parameter> make_params(uint64_t seed) {
   const std::vector<std::pair<std::string, Shape>> specs = {
       {"w.big", {2, 16384 + 77}}, {"b.small", {7}}, {"w.tiny_grad", {300}}, {"ln.gain", {33}}};
   for (const auto& [name, shape] : specs) {
-    Parameter p;
-    p.name = name;
-    p.value = Tensor::empty(shape, DType::f32, MemoryKind::parameter);
-    p.grad = Tensor::zeros(shape, DType::f32, MemoryKind::gradient);
-    for (int64_t i = 0; i < p.value.numel(); ++i) p.value.f32()[i] = nd(rng);
-    p.decay = name[0] == 'w';
-    ps.push_back(std::move(p));
+    ps.push_back(mantissa::optim_test::random_parameter(name, shape, rng, nd));
   }
   return ps;
 }

@@ -9,6 +9,7 @@
 #include <random>
 
 #include "mantissa/optim/optimizer.hpp"
+#include "optim/random_parameter.hpp"
 
 using mantissa::DType;
 using mantissa::MemoryKind;
@@ -36,13 +37,7 @@ Params make_params(uint64_t seed) {
   const std::vector<std::pair<std::string, mantissa::Shape>> specs = {
       {"w.big", {3, 16384 + 5}}, {"b.small", {7}}, {"w.tiny_grad", {64}}, {"ln.gain", {33}}};
   for (const auto& [name, shape] : specs) {
-    Parameter p;
-    p.name = name;
-    p.value = Tensor::empty(shape, DType::f32, MemoryKind::parameter);
-    p.grad = Tensor::zeros(shape, DType::f32, MemoryKind::gradient);
-    for (int64_t i = 0; i < p.value.numel(); ++i) p.value.f32()[i] = nd(rng);
-    p.decay = name[0] == 'w';
-    ps.storage.push_back(std::move(p));
+    ps.storage.push_back(mantissa::optim_test::random_parameter(name, shape, rng, nd));
   }
   return ps;
 }

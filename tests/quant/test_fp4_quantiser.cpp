@@ -17,6 +17,7 @@
 #include "mantissa/nn/module.hpp"
 #include "mantissa/quant/fp4.hpp"
 #include "mantissa/tensor/memory.hpp"
+#include "random_tensor.hpp"
 
 using namespace mantissa;
 using namespace mantissa::autograd;
@@ -25,14 +26,6 @@ namespace mf = mantissa::formats;
 namespace ms = mantissa::quant;
 
 namespace {
-
-Tensor random_tensor(const Shape& s, uint64_t seed, float sd, MemoryKind kind = MemoryKind::activation) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<float> n(0, sd);
-  Tensor t = Tensor::empty(s, DType::f32, kind);
-  for (int64_t i = 0; i < t.numel(); ++i) t.f32()[i] = n(rng);
-  return t;
-}
 
 // Dequantised values of x [rows, cols] under the reference cast (rotated
 // first along rows, or along columns with `along_cols`, if `signs`).

@@ -18,6 +18,7 @@
 #include "mantissa/optim/optimizer.hpp"
 #include "mantissa/scalify/scalify_cast.hpp"
 #include "mantissa/scalify/scalify_quantiser.hpp"
+#include "random_tensor.hpp"
 
 using namespace mantissa;
 
@@ -43,14 +44,6 @@ std::vector<float> fp16_dequantised(const Tensor& x, int E) {
 }
 
 int floor_log2(double v) { return static_cast<int>(std::floor(std::log2(v))); }
-
-Tensor random_tensor(const Shape& s, uint64_t seed, float sd, MemoryKind kind = MemoryKind::activation) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<float> n(0, sd);
-  Tensor t = Tensor::empty(s, DType::f32, kind);
-  for (int64_t i = 0; i < t.numel(); ++i) t.f32()[i] = n(rng);
-  return t;
-}
 
 TEST(ScalifyFp16Cast, CodesAndDecodeMatchFloat64Rounding) {
   // Log-uniform magnitudes over 2^-45 .. 2^25 (fp16's subnormals, normals and

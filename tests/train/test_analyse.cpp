@@ -17,6 +17,7 @@
 #include "mantissa/unit/rules.hpp"
 #include "mantissa/train/analyse.hpp"
 #include "temp_dir.hpp"
+#include "train/small_gpt.hpp"
 
 using namespace mantissa;
 namespace fs = std::filesystem;
@@ -35,15 +36,7 @@ struct TextDir : TempDir {
 
 train::AnalyseOptions options(const TextDir& d, const std::string& recipe) {
   train::AnalyseOptions o;
-  train::TrainConfig& c = o.config;
-  c.model = "gpt";
-  c.layers = 2;
-  c.d_model = 64;
-  c.heads = 4;
-  c.seq_len = 32;
-  c.batch_size = 4;
-  c.recipe = recipe;
-  c.data = (d.path / "text.txt").string();
+  o.config = train_test::small_gpt((d.path / "text.txt").string(), recipe);
   return o;
 }
 

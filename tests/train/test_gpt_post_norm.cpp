@@ -14,6 +14,7 @@
 #include "mantissa/train/session.hpp"
 #include "temp_dir.hpp"
 #include "train/cli_util.hpp"
+#include "train/small_gpt.hpp"
 
 using namespace mantissa;
 
@@ -25,16 +26,8 @@ struct TextDir : TempDir {
 };
 
 train::TrainConfig config(const TextDir& d, const std::string& recipe) {
-  train::TrainConfig c;
-  c.model = "gpt";
+  train::TrainConfig c = train_test::small_gpt(d / "text.txt", recipe);
   c.norm = "post";
-  c.layers = 2;
-  c.d_model = 64;
-  c.heads = 4;
-  c.seq_len = 32;
-  c.batch_size = 4;
-  c.recipe = recipe;
-  c.data = d / "text.txt";
   return c;
 }
 

@@ -43,9 +43,9 @@ struct Parameter {
   enum class Through : uint8_t { direct, pointwise, attention };
   Parameter* input = nullptr;
   Through through = Through::direct;
-  int version = 0;      // bumped by whoever changes `value`, so cached casts/packings refresh
-                        // (the matmul kernels key packed weights by this Parameter's address:
-                        // its owner calls kernels::forget_packed_operand(this) before destroying it)
+  int version = 0;      // bumped by whoever changes `value`, so values derived from it refresh
+                        // (tensor/derived_cache.hpp keys them by this Parameter's address: its
+                        // owner calls derived_cache().forget_source(this) before destroying it)
 };
 
 }  // namespace mantissa::autograd

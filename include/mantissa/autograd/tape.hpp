@@ -12,7 +12,6 @@
 #include <functional>
 #include <memory>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "mantissa/autograd/policy.hpp"
@@ -53,20 +52,18 @@ struct Var {
   int64_t numel() const { return value.numel(); }
 };
 
-// Weights converted to the matmul dtype once per Parameter::version.
+// Weights converted to the matmul dtype once per Parameter::version: this
+// object's entries in the derived-value cache (tensor/derived_cache.hpp),
+// freed with it or with their parameter.
 class CastCache {
  public:
+  CastCache() = default;
+  CastCache(const CastCache&) = delete;
+  CastCache& operator=(const CastCache&) = delete;
+  ~CastCache() { clear(); }
   const Tensor& get(const Parameter& p, DType dtype);
-  void clear() { entries_.clear(); }
+  void clear();
   size_t bytes() const;
-
- private:
-  struct Entry {
-    int version = -1;
-    DType dtype = DType::f32;
-    Tensor value;
-  };
-  std::unordered_map<const Parameter*, Entry> entries_;
 };
 
 // Everything an op consults besides its inputs.
@@ -134,7 +131,7 @@ class Tape {
   static Tensor restore_bf16(const Tensor& saved);
   // code -> bf16 bits of a 1-byte FP8 dtype (e4m3fn, e5m2, e4m3fnuz, e5m2fnuz; exact):
   // value = table[code] x scale, for kernels that decode codes as they read them
-  // (saved activations, and quant/fp8_cast's operands). Other dtypes: invalid_argument.
+  // (saved activations, and scaling/fp8_cast's operands). Other dtypes: invalid_argument.
   static const std::array<uint16_t, 256>& decode_table(DType codes);
   // x (f32 or bf16) as 1-byte `codes` scaled by 2^E, E minimal with amax x 2^-E <= max
   // (the amax of the finite 4096-element chunks). With `hint` (a site's last

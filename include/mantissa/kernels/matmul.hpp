@@ -41,7 +41,9 @@ void clear_matmul_cache();
 
 // Drops every packed copy of the constant operand `b_cache_key` (call it when
 // the weight's storage is freed, so a new buffer at the same address with the
-// same version cannot hit a stale packed copy).
+// same version cannot hit a stale packed copy). Packed copies live in the
+// derived-value cache (tensor/derived_cache.hpp): this is its forget_source,
+// which frees whatever else was derived from `b_cache_key` too.
 void forget_packed_operand(const void* b_cache_key);
 int64_t packed_operand_count();     // packed constant operands currently held
 int64_t cached_matmul_primitives(); // primitives currently cached

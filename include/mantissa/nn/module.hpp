@@ -88,7 +88,7 @@ class Model : public Module {
 
   // The library's models hold their parameters here (in creation order).
   std::vector<autograd::Parameter*> parameters() override;
-  // Drops the weights pre-packed by the matmul kernels (keyed by Parameter address).
+  // Frees every value derived from the parameters (casts, FP8/FP4 codes, packed copies).
   ~Model() override;
   // What a tape for this model carries: its precision policy, weight-cast
   // cache, observer and (training) the pass's dropout seed.

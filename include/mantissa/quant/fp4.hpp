@@ -100,8 +100,10 @@ class Fp4Quantiser final : public autograd::OperandQuantiser {
   // Whether the products of this parameter run in FP4 now.
   bool active(const autograd::Parameter& p) const;
 
- private:
+  // A weight's cast, cached in the derived-value cache (tensor/derived_cache.hpp).
   struct CachedWeight;
+
+ private:
   struct Packed;
   int64_t block() const { return config_.format == formats::Fp4Scale::nvfp4 ? 16 : 32; }
   // x [rows, cols] cast with tiles (tr, tc), rotated first along rht_axis (0: not);
@@ -124,7 +126,6 @@ class Fp4Quantiser final : public autograd::OperandQuantiser {
   mutable std::mutex mutex_;
   int64_t updates_ = 0, total_ = 0;
   uint64_t calls_ = 0;
-  std::map<const autograd::Parameter*, std::unique_ptr<CachedWeight>> weights_;
   Fp4Stats stats_;
 };
 

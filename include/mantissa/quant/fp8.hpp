@@ -175,10 +175,11 @@ class Fp8Quantiser final : public autograd::OperandQuantiser {
   };
   SiteState site_state(const autograd::QuantSite& site) const;
   size_t site_count() const;
+  // A weight's cast, cached in the derived-value cache (tensor/derived_cache.hpp).
+  struct CachedWeight;
 
  private:
   using SiteKey = std::tuple<const void*, uint64_t, int>;
-  struct CachedWeight;
   std::optional<int> exponent_before_cast(const autograd::QuantSite& site) const;
   std::optional<int> last_exponent(const autograd::QuantSite& site) const;
   void record(const autograd::QuantSite& site, const Amax& a, int64_t saturated, bool record_amax,
@@ -192,7 +193,6 @@ class Fp8Quantiser final : public autograd::OperandQuantiser {
   bool cast_fwd_ = false, cast_bwd_ = false;
   mutable std::mutex mutex_;
   std::map<SiteKey, SiteState> sites_;
-  std::unordered_map<const autograd::Parameter*, std::unique_ptr<CachedWeight>> weights_;
   Fp8Stats stats_;
 };
 

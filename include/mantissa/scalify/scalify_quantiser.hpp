@@ -68,6 +68,7 @@ class ScalifyQuantiser final : public autograd::OperandQuantiser {
   // params: the model's parameters; throws std::invalid_argument
   // naming a format that is neither fp16 nor one with a 1-byte dtype.
   ScalifyQuantiser(ScalifyOptions options, std::vector<autograd::Parameter*> params);
+  ~ScalifyQuantiser() override;  // frees its weight casts and scales
   bool casts_forward() const override { return cast_fwd_; }
   bool casts_backward() const override { return cast_bwd_; }
   autograd::QuantisedOperand quantise(const Tensor& x, int64_t batch, int64_t rows, int64_t cols,
@@ -80,14 +81,18 @@ class ScalifyQuantiser final : public autograd::OperandQuantiser {
   // The scale exponent the last cast of this site used (for tests): role x parameter name.
   std::map<std::string, int> last_exponents() const;
 
- private:
+  // A weight's cast and a parameter's scale s(P): this quantiser's entries
+  // in the derived-value cache (tensor/derived_cache.hpp), refreshed per
+  // parameter version (every parameter changes once per step, and each
+  // scale enters several operands' propagated scales).
   struct CachedWeight {
-    int version = -1;
     int axis = 0;
     autograd::QuantisedOperand operand;
     Tensor decoded;
     int generation = 0;
   };
+
+ private:
   // x32 cast to f (fp16 or a 1-byte format) at scale 2^exponent in one pass
   // over x32; `decoded` (if not null) receives decode() of the result,
   // `amax` (if not null) x32's largest magnitude and whether it holds inf/NaN;
@@ -115,15 +120,7 @@ class ScalifyQuantiser final : public autograd::OperandQuantiser {
   // This step's grad_output exponents of linears fed by another linear.
   std::unordered_map<const autograd::Parameter*, int> grad_exponent_;
   std::map<std::string, int> last_;
-  std::unordered_map<const autograd::Parameter*, CachedWeight> weights_;
-  // s(P) per parameter version: every parameter changes once per step, and
-  // each scale enters several operands' propagated scales.
-  struct CachedScale {
-    int version = -1;
-    double scale = 0;
-  };
-  mutable std::mutex scale_mutex_;
-  mutable std::unordered_map<const autograd::Parameter*, CachedScale> scales_;
+  mutable std::mutex scale_mutex_;  // guards the cached scales' slots
   ScalifyStats stats_;
   int64_t step_rescales_ = 0;
 };

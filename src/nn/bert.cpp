@@ -193,13 +193,19 @@ Bert::Bert(const BertConfig& config) : config_(config) {
     b.fc = linear(h + "intermediate.dense", C, F, i, s, rng);
     b.out = linear(h + "output.dense", F, C, i, s, rng);
     b.ln_mlp = norm(h + "output.LayerNorm", i);
-    b.o.w->input = b.v.w, b.o.w->through = autograd::Parameter::Through::attention;
+    // What each product reads, for scale propagation (Parameter::input): pre-norm its own
+    // block's norm, post-norm the norm before it (the previous block's, or the embeddings').
+    const Norm& attn_in = config_.pre_norm ? b.ln_attn : blocks_.empty() ? ln_embed_ : blocks_.back().ln_mlp;
+    b.q.w->input = b.k.w->input = b.v.w->input = attn_in.w;
+    b.o.w->input = b.v.w, b.o.w->through = autograd::Parameter::Through::attention, b.o.w->query = b.q.w, b.o.w->key = b.k.w;
+    b.fc.w->input = config_.pre_norm ? b.ln_mlp.w : b.ln_attn.w;
     b.out.w->input = b.fc.w, b.out.w->through = autograd::Parameter::Through::pointwise;
     blocks_.push_back(b);
   }
   if (config_.pre_norm) ln_final_ = norm("bert.encoder.LayerNorm", -1);
   head_dense_ = linear("cls.predictions.transform.dense", C, C, -1, s, rng);
   ln_head_ = norm("cls.predictions.transform.LayerNorm", -1);
+  head_dense_.w->input = config_.pre_norm ? ln_final_.w : blocks_.back().ln_mlp.w;  // through the row gather
   decoder_bias_ = add_parameter("cls.predictions.bias", {V}, autograd::Role::bias, 1);
   word_->input = ln_head_.w;
 }

@@ -144,10 +144,18 @@ Llama::Llama(const LlamaConfig& config) : config_(config) {
     b.gate = add(h + "mlp.gate_proj.weight", {F, C}, autograd::Role::weight, C, i, s, rng);
     b.up = add(h + "mlp.up_proj.weight", {F, C}, autograd::Role::weight, C, i, s, rng);
     b.down = add(h + "mlp.down_proj.weight", {C, F}, autograd::Role::weight, F, i, s, rng);
+    // What each product reads, for scale propagation (Parameter::input): the attention mixes v's
+    // rows with scores from q and k (rotary keeps their scales); the MLP multiplies silu(gate) by up.
+    b.q->input = b.k->input = b.v->input = b.ln1;
+    b.o->input = b.v, b.o->through = autograd::Parameter::Through::attention, b.o->query = b.q, b.o->key = b.k;
+    b.gate->input = b.up->input = b.ln2;
+    // Smooth-SwiGLU rescales the product's channels by the batch's own amax: no propagated scale.
+    if (!config_.smooth_swiglu) b.down->input = b.up, b.down->through = autograd::Parameter::Through::gated, b.down->gate = b.gate;
     blocks_.push_back(b);
   }
   norm_ = add("model.norm.weight", {C}, autograd::Role::norm_gain, 1, -1, 0, rng);
   head_ = config_.tie_embeddings ? embed_ : add("lm_head.weight", {V, C}, autograd::Role::readout, C, -1, s, rng);
+  head_->input = norm_;
 }
 
 // ---- forward ------------------------------------------------------------------------------------

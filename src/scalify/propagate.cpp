@@ -300,7 +300,7 @@ ScaledTensor pow(const ScaledTensor& x, int y) {
 
 std::vector<std::string> ops_with_rules() {
   return {"add", "sub", "mul", "div", "matmul", "reduce_sum", "max", "min", "concat", "transpose",
-          "exp", "log", "sqrt", "gelu", "softmax", "stop_scale"};
+          "exp", "log", "sqrt", "gelu", "silu", "swiglu", "softmax", "stop_scale"};
 }
 
 ScaledTensor apply(std::string_view op, std::span<const ScaledTensor> in, Pow2Rounder& r) {
@@ -323,6 +323,8 @@ ScaledTensor apply(std::string_view op, std::span<const ScaledTensor> in, Pow2Ro
   if (op == "log") return arity(1), log(in[0]);
   if (op == "sqrt") return arity(1), sqrt(in[0]);
   if (op == "gelu") return arity(1), gelu(in[0]);
+  if (op == "silu") return arity(1), silu(in[0]);
+  if (op == "swiglu") return arity(2), swiglu(in[0], in[1]);
   if (op == "softmax") return arity(1), softmax(in[0]);
   if (op == "stop_scale") return arity(1), stop_scale(in[0]);
   std::string names;

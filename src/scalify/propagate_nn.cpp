@@ -7,17 +7,13 @@
 #include <string>
 
 #include "mantissa/scalify/propagate.hpp"
+#include "scalify/propagate_detail.hpp"
 
 namespace mantissa::scalify {
 
-namespace detail {
-std::vector<float> data_of(const ScaledTensor& x);
-void need_tensor_scale(const ScaledTensor& x, std::string_view op);
-ScaledTensor make(std::vector<float> data, const Shape& shape, float scale);
-}  // namespace detail
-
 using detail::data_of;
 using detail::make;
+using detail::need_shape;
 using detail::need_tensor_scale;
 
 namespace {
@@ -29,10 +25,6 @@ double gelu_grad(double x) {
   const double u = kGeluC * (x + 0.044715 * x * x * x);
   const double t = std::tanh(u);
   return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * kGeluC * (1.0 + 3.0 * 0.044715 * x * x);
-}
-
-void need_shape(bool ok, std::string_view op, const std::string& what) {
-  if (!ok) throw std::invalid_argument("scale propagation: op '" + std::string(op) + "' " + what);
 }
 
 }  // namespace

@@ -63,7 +63,8 @@ ScalifyQuantiser::ScalifyQuantiser(ScalifyOptions options, std::vector<autograd:
     if (p->block >= 0) blocks.insert(p->block);
   }
   for (const autograd::Parameter* p : params)
-    if (p->input && known_.count(p->input) && p->input->role == autograd::Role::weight) consumer_[p->input] = p;
+    for (const autograd::Parameter* in : {p->input, p->query, p->key, p->gate})
+      if (in && known_.count(in) && in->role == autograd::Role::weight) consumer_[in] = p;
   stats_.layers = static_cast<int64_t>(blocks.size());
 }
 
@@ -98,38 +99,64 @@ double ScalifyQuantiser::param_scale(const autograd::Parameter* p) const {
 }
 
 std::optional<int> ScalifyQuantiser::propagated_exponent(const autograd::Parameter* p, autograd::OperandRole role) {
+  using Through = autograd::Parameter::Through;
   Pow2Rounder r(options_.rounding);  // never stochastic here (the constructor refuses it)
   auto fan = [&](int64_t k) { return static_cast<double>(scale_rule::sqrt_fan(k, r)); };
+  auto fan_out = [](const autograd::Parameter* w) { return w->value.numel() / std::max<int64_t>(w->fan_in, 1); };
+  auto declared = [&](const autograd::Parameter* w) { return w && known_.count(w) && w->input && known_.count(w->input); };
   // The scale of the input operand of matmul weight w (0 when unknown): a
-  // norm's output by the layer-norm rule; a linear's output by the matmul and
-  // add rules, then through the op between the two linears.
-  std::function<double(const autograd::Parameter*)> input_scale = [&](const autograd::Parameter* w) -> double {
-    const autograd::Parameter* in = w ? w->input : nullptr;
-    if (in == nullptr || !known_.count(in)) return 0;
-    if (in->role == autograd::Role::norm_gain) return scale_rule::layer_norm(param_scale(in), param_scale(in->bias), r);
-    const double out =
-        scale_rule::add(scale_rule::matmul(input_scale(in), param_scale(in), fan(in->fan_in)), param_scale(in->bias), r);
+  // norm's output by the layer-norm or RMS-norm rule; a linear's output by
+  // the matmul and add rules, then through the op between the two linears.
+  std::function<double(const autograd::Parameter*)> input_scale;
+  // The scale of linear w's output (0 when its input is not declared).
+  auto output_scale = [&](const autograd::Parameter* w) -> double {
+    if (!declared(w)) return 0;
+    return scale_rule::add(scale_rule::matmul(input_scale(w), param_scale(w), fan(w->fan_in)), param_scale(w->bias), r);
+  };
+  input_scale = [&](const autograd::Parameter* w) -> double {
+    if (!declared(w)) return 0;
+    const autograd::Parameter* in = w->input;
+    if (in->role == autograd::Role::norm_gain)
+      return in->bias ? scale_rule::layer_norm(param_scale(in), param_scale(in->bias), r)
+                      : scale_rule::rms_norm(param_scale(in));
+    const double out = output_scale(in);
     switch (w->through) {
-      case autograd::Parameter::Through::attention: return scale_rule::causal_attention(out);
-      case autograd::Parameter::Through::pointwise: return scale_rule::gelu(out);
-      case autograd::Parameter::Through::direct: break;
+      case Through::attention: return scale_rule::attention(out);
+      case Through::pointwise: return scale_rule::gelu(out);
+      case Through::gated: return scale_rule::swiglu(output_scale(w->gate), out);
+      case Through::direct: break;
     }
     return out;
   };
   double s = 0;
   if (role == autograd::OperandRole::grad_output) {
-    // The gradient arriving at w's output is the one leaving the linear that
+    // The gradient arriving at p's output is the one leaving the linear that
     // consumes it, through that linear's weight and the op in between.
     std::lock_guard lock(mutex_);
     const auto c = consumer_.find(p);
     const auto e = c == consumer_.end() ? grad_exponent_.end() : grad_exponent_.find(c->second);
     if (e != grad_exponent_.end()) {
       const autograd::Parameter& next = *c->second;
-      s = scale_rule::matmul(std::ldexp(1.0, e->second), param_scale(&next), fan(next.value.numel() / next.fan_in));
+      s = scale_rule::matmul(std::ldexp(1.0, e->second), param_scale(&next), fan(fan_out(&next)));
       switch (next.through) {
-        case autograd::Parameter::Through::attention: s = scale_rule::causal_attention_backward(s, input_scale(&next)); break;
-        case autograd::Parameter::Through::pointwise: s = scale_rule::gelu_backward(s); break;
-        case autograd::Parameter::Through::direct: break;
+        case Through::attention:
+          if (!next.query || !next.key) {  // one fused qkv product
+            s = scale_rule::causal_attention_backward(s, input_scale(&next));
+          } else {
+            // G query heads per kv head: the query product is G times wider than the key product.
+            const double rg = fan(std::max<int64_t>(fan_out(next.query) / std::max<int64_t>(fan_out(next.key), 1), 1));
+            const double v = output_scale(next.input);
+            if (p == next.input) s = scale_rule::attention_backward_value(s, rg);
+            else if (p == next.query) s = scale_rule::attention_backward_score(s, v, output_scale(next.key), 1.0);
+            else s = scale_rule::attention_backward_score(s, v, output_scale(next.query), rg);
+          }
+          break;
+        case Through::pointwise: s = scale_rule::gelu_backward(s); break;
+        case Through::gated:
+          s = p == next.input ? scale_rule::swiglu_backward_up(s, output_scale(next.gate))
+                              : scale_rule::swiglu_backward_gate(s, output_scale(next.input));
+          break;
+        case Through::direct: break;
       }
     }
   } else {

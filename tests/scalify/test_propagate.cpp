@@ -11,6 +11,7 @@
 
 #include "mantissa/scalify/propagate.hpp"
 #include "reference_ops.hpp"
+#include "scaled_tensors.hpp"
 
 using namespace mantissa;
 using namespace mantissa::scalify;
@@ -18,31 +19,9 @@ using ref::Vec;
 
 namespace {
 
-// Data ~ N(0, 1) x data_mult, scale 2^e: the value is data x 2^e.
-ScaledTensor make_scaled(const Shape& shape, int e, uint64_t seed, double data_mult = 1.0) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<double> nd(0.0, 1.0);
-  std::vector<float> d(static_cast<size_t>(shape_numel(shape)));
-  for (float& v : d) v = static_cast<float>(nd(rng) * data_mult);
-  ScaledTensor s;
-  s.data = Tensor::from(d, shape);
-  s.scales = {std::ldexp(1.0f, e)};
-  return s;
-}
-
-Vec values(const ScaledTensor& x) { return x.values_f64(); }
-
-// max |got - want| / (max |want| + tiny) <= tol.
-void expect_close(const ScaledTensor& got, const Vec& want, double tol, const char* what) {
-  const Vec g = values(got);
-  ASSERT_EQ(g.size(), want.size()) << what;
-  double worst = 0, mx = 0;
-  for (size_t i = 0; i < g.size(); ++i) {
-    worst = std::max(worst, std::abs(g[i] - want[i]));
-    mx = std::max(mx, std::abs(want[i]));
-  }
-  EXPECT_LE(worst, tol * (mx + 1e-300)) << what << ": worst abs error " << worst << " of max " << mx;
-}
+using test::expect_close;
+using test::make_scaled;
+using test::values;
 
 double data_rms(const ScaledTensor& x) {
   const auto d = x.data.to_vector();

@@ -16,6 +16,7 @@
 #include <string>
 
 #include "mantissa/recipe/recipe.hpp"
+#include "mantissa/scalify/scalify_quantiser.hpp"
 #include "mantissa/train/session.hpp"
 #include "temp_dir.hpp"
 #include "train/cli_util.hpp"
@@ -39,6 +40,7 @@ class CountingQuantiser final : public autograd::OperandQuantiser {
   }
   Tensor decode(const autograd::QuantisedOperand& q) const override { return inner_->decode(q); }
   void end_step() override { inner_->end_step(); }
+  const std::shared_ptr<autograd::OperandQuantiser>& inner() const { return inner_; }
   std::atomic<int64_t> forward{0}, backward{0}, weights{0};
 
  private:
@@ -74,6 +76,14 @@ class TinyRun {
   TempDir dir_;
   std::string corpus_;
 };
+
+// The dynamic rescales of the last step when the session's recipe propagates scales (a
+// scalify quantiser under the counter), else -1.
+inline int64_t scalify_rescales(const train::Session& s) {
+  const auto counter = std::dynamic_pointer_cast<CountingQuantiser>(s.model->precision().quantiser);
+  const auto q = std::dynamic_pointer_cast<scalify::ScalifyQuantiser>(counter ? counter->inner() : nullptr);
+  return q ? q->stats().last_step_rescales : -1;
+}
 
 // config(recipe) gives the tiny run of `kind`; `check` sees each session after its steps.
 inline void expect_every_recipe_trains(const std::string& kind,

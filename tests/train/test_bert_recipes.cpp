@@ -1,7 +1,8 @@
 // BERT under the recipes, through the library's session (the same path as
 // `mantissa train --model bert`): every registered recipe runs a few steps
 // with finite losses and its operand casts really happen on this model
-// (counted at the quantiser each recipe installs); and under fp32, bf16-amp,
+// (counted at the quantiser each recipe installs), under the scalify recipes
+// at propagated scales but for 2 dynamic rescales per layer and 2 in the head; and under fp32, bf16-amp,
 // fp8-delayed and unit-fp32 the masked-LM loss on the held-out rows falls by
 // 2 nats and the masked accuracy reaches the most frequent byte's share, on
 // the default corpus when fetched (else a generated one).
@@ -24,7 +25,12 @@ namespace fs = std::filesystem;
 TEST(BertRecipes, EveryRecipeTrainsWithItsCasts) {
   const recipe_test::TinyRun run("bert");
   recipe_test::expect_every_recipe_trains("bert", [&](const std::string& r) { return run.config(r); },
-                                          [](train::Session& s) { EXPECT_GE(s.trainer->evaluate().masked_accuracy, 0.0); });
+                                          [](train::Session& s) {
+                                            EXPECT_GE(s.trainer->evaluate().masked_accuracy, 0.0);
+                                            if (const int64_t r = recipe_test::scalify_rescales(s); r >= 0) {
+                                              EXPECT_EQ(r, 2 * 2 + 2);
+                                            }
+                                          });
 }
 
 // The share of the most frequent byte among the masked targets of the held-out rows: what

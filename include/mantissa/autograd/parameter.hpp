@@ -40,9 +40,17 @@ struct Parameter {
   // Scale propagation (scalify/scalify_quantiser.hpp) of a matmul weight's
   // input operand: the norm gain or linear weight whose output it is, and
   // the op in between. Null: not known from parameters (rescaled dynamically).
-  enum class Through : uint8_t { direct, pointwise, attention };
+  //   pointwise  GELU / SiLU of `input`
+  //   attention  softmax(q k^T) v with v = `input`'s output; q and k are the
+  //              outputs of `query` and `key`, or (both null) slices of
+  //              `input`'s output too (one fused qkv product)
+  //   gated      SwiGLU silu(g) * u with u = `input`'s output, g = `gate`'s
+  enum class Through : uint8_t { direct, pointwise, attention, gated };
   Parameter* input = nullptr;
   Through through = Through::direct;
+  Parameter* query = nullptr;
+  Parameter* key = nullptr;
+  Parameter* gate = nullptr;
   int version = 0;      // bumped by whoever changes `value`, so values derived from it refresh
                         // (tensor/derived_cache.hpp keys them by this Parameter's address: its
                         // owner calls derived_cache().forget_source(this) before destroying it)

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <span>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "mantissa/scalify/scaled.hpp"
@@ -78,6 +79,31 @@ ScaledTensor softmax_backward(const ScaledTensor& y, const ScaledTensor& dy);
 // scores unscaled to fp32 (softmax rule), output = P v with rows of P
 // summing to 1, a convex combination of v: qkv's scale.
 ScaledTensor causal_attention(const ScaledTensor& qkv, int64_t heads);
+// ---- rules for the Llama's and BERT's ops (propagate_llm.cpp) --------------------------------
+// RMS norm of x [R, C] with gain w [C]: the data is normalised with eps / x.s^2 (exact), the
+// result has w's scale. Backward dx = (w dy - n mean(w dy n)) / rms: scale dy.s w.s / x.s.
+ScaledTensor rms_norm(const ScaledTensor& x, const ScaledTensor& w, double eps);
+ScaledTensor rms_norm_backward(const ScaledTensor& x, const ScaledTensor& w, const ScaledTensor& dy, double eps);
+// SiLU x sigmoid(x) on the values, the input's scale; backward: dy's scale.
+ScaledTensor silu(const ScaledTensor& x);
+ScaledTensor silu_backward(const ScaledTensor& x, const ScaledTensor& dy);
+// SwiGLU silu(gate) * up (equal shapes): scale gate.s up.s. Backward: {d gate, d up}.
+ScaledTensor swiglu(const ScaledTensor& gate, const ScaledTensor& up);
+std::pair<ScaledTensor, ScaledTensor> swiglu_backward(const ScaledTensor& gate, const ScaledTensor& up,
+                                                      const ScaledTensor& dy);
+// Rotary position embedding of x [B, T, heads*D] (rotate-half pairs i, i + D/2, angle
+// t theta^(-2i/D) at position t): the rotation acts on the data, the scale passes.
+// inverse: the backward (rotation by -angle).
+ScaledTensor rotary(const ScaledTensor& x, int64_t heads, double theta, bool inverse = false);
+// Attention of q [B, T, H*D] over k, v [B, T, KV*D] (H a multiple of KV; query head h reads kv
+// head h / (H/KV)), scores q.k / sqrt(D) unscaled to fp32: causal when key_len is null, else
+// bidirectional over keys 0..key_len[b]-1 (i32 [B]). Output [B, T, H*D] at v's scale.
+ScaledTensor attention(const ScaledTensor& q, const ScaledTensor& k, const ScaledTensor& v, int64_t heads,
+                       const Tensor* key_len);
+// out [N, C] = sum over tables i of tables[i] [V_i, C] rows at ids[i] (i32 [N] each): the
+// embedding_sum scale rule; data = sum of values / that scale.
+ScaledTensor embedding_sum(std::span<const Tensor> ids, std::span<const ScaledTensor> tables, Pow2Rounder& r);
+
 // Cross-entropy, logits [N, V], targets i32 [N] (< 0 ignored): sum of
 // -log softmax[target], scale 1 (log rule). Backward: dlogits =
 // (softmax - onehot) dloss, entries in [-1, 1]: dloss's scale.
@@ -98,12 +124,36 @@ double add(double a, double b, Pow2Rounder& r);
 inline double matmul(double a, double b, double rk) { return a * b * rk; }
 // Normalised values have scale 1: the gain's scale, joined with the shift's by the add rule.
 inline double layer_norm(double gain, double bias, Pow2Rounder& r) { return add(gain, bias, r); }
+// RMS norm: the normalised values have scale 1, times the gain's scale (layer norm without shift).
+inline double rms_norm(double gain) { return gain; }
 inline double gelu(double x) { return x; }
 inline double gelu_backward(double dy) { return dy; }
-inline double causal_attention(double qkv) { return qkv; }
-// d(qkv) = [dQ, dK, dV]: dV keeps dO's scale, dQ and dK carry dO.s qkv.s^2; the concat rule
-// takes the larger.
-inline double causal_attention_backward(double dout, double qkv) { return dout * std::max(1.0, qkv * qkv); }
+// |silu(x)| <= |x|: the input's scale; silu' lies in [-0.1, 1.1]: dy's scale.
+inline double silu(double x) { return x; }
+inline double silu_backward(double dy) { return dy; }
+// SwiGLU silu(gate) * up: the mul rule on silu's scale. Backward: d up = dy silu(gate) has
+// dy.s gate.s; d gate = dy up silu'(gate) has dy.s up.s.
+inline double swiglu(double gate, double up) { return silu(gate) * up; }
+inline double swiglu_backward_up(double dy, double gate) { return dy * silu(gate); }
+inline double swiglu_backward_gate(double dy, double up) { return silu_backward(dy) * up; }
+// Rotary position embedding rotates pairs of channels (orthogonal): the scale passes, both ways.
+inline double rotary(double x) { return x; }
+// Attention softmax(q k^T c + mask) v, causal or key-padded: each row of probabilities sums to
+// 1, so the output is a convex combination of v's rows: v's scale.
+inline double attention(double v) { return v; }
+// Backward, q, k, v from separate products: dV = P^T dO keeps dO's scale; dQ = dS K c and
+// dK = dS^T Q c carry dO.s v.s and the other operand's scale. rg = sqrt_fan(G) when G query
+// heads share each kv head (dK and dV sum G head gradients), else 1.
+inline double attention_backward_value(double dout, double rg) { return dout * rg; }
+inline double attention_backward_score(double dout, double v, double other, double rg) { return dout * v * other * rg; }
+inline double causal_attention(double qkv) { return attention(qkv); }
+// One fused qkv [dQ, dK, dV] of one scale: the concat rule takes the larger, dO.s max(1, qkv.s^2).
+inline double causal_attention_backward(double dout, double qkv) {
+  return std::max(attention_backward_value(dout, 1.0), attention_backward_score(dout, qkv, qkv, 1.0));
+}
+// A sum of embedding rows from several tables (BERT: word + segment + position): the add rule
+// over all terms at once, pow2_round(sqrt(sum s_i^2)); zero tables ("any scale", 0) drop out.
+double embedding_sum(std::span<const double> tables, Pow2Rounder& r);
 }  // namespace scale_rule
 
 // ---- dispatch by name ---------------------------------------------------------------------

@@ -14,7 +14,11 @@
 //   mlp.c_fc grad_out        GELU backward keeps: s(grad_out mlp.c_proj) s(W_mlp.c_proj) r(C)
 //   attn.c_attn grad_out     attention backward: s(grad_out attn.c_proj) s(W_attn.c_proj) r(C)
 //                            x max(1, s_qkv^2) (dV keeps dO's scale, dQ/dK carry s_qkv^2)
-// with r(K) = pow2_round(sqrt K) and zero tensors "any scale". Operands whose
+// with r(K) = pow2_round(sqrt K) and zero tensors "any scale". The Llama and
+// BERT declare the same structure with separate q, k, v products (attention
+// rule on v, backward rules per operand) and the SwiGLU silu(gate) * up
+// (Parameter::query / key / gate); their table is in docs/scale-propagation.md.
+// Operands whose
 // weight declares no input (and products of two activations) are
 // rescaled dynamically and counted as such. Casts saturate and count
 // saturated values (a propagated scale that underestimates shows up there).

@@ -196,6 +196,7 @@ Bert::Bert(const BertConfig& config) : config_(config) {
     b.ln_mlp = norm(h + "output.LayerNorm", i);
     b.o.w->input = b.v.w, b.o.w->through = Parameter::Through::attention;
     b.out.w->input = b.fc.w, b.out.w->through = Parameter::Through::pointwise;
+    if (config_.unit.enabled) cancel_gelu_mean(b.out, C, F);
     blocks_.push_back(b);
   }
   if (config_.pre_norm) ln_final_ = norm("bert.encoder.LayerNorm", -1);
@@ -203,6 +204,22 @@ Bert::Bert(const BertConfig& config) : config_(config) {
   ln_head_ = norm("cls.predictions.transform.LayerNorm", -1);
   decoder_bias_ = add_parameter("cls.predictions.bias", {V}, Role::bias, 1);
   word_->input = ln_head_.w;
+}
+
+// Unit: the GELU's outputs share a mean (scaling::gelu_mean x its forward scale) that the
+// output projection turns into one vector added to every token; summed over the blocks it makes
+// the keys and values of every position alike, and the attention's average (scaled for
+// independent values) does not shrink it. The projection's bias starts at minus that vector, so
+// at initialisation the branch adds nothing every token shares; the bias stays trainable.
+void Bert::cancel_gelu_mean(const Linear& out, int64_t C, int64_t F) {
+  const UnitConfig& uc = config_.unit;
+  const double m = us::gelu_mean() * us::gelu(1.0, uc.rules("gelu")).fwd * us::linear(F, C, 1, uc.branch_linear_rules()).fwd;
+  const float* w = out.w->value.f32();
+  for (int64_t o = 0; o < C; ++o) {
+    double row = 0;
+    for (int64_t i = 0; i < F; ++i) row += w[o * F + i];
+    out.b->value.f32()[o] = static_cast<float>(-m * row);
+  }
 }
 
 // ---- forward ------------------------------------------------------------------------------------
@@ -213,12 +230,10 @@ struct Bert::Pass {
   us::Scales sdpa;  // unit attention scales
 };
 
-// y [R, out] = x [R, in] @ w^T + b. Unit: scaling::linear with `fused` outputs (q, k and v read one
-// input: their input gradients sum as those of one product of width 3C).
-ag::Var Bert::dense(ag::Tape& t, const ag::Var& x, const Linear& l, int64_t in, int64_t fused, int64_t batch) {
-  const UnitConfig& uc = config_.unit;
-  if (!uc.enabled) return ag::add_bias(t, ag::matmul(t, x, t.param(*l.w), false, true), t.param(*l.b));
-  const us::Scales s = us::linear(in, fused, batch, uc.rules("linear"));
+// y [R, out] = x [R, in] @ w^T + b. Unit: s = scaling::linear with `fused` outputs (q, k and v
+// read one input: their input gradients sum as those of one product of width 3C).
+ag::Var Bert::dense(ag::Tape& t, const ag::Var& x, const Linear& l, const us::Scales& s) {
+  if (!config_.unit.enabled) return ag::add_bias(t, ag::matmul(t, x, t.param(*l.w), false, true), t.param(*l.b));
   ag::Var y = ag::matmul(t, x, t.param(*l.w), false, true, ag::op_scales(s));
   return ag::add_bias(t, y, ag::scale_split(t, t.param(*l.b), 1.0f, static_cast<float>(s.bwd[1])));
 }
@@ -242,28 +257,34 @@ ag::Var Bert::block(ag::Tape& t, const Pass& p, const Block& b, ag::Var x_in, si
   n += std::to_string(layer);
   n += '.';
   auto obs = [&](ag::Var v, const char* name) { return ag::observe(t, v, n + name); };
-  auto split = [&](const ag::Var& x, double tau) { return u ? ag::residual_split(t, x, tau) : ag::ResidualSplit{x, x}; };
+  // Linears inside a branch keep their unconstrained scales; the split divides the branch's
+  // mismatch out (UnitConfig::branch_linear_rules).
+  const us::Rules lr = uc.branch_linear_rules();
+  const us::Scales qkv_s = us::linear(C, 3 * C, p.tokens, lr), o_s = us::linear(C, C, p.tokens, lr);
+  const us::Scales fc_s = us::linear(C, F, p.tokens, lr), out_s = us::linear(F, C, p.tokens, lr);
+  auto split = [&](const ag::Var& x, double tau, double mismatch) {
+    return u ? ag::residual_split(t, x, tau, mismatch) : ag::ResidualSplit{x, x};
+  };
   auto join = [&](const ag::Var& y, const ag::ResidualSplit& r, double tau, const Norm& ln, const char* name) {
     ag::Var x = u ? ag::residual_add(t, y, r.skip, tau) : ag::add(t, r.skip, y);
     return obs(pre ? x : layer_norm(t, x, ln, p.tokens), name);
   };
 
   // Attention over the non-padding keys.
-  ag::ResidualSplit r = split(x_in, uc.tau_attn);
+  ag::ResidualSplit r = split(x_in, uc.tau_attn, us::mismatch(qkv_s) * us::mismatch(o_s));
   ag::Var h = pre ? obs(layer_norm(t, r.branch, b.ln_attn, p.tokens), "attn.ln") : r.branch;
-  ag::Var qkv = ag::concat(t, {dense(t, h, b.q, C, 3 * C, p.tokens), dense(t, h, b.k, C, 3 * C, p.tokens),
-                               dense(t, h, b.v, C, 3 * C, p.tokens)});
+  ag::Var qkv = ag::concat(t, {dense(t, h, b.q, qkv_s), dense(t, h, b.k, qkv_s), dense(t, h, b.v, qkv_s)});
   qkv = obs(ag::reshape(t, qkv, {p.B, p.T, 3 * C}), "attn.qkv");
   if (u) qkv = ag::unit_attention_qkv(t, qkv, H, uc.attn_mult, p.sdpa);
   ag::Var a = obs(ag::reshape(t, ag::key_padded_self_attention(t, qkv, H, p.key_len), {p.N, C}), "attn.sdpa");
-  ag::Var y = obs(dense(t, a, b.o, C, C, p.tokens), "attn.proj");
+  ag::Var y = obs(dense(t, a, b.o, o_s), "attn.proj");
   ag::Var x = join(y, r, uc.tau_attn, b.ln_attn, "attn.residual");
 
   // GELU MLP.
-  r = split(x, uc.tau_mlp);
+  r = split(x, uc.tau_mlp, us::mismatch(fc_s) * us::mismatch(us::gelu(1.0, uc.rules("gelu"))) * us::mismatch(out_s));
   h = pre ? obs(layer_norm(t, r.branch, b.ln_mlp, p.tokens), "mlp.ln") : r.branch;
-  ag::Var f = obs(gelu(t, dense(t, h, b.fc, C, F, p.tokens)), "mlp.gelu");
-  y = obs(dense(t, f, b.out, F, C, p.tokens), "mlp.proj");
+  ag::Var f = obs(gelu(t, dense(t, h, b.fc, fc_s)), "mlp.gelu");
+  y = obs(dense(t, f, b.out, out_s), "mlp.proj");
   return join(y, r, uc.tau_mlp, b.ln_mlp, "mlp.residual");
 }
 
@@ -305,7 +326,7 @@ ag::Var Bert::forward(ag::Tape& t, const Tensor& ids, const Tensor* rows) {
     // Unit: the R row gradients spread over the non-padding rows, each scaled so that their RMS stays 1.
     if (u) x = ag::scale_split(t, x, 1.0f, static_cast<float>(std::sqrt(static_cast<double>(p.tokens) / static_cast<double>(R))));
   }
-  ag::Var h = ag::observe(t, gelu(t, dense(t, x, head_dense_, C, C, R)), "head.gelu");
+  ag::Var h = ag::observe(t, gelu(t, dense(t, x, head_dense_, us::linear(C, C, R, uc.rules("linear")))), "head.gelu");
   h = ag::observe(t, layer_norm(t, h, ln_head_, R), "head.ln");
   ag::OpScales head;
   ag::Var bias = t.param(*decoder_bias_);

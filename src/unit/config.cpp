@@ -47,6 +47,12 @@ scaling::Rules UnitConfig::rules(const std::string& op) const {
   return r;
 }
 
+scaling::Rules UnitConfig::branch_linear_rules() const {
+  scaling::Rules r = rules("linear");
+  if (!r.constraint) r.constraint = scaling::Constraint::none;
+  return r;
+}
+
 std::string UnitConfig::to_json() const {
   nlohmann::ordered_json j;
   j["enabled"] = enabled;

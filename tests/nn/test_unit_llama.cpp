@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <random>
+#include <string>
 
 #include "mantissa/kernels/kernels.hpp"
 #include "mantissa/nn/llama.hpp"
@@ -18,9 +19,11 @@ namespace us = mantissa::scaling;
 
 TEST(UnitLlama, GradientsAreScaledLossGradients) {
   kernels::set_num_threads(1);  // tiny tensors: threads only add synchronisation
-  for (const char* set : {"library", "paper"}) {
-    SCOPED_TRACE(set);
+  for (const char* set : {"library", "paper"})
+    for (int64_t kv_heads : {0, 1}) {  // 0: one kv head per head; 1: two heads share it
+    SCOPED_TRACE(std::string(set) + " kv_heads " + std::to_string(kv_heads));
     nn::LlamaConfig cfg;
+    cfg.kv_heads = kv_heads;
     cfg.vocab = 16;
     cfg.context = 8;
     cfg.layers = 2;
@@ -43,10 +46,13 @@ TEST(UnitLlama, GradientsAreScaledLossGradients) {
     // Linears inside the branches are unconstrained; a parameter's gradient carries the
     // mismatch (bwd / fwd) of every op between it and the branch's output.
     const us::Rules lin = cfg.unit.branch_linear_rules();
-    const us::Scales qkv_s = us::linear(C, 3 * C, N, lin), o_s = us::linear(C, C, N, lin);
+    const int64_t KC = cfg.kv() * (C / cfg.heads);
+    const us::Scales qkv_s = us::linear(C, C + 2 * KC, N, lin), o_s = us::linear(C, C, N, lin);
+    // Grouped heads: the kv head's gradient sums heads / kv ones; q, k and v all take its factor.
+    const double kv_g = 1.0 / std::sqrt(static_cast<double>(cfg.heads / cfg.kv()));
     const us::Scales gate_s = us::linear(C, 2 * F, N, lin), down_s = us::linear(F, C, N, lin);
     const us::Scales glu = us::silu_glu(1.0, cfg.unit.rules("silu"));
-    const double after_qkv = us::mismatch(o_s), after_gate = us::mismatch(glu) * us::mismatch(down_s);
+    const double after_qkv = kv_g * us::mismatch(o_s), after_gate = us::mismatch(glu) * us::mismatch(down_s);
     const us::LossScales ce = us::cross_entropy(V, N);
     const us::Scales ro = us::linear_readout(C, V, N, cfg.unit.rules("readout"));
     const double c_loss = ce.bwd[0] / ce.input_fwd, c_ro = ro.bwd[0] / ro.fwd;

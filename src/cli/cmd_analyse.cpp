@@ -33,6 +33,7 @@ void analyse_command(const AnalyseArgs& a) {
   std::printf("underflow/overflow measured against %s (forward) and %s (backward)\n\n", main.forward_format.c_str(),
               main.backward_format.c_str());
   std::fputs(train::analysis_table(main).c_str(), stdout);
+  std::fputs(train::analysis_notes(main).c_str(), stdout);
   std::vector<std::pair<std::string, const train::Analysis*>> models{{main.recipe, &main}};
   std::unique_ptr<train::Analysis> base;
   if (!a.baseline.empty()) {

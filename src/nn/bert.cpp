@@ -200,6 +200,7 @@ Bert::Bert(const BertConfig& config) : config_(config) {
     b.o.w->input = b.v.w, b.o.w->through = autograd::Parameter::Through::attention, b.o.w->query = b.q.w, b.o.w->key = b.k.w;
     b.fc.w->input = config_.pre_norm ? b.ln_mlp.w : b.ln_attn.w;
     b.out.w->input = b.fc.w, b.out.w->through = autograd::Parameter::Through::pointwise;
+    if (config_.unit.enabled) cancel_gelu_mean(b.out, C, F);
     blocks_.push_back(b);
   }
   if (config_.pre_norm) ln_final_ = norm("bert.encoder.LayerNorm", -1);
@@ -210,6 +211,22 @@ Bert::Bert(const BertConfig& config) : config_(config) {
   word_->input = ln_head_.w;
 }
 
+// Unit: the GELU's outputs share a mean (unit::gelu_mean x its forward scale) that the
+// output projection turns into one vector added to every token; summed over the blocks it makes
+// the keys and values of every position alike, and the attention's average (scaled for
+// independent values) does not shrink it. The projection's bias starts at minus that vector, so
+// at initialisation the branch adds nothing every token shares; the bias stays trainable.
+void Bert::cancel_gelu_mean(const Linear& out, int64_t C, int64_t F) {
+  const unit::UnitConfig& uc = config_.unit;
+  const double m = unit::gelu_mean() * unit::gelu(1.0, uc.rules("gelu")).fwd * unit::linear(F, C, 1, uc.branch_linear_rules()).fwd;
+  const float* w = out.w->value.f32();
+  for (int64_t o = 0; o < C; ++o) {
+    double row = 0;
+    for (int64_t i = 0; i < F; ++i) row += w[o * F + i];
+    out.b->value.f32()[o] = static_cast<float>(-m * row);
+  }
+}
+
 // ---- forward ------------------------------------------------------------------------------------
 struct Bert::Pass {
   int64_t B = 0, T = 0, N = 0;
@@ -218,12 +235,10 @@ struct Bert::Pass {
   unit::Scales sdpa;  // unit attention scales
 };
 
-// y [R, out] = x [R, in] @ w^T + b. Unit: unit::linear with `fused` outputs (q, k and v read one
-// input: their input gradients sum as those of one product of width 3C).
-ag::Var Bert::dense(ag::Tape& t, const ag::Var& x, const Linear& l, int64_t in, int64_t fused, int64_t batch) {
-  const unit::UnitConfig& uc = config_.unit;
-  if (!uc.enabled) return ag::add_bias(t, ag::matmul(t, x, t.param(*l.w), false, true), t.param(*l.b));
-  const unit::Scales s = unit::linear(in, fused, batch, uc.rules("linear"));
+// y [R, out] = x [R, in] @ w^T + b. Unit: s = unit::linear with `fused` outputs (q, k and v
+// read one input: their input gradients sum as those of one product of width 3C).
+ag::Var Bert::dense(ag::Tape& t, const ag::Var& x, const Linear& l, const unit::Scales& s) {
+  if (!config_.unit.enabled) return ag::add_bias(t, ag::matmul(t, x, t.param(*l.w), false, true), t.param(*l.b));
   ag::Var y = ag::matmul(t, x, t.param(*l.w), false, true, unit::op_scales(s));
   return ag::add_bias(t, y, ag::scale_split(t, t.param(*l.b), 1.0f, static_cast<float>(s.bwd[1])));
 }
@@ -247,28 +262,34 @@ ag::Var Bert::block(ag::Tape& t, const Pass& p, const Block& b, ag::Var x_in, si
   n += std::to_string(layer);
   n += '.';
   auto obs = [&](ag::Var v, const char* name) { return unit::observe(t, v, n + name); };
-  auto split = [&](const ag::Var& x, double tau) { return u ? unit::residual_split(t, x, tau) : unit::ResidualSplit{x, x}; };
+  // Linears inside a branch keep their unconstrained scales; the split divides the branch's
+  // mismatch out (UnitConfig::branch_linear_rules).
+  const unit::Rules lr = uc.branch_linear_rules();
+  const unit::Scales qkv_s = unit::linear(C, 3 * C, p.tokens, lr), o_s = unit::linear(C, C, p.tokens, lr);
+  const unit::Scales fc_s = unit::linear(C, F, p.tokens, lr), out_s = unit::linear(F, C, p.tokens, lr);
+  auto split = [&](const ag::Var& x, double tau, double mismatch) {
+    return u ? unit::residual_split(t, x, tau, mismatch) : unit::ResidualSplit{x, x};
+  };
   auto join = [&](const ag::Var& y, const unit::ResidualSplit& r, double tau, const Norm& ln, const char* name) {
     ag::Var x = u ? unit::residual_add(t, y, r.skip, tau) : ag::add(t, r.skip, y);
     return obs(pre ? x : layer_norm(t, x, ln, p.tokens), name);
   };
 
   // Attention over the non-padding keys.
-  unit::ResidualSplit r = split(x_in, uc.tau_attn);
+  unit::ResidualSplit r = split(x_in, uc.tau_attn, unit::mismatch(qkv_s) * unit::mismatch(o_s));
   ag::Var h = pre ? obs(layer_norm(t, r.branch, b.ln_attn, p.tokens), "attn.ln") : r.branch;
-  ag::Var qkv = ag::concat(t, {dense(t, h, b.q, C, 3 * C, p.tokens), dense(t, h, b.k, C, 3 * C, p.tokens),
-                               dense(t, h, b.v, C, 3 * C, p.tokens)});
+  ag::Var qkv = ag::concat(t, {dense(t, h, b.q, qkv_s), dense(t, h, b.k, qkv_s), dense(t, h, b.v, qkv_s)});
   qkv = obs(ag::reshape(t, qkv, {p.B, p.T, 3 * C}), "attn.qkv");
   if (u) qkv = unit::unit_attention_qkv(t, qkv, H, uc.attn_mult, p.sdpa);
   ag::Var a = obs(ag::reshape(t, ag::key_padded_self_attention(t, qkv, H, p.key_len), {p.N, C}), "attn.sdpa");
-  ag::Var y = obs(dense(t, a, b.o, C, C, p.tokens), "attn.proj");
+  ag::Var y = obs(dense(t, a, b.o, o_s), "attn.proj");
   ag::Var x = join(y, r, uc.tau_attn, b.ln_attn, "attn.residual");
 
   // GELU MLP.
-  r = split(x, uc.tau_mlp);
+  r = split(x, uc.tau_mlp, unit::mismatch(fc_s) * unit::mismatch(unit::gelu(1.0, uc.rules("gelu"))) * unit::mismatch(out_s));
   h = pre ? obs(layer_norm(t, r.branch, b.ln_mlp, p.tokens), "mlp.ln") : r.branch;
-  ag::Var f = obs(gelu(t, dense(t, h, b.fc, C, F, p.tokens)), "mlp.gelu");
-  y = obs(dense(t, f, b.out, F, C, p.tokens), "mlp.proj");
+  ag::Var f = obs(gelu(t, dense(t, h, b.fc, fc_s)), "mlp.gelu");
+  y = obs(dense(t, f, b.out, out_s), "mlp.proj");
   return join(y, r, uc.tau_mlp, b.ln_mlp, "mlp.residual");
 }
 
@@ -310,7 +331,7 @@ ag::Var Bert::forward(ag::Tape& t, const Tensor& ids, const Tensor* rows) {
     // Unit: the R row gradients spread over the non-padding rows, each scaled so that their RMS stays 1.
     if (u) x = ag::scale_split(t, x, 1.0f, static_cast<float>(std::sqrt(static_cast<double>(p.tokens) / static_cast<double>(R))));
   }
-  ag::Var h = unit::observe(t, gelu(t, dense(t, x, head_dense_, C, C, R)), "head.gelu");
+  ag::Var h = unit::observe(t, gelu(t, dense(t, x, head_dense_, unit::linear(C, C, R, uc.rules("linear")))), "head.gelu");
   h = unit::observe(t, layer_norm(t, h, ln_head_, R), "head.ln");
   ag::OpScales head;
   ag::Var bias = t.param(*decoder_bias_);

@@ -189,22 +189,32 @@ ag::Var Llama::block(ag::Tape& t, const Block& b, ag::Var x_in, size_t layer) {
   n += std::to_string(layer);
   n += '.';
   auto obs = [&](ag::Var v, const char* name) { return unit::observe(t, v, n + name); };
+  // Inside a residual branch the linears keep their unconstrained scales (unit output and unit
+  // input gradient, as the library's uu.MLP): every path through the branch crosses alike
+  // scales, so its gradients are scaled gradients, and residual_split divides the mismatch out.
+  const unit::Rules branch_rules = uc.branch_linear_rules();
   // x [N, in] @ w [out, in]^T. Products reading one input (q, k, v; gate, up) are scaled as the
   // one product of width `fused` they form (the GPT's c_attn): their input gradients sum.
-  auto lin = [&](const ag::Var& x, autograd::Parameter* w, int64_t in, int64_t fused) {
-    const ag::OpScales s = u ? unit::op_scales(unit::linear(in, fused, N, uc.rules("linear"))) : ag::OpScales{};
-    return ag::matmul(t, x, t.param(*w), false, true, s);
+  auto scales = [&](int64_t in, int64_t fused) { return unit::linear(in, fused, N, branch_rules); };
+  auto lin = [&](const ag::Var& x, autograd::Parameter* w, const unit::Scales& s) {
+    return ag::matmul(t, x, t.param(*w), false, true, u ? unit::op_scales(s) : ag::OpScales{});
   };
   const unit::Scales rms_s = u ? unit::rms_norm(C, N * C) : one(2);
 
   // Attention.
-  unit::ResidualSplit r = u ? unit::residual_split(t, x_in, uc.tau_attn) : unit::ResidualSplit{x_in, x_in};
+  const unit::Scales qkv_s = scales(C, C + 2 * KC), o_s = scales(C, C);
+  // The backward sums H/KV head gradients into each kv head; q, k and v take the same
+  // backward factor so that the three paths through the branch stay alike.
+  const double kv_g = H != KV ? 1.0 / std::sqrt(static_cast<double>(H / KV)) : 1.0;
+  unit::ResidualSplit r = u ? unit::residual_split(t, x_in, uc.tau_attn, unit::mismatch(qkv_s) * kv_g * unit::mismatch(o_s))
+                          : unit::ResidualSplit{x_in, x_in};
   ag::Var h = obs(ag::reshape(t, unit::unit_rms_norm(t, r.branch, t.param(*b.ln1), rms_s, eps), {N, C}), "attn.ln");
-  ag::Var q = ag::reshape(t, lin(h, b.q, C, C + 2 * KC), {B, T, C});
-  ag::Var k = ag::reshape(t, lin(h, b.k, C, C + 2 * KC), {B, T, KC});
-  ag::Var v = ag::reshape(t, lin(h, b.v, C, C + 2 * KC), {B, T, KC});
-  if (u && H != KV) {  // the backward sums H/KV head gradients into each kv head
-    const float g = static_cast<float>(1.0 / std::sqrt(static_cast<double>(H / KV)));
+  ag::Var q = ag::reshape(t, lin(h, b.q, qkv_s), {B, T, C});
+  ag::Var k = ag::reshape(t, lin(h, b.k, qkv_s), {B, T, KC});
+  ag::Var v = ag::reshape(t, lin(h, b.v, qkv_s), {B, T, KC});
+  if (u && H != KV) {
+    const auto g = static_cast<float>(kv_g);
+    q = ag::scale_split(t, q, 1.0f, g);
     k = ag::scale_split(t, k, 1.0f, g);
     v = ag::scale_split(t, v, 1.0f, g);
   }
@@ -213,27 +223,30 @@ ag::Var Llama::block(ag::Tape& t, const Block& b, ag::Var x_in, size_t layer) {
                                                  unit::scaled_dot_product_attention(T, D, true, uc.attn_mult))
                 : ag::causal_self_attention(t, qkv, H);
   a = obs(a, "attn.sdpa");
-  ag::Var y = obs(ag::reshape(t, lin(ag::reshape(t, a, {N, C}), b.o, C, C), {B, T, C}), "attn.proj");
+  ag::Var y = obs(ag::reshape(t, lin(ag::reshape(t, a, {N, C}), b.o, o_s), {B, T, C}), "attn.proj");
   ag::Var x = obs(u ? unit::residual_add(t, y, r.skip, uc.tau_attn) : ag::add(t, x_in, y), "attn.residual");
 
-  // SwiGLU MLP.
-  r = u ? unit::residual_split(t, x, uc.tau_mlp) : unit::ResidualSplit{x, x};
+  // SwiGLU MLP: gate and up as one product of width 2F, the product scaled by its own rule
+  // (unit::silu_glu; both its input gradients alike, so the two paths stay alike).
+  const unit::Scales gate_s = scales(C, 2 * F), down_s = scales(F, C);
+  const unit::Scales glu = u ? unit::silu_glu(1.0, uc.rules("silu")) : one(2);
+  r = u ? unit::residual_split(t, x, uc.tau_mlp, unit::mismatch(gate_s) * unit::mismatch(glu) * unit::mismatch(down_s))
+        : unit::ResidualSplit{x, x};
   h = obs(ag::reshape(t, unit::unit_rms_norm(t, r.branch, t.param(*b.ln2), rms_s, eps), {N, C}), "mlp.ln");
-  ag::Var gate = obs(lin(h, b.gate, C, 2 * F), "mlp.gate");
-  ag::Var up = obs(lin(h, b.up, C, 2 * F), "mlp.up");
-  // The SiLU's input is not a cut edge (h reaches the product through up as well), so its
-  // scales keep the rule set's constraint: the gradients stay scaled loss gradients.
-  const unit::Scales silu = u ? unit::silu(1.0, uc.rules("silu")) : one(1);
-  ag::Var f = obs(ag::swiglu(t, gate, up, static_cast<float>(silu.fwd), static_cast<float>(silu.bwd[0])), "mlp.swiglu");
+  ag::Var gate = obs(lin(h, b.gate, gate_s), "mlp.gate");
+  ag::Var up = obs(lin(h, b.up, gate_s), "mlp.up");
+  // swiglu: y = alpha silu(g) u, dup = alpha silu(g) dy, dgate = beta silu'(g) u dy.
+  if (u && glu.bwd[1] != glu.fwd) up = ag::scale_split(t, up, 1.0f, static_cast<float>(glu.bwd[1] / glu.fwd));
+  ag::Var f = obs(ag::swiglu(t, gate, up, static_cast<float>(glu.fwd), static_cast<float>(glu.bwd[0])), "mlp.swiglu");
   ag::Var down;
   if (config_.smooth_swiglu) {
     const Tensor s = smooth_scales(f.value);
     Tensor inv = Tensor::empty({F});
     for (int64_t c = 0; c < F; ++c) inv.f32()[c] = 1.0f / s.f32()[c];
-    const ag::OpScales sc = u ? unit::op_scales(unit::linear(F, C, N, uc.rules("linear"))) : ag::OpScales{};
-    down = ag::matmul(t, ag::scale_channels(t, f, s), ag::scale_channels(t, t.param(*b.down), inv), false, true, sc);
+    down = ag::matmul(t, ag::scale_channels(t, f, s), ag::scale_channels(t, t.param(*b.down), inv), false, true,
+                      u ? unit::op_scales(down_s) : ag::OpScales{});
   } else {
-    down = lin(f, b.down, F, C);
+    down = lin(f, b.down, down_s);
   }
   y = obs(ag::reshape(t, down, {B, T, C}), "mlp.proj");
   return obs(u ? unit::residual_add(t, y, r.skip, uc.tau_mlp) : ag::add(t, x, y), "mlp.residual");

@@ -74,6 +74,7 @@ Analysis analyse(const AnalyseOptions& options) {
   Analysis a;
   a.recipe = recipe.name;
   a.parametrisation = model->unit().umup ? "umup" : model->unit().enabled ? "unit" : "standard";
+  if (model->unit().enabled) a.rule_set = model->unit().rule_set;
   a.forward_format = (recipe.cast_forward.empty() ? recipe.matmul_format : recipe.cast_forward).name();
   a.backward_format = (recipe.cast_backward.empty() ? recipe.matmul_format : recipe.cast_backward).name();
   const formats::Format ff = formats::parse_format(a.forward_format), bf = formats::parse_format(a.backward_format);
@@ -98,6 +99,27 @@ Analysis analyse(const AnalyseOptions& options) {
     a.params.record(p->name, unit::Pass::backward, p->grad.f32(), static_cast<size_t>(p->grad.numel()));
   }
   return a;
+}
+
+std::vector<UnitExclusion> unit_exclusions(const Analysis& a) {
+  std::vector<UnitExclusion> out;
+  if (a.parametrisation == "standard") return out;
+  if (a.rule_set == "library")
+    out.push_back({"logits", unit::Pass::forward,
+                   "the library's u-muP readout scales by 1/fan_in, not fan_in^-1/2, on purpose (muP's readout "
+                   "multiplier): RMS ~ d_model^-1/2"});
+  return out;
+}
+
+std::string analysis_notes(const Analysis& a) {
+  if (a.parametrisation == "standard") return "";
+  std::string s = "unit-scale check: every op output (forward) and the gradient arriving at it (backward) aims at RMS 1";
+  const std::vector<UnitExclusion> ex = unit_exclusions(a);
+  s += ex.empty() ? ", with no exclusion under the " + a.rule_set + " rules.\n" : "; excluded:\n";
+  for (const UnitExclusion& e : ex) s += "  " + e.op + " " + unit::pass_name(e.pass) + ": " + e.reason + "\n";
+  s += "  parameter rows (weights and their gradients) are not op outputs: neither rule set scales weight gradients to "
+       "unit RMS (their batch^-1/2 rules leave them at the scale the optimizer's per-parameter rates absorb).\n";
+  return s;
 }
 
 std::string analysis_table(const Analysis& a) { return a.ops.table() + a.params.table(); }

@@ -47,6 +47,12 @@ unit::Rules UnitConfig::rules(const std::string& op) const {
   return r;
 }
 
+unit::Rules UnitConfig::branch_linear_rules() const {
+  unit::Rules r = rules("linear");
+  if (!r.constraint) r.constraint = unit::Constraint::none;
+  return r;
+}
+
 std::string UnitConfig::to_json() const {
   nlohmann::ordered_json j;
   j["enabled"] = enabled;

@@ -36,12 +36,12 @@ autograd::OpScales op_scales(const unit::Scales& s) {
 }
 
 // ---- residuals -----------------------------------------------------------------------
-ResidualSplit residual_split(autograd::Tape& t, const autograd::Var& x, double tau) {
-  const unit::ResidualScales r = unit::residual(tau);
+ResidualSplit residual_split(autograd::Tape& t, const autograd::Var& x, double tau, double branch_mismatch) {
+  const unit::ResidualScales r = unit::residual(tau, branch_mismatch);
   const bool record = t.wants_grad({&x});
   ResidualSplit out{autograd::Tape::result(x.value, record), autograd::Tape::result(x.value, record)};
   if (record)
-    t.record([b = f(r.branch), s = f(r.skip), xn = x.node, bn = out.branch.node, sn = out.skip.node]() {
+    t.record([b = f(r.branch_grad), s = f(r.skip), xn = x.node, bn = out.branch.node, sn = out.skip.node]() {
       const bool hb = bn->has_grad(), hs = sn->has_grad();
       if (!hb && !hs) return;
       if (!hb || !hs) return xn->accumulate_scaled(hb ? bn->grad : sn->grad, hb ? b : s);

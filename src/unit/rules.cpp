@@ -181,6 +181,11 @@ Scales gelu(double mult, const Rules& r) {
                          log_interpolate(a, 2.0, std::sqrt(2.0)));
 }
 
+double gelu_mean(double mult) {
+  require_finite_positive(mult, "gelu mult");
+  return mult / std::sqrt(2.0 * std::numbers::pi * (1.0 + mult * mult));
+}
+
 Scales relu(const Rules& r) { return constrain_unary(r, Constraint::to_output_scale, kReluFwd, std::sqrt(2.0)); }
 
 Scales silu(double mult, const Rules& r) {
@@ -189,6 +194,25 @@ Scales silu(double mult, const Rules& r) {
   const double a_grad = 1.0 / (1.0 + 1.0 / (mult * mult));
   return constrain_unary(r, Constraint::to_output_scale, log_interpolate(a_out, 2.0, kReluFwd),
                          log_interpolate(a_grad, 2.0, std::sqrt(2.0)));
+}
+
+// E silu(z)^2 and E silu'(z)^2, z ~ N(0,1), silu(z) = z sigmoid(z): Gauss-Hermite
+// quadrature in float64 (derivation in docs/unit-scaling.md; the tests recompute them).
+double silu_square_mean() { return 0.35577551981735184; }
+double silu_grad_square_mean() { return 0.37948235163282923; }
+
+Scales silu_glu(double mult, const Rules& r) {
+  require_finite_positive(mult, "silu_glu mult");
+  if (r.set == RuleSet::paper) {
+    // Independent unit gate g and up u: Var(silu(g) u) = E silu(g)^2 = Var(d up);
+    // Var(d gate) = E silu'(g)^2 E u^2. The paper's rules are for mult 1.
+    const double out = 1.0 / std::sqrt(silu_square_mean()), gate = 1.0 / std::sqrt(silu_grad_square_mean());
+    const std::array<double, 2> g{gate, out};
+    return apply_constraint(pick(r, Constraint::gmean), out, g);
+  }
+  const double s = log_interpolate(1.0 / (1.0 + 1.0 / (mult * mult)), 2.0, std::sqrt(2.0));
+  const std::array<double, 2> g{s, s};
+  return apply_constraint(r.constraint.value_or(Constraint::to_output_scale), s, g);
 }
 
 Scales softmax(int64_t dim_size, double mult, const Rules& r) {
@@ -240,10 +264,18 @@ Scales add(int64_t numel_a, int64_t numel_b, int64_t numel_out, const Rules& r) 
   return apply_constraint(pick(r, Constraint::to_output_scale), scalar ? 1.0 : std::sqrt(0.5), g);
 }
 
-ResidualScales residual(double tau) {
+ResidualScales residual(double tau, double branch_mismatch) {
   if (!(std::isfinite(tau) && tau >= 0)) throw std::invalid_argument("residual tau must be finite and >= 0, got " + std::to_string(tau));
+  require_finite_positive(branch_mismatch, "residual branch mismatch");
   const double d = std::sqrt(1.0 + tau * tau);
-  return {tau / d, 1.0 / d};
+  return {tau / d, 1.0 / d, tau / d / branch_mismatch};
+}
+
+double mismatch(const Scales& s, size_t input) {
+  if (input >= s.bwd.size())
+    throw std::invalid_argument("mismatch: input " + std::to_string(input) + " of an op with " + std::to_string(s.bwd.size()) +
+                                " inputs");
+  return s.bwd[input] / s.fwd;
 }
 
 double auto_residual_tau(bool self_attention_branch) { return self_attention_branch ? 0.01 : 0.5; }

@@ -54,17 +54,24 @@ TEST(UnitBert, GradientsAreScaledLossGradients) {
       autograd::Parameter* types = m.find("bert.embeddings.token_type_embeddings.weight");
       for (int64_t i = 0; i < types->value.numel(); ++i) types->value.f32()[i] = static_cast<float>(g() % 1000) / 500.0f - 1.0f;
 
-      const us::Rules lin = cfg.unit.rules("linear");
+      const us::Rules head_lin = cfg.unit.rules("linear"), lin = cfg.unit.branch_linear_rules();
       const us::LossScales ce = us::cross_entropy(V, R);
       const us::Scales ro = us::linear_readout(C, V, R, cfg.unit.rules("readout"));
       const double c_loss = ce.bwd[0] / ce.input_fwd, c_ro = ro.bwd[0] / ro.fwd;
       const double c_gather = std::sqrt(static_cast<double>(tokens) / static_cast<double>(R));
       const double embed_fwd = 1.0 / std::sqrt(3.0);
+      auto leaf_of = [&](const autograd::Parameter& p, const us::Scales& s) { return has(p.name, ".bias") ? s.bwd[1] : s.bwd[1] / s.fwd; };
       auto linear_leaf = [&](const autograd::Parameter& p, int64_t in, int64_t fused, int64_t batch_rows) {
-        const us::Scales s = us::linear(in, fused, batch_rows, lin);
+        const us::Scales s = us::linear(in, fused, batch_rows, head_lin);
         EXPECT_DOUBLE_EQ(s.fwd, s.bwd[0]);
-        return has(p.name, ".bias") ? s.bwd[1] : s.bwd[1] / s.fwd;
+        return leaf_of(p, s);
       };
+      // Linears inside the branches are unconstrained; a parameter's gradient carries the
+      // mismatch (bwd / fwd) of every op between it and the branch's output.
+      const us::Scales qkv_s = us::linear(C, 3 * C, tokens, lin), o_s = us::linear(C, C, tokens, lin);
+      const us::Scales fc_s = us::linear(C, F, tokens, lin), out_s = us::linear(F, C, tokens, lin);
+      const double after_qkv = us::mismatch(o_s);
+      const double after_fc = us::mismatch(us::gelu(1.0, cfg.unit.rules("gelu"))) * us::mismatch(out_s);
       auto factor = [&](const autograd::Parameter& p) -> double {
         const std::string& n = p.name;
         if (n == "cls.predictions.bias") return c_loss * ro.bwd[1];
@@ -74,11 +81,14 @@ TEST(UnitBert, GradientsAreScaledLossGradients) {
         double leaf = 1, branch = 1;
         if (has(n, "position_embeddings")) leaf = us::embedding(cfg.context, tokens).bwd[0] / embed_fwd;
         else if (has(n, "token_type_embeddings")) leaf = us::embedding(cfg.type_vocab, tokens).bwd[0] / embed_fwd;
-        else if (has(n, "LayerNorm")) leaf = us::layer_norm(C, tokens * C).bwd[has(n, ".bias") ? 2 : 1];
-        else if (has(n, "attention.self.")) leaf = linear_leaf(p, C, 3 * C, tokens);
-        else if (has(n, "attention.output.dense")) leaf = linear_leaf(p, C, C, tokens);
-        else if (has(n, "intermediate.dense")) leaf = linear_leaf(p, C, F, tokens);
-        else if (has(n, "output.dense")) leaf = linear_leaf(p, F, C, tokens);
+        else if (has(n, "LayerNorm")) {
+          leaf = us::layer_norm(C, tokens * C).bwd[has(n, ".bias") ? 2 : 1];
+          if (pre && has(n, "attention.output.LayerNorm")) leaf *= us::mismatch(qkv_s) * after_qkv;
+          else if (pre && has(n, ".output.LayerNorm")) leaf *= us::mismatch(fc_s) * after_fc;
+        } else if (has(n, "attention.self.")) leaf = leaf_of(p, qkv_s) * after_qkv;
+        else if (has(n, "attention.output.dense")) leaf = leaf_of(p, o_s);
+        else if (has(n, "intermediate.dense")) leaf = leaf_of(p, fc_s) * after_fc;
+        else if (has(n, "output.dense")) leaf = leaf_of(p, out_s);
         const bool attn = has(n, "attention.self.") || has(n, "attention.output.dense") ||
                           (pre && has(n, "attention.output.LayerNorm"));
         const bool mlp = has(n, "intermediate.dense") || has(n, ".output.dense") || (pre && has(n, ".output.LayerNorm"));

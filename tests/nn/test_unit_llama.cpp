@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <random>
+#include <string>
 
 #include "mantissa/kernels/kernels.hpp"
 #include "mantissa/nn/llama.hpp"
@@ -18,9 +19,11 @@ namespace us = mantissa::unit;
 
 TEST(UnitLlama, GradientsAreScaledLossGradients) {
   kernels::set_num_threads(1);  // tiny tensors: threads only add synchronisation
-  for (const char* set : {"library", "paper"}) {
-    SCOPED_TRACE(set);
+  for (const char* set : {"library", "paper"})
+    for (int64_t kv_heads : {0, 1}) {  // 0: one kv head per head; 1: two heads share it
+    SCOPED_TRACE(std::string(set) + " kv_heads " + std::to_string(kv_heads));
     nn::LlamaConfig cfg;
+    cfg.kv_heads = kv_heads;
     cfg.vocab = 16;
     cfg.context = 8;
     cfg.layers = 2;
@@ -40,30 +43,35 @@ TEST(UnitLlama, GradientsAreScaledLossGradients) {
       batch.targets.data<int32_t>()[i] = i % 5 == 2 ? -1 : static_cast<int32_t>(g() % V);
       count += batch.targets.data<int32_t>()[i] >= 0;
     }
-    const us::Rules lin = cfg.unit.rules("linear");
-    const us::Scales silu = us::silu(1.0, cfg.unit.rules("silu"));
-    ASSERT_DOUBLE_EQ(silu.fwd, silu.bwd[0]);
+    // Linears inside the branches are unconstrained; a parameter's gradient carries the
+    // mismatch (bwd / fwd) of every op between it and the branch's output.
+    const us::Rules lin = cfg.unit.branch_linear_rules();
+    const int64_t KC = cfg.kv() * (C / cfg.heads);
+    const us::Scales qkv_s = us::linear(C, C + 2 * KC, N, lin), o_s = us::linear(C, C, N, lin);
+    // Grouped heads: the kv head's gradient sums heads / kv ones; q, k and v all take its factor.
+    const double kv_g = 1.0 / std::sqrt(static_cast<double>(cfg.heads / cfg.kv()));
+    const us::Scales gate_s = us::linear(C, 2 * F, N, lin), down_s = us::linear(F, C, N, lin);
+    const us::Scales glu = us::silu_glu(1.0, cfg.unit.rules("silu"));
+    const double after_qkv = kv_g * us::mismatch(o_s), after_gate = us::mismatch(glu) * us::mismatch(down_s);
     const us::LossScales ce = us::cross_entropy(V, N);
     const us::Scales ro = us::linear_readout(C, V, N, cfg.unit.rules("readout"));
     const double c_loss = ce.bwd[0] / ce.input_fwd, c_ro = ro.bwd[0] / ro.fwd;
+    auto has = [](const std::string& n, const char* part) { return n.find(part) != std::string::npos; };
     auto factor = [&](const autograd::Parameter& p) -> double {
-      if (p.name == "lm_head.weight") return c_loss * ro.bwd[1] / ro.fwd;
+      const std::string& n = p.name;
+      if (n == "lm_head.weight") return c_loss * ro.bwd[1] / ro.fwd;
       double leaf = 1;
-      const bool attn = p.name.find(".self_attn.") != std::string::npos || p.name.find(".input_layernorm") != std::string::npos;
-      const bool mlp = p.name.find(".mlp.") != std::string::npos || p.name.find(".post_attention") != std::string::npos;
-      if (p.name == "model.embed_tokens.weight") leaf = us::embedding(V, N).bwd[0];
+      const bool attn = has(n, ".self_attn.") || has(n, ".input_layernorm");
+      const bool mlp = has(n, ".mlp.") || has(n, ".post_attention");
+      if (n == "model.embed_tokens.weight") leaf = us::embedding(V, N).bwd[0];
+      else if (has(n, ".input_layernorm")) leaf = us::rms_norm(C, N * C).bwd[1] * us::mismatch(qkv_s) * after_qkv;
+      else if (has(n, ".post_attention")) leaf = us::rms_norm(C, N * C).bwd[1] * us::mismatch(gate_s) * after_gate;
       else if (p.value.ndim() == 1) leaf = us::rms_norm(C, N * C).bwd[1];
-      else {
-        const int64_t in = p.value.dim(1);
-        int64_t fused = p.value.dim(0);
-        if (p.name.find("q_proj") != std::string::npos || p.name.find("k_proj") != std::string::npos ||
-            p.name.find("v_proj") != std::string::npos)
-          fused = 3 * C;
-        if (p.name.find("gate_proj") != std::string::npos || p.name.find("up_proj") != std::string::npos) fused = 2 * F;
-        const us::Scales s = us::linear(in, fused, N, lin);
-        EXPECT_DOUBLE_EQ(s.fwd, s.bwd[0]);
-        leaf = s.bwd[1] / s.fwd;
-      }
+      else if (has(n, "q_proj") || has(n, "k_proj") || has(n, "v_proj")) leaf = qkv_s.bwd[1] / qkv_s.fwd * after_qkv;
+      else if (has(n, "o_proj")) leaf = o_s.bwd[1] / o_s.fwd;
+      else if (has(n, "gate_proj") || has(n, "up_proj")) leaf = gate_s.bwd[1] / gate_s.fwd * after_gate;
+      else if (has(n, "down_proj")) leaf = down_s.bwd[1] / down_s.fwd;
+      else ADD_FAILURE() << "no factor for " << n;
       double branch = 1;
       if (attn) branch = 1.0 / us::residual(cfg.unit.tau_attn).branch;
       if (mlp) branch = 1.0 / us::residual(cfg.unit.tau_mlp).branch;

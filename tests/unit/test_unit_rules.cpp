@@ -225,3 +225,53 @@ TEST(UnitRulesLibrary, TransformerResidualRule) {
   for (int i = 0; i < 8; ++i) EXPECT_NEAR(us::transformer_residual_tau(i, 8), 1 / std::sqrt(4.0 + i), 1e-15);
   EXPECT_THROW(us::transformer_residual_tau(8, 8), std::invalid_argument);
 }
+
+// SwiGLU's product y = silu(g) u with independent unit g, u: Var y = E silu(g)^2 = Var(dy/du),
+// Var(dy/dg) = E silu'(g)^2. The rule's moments against quadrature, the paper's gmean tie of
+// (1/sqrt E silu^2, 1/sqrt E silu'^2, 1/sqrt E silu^2), the library's 2^(3/4) at mult 1.
+TEST(UnitRules, SiluGluFromGaussianMoments) {
+  auto sig = [](double x) { return 1.0 / (1.0 + std::exp(-x)); };
+  const double e_silu2 = gaussian_expectation([&](double x) { return std::pow(x * sig(x), 2); });
+  const double e_dsilu2 = gaussian_expectation([&](double x) { return std::pow(sig(x) * (1 + x * (1 - sig(x))), 2); });
+  EXPECT_NEAR(us::silu_square_mean(), e_silu2, 1e-12);
+  EXPECT_NEAR(us::silu_grad_square_mean(), e_dsilu2, 1e-12);
+  const us::Scales raw = us::silu_glu(1.0, kPaperRaw);
+  EXPECT_NEAR(raw.fwd, 1 / std::sqrt(e_silu2), 1e-9);
+  EXPECT_NEAR(raw.bwd[0], 1 / std::sqrt(e_dsilu2), 1e-9);
+  EXPECT_NEAR(raw.bwd[1], 1 / std::sqrt(e_silu2), 1e-9);
+  const us::Scales paper = us::silu_glu(1.0, Rules{RuleSet::paper, std::nullopt});
+  const double g = std::cbrt(1 / std::sqrt(e_silu2) / std::sqrt(e_silu2) / std::sqrt(e_dsilu2));
+  EXPECT_NEAR(paper.fwd, g, 1e-9);
+  EXPECT_EQ(paper.bwd[0], paper.fwd);
+  EXPECT_EQ(paper.bwd[1], paper.fwd);
+  const us::Scales lib = us::silu_glu(1.0, Rules{RuleSet::library, std::nullopt});
+  EXPECT_NEAR(lib.fwd, std::pow(2.0, 0.75), 1e-12);
+  EXPECT_EQ(lib.bwd[0], lib.fwd);
+  EXPECT_EQ(lib.bwd[1], lib.fwd);
+  // mult 2: interp(1/(1 + 1/4), 2, sqrt 2) = exp(0.8 log sqrt 2 + 0.2 log 2).
+  EXPECT_NEAR(us::silu_glu(2.0, Rules{RuleSet::library, std::nullopt}).fwd, std::exp(0.6 * std::log(2.0)), 1e-12);
+  EXPECT_THROW(us::silu_glu(1.0, Rules{RuleSet::paper, Constraint::to_grad_input_scale}), std::invalid_argument);
+}
+
+TEST(UnitRules, GeluMeanFromGaussianMoments) {
+  for (double mult : {0.5, 1.0, 3.0}) {
+    auto gelu = [mult](double x) { return 0.5 * x * (1 + std::erf(mult * x / std::sqrt(2.0))); };
+    EXPECT_NEAR(us::gelu_mean(mult), gaussian_expectation(gelu), 1e-12) << mult;
+  }
+  EXPECT_THROW(us::gelu_mean(0.0), std::invalid_argument);
+}
+
+// A branch whose ops put a mismatch m (bwd / fwd) on every path: the split divides it out of the
+// branch's backward scale; the forward scales and the skip's are tau's alone.
+TEST(UnitRules, ResidualDividesTheBranchMismatchOut) {
+  const us::ResidualScales plain = us::residual(0.5), r = us::residual(0.5, 0.25);
+  const double d = std::sqrt(1.25);
+  EXPECT_DOUBLE_EQ(plain.branch_grad, 0.5 / d);
+  EXPECT_DOUBLE_EQ(r.branch, 0.5 / d);
+  EXPECT_DOUBLE_EQ(r.skip, 1 / d);
+  EXPECT_DOUBLE_EQ(r.branch_grad, 0.5 / d / 0.25);
+  EXPECT_THROW(us::residual(0.5, 0.0), std::invalid_argument);
+  const us::Scales s = us::linear(256, 1024, 64, kLibraryRaw);
+  EXPECT_DOUBLE_EQ(us::mismatch(s), std::sqrt(256.0 / 1024.0));
+  EXPECT_THROW(us::mismatch(s, 3), std::invalid_argument);
+}

@@ -122,7 +122,8 @@ class Bert : public Model {
   Norm norm(const std::string& name, int block);
   autograd::Var block(autograd::Tape& t, const Pass& p, const Block& b, autograd::Var x, size_t layer);
   // The ops standard or unit-scaled; `batch` counts the rows the weight gradients sum over.
-  autograd::Var dense(autograd::Tape& t, const autograd::Var& x, const Linear& l, int64_t in, int64_t fused, int64_t batch);
+  autograd::Var dense(autograd::Tape& t, const autograd::Var& x, const Linear& l, const unit::Scales& s);
+  void cancel_gelu_mean(const Linear& out, int64_t C, int64_t F);
   autograd::Var layer_norm(autograd::Tape& t, const autograd::Var& x, const Norm& n, int64_t batch);
   autograd::Var gelu(autograd::Tape& t, autograd::Var x);
 

@@ -26,6 +26,7 @@ struct AnalyseOptions {
 struct Analysis {
   std::string recipe;
   std::string parametrisation;  // "standard" or "unit"
+  std::string rule_set;         // unit rule set ("library" | "paper"); empty for the standard model
   std::string forward_format;   // what the forward rows' shares are measured against
   std::string backward_format;
   double loss = 0;              // mean loss of the batch (nats)
@@ -34,6 +35,18 @@ struct Analysis {
   // Parameters (forward: the weight; backward: its gradient), in parameter order.
   unit::ScaleRecorder params;
 };
+
+// Rows of `ops` that the unit rules do not aim at unit RMS, each with the
+// reason: (op, pass, reason). Empty for the standard parametrisation.
+struct UnitExclusion {
+  std::string op;
+  unit::Pass pass;
+  std::string reason;
+};
+std::vector<UnitExclusion> unit_exclusions(const Analysis& a);
+// What the table's unit-scale check covers and leaves out, with the reasons
+// (printed by `mantissa analyse` under the table).
+std::string analysis_notes(const Analysis& a);
 
 // Runs the batch and records; throws std::invalid_argument for bad input
 // (unknown recipe or flag value, missing data, unreadable checkpoint).

@@ -32,6 +32,11 @@ struct UnitConfig {
   void validate() const;
   // The rules one op kind applies (its override, else the model-wide constraint).
   unit::Rules rules(const std::string& op) const;
+  // The rules of a linear inside a residual branch whose paths all cross alike
+  // scales (the Llama's and BERT's blocks): the linear override or model-wide
+  // constraint if one is set, else none (unit output and unit input gradient;
+  // residual_split divides the branch's mismatch out).
+  unit::Rules branch_linear_rules() const;
   // JSON object text, and back (unknown keys are an error).
   std::string to_json() const;
   static UnitConfig from_json(const std::string& text);

@@ -22,12 +22,13 @@ autograd::OpScales op_scales(const unit::Scales& s);
 
 // ---- residuals -----------------------------------------------------------------------
 // x -> (branch, skip): both share x's value (no copy). Backward:
-// dx += (tau/d) dbranch + (1/d) dskip in one pass, d = sqrt(1 + tau^2).
+// dx += (tau/d) dbranch + (1/d) dskip in one pass, d = sqrt(1 + tau^2);
+// the branch term divided by branch_mismatch (unit::residual).
 struct ResidualSplit {
   autograd::Var branch;
   autograd::Var skip;
 };
-ResidualSplit residual_split(autograd::Tape& t, const autograd::Var& x, double tau);
+ResidualSplit residual_split(autograd::Tape& t, const autograd::Var& x, double tau, double branch_mismatch = 1.0);
 // y = (tau/d) branch + (1/d) skip in one pass; the gradient passes to both
 // unchanged (the scales live in residual_split's backward).
 autograd::Var residual_add(autograd::Tape& t, const autograd::Var& branch, const autograd::Var& skip, double tau);

@@ -97,9 +97,23 @@ Scales embedding(int64_t vocab, int64_t tokens);
 // All return bwd = {input}; the constraint ties (fwd, input).
 // gelu(x) computed as gelu(mult*x)/mult. paper: 1.701 / 1.481 (mult ignored).
 Scales gelu(double mult = 1.0, const Rules& r = {});
+// E gelu(mult z)/mult for z ~ N(0,1), the erf form: mult / sqrt(2 pi (1 + mult^2))
+// (Stein's lemma; 1/(2 sqrt(pi)) = 0.2821 at mult 1; the tanh form's is 0.2820).
+double gelu_mean(double mult = 1.0);
 Scales relu(const Rules& r = {});  // sqrt(2/(1-1/pi)), sqrt 2
 // silu(x) computed as x * sigmoid(mult*x).
 Scales silu(double mult = 1.0, const Rules& r = {});
+// SwiGLU's product y = silu(gate) * up (gate computed as x sigmoid(mult x)),
+// one op with two inputs: bwd = {gate, up}. Both inputs are non-cut edges
+// reached from one tensor, so the two backward scales must be equal; the
+// constraint ties all three. paper: the closed form for independent unit
+// gate and up, fwd = up's grad = 1/sqrt(E silu(z)^2), gate's grad =
+// 1/sqrt(E silu'(z)^2) (z ~ N(0,1), mult 1), gmean-tied. library:
+// unit_scaling.functional.silu_glu, one scale interp(1/(1+1/mult^2), 2, sqrt 2).
+Scales silu_glu(double mult = 1.0, const Rules& r = {});
+// The two moments above, E silu(z)^2 and E silu'(z)^2 for z ~ N(0,1).
+double silu_square_mean();
+double silu_grad_square_mean();
 // softmax(mult * x) over `dim_size` entries.
 Scales softmax(int64_t dim_size, double mult = 1.0, const Rules& r = {});
 // dropout(p) with the usual 1/(1-p) rescale of kept values: fwd = bwd =
@@ -125,10 +139,18 @@ Scales add(int64_t numel_a, int64_t numel_b, int64_t numel_out, const Rules& r =
 // (backward-only scales on the two copies of x) followed by residual_add
 // (forward-only scales). d = sqrt(1 + tau^2).
 struct ResidualScales {
-  double branch = 1.0;  // tau / d: residual_add fwd on f(x), residual_split bwd on the branch copy
-  double skip = 1.0;    // 1 / d:   residual_add fwd on x,    residual_split bwd on the skip copy
+  double branch = 1.0;       // tau / d: residual_add fwd on f(x)
+  double skip = 1.0;         // 1 / d:   residual_add fwd on x, residual_split bwd on the skip copy
+  double branch_grad = 1.0;  // residual_split bwd on the branch copy: tau / d / branch_mismatch
 };
-ResidualScales residual(double tau);
+// branch_mismatch: the product, along every path through the branch f, of
+// each op's backward scale over its forward scale (equal on all paths, or
+// the branch's gradients are not scaled gradients). The split divides it
+// out, so every gradient outside the branch is the one the tied scales
+// would give while the ops inside keep their unconstrained (unit) scales.
+ResidualScales residual(double tau, double branch_mismatch = 1.0);
+// What an op's scales put on the paths through its input i: bwd[i] / fwd.
+double mismatch(const Scales& s, size_t input = 0);
 // The library's automatic tau (unit_scaling.transforms.unit_scale):
 // 0.01 for branches containing self-attention, 0.5 otherwise.
 double auto_residual_tau(bool self_attention_branch);

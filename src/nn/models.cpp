@@ -73,11 +73,11 @@ const std::vector<ModelKind>& model_kinds() {
   using T = Model::Task;
   static const std::vector<ModelKind> kinds = {
       {"gpt", T::language_model, make_gpt,
-       [](const std::string& j) { return std::make_unique<GPT>(GPTConfig::from_json(j)); }},
+       [](const std::string& j) { return std::make_unique<GPT>(GPTConfig::from_json(j)); }, true},
       {"llama", T::language_model, make_llama,
        [](const std::string& j) { return std::make_unique<Llama>(LlamaConfig::from_json(j)); }},
       {"bert", T::masked_language_model, make_bert,
-       [](const std::string& j) { return std::make_unique<Bert>(BertConfig::from_json(j)); }},
+       [](const std::string& j) { return std::make_unique<Bert>(BertConfig::from_json(j)); }, true},
       {"mlp", T::classifier, make_mlp, [](const std::string& j) { return std::make_unique<MLP>(MLPConfig::from_json(j)); }},
   };
   return kinds;
@@ -89,10 +89,12 @@ const ModelKind* find_model_kind(const std::string& name) {
   return nullptr;
 }
 
-std::string model_kind_names() {
+std::string model_kind_names(const std::function<bool(const ModelKind&)>& keep) {
+  std::vector<std::string> names;
+  for (const ModelKind& k : model_kinds())
+    if (!keep || keep(k)) names.push_back(k.name);
   std::string s;
-  const auto& kinds = model_kinds();
-  for (size_t i = 0; i < kinds.size(); ++i) s += (i == 0 ? "" : i + 1 == kinds.size() ? " or " : ", ") + kinds[i].name;
+  for (size_t i = 0; i < names.size(); ++i) s += (i == 0 ? "" : i + 1 == names.size() ? " or " : ", ") + names[i];
   return s;
 }
 

@@ -213,8 +213,10 @@ void validate(const TrainConfig& c) {
   if (!(c.dropout >= 0 && c.dropout < 1)) throw std::invalid_argument("--dropout must be in [0, 1)");
   if (!c.norm.empty() && c.norm != "pre" && c.norm != "post")
     throw std::invalid_argument("--norm must be pre or post (got '" + c.norm + "')");
-  if (!c.norm.empty() && c.model != "bert" && c.model != "gpt")
-    throw std::invalid_argument("--norm applies to --model gpt or bert (got --model " + c.model + ")");
+  if (!c.norm.empty() && !nn::find_model_kind(c.model)->norm_choice)
+    throw std::invalid_argument("--norm applies to --model " +
+                                nn::model_kind_names([](const nn::ModelKind& k) { return k.norm_choice; }) +
+                                " (got --model " + c.model + ")");
   if (masked_text_model(c.model) && c.dropout > 0)
     throw std::invalid_argument("--dropout is not implemented for --model " + c.model);
   positive("batch-size", c.batch_size);

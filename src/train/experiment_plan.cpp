@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
+#include "mantissa/nn/models.hpp"
 #include "mantissa/recipe/recipe.hpp"
 #include "mantissa/train/experiment.hpp"
 #include "mantissa/io/untrusted.hpp"
@@ -140,15 +141,19 @@ ExperimentPlan make_plan(const ExperimentOptions& o) {
 
   // The text task: a causal LM (gpt, llama: rows labelled gpt) or BERT's masked LM (rows labelled bert).
   TaskPlan gpt;
-  if (o.model != "gpt" && o.model != "llama" && o.model != "bert")
-    throw std::invalid_argument("--model must be gpt, llama or bert (got '" + o.model + "')");
-  gpt.task = o.model == "bert" ? "bert" : "gpt";
+  const nn::ModelKind* kind = nn::find_model_kind(o.model);
+  auto text = [](const nn::ModelKind& k) { return k.task != nn::Model::Task::classifier; };
+  if (kind == nullptr || !text(*kind))
+    throw std::invalid_argument("--model must be " + nn::model_kind_names(text) + " (got '" + o.model + "')");
+  const bool masked = kind->task == nn::Model::Task::masked_language_model;
+  gpt.task = masked ? "bert" : "gpt";
   TrainConfig& g = gpt.base;
   g.model = o.model;
   g.norm = o.norm;
-  if (o.model == "llama") plan.notes.push_back("the text task (rows labelled gpt) trains the llama model");
-  if (o.model == "bert")
-    plan.notes.push_back("the text task trains BERT (" + std::string(o.norm == "pre" ? "pre" : "post") +
+  if (!masked && o.model != "gpt")
+    plan.notes.push_back("the text task (rows labelled gpt) trains the " + o.model + " model");
+  if (masked)
+    plan.notes.push_back("the text task trains " + o.model + " (" + std::string(o.norm == "pre" ? "pre" : "post") +
                          "-norm) on the masked-LM objective, the sizes below applying to it: its table gives the "
                          "bits per masked character (the validation loss per masked byte / ln 2) and the "
                          "masked-token accuracy");

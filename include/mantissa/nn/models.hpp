@@ -39,14 +39,16 @@ struct ModelKind {
   std::function<std::unique_ptr<Model>(const ModelSize&)> make;
   // Builds it from the config.json its config_json() writes.
   std::function<std::unique_ptr<Model>(const std::string& config_json)> load;
+  // Whether ModelSize::norm chooses pre- or post-norm blocks for this kind.
+  bool norm_choice = false;
 };
 
 // Every kind, in a fixed order.
 const std::vector<ModelKind>& model_kinds();
 // The kind of this name, or null.
 const ModelKind* find_model_kind(const std::string& name);
-// "gpt, llama, bert or mlp" for messages.
-std::string model_kind_names();
+// "gpt, llama, bert or mlp" for messages; with a filter, only the kinds it keeps.
+std::string model_kind_names(const std::function<bool(const ModelKind&)>& keep = nullptr);
 // The kind whose config.json this is (Hugging Face keys for the language
 // models, the layer list for the MLP); "" when none matches.
 std::string detect_model_kind(const std::string& config_json);

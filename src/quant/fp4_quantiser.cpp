@@ -81,20 +81,6 @@ std::shared_ptr<const autograd::TileScales> tile_scales(formats::Fp4Scale format
 
 }  // namespace
 
-void parse_bf16_layers(const std::string& spec, Fp4Config& cfg) {
-  cfg.bf16_blocks.clear();
-  cfg.bf16_head = false;
-  if (spec == "none") return;
-  size_t start = 0;
-  while (start <= spec.size()) {
-    const size_t end = std::min(spec.find(',', start), spec.size());
-    const std::string item = spec.substr(start, end - start);
-    if (item == "head") cfg.bf16_head = true;
-    else cfg.bf16_blocks.push_back(std::stoi(item));
-    start = end + 1;
-  }
-}
-
 Fp4Quantiser::Fp4Quantiser(Fp4Config config)
     : config_(std::move(config)), signs_(rht_signs(config_.seed, config_.rht == RhtMode::random)) {
   if (!(config_.until > 0 && config_.until <= 1)) throw std::invalid_argument("Fp4Quantiser: until must be in (0, 1]");

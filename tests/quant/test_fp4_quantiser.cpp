@@ -125,7 +125,8 @@ TEST(Fp4Linear, Bf16LayersAndTheLateSwitch) {
   w.block = 3;
   w.value = random_tensor({32, 16}, 1, 0.05f, MemoryKind::parameter);
   ms::Fp4Config c;
-  ms::parse_bf16_layers("0,-1,head", c);
+  c.bf16_blocks = {0, -1};  // the recipe setting bf16_layers "0,-1,head"
+  c.bf16_head = true;
   c.n_blocks = 4;
   c.until = 0.9;
   ms::Fp4Quantiser q(c);
@@ -142,7 +143,8 @@ TEST(Fp4Linear, Bf16LayersAndTheLateSwitch) {
   w.block = -1;
   w.role = autograd::Role::token_embedding;
   EXPECT_FALSE(q.active(w));
-  ms::parse_bf16_layers("none", c);
+  c.bf16_blocks.clear();  // bf16_layers "none"
+  c.bf16_head = false;
   EXPECT_TRUE(ms::Fp4Quantiser(c).active(w));
 }
 

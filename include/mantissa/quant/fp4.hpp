@@ -67,9 +67,6 @@ struct Fp4Config {
   uint64_t seed = 0;
 };
 
-// Parses the recipe's bf16_layers ("none" or "0,-1,head") into cfg.
-void parse_bf16_layers(const std::string& spec, Fp4Config& cfg);
-
 struct Fp4Stats {
   int64_t casts = 0;             // FP4 casts done
   int64_t bf16_casts = 0;        // operands passed through in bf16

@@ -18,6 +18,7 @@
 #include "mantissa/optim/optimizer.hpp"
 #include "mantissa/scalify/scalify_cast.hpp"
 #include "mantissa/scalify/scalify_quantiser.hpp"
+#include "autograd/fp64_product.hpp"
 #include "random_tensor.hpp"
 
 using namespace mantissa;
@@ -95,25 +96,10 @@ TEST(ScalifyFp16Cast, NonFiniteValuesStayNonFinite) {
   EXPECT_EQ(saturated, 1);
 }
 
-// C [M, N] = op(A) op(B) in FP64, and sum |terms| for the tolerance.
-void ref_product(const std::vector<float>& A, const std::vector<float>& B, int64_t M, int64_t N, int64_t K, bool ta,
-                 bool tb, std::vector<double>& C, std::vector<double>& mag) {
-  C.assign(size_t(M * N), 0);
-  mag.assign(size_t(M * N), 0);
-  for (int64_t i = 0; i < M; ++i)
-    for (int64_t j = 0; j < N; ++j)
-      for (int64_t k = 0; k < K; ++k) {
-        const double a = ta ? A[size_t(k * M + i)] : A[size_t(i * K + k)];
-        const double b = tb ? B[size_t(j * K + k)] : B[size_t(k * N + j)];
-        C[size_t(i * N + j)] += a * b;
-        mag[size_t(i * N + j)] += std::fabs(a * b);
-      }
-}
-
 // Products of two fp16 values are exact in fp32: only the fp32 accumulation
 // of K terms differs from FP64 (bound K 2^-24 sum|terms|).
-void expect_close(const float* got, const std::vector<double>& want, const std::vector<double>& mag, int64_t K,
-                  const char* what) {
+void expect_fp32_sum_close(const float* got, const std::vector<double>& want, const std::vector<double>& mag, int64_t K,
+                           const char* what) {
   int bad = 0;
   for (size_t i = 0; i < want.size() && bad < 5; ++i) {
     const double tol = double(K) * 0x1p-24 * mag[i] + 1e-30;
@@ -160,11 +146,11 @@ TEST(ScalifyFp16Linear, ForwardAndBackwardMatchFp64OfTheSameFp16Operands) {
   const auto xd = fp16_dequantised(x, ex), wd = fp16_dequantised(w.value, ew), gd = fp16_dequantised(g, eg);
   std::vector<double> ref, mag;
   ref_product(xd, wd, M, N, K, false, false, ref, mag);
-  expect_close(y.value.f32(), ref, mag, K, "y");
+  expect_fp32_sum_close(y.value.f32(), ref, mag, K, "y");
   ref_product(gd, wd, M, K, N, false, true, ref, mag);  // dx = g w^T
-  expect_close(xv.node->grad.f32(), ref, mag, N, "dx");
+  expect_fp32_sum_close(xv.node->grad.f32(), ref, mag, N, "dx");
   ref_product(xd, gd, K, N, M, true, false, ref, mag);  // dw = x^T g
-  expect_close(w.grad.f32(), ref, mag, M, "dw");
+  expect_fp32_sum_close(w.grad.f32(), ref, mag, M, "dw");
   // The fp16 rounding is visible against the exact fp32 operands (it would
   // not be if the casts were skipped), and unscaled fp16 would have lost the
   // gradient: 1e-6 is below fp16's normal range.

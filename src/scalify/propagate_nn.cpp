@@ -27,6 +27,20 @@ double gelu_grad(double x) {
   return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * kGeluC * (1.0 + 3.0 * 0.044715 * x * x);
 }
 
+// Mean and 1 / sigma of one row of C values (the layer norm's statistics, in
+// the data's units: eps_data is eps over the tensor's scale squared).
+struct RowStats {
+  double mean, rstd;
+};
+RowStats row_stats(const float* row, int64_t C, double eps_data) {
+  double mean = 0, var = 0;
+  for (int64_t j = 0; j < C; ++j) mean += row[j];
+  mean /= static_cast<double>(C);
+  for (int64_t j = 0; j < C; ++j) var += (row[j] - mean) * (row[j] - mean);
+  var /= static_cast<double>(C);
+  return {mean, 1.0 / std::sqrt(var + eps_data)};
+}
+
 }  // namespace
 
 ScaledTensor gelu(const ScaledTensor& x) {
@@ -61,12 +75,7 @@ ScaledTensor layer_norm(const ScaledTensor& x, const ScaledTensor& w, const Scal
   std::vector<float> out(d.size());
   for (int64_t i = 0; i < R; ++i) {
     const float* row = d.data() + i * C;
-    double mean = 0, var = 0;
-    for (int64_t j = 0; j < C; ++j) mean += row[j];
-    mean /= static_cast<double>(C);
-    for (int64_t j = 0; j < C; ++j) var += (row[j] - mean) * (row[j] - mean);
-    var /= static_cast<double>(C);
-    const double rstd = 1.0 / std::sqrt(var + eps_data);
+    const auto [mean, rstd] = row_stats(row, C, eps_data);
     for (int64_t j = 0; j < C; ++j) {
       const double n = (row[j] - mean) * rstd;
       out[static_cast<size_t>(i * C + j)] = static_cast<float>((n * dw[static_cast<size_t>(j)] * sw + db[static_cast<size_t>(j)] * sb) / zs);
@@ -86,12 +95,7 @@ ScaledTensor layer_norm_backward(const ScaledTensor& x, const ScaledTensor& w, c
   std::vector<double> n(static_cast<size_t>(C)), g(static_cast<size_t>(C));
   for (int64_t i = 0; i < R; ++i) {
     const float* row = d.data() + i * C;
-    double mean = 0, var = 0;
-    for (int64_t j = 0; j < C; ++j) mean += row[j];
-    mean /= static_cast<double>(C);
-    for (int64_t j = 0; j < C; ++j) var += (row[j] - mean) * (row[j] - mean);
-    var /= static_cast<double>(C);
-    const double rstd = 1.0 / std::sqrt(var + eps_data);  // 1 / sigma of the data
+    const auto [mean, rstd] = row_stats(row, C, eps_data);
     double mg = 0, mgn = 0;
     for (int64_t j = 0; j < C; ++j) {
       const auto k = static_cast<size_t>(j);

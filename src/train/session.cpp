@@ -269,11 +269,16 @@ std::string default_data_path(const std::string& kind) {
   if (std::string p = find_in(data_dirs(), name); !p.empty()) return p;
   // Never fetched implicitly: running a script found on disk would run
   // whatever the current directory holds.
+  std::string looked;
+  for (const fs::path& d : data_dirs()) looked += (looked.empty() ? "" : ", ") + d.string();
   const fs::path exe = exe_dir();
-  const std::string script = exe.empty() ? "scripts/data.sh" : (exe.parent_path() / "scripts" / "data.sh").string();
-  throw std::invalid_argument("default data " + name +
-                              " not found (looked in $MANTISSA_DATA, <repo>/.cache/data, ./.cache/data): fetch it "
-                              "with `bash " + script + "` (from the mantissa repository), or pass --data PATH");
+  const fs::path script = exe.empty() ? fs::path() : exe.parent_path() / "scripts" / "data.sh";
+  std::error_code ec;
+  const std::string fetch = !script.empty() && fs::is_regular_file(script, ec)
+                                ? "`bash " + script.string() + "`"
+                                : "`bash scripts/data.sh` in the mantissa repository";
+  throw std::invalid_argument("default data " + name + " not found in " + looked + ": fetch it with " + fetch +
+                              ", set MANTISSA_DATA to the directory holding it, or pass --data PATH");
 }
 
 void check_outputs(const TrainConfig& c, const std::string& data_path) {

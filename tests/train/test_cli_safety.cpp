@@ -186,9 +186,17 @@ TEST_F(CliSafety, MissingDefaultDataNamesTheCommandAndRunsNoScript) {
     EXPECT_EQ(r.code, 2) << r.out;
     EXPECT_NE(r.out.find("bash " + path("scripts/data.sh")), std::string::npos) << r.out;
     EXPECT_NE(r.out.find("--data"), std::string::npos) << r.out;
+    for (const char* looked : {"nodata", ".cache/data", "cwd/.cache/data"})
+      EXPECT_NE(r.out.find(path(looked)), std::string::npos) << "names where it looked: " << looked << "\n" << r.out;
   }
   Result r = run_in(path("cwd"), path("bin/mantissa"), "eval --checkpoint " + path("nothing"), env);
   EXPECT_NE(r.code, 0);
+  // With no script beside the binary, it names none on disk.
+  fs::remove(path("scripts/data.sh"));
+  r = run_in(path("cwd"), path("bin/mantissa"), "train --model gpt --steps 1", env);
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("`bash scripts/data.sh` in the mantissa repository"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("bash " + path("scripts/data.sh")), std::string::npos) << r.out;
   EXPECT_FALSE(fs::exists(path("PWNED")));
 }
 

@@ -122,7 +122,7 @@ Registrar reg(40, [](CLI::App& app) {
   cmd->add_option("--inspect-gap", o.inspect_gap_pct, "inspect GPT recipes whose val bpc is more than this % behind fp32, or diverged (default 2)")
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--inspect-steps", o.inspect_steps, "steps of each inspection (default 25)")->check(CLI::PositiveNumber)->check(exact_integer<int64_t>());
-  cmd->add_option("--lr-unit", o.lr_unit, "GPT learning rate of unit-scaled recipes (default 2^-1)")->check(CLI::PositiveNumber);
+  cmd->add_option("--lr-unit", o.lr_unit, "text-model learning rate of unit-scaled recipes (default: the model's, 2^-1; bert 2^-2)")->check(CLI::PositiveNumber);
   cmd->callback([cmd, a] {
     a->o.command = command_line();
     experiment_command(cmd, *a);

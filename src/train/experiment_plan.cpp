@@ -37,7 +37,7 @@ const std::vector<std::string> kTransferRecipes = {"fp32", "umup-fp32"};
 const std::vector<std::string> kMlpRecipes = {"fp32", "bf16-amp", "fp16-amp-noscale", "unit-fp8", "scalify-fp8"};
 
 // Learning rates: standard 2^-10; unit 2^-1, the library's unit default (the paper's 2^-6
-// undertrains this model; docs/unit-scaling.md).
+// undertrains this model; docs/unit-scaling.md); the text task's unit rate is its model's.
 constexpr double kLrStandard = 1.0 / 1024;
 constexpr double kLrUnit = kUnitDefaultLr;
 
@@ -175,7 +175,7 @@ ExperimentPlan make_plan(const ExperimentOptions& o) {
   g.data = o.data;
   g.threads = o.threads;
   gpt.lr_standard = o.lr_standard > 0 ? o.lr_standard : kLrStandard;
-  gpt.lr_unit = o.lr_unit > 0 ? o.lr_unit : kLrUnit;
+  gpt.lr_unit = o.lr_unit > 0 ? o.lr_unit : unit_default_lr(o.model);
   gpt.recipes = o.recipes.empty() ? *p.recipes : o.recipes;
   if (o.recipes.empty() && p.all_registered)
     for (const auto& n : registered_names())

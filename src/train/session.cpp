@@ -317,6 +317,11 @@ std::unique_ptr<optim::Optimizer> make_optimizer(const TrainConfig& c, nn::Model
   return outer;
 }
 
+double unit_default_lr(const std::string& model) {
+  const nn::ModelKind* kind = nn::find_model_kind(model);
+  return kind && kind->unit_lr > 0 ? kind->unit_lr : kUnitDefaultLr;
+}
+
 std::unique_ptr<Session> build_session(const TrainConfig& config) {
   validate(config);
   auto s = std::make_unique<Session>();
@@ -331,7 +336,7 @@ std::unique_ptr<Session> build_session(const TrainConfig& config) {
   const unit::UnitConfig unit = unit_config(c, s->recipe);
   if (unit.enabled && c.lr == TrainConfig{}.lr && c.optimizer != "sgd") {
     // --lr left at its default: the unit default (the standard one is ~8x too small for unit models).
-    c.lr = unit.umup ? kUmupDefaultLr : kUnitDefaultLr;
+    c.lr = unit.umup ? kUmupDefaultLr : unit_default_lr(c.model);
     if (config.min_lr < 0) c.min_lr = c.lr / 10;
   }
   if (c.grad_clip < 0) c.grad_clip = unit.enabled ? kUnitGradClip : kStandardGradClip;

@@ -41,6 +41,9 @@ struct ModelKind {
   std::function<std::unique_ptr<Model>(const std::string& config_json)> load;
   // Whether ModelSize::norm chooses pre- or post-norm blocks for this kind.
   bool norm_choice = false;
+  // Base learning rate of its unit-scaled recipes (Adam/AdamW) when --lr is
+  // left at its default; 0: the library's, train::kUnitDefaultLr.
+  double unit_lr = 0;
 };
 
 // Every kind, in a fixed order.

@@ -20,6 +20,7 @@
 #include "mantissa/scalify/scalify_quantiser.hpp"
 #include "autograd/fp64_product.hpp"
 #include "random_tensor.hpp"
+#include "tiny_gpt.hpp"
 
 using namespace mantissa;
 
@@ -180,31 +181,10 @@ TEST(ScalifyFp16Quantiser, RefusesFormatsItCannotCast) {
 }
 
 // ---- training ------------------------------------------------------------------------------
-nn::GPTConfig tiny_gpt() {
-  nn::GPTConfig g;
-  g.vocab = 32;
-  g.context = 16;
-  g.layers = 2;
-  g.d_model = 32;
-  g.heads = 2;
-  g.seed = 3;
-  return g;
-}
-
-// Sequences of a fixed recurrence from random starts: learnable, so the loss falls.
+// Sequences of the tiny GPT's recurrence with a random step: learnable, so the loss falls.
 nn::Batch batch(uint64_t seed) {
   std::mt19937_64 rng(seed);
-  const int64_t B = 8, T = 16;
-  nn::Batch b{Tensor::empty({B, T}, DType::i32), Tensor::empty({B, T}, DType::i32)};
-  for (int64_t r = 0; r < B; ++r) {
-    int32_t tok = static_cast<int32_t>(rng() % 32);
-    for (int64_t s = 0; s < T; ++s) {
-      b.inputs.data<int32_t>()[r * T + s] = tok;
-      tok = (tok * 13 + 5 + static_cast<int32_t>(rng() % 2)) % 32;
-      b.targets.data<int32_t>()[r * T + s] = tok;
-    }
-  }
-  return b;
+  return recurrence_batch(rng, 8, /*noisy=*/true);
 }
 
 struct TrainRun {
@@ -215,7 +195,7 @@ struct TrainRun {
 };
 
 TrainRun train(const char* recipe, int steps) {
-  nn::GPT model(tiny_gpt());
+  nn::GPT model(tiny_gpt_config(2, 3));
   const recipe::Recipe r = recipe::find_recipe(recipe);
   optim::OptimizerConfig oc;
   auto opt = optim::make_optimizer(oc, model.parameters());

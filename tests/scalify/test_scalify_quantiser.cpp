@@ -14,6 +14,7 @@
 #include "mantissa/nn/gpt.hpp"
 #include "mantissa/optim/optimizer.hpp"
 #include "mantissa/scalify/scalify_quantiser.hpp"
+#include "tiny_gpt.hpp"
 
 using namespace mantissa;
 using scalify::ScalifyOptions;
@@ -23,29 +24,12 @@ namespace {
 
 nn::GPTConfig small() {
   omp_set_num_threads(1);  // tiny shapes: threads only add synchronisation on a busy machine
-  nn::GPTConfig g;
-  g.vocab = 32;
-  g.context = 16;
-  g.layers = 2;
-  g.d_model = 32;
-  g.heads = 2;
-  g.seed = 3;
-  return g;
+  return tiny_gpt_config(2, 3);
 }
 
 nn::Batch batch(uint64_t seed) {
   std::mt19937_64 rng(seed);
-  const int64_t B = 4, T = 16;
-  nn::Batch b{Tensor::empty({B, T}, DType::i32), Tensor::empty({B, T}, DType::i32)};
-  for (int64_t r = 0; r < B; ++r) {
-    int32_t tok = static_cast<int32_t>(rng() % 32);
-    for (int64_t t = 0; t < T; ++t) {
-      b.inputs.data<int32_t>()[r * T + t] = tok;
-      tok = (tok * 13 + 5) % 32;
-      b.targets.data<int32_t>()[r * T + t] = tok;
-    }
-  }
-  return b;
+  return recurrence_batch(rng, 4);
 }
 
 // Independent: floor(log2 rms) of a parameter; -1000 for an all-zero one.

@@ -36,10 +36,10 @@ const std::vector<std::string> kFp4Recipes = {
 const std::vector<std::string> kTransferRecipes = {"fp32", "umup-fp32"};
 const std::vector<std::string> kMlpRecipes = {"fp32", "bf16-amp", "fp16-amp-noscale", "unit-fp8", "scalify-fp8"};
 
-// Learning rates: standard 2^-10; unit 2^-1, the library's unit default (the paper's 2^-6
-// undertrains this model; docs/unit-scaling.md); the text task's unit rate is its model's.
+// Learning rates: standard 2^-10; unit: each task's model's own (unit_default_lr: the
+// library's 2^-1 unless the model sets one; the paper's 2^-6 undertrains these models,
+// docs/unit-scaling.md).
 constexpr double kLrStandard = 1.0 / 1024;
-constexpr double kLrUnit = kUnitDefaultLr;
 
 struct Preset {
   int64_t layers, d_model, heads, seq_len, batch, gpt_tokens, seeds, eval_batches;
@@ -201,7 +201,7 @@ ExperimentPlan make_plan(const ExperimentOptions& o) {
     m.data = o.mlp_data;
     m.threads = o.threads;
     mlp.lr_standard = kLrStandard;
-    mlp.lr_unit = kLrUnit;
+    mlp.lr_unit = unit_default_lr(m.model);
     mlp.recipes = o.mlp_recipes.empty() ? kMlpRecipes : o.mlp_recipes;
     plan.tasks.push_back(mlp);
   }

@@ -266,11 +266,12 @@ std::string find_in(const std::vector<fs::path>& dirs, const std::string& name) 
 
 std::string default_data_path(const std::string& kind) {
   const std::string name = text_model(kind) ? "austen.txt" : "fashion-mnist";
-  if (std::string p = find_in(data_dirs(), name); !p.empty()) return p;
+  const std::vector<fs::path> dirs = data_dirs();
+  if (std::string p = find_in(dirs, name); !p.empty()) return p;
   // Never fetched implicitly: running a script found on disk would run
   // whatever the current directory holds.
   std::string looked;
-  for (const fs::path& d : data_dirs()) looked += (looked.empty() ? "" : ", ") + d.string();
+  for (const fs::path& d : dirs) looked += (looked.empty() ? "" : ", ") + d.string();
   const fs::path exe = exe_dir();
   const fs::path script = exe.empty() ? fs::path() : exe.parent_path() / "scripts" / "data.sh";
   std::error_code ec;

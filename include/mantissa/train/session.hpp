@@ -38,13 +38,13 @@ recipe::Recipe resolve_recipe(const TrainConfig& c);
 // reference GPT, the standard model's 1e-3/0.02 is 2^-4.3), so the optimum is
 // near u-muP's ~2^0. Sweep: docs/unit-scaling.md.
 inline constexpr double kUnitDefaultLr = 0x1p-1;
-// The default base rate of unit-scaled recipes on this model kind: the
-// model's own (nn::ModelKind::unit_lr) when it sets one, else kUnitDefaultLr.
-double unit_default_lr(const std::string& model);
 // The same for u-muP models (umup-fp32, umup-fp8): 2^0, the best rate of
 // umup-fp32 at d_model 64, 128, 256 and 512 alike in `experiment --preset
 // transfer` (docs/unit-scaling.md).
 inline constexpr double kUmupDefaultLr = 0x1p0;
+// The default base rate of unit-scaled recipes on this model kind: the
+// model's own (nn::ModelKind::unit_lr) when it sets one, else kUnitDefaultLr.
+double unit_default_lr(const std::string& model);
 
 // Gradient-norm clipping when --grad-clip is left at its default: 1 for
 // standard models; off for unit-scaled ones, whose global gradient norm is

@@ -10,6 +10,7 @@
 
 #include "mantissa/formats/format.hpp"
 #include "mantissa/io/untrusted.hpp"
+#include "recipe/plain_values.hpp"
 
 namespace mantissa::recipe {
 namespace {
@@ -211,20 +212,6 @@ const char* kRoundingNames[] = {"nearest", "stochastic"};
 const char* kCastScalingNames[] = {"unit", "current", "delayed", "mx", "blockwise", "propagate"};
 const char* kMxScaleNames[] = {"floor", "ceil"};  // formats::ScaleRounding order
 
-double parse_number(std::string_view key, std::string_view value) {
-  std::string s(value);
-  size_t used = 0;
-  double d = 0;
-  try {
-    d = std::stod(s, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used != s.size() || s.empty() || !std::isfinite(d))
-    throw std::invalid_argument("recipe setting " + std::string(key) + ": '" + s + "' is not a number");
-  return d;
-}
-
 // A format setting's parse error, named by the recipe field.
 template <class S>
 void check_setting(const std::string& field, const S& setting) {
@@ -256,6 +243,26 @@ void check_cast_format(const std::string& field, const FormatSetting& cast, quan
 }
 
 }  // namespace
+
+double parse_number(std::string_view key, std::string_view value) {
+  std::string s(value);
+  size_t used = 0;
+  double d = 0;
+  try {
+    d = std::stod(s, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used != s.size() || s.empty() || !std::isfinite(d))
+    throw std::invalid_argument("recipe setting " + std::string(key) + ": '" + s + "' is not a number");
+  return d;
+}
+
+bool parse_bool(std::string_view key, std::string_view value) {
+  if (value == "true") return true;
+  if (value == "false") return false;
+  throw std::invalid_argument("recipe setting " + std::string(key) + ": '" + std::string(value) + "' is not true/false");
+}
 
 const char* parametrisation_name(Parametrisation p) { return kParamNames[static_cast<int>(p)]; }
 const char* scaling_name(ScalingMethod s) { return kScalingNames[static_cast<int>(s)]; }
@@ -344,11 +351,9 @@ void set_recipe_field(Recipe& r, std::string_view key, std::string_view value) {
   else if (key == "weight_format") check_format(std::string(key), r.weight_format = v, false);
   else if (key == "master_format") check_format(std::string(key), r.master_format = v, true);
   else if (key == "optimizer_state_format") check_setting(std::string(key), r.optimizer_state_format = v);
-  else if (key == "norms_fp32" || key == "cast_readout") {
-    if (v != "true" && v != "false")
-      throw std::invalid_argument("recipe setting " + std::string(key) + ": '" + v + "' is not true/false");
-    (key == "norms_fp32" ? r.norms_fp32 : r.cast_readout) = v == "true";
-  } else if (key == "weight_rounding") r.weight_rounding = parse_enum<WeightRounding>(value, kRoundingNames, key);
+  else if (key == "norms_fp32") r.norms_fp32 = parse_bool(key, value);
+  else if (key == "cast_readout") r.cast_readout = parse_bool(key, value);
+  else if (key == "weight_rounding") r.weight_rounding = parse_enum<WeightRounding>(value, kRoundingNames, key);
   else if (key == "loss_scale.method") ls.method = parse_enum<ScalingMethod>(value, kScalingNames, key);
   else if (key == "loss_scale.init_scale") ls.init_scale = parse_number(key, value);
   else if (key == "loss_scale.growth_factor") ls.growth_factor = parse_number(key, value);

@@ -5,15 +5,10 @@
 #include <stdexcept>
 
 #include "mantissa/recipe/recipe.hpp"
+#include "recipe/plain_values.hpp"
 
 namespace mantissa::recipe {
 namespace {
-
-bool parse_bool(std::string_view key, std::string_view v) {
-  if (v == "true") return true;
-  if (v == "false") return false;
-  throw std::invalid_argument("recipe setting " + std::string(key) + ": '" + std::string(v) + "' is not true/false");
-}
 
 // The index of v in `valid`; else throws "invalid <key> 'v' (valid: ...)".
 size_t one_of(std::string_view key, std::string_view v, std::initializer_list<const char*> valid) {
@@ -105,15 +100,7 @@ bool set_fp4_field(Fp4Settings& s, std::string_view key, std::string_view value)
   else if (key == "bf16_layers") assign(s.bf16_layers, value.empty() ? std::string_view("none") : value);
   else if (key == "fp4_until" || key == "rht_seed") {
     const std::string v(value);
-    size_t used = 0;
-    double d = NAN;
-    try {
-      d = std::stod(v, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (used != v.size() || v.empty() || !std::isfinite(d))
-      throw std::invalid_argument("recipe setting " + std::string(key) + ": '" + v + "' is not a number");
+    const double d = parse_number(key, value);
     if (key == "fp4_until") {
       if (!(d > 0 && d <= 1)) throw std::invalid_argument("recipe setting fp4_until: '" + v + "' is not in (0, 1]");
       s.until = d;

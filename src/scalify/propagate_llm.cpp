@@ -7,6 +7,7 @@
 #include <cmath>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "mantissa/scalify/propagate.hpp"
 #include "scalify/propagate_detail.hpp"
@@ -16,7 +17,6 @@ namespace mantissa::scalify {
 using namespace detail;  // data_of, make, need_shape, need_tensor_scale
 
 namespace {
-
 
 // A product or quotient of power-of-two scales as a float scale, refusing results outside fp32.
 float scale_in_range(double s, std::string_view op) {
@@ -209,11 +209,12 @@ ScaledTensor embedding_sum(std::span<const Tensor> ids, std::span<const ScaledTe
   need_shape(!tables.empty() && ids.size() == tables.size(), "embedding_sum", "needs one id tensor per table");
   const int64_t N = ids[0].numel(), C = tables[0].cols();
   std::vector<double> scales;
+  std::vector<std::vector<float>> data;
   for (size_t i = 0; i < tables.size(); ++i) {
     need_tensor_scale(tables[i], "embedding_sum");
     need_shape(ids[i].dtype() == DType::i32 && ids[i].numel() == N && tables[i].data.ndim() == 2 && tables[i].cols() == C,
          "embedding_sum", "needs i32 ids [N] and tables [V, C] of one width");
-    const auto d = data_of(tables[i]);
+    const std::vector<float>& d = data.emplace_back(data_of(tables[i]));
     const bool zero = std::all_of(d.begin(), d.end(), [](float v) { return v == 0.0f; });
     scales.push_back(zero ? 0.0 : static_cast<double>(tables[i].scale()));
   }
@@ -221,7 +222,7 @@ ScaledTensor embedding_sum(std::span<const Tensor> ids, std::span<const ScaledTe
   if (zs == 0) zs = 1;  // every table zero: any scale
   std::vector<double> acc(static_cast<size_t>(N * C), 0.0);
   for (size_t i = 0; i < tables.size(); ++i) {
-    const auto d = data_of(tables[i]);
+    const std::vector<float>& d = data[i];
     const int64_t V = tables[i].data.dim(0);
     const double f = tables[i].scale() / zs;  // a power of two: exact
     for (int64_t n = 0; n < N; ++n) {

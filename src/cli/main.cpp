@@ -11,6 +11,7 @@
 #include <exception>
 
 #include "cli/command.hpp"
+#include "mantissa/io/untrusted.hpp"
 
 namespace mantissa::cli {
 std::vector<std::pair<int, Setup>>& registry() {
@@ -29,6 +30,8 @@ int main(int argc, char** argv) {
   std::sort(r.begin(), r.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
   for (auto& [order, setup] : r) setup(app);
   try {
+    // Names, paths and settings end up in JSON records, which hold UTF-8 only.
+    for (int i = 1; i < argc; ++i) mantissa::io::require_utf8(argv[i], "command-line argument " + std::to_string(i));
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);

@@ -22,4 +22,6 @@ bool parse_number(std::string_view text, double& out) {
   return !(errno == ERANGE && std::isinf(out));
 }
 
+bool parse_finite(std::string_view text, double& out) { return parse_number(text, out) && std::isfinite(out); }
+
 }  // namespace mantissa::formats

@@ -50,6 +50,38 @@ json parse_json(std::string_view text, const std::string& what) {
   }
 }
 
+namespace {
+// Length of the well-formed UTF-8 sequence starting at s[i], or 0.
+size_t utf8_sequence(std::string_view s, size_t i) {
+  const auto at = [&](size_t k) { return i + k < s.size() ? static_cast<unsigned char>(s[i + k]) : 0u; };
+  const unsigned b0 = at(0);
+  if (b0 < 0x80) return 1;
+  // The second byte's range excludes overlong forms, surrogates and > U+10FFFF.
+  unsigned lo = 0x80, hi = 0xbf;
+  size_t n;
+  if (b0 >= 0xc2 && b0 <= 0xdf) n = 2;
+  else if (b0 >= 0xe0 && b0 <= 0xef) n = 3, lo = b0 == 0xe0 ? 0xa0 : 0x80, hi = b0 == 0xed ? 0x9f : 0xbf;
+  else if (b0 >= 0xf0 && b0 <= 0xf4) n = 4, lo = b0 == 0xf0 ? 0x90 : 0x80, hi = b0 == 0xf4 ? 0x8f : 0xbf;
+  else return 0;
+  if (at(1) < lo || at(1) > hi) return 0;
+  for (size_t k = 2; k < n; ++k)
+    if (at(k) < 0x80 || at(k) > 0xbf) return 0;
+  return n;
+}
+}  // namespace
+
+void require_utf8(std::string_view s, const std::string& what) {
+  for (size_t i = 0; i < s.size();) {
+    const size_t n = utf8_sequence(s, i);
+    if (n == 0) {
+      char buf[64];
+      std::snprintf(buf, sizeof buf, "byte 0x%02X at offset %zu", static_cast<unsigned char>(s[i]), i);
+      throw std::invalid_argument(what + ": not valid UTF-8 (" + buf + ": '" + excerpt(s) + "')");
+    }
+    i += n;
+  }
+}
+
 std::string excerpt(std::string_view s) {
   std::string out;
   size_t i = 0;

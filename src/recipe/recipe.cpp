@@ -9,6 +9,7 @@
 #include <stdexcept>
 
 #include "mantissa/formats/format.hpp"
+#include "mantissa/formats/parse_number.hpp"
 #include "mantissa/io/untrusted.hpp"
 #include "recipe/plain_values.hpp"
 
@@ -245,16 +246,9 @@ void check_cast_format(const std::string& field, const FormatSetting& cast, quan
 }  // namespace
 
 double parse_number(std::string_view key, std::string_view value) {
-  std::string s(value);
-  size_t used = 0;
   double d = 0;
-  try {
-    d = std::stod(s, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used != s.size() || s.empty() || !std::isfinite(d))
-    throw std::invalid_argument("recipe setting " + std::string(key) + ": '" + s + "' is not a number");
+  if (!formats::parse_finite(value, d))
+    throw std::invalid_argument("recipe setting " + std::string(key) + ": '" + io::excerpt(value) + "' is not a number");
   return d;
 }
 
@@ -340,6 +334,8 @@ void validate_recipe(const Recipe& r) {
 }
 
 void set_recipe_field(Recipe& r, std::string_view key, std::string_view value) {
+  io::require_utf8(key, "recipe setting name");
+  io::require_utf8(value, "recipe setting '" + std::string(key) + "'");
   const std::string v(value);
   auto& ls = r.loss_scale;
   if (key == "name") r.name = v;

@@ -190,6 +190,13 @@ void validate(const TrainConfig& c) {
       throw std::invalid_argument(std::string("--") + flag + " " + std::to_string(v) + " is too large (at most " +
                                   std::to_string(cap) + ")");
   };
+  // Every text setting ends up in JSON (the run's config.json, checkpoints).
+  TrainConfig texts = c;
+  for (const ConfigKey& k : config_keys(texts)) {
+    if (auto* s = std::get_if<std::string*>(&k.target)) io::require_utf8(**s, "--" + k.key);
+    if (auto* v = std::get_if<std::vector<std::string>*>(&k.target))
+      for (const std::string& s : **v) io::require_utf8(s, "--" + k.key);
+  }
   at_most("layers", c.layers, 1024);
   at_most("d-model", c.d_model, 65536);
   at_most("heads", c.heads, 65536);

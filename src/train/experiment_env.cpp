@@ -9,6 +9,7 @@
 #include <fstream>
 #include <thread>
 
+#include "mantissa/formats/parse_number.hpp"
 #include "mantissa/kernels/kernels.hpp"
 #include "mantissa/train/experiment.hpp"
 
@@ -16,18 +17,12 @@ namespace mantissa::train {
 
 namespace {
 
-std::string trim(std::string s) {
-  while (!s.empty() && (s.back() == '\n' || s.back() == ' ' || s.back() == '\r')) s.pop_back();
-  const size_t a = s.find_first_not_of(' ');
-  return a == std::string::npos ? "" : s.substr(a);
-}
-
 // First line of a small file, trimmed; empty if unreadable.
 std::string first_line(const std::filesystem::path& file) {
   std::ifstream in(file);
   std::string line;
   std::getline(in, line);
-  return trim(line);
+  return std::string(formats::trim_blanks(line));
 }
 
 bool is_hash(const std::string& s) {
@@ -50,7 +45,7 @@ std::string first_field(const std::string& file, const std::string& key) {
   for (std::string line; std::getline(in, line);)
     if (line.rfind(key, 0) == 0) {
       const auto colon = line.find(':');
-      if (colon != std::string::npos) return trim(line.substr(colon + 1));
+      if (colon != std::string::npos) return std::string(formats::trim_blanks(std::string_view(line).substr(colon + 1)));
     }
   return {};
 }

@@ -5,6 +5,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "mantissa/formats/parse_number.hpp"
 #include "mantissa/io/untrusted.hpp"
 #include "mantissa/train/experiment.hpp"
 
@@ -14,34 +15,21 @@ namespace {
 
 constexpr size_t kMaxRates = 64;
 
-std::string trim(const std::string& s) {
-  const size_t a = s.find_first_not_of(" \t"), b = s.find_last_not_of(" \t");
-  return a == std::string::npos ? std::string() : s.substr(a, b - a + 1);
-}
-
 [[noreturn]] void bad(const std::string& spec, const std::string& why) {
   throw std::invalid_argument("--lr-sweep '" + io::excerpt(spec) + "': " + why +
                               " (expected START:STOP:STEP with STEP in octaves, e.g. 2^-12:2^1:1 or 1e-4:1e-2:0.5, "
                               "or a comma-separated list of rates)");
 }
 
-// A finite number filling all of `text`.
-bool read_number(const std::string& text, double& v) {
-  if (text.empty()) return false;
-  char* end = nullptr;
-  v = std::strtod(text.c_str(), &end);
-  return end == text.c_str() + text.size() && std::isfinite(v);
-}
-
 // "2^E" (E any decimal) or a plain decimal; must be a positive finite rate.
 double read_rate(const std::string& spec, const std::string& token, const char* what) {
-  const std::string t = trim(token);
+  const std::string t(formats::trim_blanks(token));
   double v = 0;
   if (t.rfind("2^", 0) == 0) {
     double e = 0;
-    if (!read_number(t.substr(2), e)) bad(spec, std::string(what) + " '" + io::excerpt(t) + "' is not 2^EXPONENT");
+    if (!formats::parse_finite(t.substr(2), e)) bad(spec, std::string(what) + " '" + io::excerpt(t) + "' is not 2^EXPONENT");
     v = std::exp2(e);
-  } else if (!read_number(t, v)) {
+  } else if (!formats::parse_finite(t, v)) {
     bad(spec, std::string(what) + " '" + io::excerpt(t) + "' is not a number");
   }
   if (!(v > 0) || !std::isfinite(v)) bad(spec, std::string(what) + " '" + io::excerpt(t) + "' is not a positive finite rate");
@@ -51,7 +39,7 @@ double read_rate(const std::string& spec, const std::string& token, const char* 
 }  // namespace
 
 std::vector<double> parse_lr_sweep(const std::string& spec) {
-  if (trim(spec).empty()) bad(spec, "empty");
+  if (formats::trim_blanks(spec).empty()) bad(spec, "empty");
   std::vector<double> rates;
   if (spec.find(':') == std::string::npos) {
     std::stringstream in(spec);
@@ -66,7 +54,9 @@ std::vector<double> parse_lr_sweep(const std::string& spec) {
     if (parts.size() != 3 || spec.back() == ':') bad(spec, "a range has three parts");
     const double start = read_rate(spec, parts[0], "START"), stop = read_rate(spec, parts[1], "STOP");
     double step = 0;
-    if (!read_number(trim(parts[2]), step) || !(step > 0)) bad(spec, "STEP '" + io::excerpt(trim(parts[2])) + "' is not a positive number of octaves");
+    const std::string_view text = formats::trim_blanks(parts[2]);
+    if (!formats::parse_finite(text, step) || !(step > 0))
+      bad(spec, "STEP '" + io::excerpt(text) + "' is not a positive number of octaves");
     if (stop < start) bad(spec, "STOP is below START");
     // Octaves from START to STOP, with room for the rounding of decimal bounds.
     const double octaves = std::log2(stop / start);

@@ -15,6 +15,8 @@
 #include "mantissa/data/mlm.hpp"
 #include "mantissa/dist/group.hpp"
 #include "mantissa/train/checkpoint.hpp"
+#include "mantissa/formats/parse_number.hpp"
+#include "mantissa/io/untrusted.hpp"
 #include "mantissa/io/files.hpp"
 #include "mantissa/kernels/kernels.hpp"
 #include "mantissa/nn/models.hpp"
@@ -31,10 +33,10 @@ recipe::Recipe resolve_recipe(const TrainConfig& c) {
     if (c.loss_scale == "dynamic") ls.method = recipe::ScalingMethod::dynamic;
     else if (c.loss_scale == "none") ls.method = recipe::ScalingMethod::none;
     else {
-      char* end = nullptr;
-      const double s = std::strtod(c.loss_scale.c_str(), &end);
-      if (end == c.loss_scale.c_str() || *end != '\0' || !(s > 0) || !std::isfinite(s))
-        throw std::invalid_argument("--loss-scale must be dynamic, none or a positive number (got '" + c.loss_scale + "')");
+      double s = 0;
+      if (!formats::parse_finite(c.loss_scale, s) || !(s > 0))
+        throw std::invalid_argument("--loss-scale must be dynamic, none or a positive number (got '" +
+                                    io::excerpt(c.loss_scale) + "')");
       ls.method = recipe::ScalingMethod::static_scale;
       ls.init_scale = s;
     }
@@ -108,9 +110,9 @@ std::unique_ptr<nn::Model> model_from_config(const std::string& kind, const std:
 
 namespace {
 double parse_number(const std::string& entry, const std::string& value) {
-  char* end = nullptr;
-  const double v = std::strtod(value.c_str(), &end);
-  if (value.empty() || *end != '\0') throw std::invalid_argument("--set " + entry + ": '" + value + "' is not a number");
+  double v = 0;
+  if (!formats::parse_number(value, v))
+    throw std::invalid_argument("--set " + io::excerpt(entry) + ": '" + io::excerpt(value) + "' is not a number");
   return v;
 }
 }  // namespace
@@ -267,7 +269,10 @@ std::string find_in(const std::vector<fs::path>& dirs, const std::string& name) 
 std::string default_data_path(const std::string& kind) {
   const std::string name = text_model(kind) ? "austen.txt" : "fashion-mnist";
   const std::vector<fs::path> dirs = data_dirs();
-  if (std::string p = find_in(dirs, name); !p.empty()) return p;
+  if (std::string p = find_in(dirs, name); !p.empty()) {
+    io::require_utf8(p, "default data path");
+    return p;
+  }
   // Never fetched implicitly: running a script found on disk would run
   // whatever the current directory holds.
   std::string looked;

@@ -5,6 +5,7 @@
 
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "mantissa/io/safetensors.hpp"
 #include "mantissa/io/untrusted.hpp"
@@ -49,6 +50,65 @@ TEST(Untrusted, ExcerptsAreShortAndEscaped) {
   const std::string e = io::excerpt_json(deep);
   EXPECT_EQ(e.substr(0, 80), std::string(60, '[') + "1" + std::string(19, ']'));
   EXPECT_EQ(io::excerpt_json(nlohmann::json{{"k", 1}}), "{\"k\":1}");
+}
+
+// nlohmann's strict dump() is the reference: require_utf8 must accept exactly
+// the strings it can write, or a run would fail at its first JSON record.
+bool nlohmann_writes(const std::string& s) {
+  try {
+    (void)nlohmann::json(s).dump();
+    return true;
+  } catch (const nlohmann::json::type_error&) {
+    return false;
+  }
+}
+
+bool accepted(const std::string& s) {
+  try {
+    io::require_utf8(s, "x");
+    return true;
+  } catch (const std::invalid_argument&) {
+    return false;
+  }
+}
+
+TEST(Untrusted, Utf8CheckAgreesWithTheJsonWriter) {
+  std::vector<std::string> cases;
+  for (int a = 0; a < 256; ++a) {
+    cases.emplace_back(1, static_cast<char>(a));
+    for (int b = 0; b < 256; ++b) cases.push_back({static_cast<char>(a), static_cast<char>(b)});
+  }
+  // Three-byte forms at every lead byte that bounds a range (overlong,
+  // surrogates, the top of the BMP), every second and third byte.
+  for (int a : {0xE0, 0xE1, 0xED, 0xEF})
+    for (int b = 0; b < 256; ++b)
+      for (int c = 0; c < 256; ++c) cases.push_back({static_cast<char>(a), static_cast<char>(b), static_cast<char>(c)});
+  // Four-byte forms: every lead from 0xF0, every second byte, continuation
+  // bytes at the edges of their range.
+  for (int a = 0xF0; a < 0x100; ++a)
+    for (int b = 0; b < 256; ++b)
+      for (int c : {0x7F, 0x80, 0xBF, 0xC0})
+        for (int d : {0x7F, 0x80, 0xBF, 0xC0})
+          cases.push_back({static_cast<char>(a), static_cast<char>(b), static_cast<char>(c), static_cast<char>(d)});
+  size_t valid = 0;
+  for (const std::string& s : cases) {
+    const bool ok = accepted(s);
+    valid += ok;
+    ASSERT_EQ(ok, nlohmann_writes(s)) << io::excerpt(s);
+    ASSERT_EQ(ok, accepted("ok " + s + " ok")) << io::excerpt(s);
+  }
+  // Well-formed among them: 128 bytes; 128*128 ASCII pairs and 30*64
+  // two-byte forms (lead C2-DF); three-byte forms with E0 and ED (32*64
+  // each: second byte A0-BF, 80-9F) and E1, EF (64*64 each); four-byte
+  // forms with leads F0 (48 second bytes), F1-F3 (64), F4 (16), times the 4
+  // of 16 continuation pairs that are in range.
+  EXPECT_EQ(valid, 128u + 128u * 128u + 30u * 64u + 2u * 32u * 64u + 2u * 64u * 64u + (48u + 3u * 64u + 16u) * 4u);
+}
+
+TEST(Untrusted, Utf8ErrorNamesTheSettingAndTheByte) {
+  EXPECT_NO_THROW(io::require_utf8("na\xc3\xafve \xe2\x82\xac \xf0\x9f\x99\x82", "--save"));
+  EXPECT_EQ(error_of([] { io::require_utf8("run\xff" "1", "--save"); }),
+            "--save: not valid UTF-8 (byte 0xFF at offset 3: 'run\\xff1')");
 }
 
 std::string safetensors_with_scale(const std::string& scale) {

@@ -55,5 +55,25 @@ TEST(RecipeSetting, ABadNameIsRefusedWhenTheRecipeIsValidated) {
   EXPECT_NE(message_of(r).find("matmul_format"), std::string::npos);
 }
 
+// Numbers are read by the one parser every setting uses: decimal and hex
+// floats, subnormals; no trailing text, nothing infinite or NaN.
+TEST(RecipeSetting, NumbersAcceptEverySpellingOfAFiniteDouble) {
+  Recipe r = find_recipe("fp16-amp");
+  set_recipe_field(r, "loss_scale.init_scale", "0x1p-3");
+  EXPECT_EQ(r.loss_scale.init_scale, 0.125);
+  set_recipe_field(r, "loss_scale.init_scale", " 65536");
+  EXPECT_EQ(r.loss_scale.init_scale, 65536.0);
+  set_recipe_field(r, "loss_scale.init_scale", "4.9406564584124654e-324");
+  EXPECT_EQ(r.loss_scale.init_scale, 0x1p-1074);
+  for (const char* bad : {"", "1e400", "inf", "nan", "2x", "0x1p-3 ", "--1"}) {
+    try {
+      set_recipe_field(r, "loss_scale.init_scale", bad);
+      ADD_FAILURE() << "'" << bad << "' was accepted";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_EQ(std::string(e.what()), "recipe setting loss_scale.init_scale: '" + std::string(bad) + "' is not a number");
+    }
+  }
+}
+
 }  // namespace
 }  // namespace mantissa::recipe

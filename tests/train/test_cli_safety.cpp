@@ -18,6 +18,8 @@
 
 #include "mantissa/io/files.hpp"
 #include "mantissa/io/safetensors.hpp"
+#include "mantissa/train/config.hpp"
+#include "mantissa/train/session.hpp"
 #include "train/cli_util.hpp"
 
 namespace fs = std::filesystem;
@@ -210,6 +212,36 @@ TEST_F(CliSafety, ExperimentRefusesAUsersOutDirectory) {
 
 // Crafted model directories and checkpoints: a clear error (exit 2), never a
 // crash or a huge allocation.
+// Run records and checkpoints are JSON, which holds UTF-8 only: a path or a
+// name that is not is refused up front, not when the first record is written.
+TEST_F(CliSafety, TextJsonCannotHoldIsRefusedBeforeTraining) {
+  for (const std::string& extra : {" --save '" + path("ck\xff") + "'", std::string(" --set 'name=run\xfe'"),
+                                   " --metrics '" + path("m\xc0\xaf.jsonl") + "'"}) {
+    const Result r = run(tiny(2) + extra);
+    expect_refused(r, "not valid UTF-8");
+  }
+  EXPECT_FALSE(fs::exists(path("ck\xff")));
+  EXPECT_FALSE(fs::exists(path("m\xc0\xaf.jsonl")));
+  // The library refuses the same, naming the setting.
+  train::TrainConfig c;
+  c.save = "ck\xff";
+  try {
+    train::validate(c);
+    ADD_FAILURE() << "a non-UTF-8 --save was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("--save: not valid UTF-8 (byte 0xFF at offset 2", 0), 0u) << e.what();
+  }
+  c.save.clear();
+  c.set = {"description=\xed\xa0\x80"};  // a UTF-16 surrogate, which UTF-8 excludes
+  try {
+    (void)train::resolve_recipe(c);
+    ADD_FAILURE() << "a surrogate in a recipe description was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("recipe setting 'description': not valid UTF-8 (byte 0xED at offset 0", 0), 0u)
+        << e.what();
+  }
+}
+
 TEST_F(CliSafety, CraftedConfigsAreRefusedBeforeAModelIsBuilt) {
   ASSERT_EQ(run(tiny(2) + " --save " + path("ck")).code, 0);
   const std::string good = io::read_file(path("ck/config.json"));

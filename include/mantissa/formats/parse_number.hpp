@@ -1,4 +1,6 @@
-// The text numbers `mantissa quantize` reads, one per line.
+// Numbers read from text: the values `mantissa quantize` reads, one per line,
+// and every numeric setting (recipe fields, unit settings, loss scales,
+// sweep rates). One parser, so every setting accepts the same spellings.
 #pragma once
 
 #include <string>
@@ -12,5 +14,7 @@ std::string_view trim_blanks(std::string_view s);
 // empty text, trailing junk or out-of-range decimals (overflow to infinity;
 // underflow to a subnormal is fine).
 bool parse_number(std::string_view text, double& out);
+// parse_number, and the value is finite (no nan or inf).
+bool parse_finite(std::string_view text, double& out);
 
 }  // namespace mantissa::formats

@@ -31,6 +31,12 @@ nlohmann::json parse_json(std::string_view text, const std::string& what);
 // input must never reach).
 std::string string_or_empty(const nlohmann::json& j, const std::string& key);
 
+// Throws std::invalid_argument "<what>: not valid UTF-8 (byte 0xNN at offset
+// K)" unless s is well-formed UTF-8 (no overlong forms, surrogates or code
+// points above U+10FFFF). Everything mantissa writes into JSON (run records,
+// checkpoints, recipes) must pass, so it is checked where text comes in.
+void require_utf8(std::string_view s, const std::string& what);
+
 // At most kMaxQuoted characters of s, control and non-ASCII bytes escaped as
 // \xNN, with "... (N bytes)" appended when cut.
 std::string excerpt(std::string_view s);

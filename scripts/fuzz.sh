@@ -6,7 +6,10 @@
 # on the first finding (crash, sanitizer report, leak, timeout, escaped
 # exception); the input that caused it is left in build-fuzz/findings/.
 # New inputs found along the way go to build-fuzz/corpus/<target>, not into
-# the repository. Prints executions per target.
+# the repository. Prints executions per target. MANTISSA_FUZZ_SEED fixes
+# libFuzzer's random seed (the test command sets it, so its short run walks
+# the same inputs every time and a finding reproduces); unset, each run
+# explores afresh.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 SECONDS_EACH=${1:-10}; shift || true
@@ -26,13 +29,15 @@ for t in "${TARGETS[@]}"; do [[ -x "$DIR/$t" ]] || { echo "fuzz.sh: $t did not b
 mkdir -p "$DIR/findings"
 export OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
 export ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+SEED_FLAG=()
+if [[ -n "${MANTISSA_FUZZ_SEED:-}" ]]; then SEED_FLAG=(-seed="$MANTISSA_FUZZ_SEED"); fi
 status=0
 for t in "${TARGETS[@]}"; do
   work="$DIR/corpus/$t"
   mkdir -p "$work"
   log="$DIR/$t.log"
   if "$DIR/$t" "$work" "$ROOT/fuzz/corpus/$t" -max_total_time="$SECONDS_EACH" -timeout=10 -rss_limit_mb=3072 \
-       -max_len=65536 -print_final_stats=1 -artifact_prefix="$DIR/findings/$t-" >"$log" 2>&1; then
+       -max_len=65536 "${SEED_FLAG[@]}" -print_final_stats=1 -artifact_prefix="$DIR/findings/$t-" >"$log" 2>&1; then
     runs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' || echo "?")
     echo "fuzz $t: $runs executions in ${SECONDS_EACH} s, no findings"
   else

@@ -218,7 +218,7 @@ Bert::Bert(const BertConfig& config) : config_(config) {
 // at initialisation the branch adds nothing every token shares; the bias stays trainable.
 void Bert::cancel_gelu_mean(const Linear& out, int64_t C, int64_t F) {
   const unit::UnitConfig& uc = config_.unit;
-  const double m = unit::gelu_mean() * unit::gelu(1.0, uc.rules("gelu")).fwd * unit::linear(F, C, 1, uc.branch_linear_rules()).fwd;
+  const double m = unit::gelu_mean() * gelu_scales().fwd * unit::linear(F, C, 1, uc.branch_linear_rules()).fwd;
   const float* w = out.w->value.f32();
   for (int64_t o = 0; o < C; ++o) {
     double row = 0;
@@ -250,8 +250,10 @@ ag::Var Bert::layer_norm(ag::Tape& t, const ag::Var& x, const Norm& n, int64_t b
 
 ag::Var Bert::gelu(ag::Tape& t, ag::Var x) {
   if (!config_.unit.enabled) return ag::gelu(t, std::move(x));
-  return unit::unit_gelu(t, std::move(x), unit::gelu(1.0, config_.unit.rules("gelu")));
+  return unit::unit_gelu(t, std::move(x), gelu_scales());
 }
+
+unit::Scales Bert::gelu_scales() const { return unit::gelu(1.0, config_.unit.rules("gelu")); }
 
 // One block on the residual stream x [N, C].
 ag::Var Bert::block(ag::Tape& t, const Pass& p, const Block& b, ag::Var x_in, size_t layer) {
@@ -286,7 +288,7 @@ ag::Var Bert::block(ag::Tape& t, const Pass& p, const Block& b, ag::Var x_in, si
   ag::Var x = join(y, r, uc.tau_attn, b.ln_attn, "attn.residual");
 
   // GELU MLP.
-  r = split(x, uc.tau_mlp, unit::mismatch(fc_s) * unit::mismatch(unit::gelu(1.0, uc.rules("gelu"))) * unit::mismatch(out_s));
+  r = split(x, uc.tau_mlp, unit::mismatch(fc_s) * unit::mismatch(gelu_scales()) * unit::mismatch(out_s));
   h = pre ? obs(layer_norm(t, r.branch, b.ln_mlp, p.tokens), "mlp.ln") : r.branch;
   ag::Var f = obs(gelu(t, dense(t, h, b.fc, fc_s)), "mlp.gelu");
   y = obs(dense(t, f, b.out, out_s), "mlp.proj");

@@ -126,6 +126,8 @@ class Bert : public Model {
   void cancel_gelu_mean(const Linear& out, int64_t C, int64_t F);
   autograd::Var layer_norm(autograd::Tape& t, const autograd::Var& x, const Norm& n, int64_t batch);
   autograd::Var gelu(autograd::Tape& t, autograd::Var x);
+  // Unit: the GELU's scales (one rule, read by the op, its branch and the bias init).
+  unit::Scales gelu_scales() const;
 
   BertConfig config_;
   autograd::Parameter *word_ = nullptr, *position_ = nullptr, *type_ = nullptr;

@@ -6,39 +6,20 @@
 // default seed, stays on the plateau: fp16's rounding tips it there.
 #include <gtest/gtest.h>
 
-#include <cmath>
 #include <cstdio>
-#include <filesystem>
 
-#include "mantissa/train/session.hpp"
+#include "slow/small_run.hpp"
 
 namespace mantissa {
 namespace {
-namespace fs = std::filesystem;
 
 TEST(BertUnitFp16, LeavesTheByteFrequencyPlateauAtItsDefaultRate) {
-  const fs::path corpus = fs::path(MANTISSA_SOURCE_DIR) / ".cache" / "data" / "austen.txt";
-  if (!fs::exists(corpus)) GTEST_SKIP() << "needs the default corpus: bash scripts/data.sh";
-  train::TrainConfig c;
-  c.model = "bert";
-  c.data = corpus.string();
-  c.layers = 2;
-  c.d_model = 64;
-  c.heads = 4;
-  c.seq_len = 64;
-  c.batch_size = 16;
-  c.steps = 2000;
-  c.warmup = 50;
-  c.eval_batches = 16;
-  c.threads = 1;
-  c.recipe = "unit-fp16";
-  auto s = train::build_session(c);
-  EXPECT_DOUBLE_EQ(s->config.lr, 0x1p-2) << "the unit BERT's own default rate";
-  for (int64_t i = 0; i < c.steps; ++i) ASSERT_TRUE(std::isfinite(s->trainer->train_step().loss)) << "step " << i;
-  const train::EvalMetrics m = s->trainer->evaluate();
-  std::printf("unit-fp16 BERT after %ld steps at lr %g: masked accuracy %.4f, val loss %.4f\n",
-              static_cast<long>(c.steps), s->config.lr, m.masked_accuracy, m.val_loss);
-  EXPECT_GT(m.masked_accuracy, 0.24);
+  const auto run = slow_test::train_small("bert", "unit-fp16", 1337);
+  if (!run) GTEST_SKIP() << "needs the default corpus: bash scripts/data.sh";
+  EXPECT_DOUBLE_EQ(run->lr, 0x1p-2) << "the unit BERT's own default rate";
+  std::printf("unit-fp16 BERT at lr %g: masked accuracy %.4f, val loss %.4f\n", run->lr,
+              run->metrics.masked_accuracy, run->metrics.val_loss);
+  EXPECT_GT(run->metrics.masked_accuracy, 0.24);
 }
 
 }  // namespace

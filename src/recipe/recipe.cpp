@@ -360,7 +360,8 @@ void set_recipe_field(Recipe& r, std::string_view key, std::string_view value) {
       throw std::invalid_argument("recipe setting loss_scale.growth_interval: '" + v + "' is not a positive integer");
     ls.growth_interval = static_cast<int64_t>(d);
   } else if (key == "cast_forward" || key == "cast_backward") {
-    const FormatSetting cast = v;
+    // "none" is the empty cast, spelled as fp4_format spells its absence.
+    const FormatSetting cast = v == "none" ? std::string() : v;
     check_cast_format(std::string(key), cast, quant::CastScaling::propagate);
     (key == "cast_forward" ? r.cast_forward : r.cast_backward) = cast;
   } else if (key == "cast_scaling") r.cast_scaling = parse_enum<quant::CastScaling>(value, kCastScalingNames, key);

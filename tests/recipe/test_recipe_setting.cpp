@@ -75,5 +75,16 @@ TEST(RecipeSetting, NumbersAcceptEverySpellingOfAFiniteDouble) {
   }
 }
 
+TEST(RecipeSetting, NoneRemovesACastAsTheEmptyValueDoes) {
+  Recipe r = find_recipe("unit-fp8");
+  set_recipe_field(r, "cast_backward", "none");
+  EXPECT_TRUE(r.cast_backward.empty());
+  EXPECT_EQ(r.cast_forward.value().max(), 448.0);
+  set_recipe_field(r, "cast_forward", "");
+  EXPECT_TRUE(r.cast_forward.empty());
+  EXPECT_NO_THROW(validate_recipe(r));  // unit scaling casts nothing now, which is allowed
+  EXPECT_TRUE(recipe_from_json(recipe_to_json(r)).cast_backward.empty());
+}
+
 }  // namespace
 }  // namespace mantissa::recipe

@@ -64,8 +64,9 @@ struct Recipe {
   LossScaleConfig loss_scale;
   // Casts at the matrix products: the forward inputs (activation and weight)
   // of every linear/matmul/bmm are cast to `cast_forward`, the output gradient
-  // to `cast_backward` in the backward pass ("" = no cast; e.g. "e4m3fn",
-  // "e4m3fnuz", "e5m2", "e5m2fnuz"; "fp16" with propagate). The cast operands
+  // to `cast_backward` in the backward pass ("" = no cast, which `--set` also
+  // takes as "none"; e.g. "e4m3fn", "e4m3fnuz", "e5m2", "e5m2fnuz"; "fp16"
+  // with propagate). The cast operands
   // are real 1-byte tensors multiplied exactly through the bf16 path (fp16
   // casts: real 2-byte tensors decoded exactly to f32 and multiplied in f32).
   FormatSetting cast_forward = "";

@@ -2,6 +2,7 @@
 // (train/experiment.hpp, report/report.hpp).
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -10,7 +11,9 @@
 #include "cli/command.hpp"
 #include "mantissa/dist/group.hpp"
 #include "mantissa/kernels/kernels.hpp"
+#include "mantissa/nn/models.hpp"
 #include "mantissa/train/experiment.hpp"
+#include "mantissa/train/session.hpp"
 
 namespace mantissa::cli {
 namespace {
@@ -24,6 +27,18 @@ std::vector<std::string> split_list(const std::string& s, const char* flag) {
     out.push_back(item.substr(a, b - a + 1));
   }
   if (out.empty()) throw UsageError(std::string(flag) + ": expects a comma-separated list of recipe names");
+  return out;
+}
+
+// "gpt 2^-1, llama 2^-2, ...": each text model's default unit rate, read
+// from the model registry so the help follows the models.
+std::string unit_rate_defaults() {
+  std::string out;
+  for (const nn::ModelKind& k : nn::model_kinds()) {
+    if (k.task == nn::Model::Task::classifier) continue;
+    const int e = static_cast<int>(std::lround(std::log2(train::unit_default_lr(k.name))));
+    out += (out.empty() ? "" : ", ") + k.name + " 2^" + std::to_string(e);
+  }
   return out;
 }
 
@@ -122,7 +137,7 @@ Registrar reg(40, [](CLI::App& app) {
   cmd->add_option("--inspect-gap", o.inspect_gap_pct, "inspect GPT recipes whose val bpc is more than this % behind fp32, or diverged (default 2)")
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--inspect-steps", o.inspect_steps, "steps of each inspection (default 25)")->check(CLI::PositiveNumber)->check(exact_integer<int64_t>());
-  cmd->add_option("--lr-unit", o.lr_unit, "text-model learning rate of unit-scaled recipes (default: the model's, 2^-1; bert 2^-2)")->check(CLI::PositiveNumber);
+  cmd->add_option("--lr-unit", o.lr_unit, "text-model learning rate of unit-scaled recipes (default: the model's own: " + unit_rate_defaults() + ")")->check(CLI::PositiveNumber);
   cmd->callback([cmd, a] {
     a->o.command = command_line();
     experiment_command(cmd, *a);

@@ -16,6 +16,7 @@
 
 #include "mantissa/io/files.hpp"
 #include "mantissa/train/experiment.hpp"
+#include "mantissa/train/session.hpp"
 #include "train/cli_util.hpp"
 
 namespace fs = std::filesystem;
@@ -115,6 +116,16 @@ TEST(LrSweepCli, BadSpecExitsTwoNamingTheFlag) {
   const auto both = cli_test::run("experiment --lr-sweep 2^-3:2^-1:1 --lr-unit 0.5");
   EXPECT_EQ(both.code, 2) << both.out;
   EXPECT_NE(both.out.find("--lr-unit"), std::string::npos) << both.out;
+}
+
+// The help states each text model's default unit rate as the registry sets it
+// (the GPT the library's 2^-1; the Llama and the BERT their own 2^-2).
+TEST(LrSweepCli, HelpNamesEachModelsDefaultUnitRate) {
+  const auto r = cli_test::run("experiment --help");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("(default: the model's own: gpt 2^-1, llama 2^-2, bert 2^-2)"), std::string::npos) << r.out;
+  EXPECT_EQ(mantissa::train::unit_default_lr("llama"), 0x1p-2);
+  EXPECT_EQ(mantissa::train::unit_default_lr("gpt"), mantissa::train::kUnitDefaultLr);
 }
 
 // Two recipes at two rates on a tiny GPT: the sweep table's best rate is the

@@ -10,6 +10,7 @@
 
 #include "cli/command.hpp"
 #include "mantissa/dist/group.hpp"
+#include "mantissa/formats/parse_number.hpp"
 #include "mantissa/kernels/kernels.hpp"
 #include "mantissa/nn/models.hpp"
 #include "mantissa/train/experiment.hpp"
@@ -22,9 +23,9 @@ std::vector<std::string> split_list(const std::string& s, const char* flag) {
   std::vector<std::string> out;
   std::stringstream in(s);
   for (std::string item; std::getline(in, item, ',');) {
-    const size_t a = item.find_first_not_of(" \t"), b = item.find_last_not_of(" \t");
-    if (a == std::string::npos) throw UsageError(std::string(flag) + ": empty name in '" + s + "'");
-    out.push_back(item.substr(a, b - a + 1));
+    const std::string_view name = formats::trim_blanks(item);
+    if (name.empty()) throw UsageError(std::string(flag) + ": empty name in '" + s + "'");
+    out.emplace_back(name);
   }
   if (out.empty()) throw UsageError(std::string(flag) + ": expects a comma-separated list of recipe names");
   return out;

@@ -14,7 +14,9 @@ Isa detect() {
   __builtin_cpu_init();
   const bool base = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                     __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
-  if (!base) return Isa::scalar;
+  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                    __builtin_cpu_supports("f16c");
+  if (!base) return avx2 ? Isa::avx2 : Isa::scalar;
   if (!__builtin_cpu_supports("avx512bf16")) return Isa::avx512;
   return __builtin_cpu_supports("avx512fp16") ? Isa::avx512_bf16_fp16 : Isa::avx512_bf16;
 }
@@ -25,7 +27,7 @@ Isa parse_isa_env() {
   for (Isa isa : kAllIsas)
     if (std::strcmp(s, isa_name(isa)) == 0) return isa;
   std::fprintf(stderr,
-               "mantissa: MANTISSA_MAX_ISA=%s is not one of scalar, avx512, avx512_bf16, avx512_bf16_fp16; "
+               "mantissa: MANTISSA_MAX_ISA=%s is not one of scalar, avx2, avx512, avx512_bf16, avx512_bf16_fp16; "
                "ignored\n",
                s);
   return Isa::avx512_bf16_fp16;
@@ -52,6 +54,7 @@ Isa active_isa() { return std::min(detected_isa(), isa_cap().load()); }
 const char* isa_name(Isa isa) {
   switch (isa) {
     case Isa::scalar: return "scalar";
+    case Isa::avx2: return "avx2";
     case Isa::avx512: return "avx512";
     case Isa::avx512_bf16: return "avx512_bf16";
     case Isa::avx512_bf16_fp16: return "avx512_bf16_fp16";

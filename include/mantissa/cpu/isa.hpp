@@ -11,16 +11,17 @@
 
 namespace mantissa::cpu {
 
-// Levels in order; each includes the ones below. avx512 is F+BW+VL+DQ;
+// Levels in order; each includes the ones below. avx2 is AVX2+FMA+F16C (AMD
+// Zen 1-3, Intel client cores since Haswell); avx512 is F+BW+VL+DQ;
 // avx512_bf16 adds vcvtneps2bf16 and vdpbf16ps and needs no AVX512-FP16 (e.g.
 // AMD Zen 4); avx512_bf16_fp16 is a CPU with both extensions (e.g. Sapphire
 // Rapids) and adds no kernel of its own.
-enum class Isa : uint8_t { scalar, avx512, avx512_bf16, avx512_bf16_fp16 };
-inline constexpr Isa kAllIsas[] = {Isa::scalar, Isa::avx512, Isa::avx512_bf16, Isa::avx512_bf16_fp16};
+enum class Isa : uint8_t { scalar, avx2, avx512, avx512_bf16, avx512_bf16_fp16 };
+inline constexpr Isa kAllIsas[] = {Isa::scalar, Isa::avx2, Isa::avx512, Isa::avx512_bf16, Isa::avx512_bf16_fp16};
 
 Isa detected_isa();  // what the host offers (cpuid, read once)
 // Cap the instruction set (for comparison runs and tests); also read once from
-// the environment variable MANTISSA_MAX_ISA = scalar|avx512|avx512_bf16|avx512_bf16_fp16.
+// the environment variable MANTISSA_MAX_ISA = scalar|avx2|avx512|avx512_bf16|avx512_bf16_fp16.
 void set_max_isa(Isa cap);
 Isa max_isa();
 Isa active_isa();  // min(detected, cap): what kernels may use

@@ -86,6 +86,7 @@ MANTISSA_CLONES void gelu_forward_generic(float* out, const float* x, int64_t n,
 using GeluForwardFn = void (*)(float*, const float*, int64_t, float);
 const cpu::Impl<GeluForwardFn> kGeluForward[] = {
     {"avx512:gelu", cpu::Isa::avx512, gelu_forward_avx512},
+    {"avx2:gelu", cpu::Isa::avx2, gelu_forward_avx2},
     {"generic:gelu", cpu::Isa::scalar, gelu_forward_generic},
 };
 
@@ -124,6 +125,7 @@ MANTISSA_CLONES void gelu_backward_generic(float* dx, const float* x, const floa
 using GeluBackwardFn = void (*)(float*, const float*, const float*, int64_t, bool, float);
 const cpu::Impl<GeluBackwardFn> kGeluBackward[] = {
     {"avx512:gelu", cpu::Isa::avx512, gelu_backward_avx512},
+    {"avx2:gelu", cpu::Isa::avx2, gelu_backward_avx2},
     {"generic:gelu", cpu::Isa::scalar, gelu_backward_generic},
 };
 

@@ -29,6 +29,9 @@ void span_gelu_backward(float* dx, const float* x, const float* dout, int64_t n,
 // used when cpu::active_isa() allows AVX-512 (its cap applies).
 void gelu_forward_avx512(float* out, const float* x, int64_t n, float scale);
 void gelu_backward_avx512(float* dx, const float* x, const float* dout, int64_t n, bool accumulate, float scale);
+// Their 8-lane AVX2 + FMA ports (gelu_avx2.cpp), same contract.
+void gelu_forward_avx2(float* out, const float* x, int64_t n, float scale);
+void gelu_backward_avx2(float* dx, const float* x, const float* dout, int64_t n, bool accumulate, float scale);
 // Memory-bound spans that the baseline ISA would run 4 lanes wide.
 void span_to_bf16(uint16_t* y, const float* x, int64_t n);    // round to nearest even
 void span_from_bf16(float* y, const uint16_t* x, int64_t n);  // exact

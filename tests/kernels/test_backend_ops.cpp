@@ -135,8 +135,12 @@ void expect_fits(const std::string& name, cpu::Isa cap) {
   const bool avx512 = name.rfind("avx512", 0) == 0;
   const bool avx2 = name.rfind("avx2", 0) == 0;
   EXPECT_EQ(avx512 || avx2, cap >= cpu::Isa::avx2) << name << " under " << cpu::isa_name(cap);
-  if (avx512) EXPECT_GE(cap, cpu::Isa::avx512) << name;
-  if (name.rfind("avx512_bf16", 0) == 0) EXPECT_GE(cap, cpu::Isa::avx512_bf16) << name;
+  if (avx512) {
+    EXPECT_GE(cap, cpu::Isa::avx512) << name;
+  }
+  if (name.rfind("avx512_bf16", 0) == 0) {
+    EXPECT_GE(cap, cpu::Isa::avx512_bf16) << name;
+  }
 }
 
 TEST(BackendOps, QuantizeAndFakeQuantizeMatchFloat64Rounding) {
@@ -339,8 +343,9 @@ TEST(BackendOps, ScaledCopyMatchesFloat64) {
 
 // GELU forward and backward with x in fp32, bf16 and 1-byte codes (x =
 // table[code] x fold), over [-12, 12] plus far-left inputs and a NaN that
-// must come out NaN; the AVX-512 kernels (reciprocal estimate + Newton step,
-// vscalefps exp) and the generic loops (division, clamped exp).
+// must come out NaN; the AVX-512 and AVX2 kernels (reciprocal estimate +
+// Newton step, 2u clamped to [-80, 80]) and the generic loops (division,
+// clamped exp).
 TEST(BackendOps, GeluOnEveryStorageMatchesFloat64) {
   constexpr int64_t kN = 1037;
   std::mt19937_64 rng(8);

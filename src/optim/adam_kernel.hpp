@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "cpu/target.hpp"
 #include "mantissa/cpu/isa.hpp"
 
 namespace mantissa::optim::detail {
@@ -72,8 +73,38 @@ __attribute__((target("avx512f"))) inline void adam_chunk_avx512(float* p, const
   adam_chunk_scalar(p + i, g + i, m + i, v + i, n - i, s);
 }
 
+// The same operations on 8 lanes: each is one IEEE operation (mul, sub, fma,
+// sqrt, div), so every lane gives adam_element's bits.
+MANTISSA_AVX2 inline void adam_chunk_avx2(float* p, const float* g, float* m, float* v, int64_t n, const AdamScalars& s) {
+  const __m256 decay = _mm256_set1_ps(s.decay_factor), l2 = _mm256_set1_ps(s.l2);
+  const __m256 omb1 = _mm256_set1_ps(s.one_minus_b1), b2 = _mm256_set1_ps(s.b2), omb2 = _mm256_set1_ps(s.one_minus_b2);
+  const __m256 inv = _mm256_set1_ps(s.inv_bc2_sqrt), eps = _mm256_set1_ps(s.eps);
+  const __m256 neg_step = _mm256_set1_ps(-s.step_size);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 w = _mm256_mul_ps(_mm256_loadu_ps(p + i), decay);
+    const __m256 gi = _mm256_fmadd_ps(l2, w, _mm256_loadu_ps(g + i));
+    const __m256 m0 = _mm256_loadu_ps(m + i);
+    const __m256 mi = _mm256_fmadd_ps(omb1, _mm256_sub_ps(gi, m0), m0);
+    const __m256 vi = _mm256_fmadd_ps(_mm256_loadu_ps(v + i), b2, _mm256_mul_ps(_mm256_mul_ps(omb2, gi), gi));
+    _mm256_storeu_ps(m + i, mi);
+    _mm256_storeu_ps(v + i, vi);
+    const __m256 denom = _mm256_fmadd_ps(_mm256_sqrt_ps(vi), inv, eps);
+    _mm256_storeu_ps(p + i, _mm256_fmadd_ps(neg_step, _mm256_div_ps(mi, denom), w));
+  }
+  adam_chunk_scalar(p + i, g + i, m + i, v + i, n - i, s);
+}
+
+// Which chunk kernel runs: "avx512:adam", "avx2:adam" or "scalar:adam".
+inline const char* adam_implementation() {
+  const cpu::Isa isa = cpu::active_isa();
+  return isa >= cpu::Isa::avx512 ? "avx512:adam" : isa >= cpu::Isa::avx2 ? "avx2:adam" : "scalar:adam";
+}
+
 inline void adam_chunk(float* p, const float* g, float* m, float* v, int64_t n, const AdamScalars& s) {
-  if (cpu::active_isa() >= cpu::Isa::avx512) adam_chunk_avx512(p, g, m, v, n, s);
+  const cpu::Isa isa = cpu::active_isa();
+  if (isa >= cpu::Isa::avx512) adam_chunk_avx512(p, g, m, v, n, s);
+  else if (isa >= cpu::Isa::avx2) adam_chunk_avx2(p, g, m, v, n, s);
   else adam_chunk_scalar(p, g, m, v, n, s);
 }
 

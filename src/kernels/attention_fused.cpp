@@ -1,7 +1,8 @@
-// Per-head fp32 causal attention on AVX-512 register tiles (see attention_fused.hpp).
+// Per-head fp32 causal attention on AVX-512 or AVX2 register tiles (see attention_fused.hpp).
 //
 // Every product is C (+)= alpha * A B over a row block of at most kRows rows
-// and up to 64 columns (four zmm accumulators per row, 24 in all), where A is
+// and up to 64 columns (four zmm accumulators per row, 24 in all; on AVX2 16
+// columns, two ymm accumulators per row, 12 in all), where A is
 // read through (row, k) strides so that A or A^T comes straight from memory
 // and B is row-major. The k^T of q k^T and the v^T of dO v^T are transposed
 // once per head into a small [hs, T] buffer. Causality decides the ranges:
@@ -15,6 +16,7 @@
 //   backward, per row block: dP = dO v^T; dS = P (dP - rowsum(P dP)) / sqrt(hs); dQ += dS k
 //   then per row block of keys: dV += P^T dO; dK += dS^T q
 #include "kernels/attention_fused.hpp"
+#include "cpu/target.hpp"
 #include "mantissa/cpu/isa.hpp"
 
 // GCC 12's AVX-512 intrinsics initialise their undefined-vector placeholder
@@ -94,7 +96,7 @@ constexpr std::array<std::array<TileFn, kVectors>, kRows> all_tiles(std::integer
 constexpr auto kTiles = all_tiles(std::make_integer_sequence<int, kRows>{});
 
 // C [R, n] (+)= alpha * A [R, k0:k1) B [k0:k1, n), in column groups of 64.
-void block(float* c, int64_t ldc, Strided A, const float* b, int64_t ldb, int R, int64_t n, int64_t k0, int64_t k1,
+void block512(float* c, int64_t ldc, Strided A, const float* b, int64_t ldb, int R, int64_t n, int64_t k0, int64_t k1,
            float alpha, bool accumulate) {
   for (int64_t c0 = 0; c0 < n; c0 += 16 * kVectors) {
     const int64_t w = std::min<int64_t>(16 * kVectors, n - c0);
@@ -104,6 +106,95 @@ void block(float* c, int64_t ldc, Strided A, const float* b, int64_t ldb, int R,
     kTiles[static_cast<size_t>(R - 1)][static_cast<size_t>(nv - 1)](c + c0, ldc, A, b + c0, ldb, k0, k1, last,
                                                                     alpha, accumulate);
   }
+}
+
+// The AVX2 + FMA tiles: the same products on 8-float vectors, kRows rows by
+// two vectors (12 ymm accumulators, 16 columns). Every entry of C is the same
+// chain of fused multiply-adds over k in the same order as on AVX-512, then
+// the same scaling and addition, so both tiers give the same bits.
+namespace avx2 {
+
+constexpr int kVectors = 2;
+
+// Lanes [0, k) on, 1 <= k <= 8.
+MANTISSA_AVX2 inline __m256i first_lanes(int k) {
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(k), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+// As the AVX-512 tile, with the last vector's lanes from `tail` on left
+// alone (the mask is built here: a ymm argument would cross the call from
+// code compiled without AVX).
+template <int R, int NV>
+MANTISSA_AVX2 void tile(float* c, int64_t ldc, Strided A, const float* b, int64_t ldb, int64_t k0, int64_t k1,
+                        int tail, float alpha, bool accumulate) {
+  const __m256i last = first_lanes(tail);
+  __m256 acc[R][NV];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 2
+    for (int v = 0; v < NV; ++v) acc[r][v] = _mm256_setzero_ps();
+  const float* ak = A.a + k0 * A.ks;
+  const float* bk = b + k0 * ldb;
+  for (int64_t k = k0; k < k1; ++k, ak += A.ks, bk += ldb) {
+    __m256 bv[NV];
+#pragma GCC unroll 2
+    for (int v = 0; v < NV; ++v)
+      bv[v] = v == NV - 1 ? _mm256_maskload_ps(bk + 8 * v, last) : _mm256_loadu_ps(bk + 8 * v);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      const __m256 av = _mm256_broadcast_ss(ak + r * A.rs);
+#pragma GCC unroll 2
+      for (int v = 0; v < NV; ++v) acc[r][v] = _mm256_fmadd_ps(av, bv[v], acc[r][v]);
+    }
+  }
+  const __m256 al = _mm256_set1_ps(alpha);
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 2
+    for (int v = 0; v < NV; ++v) {
+      float* cp = c + r * ldc + 8 * v;
+      __m256 x = _mm256_mul_ps(acc[r][v], al);
+      if (v < NV - 1 || tail == 8) {
+        if (accumulate) x = _mm256_add_ps(_mm256_loadu_ps(cp), x);
+        _mm256_storeu_ps(cp, x);
+      } else {
+        if (accumulate) x = _mm256_add_ps(_mm256_maskload_ps(cp, last), x);
+        _mm256_maskstore_ps(cp, last, x);
+      }
+    }
+}
+
+using TileFn = void (*)(float*, int64_t, Strided, const float*, int64_t, int64_t, int64_t, int, float, bool);
+
+template <int R, int... V>
+constexpr std::array<TileFn, kVectors> tiles_of_rows(std::integer_sequence<int, V...>) {
+  return {&tile<R, V + 1>...};
+}
+template <int... R>
+constexpr std::array<std::array<TileFn, kVectors>, kRows> all_tiles(std::integer_sequence<int, R...>) {
+  return {tiles_of_rows<R + 1>(std::make_integer_sequence<int, kVectors>{})...};
+}
+constexpr auto kTiles = all_tiles(std::make_integer_sequence<int, kRows>{});
+
+void block(float* c, int64_t ldc, Strided A, const float* b, int64_t ldb, int R, int64_t n, int64_t k0, int64_t k1,
+           float alpha, bool accumulate) {
+  for (int64_t c0 = 0; c0 < n; c0 += 8 * kVectors) {
+    const int64_t w = std::min<int64_t>(8 * kVectors, n - c0);
+    const int nv = static_cast<int>((w + 7) / 8);
+    const int tail = static_cast<int>(w - 8 * (nv - 1));
+    kTiles[static_cast<size_t>(R - 1)][static_cast<size_t>(nv - 1)](c + c0, ldc, A, b + c0, ldb, k0, k1, tail,
+                                                                    alpha, accumulate);
+  }
+}
+
+}  // namespace avx2
+
+// C [R, n] (+)= alpha * A [R, k0:k1) B [k0:k1, n) on the widest tiles the
+// active ISA allows (fused_available() holds).
+void block(float* c, int64_t ldc, Strided A, const float* b, int64_t ldb, int R, int64_t n, int64_t k0, int64_t k1,
+           float alpha, bool accumulate) {
+  if (cpu::active_isa() >= cpu::Isa::avx512) block512(c, ldc, A, b, ldb, R, n, k0, k1, alpha, accumulate);
+  else avx2::block(c, ldc, A, b, ldb, R, n, k0, k1, alpha, accumulate);
 }
 
 // dst [hs, T] = src rows [T, hs] (row stride ld) transposed.
@@ -164,7 +255,12 @@ void head_backward(float* dq, float* dk, float* dv, int64_t ldg, float* ds, cons
 
 }  // namespace
 
-bool fused_available() { return cpu::active_isa() >= cpu::Isa::avx512; }
+bool fused_available() { return cpu::active_isa() >= cpu::Isa::avx2; }
+
+const char* fused_implementation() {
+  const cpu::Isa isa = cpu::active_isa();
+  return isa >= cpu::Isa::avx512 ? "avx512:attention" : isa >= cpu::Isa::avx2 ? "avx2:attention" : "none";
+}
 
 void fused_forward(float* out, float* att, const float* qkv, const Dims& d) {
   const float scale = 1.0f / std::sqrt(static_cast<float>(d.hs));

@@ -1,17 +1,19 @@
 // Whole-scores causal attention with fp32 products, one head at a time
-// (attention_fused.cpp): the products run on AVX-512 register tiles straight
+// (attention_fused.cpp): the products run on AVX-512 or AVX2 register tiles straight
 // from the qkv rows, skip the masked upper triangle, and each row block is
 // multiplied, normalised and multiplied again while it is in L1, instead of
 // gathering heads and passing the [heads, T, T] scores through memory between
 // batched oneDNN products (which attention.cpp still does for bf16 products and
-// on CPUs without AVX-512). Same maths, only the fp32 summation order differs.
+// on CPUs without AVX2). Same maths, only the fp32 summation order differs
+// (from oneDNN's); the AVX-512 and AVX2 tiles compute the same products bit for bit.
 #pragma once
 
 #include "kernels/attention_heads.hpp"
 
 namespace mantissa::kernels::attention_detail {
 
-bool fused_available();  // the CPU has AVX-512F
+bool fused_available();              // the active ISA has AVX2 (+ FMA) or AVX-512F
+const char* fused_implementation();  // "avx512:attention", "avx2:attention" or "none"
 
 // out [B, T, C] = causal_softmax(q k^T / sqrt(hs)) v; att [B, NH, T, T] the probabilities.
 void fused_forward(float* out, float* att, const float* qkv, const Dims& d);

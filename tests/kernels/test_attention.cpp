@@ -1,12 +1,17 @@
 // Causal multi-head attention against a float64 naive recomputation, the
-// backward against the float64 analytic gradient and central differences.
+// backward against the float64 analytic gradient and central differences;
+// the fp32 products under every tier the host has (scalar: batched oneDNN
+// products; avx2 and avx512: the fused register tiles of attention_fused.cpp).
 #include <gtest/gtest.h>
 
 #include <bit>
 #include <cmath>
+#include <string>
 #include <vector>
 
+#include "kernels/attention_fused.hpp"
 #include "kernels/reference.hpp"
+#include "mantissa/cpu/isa.hpp"
 #include "mantissa/kernels/kernels.hpp"
 
 namespace mantissa::kernels {
@@ -18,6 +23,21 @@ using test::random_floats;
 struct Shape {
   int64_t B, T, C, NH;
   int64_t hs() const { return C / NH; }
+};
+
+// The tiers with their own fp32 attention path, up to what the host has.
+std::vector<cpu::Isa> tiers() {
+  std::vector<cpu::Isa> out;
+  for (cpu::Isa isa : {cpu::Isa::scalar, cpu::Isa::avx2, cpu::Isa::avx512})
+    if (isa <= cpu::detected_isa()) out.push_back(isa);
+  return out;
+}
+
+// Sets a cap for one scope and restores the previous one.
+struct Cap {
+  explicit Cap(cpu::Isa isa) : before(cpu::max_isa()) { cpu::set_max_isa(isa); }
+  ~Cap() { cpu::set_max_isa(before); }
+  cpu::Isa before;
 };
 
 // Float64 forward: out [B, T, C], att [B, NH, T, T].
@@ -55,19 +75,23 @@ void attention_ref(const Shape& s, const std::vector<double>& qkv, std::vector<d
 
 void check_forward(const Shape& s, uint32_t seed) {
   auto qkv = random_floats(s.B * s.T * 3 * s.C, seed, -1.5f, 1.5f);
-  std::vector<float> out(s.B * s.T * s.C, 7.0f), att(s.B * s.NH * s.T * s.T, 7.0f);
-  attention_forward(out.data(), att.data(), qkv.data(), s.B, s.T, s.C, s.NH);
   std::vector<double> out_ref, att_ref;
   attention_ref(s, test::to_double(qkv), out_ref, att_ref);
   // Scores: hs-term fp32 dots; probabilities inherit ~hs u absolute error on the
   // exponent; outputs are convex combinations of |v| <= 1.5 over T terms.
   const double tol_att = 4 * (s.hs() + 8) * kEps32 * 3;
-  test::expect_near_all(att, att_ref, 0, tol_att, "att");
-  test::expect_near_all(out, out_ref, 0, 1.5 * tol_att + 4 * s.T * kEps32 * 1.5, "out");
-  // Causal: entries above the diagonal are exact zeros.
-  for (int64_t r = 0; r < s.B * s.NH * s.T; ++r) {
-    const int64_t t = r % s.T;
-    for (int64_t u = t + 1; u < s.T; ++u) ASSERT_EQ(att[r * s.T + u], 0.0f) << r << "," << u;
+  for (cpu::Isa isa : tiers()) {
+    Cap cap(isa);
+    const std::string where = cpu::isa_name(isa);
+    std::vector<float> out(s.B * s.T * s.C, 7.0f), att(s.B * s.NH * s.T * s.T, 7.0f);
+    attention_forward(out.data(), att.data(), qkv.data(), s.B, s.T, s.C, s.NH);
+    test::expect_near_all(att, att_ref, 0, tol_att, "att " + where);
+    test::expect_near_all(out, out_ref, 0, 1.5 * tol_att + 4 * s.T * kEps32 * 1.5, "out " + where);
+    // Causal: entries above the diagonal are exact zeros.
+    for (int64_t r = 0; r < s.B * s.NH * s.T; ++r) {
+      const int64_t t = r % s.T;
+      for (int64_t u = t + 1; u < s.T; ++u) ASSERT_EQ(att[r * s.T + u], 0.0f) << where << " " << r << "," << u;
+    }
   }
 }
 
@@ -92,10 +116,6 @@ TEST(Attention, BackwardMatchesFiniteDifferences) {
   const Shape s{2, 5, 8, 2};
   auto qkv = random_floats(s.B * s.T * 3 * s.C, 4);
   auto g = random_floats(s.B * s.T * s.C, 5);
-  std::vector<float> out(s.B * s.T * s.C), att(s.B * s.NH * s.T * s.T), datt(att.size());
-  attention_forward(out.data(), att.data(), qkv.data(), s.B, s.T, s.C, s.NH);
-  std::vector<float> dqkv(qkv.size(), 0.5f);
-  attention_backward(dqkv.data(), datt.data(), g.data(), qkv.data(), att.data(), s.B, s.T, s.C, s.NH);
   auto qd = test::to_double(qkv);
   auto loss = [&]() {
     std::vector<double> o, a;
@@ -104,6 +124,7 @@ TEST(Attention, BackwardMatchesFiniteDifferences) {
     for (size_t i = 0; i < o.size(); ++i) L += o[i] * g[i];
     return L;
   };
+  std::vector<double> fd(qd.size());
   for (size_t i = 0; i < qd.size(); ++i) {
     const double h = 1e-6, keep = qd[i];
     qd[i] = keep + h;
@@ -111,7 +132,15 @@ TEST(Attention, BackwardMatchesFiniteDifferences) {
     qd[i] = keep - h;
     const double down = loss();
     qd[i] = keep;
-    EXPECT_NEAR(dqkv[i], 0.5 + (up - down) / (2 * h), 2e-6) << i;
+    fd[i] = (up - down) / (2 * h);
+  }
+  for (cpu::Isa isa : tiers()) {
+    Cap cap(isa);
+    std::vector<float> out(s.B * s.T * s.C), att(s.B * s.NH * s.T * s.T), datt(att.size());
+    attention_forward(out.data(), att.data(), qkv.data(), s.B, s.T, s.C, s.NH);
+    std::vector<float> dqkv(qkv.size(), 0.5f);
+    attention_backward(dqkv.data(), datt.data(), g.data(), qkv.data(), att.data(), s.B, s.T, s.C, s.NH);
+    for (size_t i = 0; i < qd.size(); ++i) EXPECT_NEAR(dqkv[i], 0.5 + fd[i], 2e-6) << cpu::isa_name(isa) << " " << i;
   }
 }
 
@@ -121,9 +150,6 @@ TEST(Attention, BackwardModelSizeMatchesFloat64) {
   const int64_t B = s.B, T = s.T, C = s.C, NH = s.NH, hs = s.hs();
   auto qkv = random_floats(B * T * 3 * C, 6);
   auto g = random_floats(B * T * C, 7);
-  std::vector<float> out(B * T * C), att(B * NH * T * T), datt(att.size()), dqkv(qkv.size(), 0.0f);
-  attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH);
-  attention_backward(dqkv.data(), datt.data(), g.data(), qkv.data(), att.data(), B, T, C, NH);
   auto qd = test::to_double(qkv);
   std::vector<double> o, P;
   attention_ref(s, qd, o, P);
@@ -155,7 +181,53 @@ TEST(Attention, BackwardModelSizeMatchesFloat64) {
       }
     }
   }
-  test::expect_near_all(dqkv, want, 0, 4 * (T + hs) * kEps32 * 4, "dqkv");
+  for (cpu::Isa isa : tiers()) {
+    Cap cap(isa);
+    std::vector<float> out(B * T * C), att(B * NH * T * T), datt(att.size()), dqkv(qkv.size(), 0.0f);
+    attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH);
+    attention_backward(dqkv.data(), datt.data(), g.data(), qkv.data(), att.data(), B, T, C, NH);
+    test::expect_near_all(dqkv, want, 0, 4 * (T + hs) * kEps32 * 4, std::string("dqkv ") + cpu::isa_name(isa));
+  }
+}
+
+// Lengths that leave partial row blocks (T not a multiple of 6) and head
+// sizes that leave partial vectors on both tile widths (3, 20, 72).
+TEST(Attention, ForwardOddShapesMatchFloat64) {
+  check_forward({2, 37, 60, 3}, 13);
+  check_forward({1, 19, 24, 8}, 14);
+  check_forward({1, 70, 144, 2}, 15);
+}
+
+// The fused path names its tier, and its AVX2 and AVX-512 tiles give the
+// same bits (every entry is the same chain of fused multiply-adds; the
+// softmax spans run the same code under either cap on one host).
+TEST(Attention, FusedTiersNameThemselvesAndAgreeBitForBit) {
+  namespace ad = attention_detail;
+  for (cpu::Isa isa : tiers()) {
+    Cap cap(isa);
+    const std::string want = isa >= cpu::Isa::avx512 ? "avx512:attention" : isa >= cpu::Isa::avx2 ? "avx2:attention" : "none";
+    EXPECT_EQ(ad::fused_implementation(), want);
+    EXPECT_EQ(ad::fused_available(), isa >= cpu::Isa::avx2);
+  }
+  if (cpu::detected_isa() < cpu::Isa::avx512) GTEST_SKIP() << "no AVX-512 to compare the AVX2 tiles with";
+  for (const Shape& s : {Shape{2, 37, 60, 3}, Shape{1, 19, 24, 8}, Shape{1, 70, 144, 2}, Shape{1, 64, 256, 4}}) {
+    auto qkv = random_floats(s.B * s.T * 3 * s.C, 16, -1.5f, 1.5f);
+    auto g = random_floats(s.B * s.T * s.C, 17);
+    std::vector<float> res[2];
+    int k = 0;
+    for (cpu::Isa isa : {cpu::Isa::avx2, cpu::Isa::avx512}) {
+      Cap cap(isa);
+      std::vector<float> out(s.B * s.T * s.C), att(s.B * s.NH * s.T * s.T), datt(att.size()), dqkv(qkv.size(), 0.25f);
+      attention_forward(out.data(), att.data(), qkv.data(), s.B, s.T, s.C, s.NH);
+      attention_backward(dqkv.data(), datt.data(), g.data(), qkv.data(), att.data(), s.B, s.T, s.C, s.NH);
+      res[k] = out;
+      res[k].insert(res[k].end(), att.begin(), att.end());
+      res[k].insert(res[k].end(), dqkv.begin(), dqkv.end());
+      ++k;
+    }
+    for (size_t i = 0; i < res[0].size(); ++i)
+      ASSERT_EQ(std::bit_cast<uint32_t>(res[0][i]), std::bit_cast<uint32_t>(res[1][i])) << "T=" << s.T << " i=" << i;
+  }
 }
 
 // bf16 products: q, k, v are rounded to bf16 and multiplied exactly with fp32

@@ -111,7 +111,7 @@ void block512(float* c, int64_t ldc, Strided A, const float* b, int64_t ldb, int
 // The AVX2 + FMA tiles: the same products on 8-float vectors, kRows rows by
 // two vectors (12 ymm accumulators, 16 columns). Every entry of C is the same
 // chain of fused multiply-adds over k in the same order as on AVX-512, then
-// the same scaling and addition, so both tiers give the same bits.
+// the same scaling and addition, so both tiers' products have the same bits.
 namespace avx2 {
 
 constexpr int kVectors = 2;

@@ -5,7 +5,8 @@
 // gathering heads and passing the [heads, T, T] scores through memory between
 // batched oneDNN products (which attention.cpp still does for bf16 products and
 // on CPUs without AVX2). Same maths, only the fp32 summation order differs
-// (from oneDNN's); the AVX-512 and AVX2 tiles compute the same products bit for bit.
+// (from oneDNN's). The AVX-512 and AVX2 tiles compute the same products bit
+// for bit; the softmax spans (row_math.hpp) differ in FMA use and sum order.
 #pragma once
 
 #include "kernels/attention_heads.hpp"

@@ -16,7 +16,8 @@ MANTISSA_CLONES float span_max(const float* x, int64_t n) {
   return mx;
 }
 
-MANTISSA_CLONES float span_exp_sum(float* y, const float* x, int64_t n, float shift) {
+namespace {
+MANTISSA_CLONES float span_exp_sum_generic(float* y, const float* x, int64_t n, float shift) {
   float s = 0.0f;
 #pragma omp simd reduction(+ : s)
   for (int64_t i = 0; i < n; ++i) {
@@ -27,11 +28,25 @@ MANTISSA_CLONES float span_exp_sum(float* y, const float* x, int64_t n, float sh
   return s;
 }
 
-MANTISSA_CLONES float span_sum_exp(const float* x, int64_t n, float shift) {
+MANTISSA_CLONES float span_sum_exp_generic(const float* x, int64_t n, float shift) {
   float s = 0.0f;
 #pragma omp simd reduction(+ : s)
   for (int64_t i = 0; i < n; ++i) s += vexp(x[i] - shift);
   return s;
+}
+}  // namespace
+
+// The exp spans take the AVX2 kernels (row_math_avx2.cpp) on the avx2 tier
+// only: the compiler leaves their AVX2 clones scalar (row_math_avx2.cpp says
+// why); AVX-512 hosts keep their vectorised clones.
+float span_exp_sum(float* y, const float* x, int64_t n, float shift) {
+  if (cpu::active_isa() == cpu::Isa::avx2) return span_exp_sum_avx2(y, x, n, shift);
+  return span_exp_sum_generic(y, x, n, shift);
+}
+
+float span_sum_exp(const float* x, int64_t n, float shift) {
+  if (cpu::active_isa() == cpu::Isa::avx2) return span_sum_exp_avx2(x, n, shift);
+  return span_sum_exp_generic(x, n, shift);
 }
 
 MANTISSA_CLONES void span_scale(float* y, int64_t n, float s) {
@@ -39,13 +54,14 @@ MANTISSA_CLONES void span_scale(float* y, int64_t n, float s) {
   for (int64_t i = 0; i < n; ++i) y[i] *= s;
 }
 
-MANTISSA_CLONES void span_swiglu_forward(float* out, const float* g, const float* u, int64_t n, float alpha) {
+namespace {
+MANTISSA_CLONES void span_swiglu_forward_generic(float* out, const float* g, const float* u, int64_t n, float alpha) {
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i) out[i] = alpha * g[i] * vsigmoid(g[i]) * u[i];
 }
 
-MANTISSA_CLONES void span_swiglu_backward(float* dg, float* du, const float* g, const float* u, const float* dy,
-                                          int64_t n, float alpha, float beta) {
+MANTISSA_CLONES void span_swiglu_backward_generic(float* dg, float* du, const float* g, const float* u,
+                                                  const float* dy, int64_t n, float alpha, float beta) {
   if (du && dg) {  // one sigmoid per element for both
     // g[i] read once: re-read after the store to du (which may alias g), the
     // compiler would contract 1 + g (1 - s) into an fma, which the loops
@@ -69,6 +85,18 @@ MANTISSA_CLONES void span_swiglu_backward(float* dg, float* du, const float* g, 
       dg[i] += beta * s * (1.0f + g[i] * (1.0f - s)) * u[i] * dy[i];
     }
   }
+}
+}  // namespace
+
+void span_swiglu_forward(float* out, const float* g, const float* u, int64_t n, float alpha) {
+  if (cpu::active_isa() == cpu::Isa::avx2) return span_swiglu_forward_avx2(out, g, u, n, alpha);
+  span_swiglu_forward_generic(out, g, u, n, alpha);
+}
+
+void span_swiglu_backward(float* dg, float* du, const float* g, const float* u, const float* dy, int64_t n,
+                          float alpha, float beta) {
+  if (cpu::active_isa() == cpu::Isa::avx2) return span_swiglu_backward_avx2(dg, du, g, u, dy, n, alpha, beta);
+  span_swiglu_backward_generic(dg, du, g, u, dy, n, alpha, beta);
 }
 
 namespace {

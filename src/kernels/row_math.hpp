@@ -1,5 +1,7 @@
 // Vectorised spans used by the row kernels (softmax, attention,
-// cross-entropy, GELU). Each has an AVX-512 / AVX2 clone chosen at load time.
+// cross-entropy, GELU). Each has an AVX-512 / AVX2 clone chosen at load time;
+// the exp-based ones, which stay scalar in the AVX2 clone, also hand-written
+// AVX2 kernels.
 #pragma once
 
 #include <cstdint>
@@ -17,6 +19,13 @@ void span_scale(float* y, int64_t n, float s);
 void span_swiglu_forward(float* out, const float* g, const float* u, int64_t n, float alpha);
 void span_swiglu_backward(float* dg, float* du, const float* g, const float* u, const float* dy, int64_t n, float alpha,
                           float beta);
+// The AVX2 kernels of the four spans above (row_math_avx2.cpp): the same
+// values bit for bit (the sums in 8 lanes), taken on the avx2 tier.
+float span_exp_sum_avx2(float* y, const float* x, int64_t n, float shift);
+float span_sum_exp_avx2(const float* x, int64_t n, float shift);
+void span_swiglu_forward_avx2(float* out, const float* g, const float* u, int64_t n, float alpha);
+void span_swiglu_backward_avx2(float* dg, float* du, const float* g, const float* u, const float* dy, int64_t n,
+                               float alpha, float beta);
 inline constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2/pi)
 inline constexpr float kGeluCubic = 0.044715f;
 // y = 0.5 x (1 + tanh u) = x sigmoid(2u), u = kGeluScale (x + kGeluCubic x^3); out = scale y.

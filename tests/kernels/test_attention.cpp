@@ -198,35 +198,15 @@ TEST(Attention, ForwardOddShapesMatchFloat64) {
   check_forward({1, 70, 144, 2}, 15);
 }
 
-// The fused path names its tier, and its AVX2 and AVX-512 tiles give the
-// same bits (every entry is the same chain of fused multiply-adds; the
-// softmax spans run the same code under either cap on one host).
-TEST(Attention, FusedTiersNameThemselvesAndAgreeBitForBit) {
+// The fused path runs on the avx2 and avx512 tiers and names its tier (the
+// accuracy tests above run both against float64).
+TEST(Attention, FusedPathNamesItsTier) {
   namespace ad = attention_detail;
   for (cpu::Isa isa : tiers()) {
     Cap cap(isa);
     const std::string want = isa >= cpu::Isa::avx512 ? "avx512:attention" : isa >= cpu::Isa::avx2 ? "avx2:attention" : "none";
     EXPECT_EQ(ad::fused_implementation(), want);
     EXPECT_EQ(ad::fused_available(), isa >= cpu::Isa::avx2);
-  }
-  if (cpu::detected_isa() < cpu::Isa::avx512) GTEST_SKIP() << "no AVX-512 to compare the AVX2 tiles with";
-  for (const Shape& s : {Shape{2, 37, 60, 3}, Shape{1, 19, 24, 8}, Shape{1, 70, 144, 2}, Shape{1, 64, 256, 4}}) {
-    auto qkv = random_floats(s.B * s.T * 3 * s.C, 16, -1.5f, 1.5f);
-    auto g = random_floats(s.B * s.T * s.C, 17);
-    std::vector<float> res[2];
-    int k = 0;
-    for (cpu::Isa isa : {cpu::Isa::avx2, cpu::Isa::avx512}) {
-      Cap cap(isa);
-      std::vector<float> out(s.B * s.T * s.C), att(s.B * s.NH * s.T * s.T), datt(att.size()), dqkv(qkv.size(), 0.25f);
-      attention_forward(out.data(), att.data(), qkv.data(), s.B, s.T, s.C, s.NH);
-      attention_backward(dqkv.data(), datt.data(), g.data(), qkv.data(), att.data(), s.B, s.T, s.C, s.NH);
-      res[k] = out;
-      res[k].insert(res[k].end(), att.begin(), att.end());
-      res[k].insert(res[k].end(), dqkv.begin(), dqkv.end());
-      ++k;
-    }
-    for (size_t i = 0; i < res[0].size(); ++i)
-      ASSERT_EQ(std::bit_cast<uint32_t>(res[0][i]), std::bit_cast<uint32_t>(res[1][i])) << "T=" << s.T << " i=" << i;
   }
 }
 

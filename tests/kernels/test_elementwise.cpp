@@ -10,6 +10,9 @@
 #include <vector>
 
 #include "kernels/reference.hpp"
+#include "kernels/row_math.hpp"
+#include "kernels/vec_math.hpp"
+#include "mantissa/cpu/isa.hpp"
 #include "mantissa/formats/convert.hpp"
 #include "mantissa/formats/format.hpp"
 #include "mantissa/formats/round.hpp"
@@ -314,6 +317,88 @@ TEST(GeluBackward, CodesInputMatchesDecodedFp32) {
     gelu_backward_codes(got.data(), codes.data(), table, fold, g.data(), n, accumulate, 0.75f);
     for (int64_t i = 0; i < n; ++i)
       ASSERT_EQ(std::bit_cast<uint32_t>(got[i]), std::bit_cast<uint32_t>(ref[i])) << i << (accumulate ? " +=" : " =");
+  }
+}
+
+// The exp-based spans under every tier with its own path (scalar and
+// AVX-512: the compiler's clones; avx2: row_math_avx2.cpp). On the avx2 tier
+// every exp and SwiGLU value has the bits of the scalar expressions (vexp,
+// vsigmoid) evaluated here, built without FMA, on every tail length and at
+// vexp's range edges, NaN and infinities; the clones agree to a few ulps
+// (the AVX-512 clone contracts multiply-adds into FMAs). The sums are
+// within fp32 summation error of float64.
+struct CapScope {
+  explicit CapScope(cpu::Isa isa) : before(cpu::max_isa()) { cpu::set_max_isa(isa); }
+  ~CapScope() { cpu::set_max_isa(before); }
+  cpu::Isa before;
+};
+
+std::vector<float> exp_inputs(int64_t n, uint32_t seed) {
+  auto x = random_floats(static_cast<size_t>(n), seed, -100.0f, 100.0f);
+  const float edge[] = {-87.0f, std::nextafter(-87.0f, -100.0f), std::nextafter(-87.0f, 0.0f), 88.0f,
+                        std::nextafter(88.0f, 100.0f), std::nextafter(88.0f, 0.0f), 0.0f, -0.0f, 1e-42f, 3e38f, -3e38f,
+                        std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+                        std::numeric_limits<float>::quiet_NaN()};
+  for (int64_t i = 0; i < n; i += 3) x[static_cast<size_t>(i)] = edge[(i / 3) % std::size(edge)];
+  return x;
+}
+
+bool same_bits(float a, float b) { return std::bit_cast<uint32_t>(a) == std::bit_cast<uint32_t>(b) || (a != a && b != b); }
+
+// Bit-equal, or (exact = false) within 8 ulps of the larger magnitude plus
+// `terms` (the size of the terms summed into it) and 1e-30 (results near
+// the subnormals).
+bool agrees(float got, float want, bool exact, double terms = 0.0) {
+  if (same_bits(got, want) || exact) return same_bits(got, want);
+  if (!std::isfinite(got) || !std::isfinite(want)) return false;
+  const double big = std::max(std::abs(double(got)), std::abs(double(want)));
+  return std::abs(double(got) - want) <= 8 * kEps32 * (big + terms) + 1e-30;
+}
+
+TEST(ExpSpans, EveryTierGivesTheScalarBits) {
+  for (cpu::Isa isa : {cpu::Isa::scalar, cpu::Isa::avx2, cpu::Isa::avx512}) {
+    if (isa > cpu::detected_isa()) continue;
+    CapScope cap(isa);
+    const char* where = cpu::isa_name(isa);
+    const bool exact = isa == cpu::Isa::avx2;
+    for (int64_t n : {1, 3, 7, 8, 9, 15, 16, 17, 31, 100, 1001}) {
+      const auto x = exp_inputs(n, static_cast<uint32_t>(n));
+      auto g = random_floats(static_cast<size_t>(n), 7, -12.0f, 12.0f);
+      for (int64_t i = 0; i < n; i += 5) g[static_cast<size_t>(i)] = x[static_cast<size_t>(i)];
+      const auto u = random_floats(static_cast<size_t>(n), 8), dy = random_floats(static_cast<size_t>(n), 9);
+      // Sums over finite inputs only (shift 1.5: values up to e^86.5).
+      std::vector<float> xf(x);
+      for (auto& v : xf) v = std::isfinite(v) && std::abs(v) < 80.0f ? v : 0.5f;
+      std::vector<float> y(static_cast<size_t>(n));
+      const float s = span_exp_sum(y.data(), xf.data(), n, 1.5f);
+      double want = 0.0;
+      for (int64_t i = 0; i < n; ++i) {
+        ASSERT_TRUE(agrees(y[i], vexp(xf[i] - 1.5f), exact)) << where << " n=" << n << " x=" << xf[i];
+        want += y[i];
+      }
+      EXPECT_NEAR(s, want, n * kEps32 * want) << where;
+      EXPECT_NEAR(span_sum_exp(xf.data(), n, 1.5f), want, n * kEps32 * want) << where;
+      // exp of every edge input, in place (y may alias x).
+      std::vector<float> e(x);
+      span_exp_sum(e.data(), e.data(), n, 0.0f);
+      for (int64_t i = 0; i < n; ++i) ASSERT_TRUE(agrees(e[i], vexp(x[i]), exact)) << where << " x=" << x[i];
+      // SwiGLU forward and backward: both outputs, and each alone.
+      std::vector<float> out(static_cast<size_t>(n)), dg(static_cast<size_t>(n), 0.25f), du(dg), dg1(dg), du1(dg);
+      span_swiglu_forward(out.data(), g.data(), u.data(), n, 0.75f);
+      span_swiglu_backward(dg.data(), du.data(), g.data(), u.data(), dy.data(), n, 0.75f, 1.25f);
+      span_swiglu_backward(dg1.data(), nullptr, g.data(), u.data(), dy.data(), n, 0.75f, 1.25f);
+      span_swiglu_backward(nullptr, du1.data(), g.data(), u.data(), dy.data(), n, 0.75f, 1.25f);
+      for (int64_t i = 0; i < n; ++i) {
+        const float sg = vsigmoid(g[i]);
+        const float f = 0.75f * g[i] * sg * u[i];
+        const float wdu = 0.25f + 0.75f * g[i] * sg * dy[i];
+        const float wdg = 0.25f + 1.25f * sg * (1.0f + g[i] * (1.0f - sg)) * u[i] * dy[i];
+        ASSERT_TRUE(agrees(out[i], f, exact)) << where << " g=" << g[i] << ": " << out[i] << " vs " << f;
+        const double tu = std::abs(wdu - 0.25) + 0.25, tg = std::abs(wdg - 0.25) + 0.25;
+        ASSERT_TRUE(agrees(du[i], wdu, exact, tu) && agrees(du1[i], wdu, exact, tu)) << where << " g=" << g[i];
+        ASSERT_TRUE(agrees(dg[i], wdg, exact, tg) && agrees(dg1[i], wdg, exact, tg)) << where << " g=" << g[i];
+      }
+    }
   }
 }
 

@@ -1,7 +1,8 @@
 // Byte -> 16-bit table lookup (formats/lookup.hpp).
 //
 // Sign-magnitude tables (every FP8, FP6 and FP4 format decoded to bf16) take
-// a shorter route than an arbitrary table: see SignMagnitude.
+// a shorter route than an arbitrary table: see SignMagnitude
+// (lookup_internal.hpp). The AVX2 path is in lookup_avx2.cpp.
 #include "mantissa/formats/lookup.hpp"
 #include "mantissa/cpu/isa.hpp"
 
@@ -12,43 +13,13 @@
 #include <optional>
 
 #include "formats/convert_avx512_lookup.hpp"
+#include "formats/lookup_internal.hpp"
 #include "mantissa/formats/convert.hpp"
 
 namespace mantissa::formats {
+namespace detail {
+
 namespace {
-
-float bf16_value(uint16_t bits) { return std::bit_cast<float>(static_cast<uint32_t>(bits) << 16); }
-
-uint16_t fold_scalar(uint16_t bits, float fold) {
-  return static_cast<uint16_t>(std::bit_cast<uint32_t>(bf16_value(bits) * fold) >> 16);
-}
-
-template <class Out>
-void store_scalar(Out* out, uint16_t bits) {
-  if constexpr (sizeof(Out) == 2)
-    *out = bits;
-  else
-    *out = bf16_value(bits);
-}
-
-template <class Out>
-void lookup_scalar(const Table16& table, const uint8_t* codes, Out* out, size_t n, const float* fold, size_t group) {
-  for (size_t i = 0; i < n; ++i)
-    store_scalar(out + i, fold ? fold_scalar(table[codes[i]], fold[i / group]) : table[codes[i]]);
-}
-
-// A sign-magnitude table: table[c] == table[c & 0x7F] | (c & 0x80) << 8 for
-// every code but (at most) 0x80, and every finite nonzero magnitude entry a
-// normal bf16 with exponent fields in [emin, emax]. Such a table needs only
-// its 128 magnitudes (two permutes for 32 codes instead of four), and a
-// power-of-two fold whose products stay normal is an add to the exponent
-// field, giving the bits the fp32 multiply would.
-struct SignMagnitude {
-  bool ok = false;
-  bool neg_zero_special = false;  // code 0x80 breaks the rule (fnuz's NaN)
-  bool unsigned_nan = false;      // negative NaN codes decode to the positive NaN (as decode_f32 gives)
-  int emin = 255, emax = 0;
-};
 
 SignMagnitude analyse(const Table16& t) {
   SignMagnitude r;
@@ -75,8 +46,8 @@ SignMagnitude analyse(const Table16& t) {
   return r;
 }
 
-// The analysis of the last table seen on this thread (callers decode a
-// tensor in many chunks with one table).
+}  // namespace
+
 const SignMagnitude& analysis_of(const Table16& table) {
   thread_local Table16 seen{};
   thread_local SignMagnitude rule = analyse(seen);
@@ -87,14 +58,40 @@ const SignMagnitude& analysis_of(const Table16& table) {
   return rule;
 }
 
-// fold = 2^k with every product of the table's magnitudes normal: k, else
-// nothing (the multiply route).
 std::optional<int> exponent_fold(const SignMagnitude& r, float fold) {
   const uint32_t bits = std::bit_cast<uint32_t>(fold);
   const int k = static_cast<int>(bits >> 23) - 127;
   if ((bits & 0x807FFFFF) != 0 || k == 128 || k == -127 || r.emin + k < 1 || r.emax + k > 254) return std::nullopt;
   return k;
 }
+
+}  // namespace detail
+
+namespace {
+
+float bf16_value(uint16_t bits) { return std::bit_cast<float>(static_cast<uint32_t>(bits) << 16); }
+
+uint16_t fold_scalar(uint16_t bits, float fold) {
+  return static_cast<uint16_t>(std::bit_cast<uint32_t>(bf16_value(bits) * fold) >> 16);
+}
+
+template <class Out>
+void store_scalar(Out* out, uint16_t bits) {
+  if constexpr (sizeof(Out) == 2)
+    *out = bits;
+  else
+    *out = bf16_value(bits);
+}
+
+template <class Out>
+void lookup_scalar(const Table16& table, const uint8_t* codes, Out* out, size_t n, const float* fold, size_t group) {
+  for (size_t i = 0; i < n; ++i)
+    store_scalar(out + i, fold ? fold_scalar(table[codes[i]], fold[i / group]) : table[codes[i]]);
+}
+
+using detail::analysis_of;
+using detail::exponent_fold;
+using detail::SignMagnitude;
 
 struct MagnitudeRegs {
   __m512i t[4];  // the 128 magnitude entries
@@ -224,6 +221,7 @@ using LookupFn = void (*)(const Table16&, const uint8_t*, Out*, size_t, const fl
 template <class Out>
 const cpu::Impl<LookupFn<Out>> kLookup[] = {
     {"avx512:lookup", cpu::Isa::avx512, lookup_avx512<Out>},
+    {"avx2:lookup", cpu::Isa::avx2, detail::lookup_avx2<Out>},
     {"scalar:lookup", cpu::Isa::scalar, lookup_scalar<Out>},
 };
 

@@ -10,6 +10,8 @@
 
 #include "cli/command.hpp"
 #include "cli/train_flags.hpp"
+#include "mantissa/cpu/isa.hpp"
+#include "mantissa/kernels/matmul_route.hpp"
 #include "mantissa/recipe/recipe.hpp"
 #include "mantissa/dist/group.hpp"
 #include "mantissa/kernels/kernels.hpp"
@@ -33,6 +35,8 @@ void train_command(CLI::App* cmd, train::TrainConfig& cfg, int64_t watch) {
   if (group.rank() != 0 && !std::freopen("/dev/null", "w", stdout)) throw std::runtime_error("cannot silence stdout");
   std::printf("mantissa train: %s model, %ld parameters, recipe %s, %d threads\n", model.kind().c_str(),
               static_cast<long>(model.parameter_count()), session->recipe.name.c_str(), kernels::num_threads());
+  std::printf("  cpu: kernels %s (host %s), %s\n", cpu::isa_name(cpu::active_isa()), cpu::isa_name(cpu::detected_isa()),
+              kernels::matmul_route_summary().c_str());
   if (group.distributed())
     std::printf("  data parallel: %d ranks, %ld sequences each per micro-batch, gradients in %s%s\n", group.size(),
                 static_cast<long>(c.batch_size / group.size()), c.comm_format.c_str(),

@@ -5,12 +5,23 @@
 //
 // alpha is a runtime argument, not part of the primitive: FP8 recipes with
 // per-tensor scales change alpha every step and would otherwise create (JIT)
-// new primitives during training. It is a binary-multiply post-op by a scalar
-// memory passed per call, not a DNNL_RUNTIME_F32_VAL output scale: oneDNN 2.6's
-// brgemm (AMX) matmul rejects runtime output scales and falls back to
-// gemm:jit, several times slower in bf16, while it takes scalar binary
-// post-ops. alpha == 1 keeps a primitive without
-// scaling (the bias then goes in as oneDNN's bias).
+// new primitives during training. How it is applied is chosen per primitive,
+// the first of these whose implementation is not oneDNN's reference one
+// (AlphaMode, in order):
+//   post_op       a binary-multiply post-op by a scalar memory passed per call:
+//                 what oneDNN 2.6's brgemm (AVX-512, AMX) matmul takes; it
+//                 rejects runtime output scales and falls back to gemm:jit,
+//                 several times slower in bf16;
+//   output_scale  a DNNL_RUNTIME_F32_VAL output scale: what gemm:jit (AVX2,
+//                 where there is no brgemm matmul) takes; with a scalar
+//                 binary post-op and a sum it would run ref:any, 1000x slower;
+//   separate      the unscaled product into a per-thread buffer, then
+//                 C = alpha * P (+ C) (+ bias) in one pass: the same
+//                 operations in the same order as the post-op chain.
+// A primitive whose implementation is still "ref:" is refused with an error
+// naming its shape (kernels never run oneDNN's reference matmul).
+// alpha == 1 keeps a primitive without scaling (the bias then goes in as
+// oneDNN's bias).
 //
 // The per-call cost is kept near raw oneDNN's: each thread keeps its own view of
 // a cached primitive with memory objects made once (only their data handles
@@ -55,7 +66,8 @@ struct Key {
   bool trans_a, trans_b, accumulate, has_bias, packed_b;
   bool bf16;    // both operands bf16 (else both f32)
   bool widened; // f32 primitive over bf16-valued operands (its packed B copies hold those values)
-  bool scaled;  // alpha != 1: scalar multiply post-op, value passed per call
+  bool scaled;  // alpha != 1: applied as the entry's AlphaMode, value passed per call
+  AlphaMode forced;  // none, or the one mode a test forces (force_alpha_mode)
   int threads;  // oneDNN fixes its work split when the primitive is created
   bool operator==(const Key&) const = default;
 };
@@ -73,6 +85,7 @@ struct KeyHash {
     mix((k.trans_a ? 1u : 0u) | (k.trans_b ? 2u : 0u) | (k.accumulate ? 4u : 0u) | (k.has_bias ? 8u : 0u) |
         (k.packed_b ? 16u : 0u) | (k.bf16 ? 32u : 0u) | (k.scaled ? 64u : 0u) | (k.widened ? 128u : 0u) |
         (static_cast<uint64_t>(k.threads) << 8));
+    mix(static_cast<uint64_t>(k.forced));
     return static_cast<size_t>(h);
   }
 };
@@ -86,7 +99,9 @@ struct Packed {
 const DerivedCache::Kind kPacked{"packed matmul operand"};
 
 struct Entry {
+  AlphaMode alpha_mode = AlphaMode::none;
   dnnl::matmul::primitive_desc pd;
+  int64_t c_dense = 0;  // with AlphaMode::separate: elements of the unscaled product buffer
   dnnl::matmul prim;
   memory::desc a_md, b_plain_md, c_md, bias_md, alpha_md;
   bool b_needs_reorder = false;
@@ -109,6 +124,8 @@ struct State {
   std::atomic<const char*> last_impl{"none"};
   std::atomic<uint64_t> generation{1};  // bumped by clear_matmul_cache: threads drop their views
   std::atomic<int64_t> created{0};
+  std::atomic<AlphaMode> forced{AlphaMode::none};
+  std::atomic<AlphaMode> last_mode{AlphaMode::none};
 };
 
 State& state() {
@@ -130,41 +147,83 @@ memory::desc plain_md(int64_t batch, int64_t rows, int64_t cols, memory::data_ty
   return memory::desc(dims_of(batch, rows, cols), dt, strides);
 }
 
-// Called with State::mu held.
-std::shared_ptr<Entry> make_entry(const Key& k, State& st) {
+bool is_reference(const dnnl::matmul::primitive_desc& pd) {
+  return std::string(pd.impl_info_str()).rfind("ref", 0) == 0;
+}
+
+std::string shape_text(const Key& k) {
+  return "batch=" + std::to_string(k.batch) + " M=" + std::to_string(k.M) + " N=" + std::to_string(k.N) +
+         " K=" + std::to_string(k.K) + (k.bf16 ? " bf16" : " f32") + (k.trans_a ? " trans_a" : "") +
+         (k.trans_b ? " trans_b" : "") + (k.scaled ? " scaled" : "") + (k.accumulate ? " accumulate" : "") +
+         (k.has_bias ? " bias" : "");
+}
+
+// The primitive for key k with alpha applied as `mode` (none: k is unscaled,
+// or the separate pass applies alpha, the sum and the bias). Post-ops run in
+// order on the fp32 accumulator: alpha AB, then (+ C), then (+ bias). oneDNN's
+// own bias is added before any post-op and inside an output scale (it would be
+// scaled too), so a scaled product gets its bias from a binary post-op.
+// Throws dnnl::error when oneDNN has no implementation at all.
+void build_primitive(const Key& k, AlphaMode mode, State& st, Entry& e) {
   const auto dt = k.bf16 ? memory::data_type::bf16 : memory::data_type::f32;
-  auto e = std::make_shared<Entry>();
-  e->a_md = plain_md(k.batch, k.M, k.K, dt, k.trans_a, k.a_stride);
-  e->b_plain_md = plain_md(k.batch, k.K, k.N, dt, k.trans_b, k.b_stride);
-  e->c_md = plain_md(k.batch, k.M, k.N, memory::data_type::f32, false, k.c_stride);
-  memory::desc b_md = e->b_plain_md;
+  e.alpha_mode = mode;
+  e.a_md = plain_md(k.batch, k.M, k.K, dt, k.trans_a, k.a_stride);
+  e.b_plain_md = plain_md(k.batch, k.K, k.N, dt, k.trans_b, k.b_stride);
+  const bool separate = mode == AlphaMode::separate;
+  e.c_dense = separate ? k.batch * k.M * k.N : 0;
+  e.c_md = plain_md(k.batch, k.M, k.N, memory::data_type::f32, false, separate ? k.M * k.N : k.c_stride);
+  memory::desc b_md = e.b_plain_md;
   if (k.packed_b) b_md = memory::desc(dims_of(k.batch, k.K, k.N), dt, memory::format_tag::any);
   dnnl::primitive_attr attr;
+  const bool bias = k.has_bias && !separate;
   if (k.has_bias) {  // [N] broadcast over rows (and batch)
-    e->bias_md = k.batch == 1 ? memory::desc({1, k.N}, memory::data_type::f32, memory::dims{k.N, 1})
-                              : memory::desc({1, 1, k.N}, memory::data_type::f32,
-                                             memory::dims{k.N, k.N, 1});
+    e.bias_md = k.batch == 1 ? memory::desc({1, k.N}, memory::data_type::f32, memory::dims{k.N, 1})
+                             : memory::desc({1, 1, k.N}, memory::data_type::f32, memory::dims{k.N, k.N, 1});
   }
-  // Post-ops run in order on the fp32 accumulator: alpha AB, then (+ C), then
-  // (+ bias). oneDNN's own bias is added before any post-op (it would be
-  // scaled too), so a scaled product gets its bias from a binary post-op.
-  e->bias_post_op = k.has_bias && k.scaled;
+  e.bias_post_op = bias && k.scaled;
   dnnl::post_ops ops;
-  if (k.scaled) {
-    e->alpha_md = k.batch == 1 ? memory::desc({1, 1}, memory::data_type::f32, memory::dims{1, 1})
-                               : memory::desc({1, 1, 1}, memory::data_type::f32, memory::dims{1, 1, 1});
-    e->alpha_post_op_index = ops.len();
-    ops.append_binary(dnnl::algorithm::binary_mul, e->alpha_md);
+  if (mode == AlphaMode::post_op) {
+    e.alpha_md = k.batch == 1 ? memory::desc({1, 1}, memory::data_type::f32, memory::dims{1, 1})
+                              : memory::desc({1, 1, 1}, memory::data_type::f32, memory::dims{1, 1, 1});
+    e.alpha_post_op_index = ops.len();
+    ops.append_binary(dnnl::algorithm::binary_mul, e.alpha_md);
+  } else if (mode == AlphaMode::output_scale) {
+    attr.set_output_scales(0, {DNNL_RUNTIME_F32_VAL});
+    e.alpha_md = memory::desc({1}, memory::data_type::f32, memory::dims{1});
   }
-  if (k.accumulate) ops.append_sum(1.0f);
-  if (e->bias_post_op) {
-    e->bias_post_op_index = ops.len();
-    ops.append_binary(dnnl::algorithm::binary_add, e->bias_md);
+  if (k.accumulate && !separate) ops.append_sum(1.0f);
+  if (e.bias_post_op) {
+    e.bias_post_op_index = ops.len();
+    ops.append_binary(dnnl::algorithm::binary_add, e.bias_md);
   }
   if (ops.len() > 0) attr.set_post_ops(ops);
-  auto desc = k.has_bias && !e->bias_post_op ? dnnl::matmul::desc(e->a_md, b_md, e->bias_md, e->c_md)
-                                             : dnnl::matmul::desc(e->a_md, b_md, e->c_md);
-  e->pd = dnnl::matmul::primitive_desc(desc, attr, st.engine);
+  auto desc = bias && !e.bias_post_op ? dnnl::matmul::desc(e.a_md, b_md, e.bias_md, e.c_md)
+                                      : dnnl::matmul::desc(e.a_md, b_md, e.c_md);
+  e.pd = dnnl::matmul::primitive_desc(desc, attr, st.engine);
+}
+
+// Called with State::mu held.
+std::shared_ptr<Entry> make_entry(const Key& k, State& st) {
+  auto e = std::make_shared<Entry>();
+  bool found = false;
+  std::vector<AlphaMode> modes = {AlphaMode::none};
+  if (k.scaled) modes = {AlphaMode::post_op, AlphaMode::output_scale, AlphaMode::separate};
+  if (k.scaled && k.forced != AlphaMode::none) modes = {k.forced};
+  for (AlphaMode mode : modes) {
+    try {
+      build_primitive(k, mode, st, *e);
+    } catch (const dnnl::error&) {
+      continue;  // no implementation of this form: try the next
+    }
+    if (!is_reference(e->pd)) {
+      found = true;
+      break;
+    }
+  }
+  if (!found) {
+    throw std::runtime_error("matmul: oneDNN has no implementation but its reference one for " + shape_text(k) +
+                             " on this CPU (oneDNN ISA " + matmul_isa_name() + ")");
+  }
   e->prim = dnnl::matmul(e->pd);
   e->b_needs_reorder = k.packed_b && e->pd.weights_desc() != e->b_plain_md;
   const std::string impl = (k.widened ? "f32_widened:" : "") + std::string(e->pd.impl_info_str());
@@ -207,7 +266,8 @@ View& view_for(const Key& key, State& st) {
   v.b_plain = memory(e.b_plain_md, st.engine, nullptr);
   v.c = memory(e.c_md, st.engine, nullptr);
   if (key.has_bias) v.bias = memory(e.bias_md, st.engine, nullptr);
-  if (key.scaled) v.scale = memory(e.alpha_md, st.engine, &v.alpha);
+  if (e.alpha_mode == AlphaMode::post_op || e.alpha_mode == AlphaMode::output_scale)
+    v.scale = memory(e.alpha_md, st.engine, &v.alpha);
   return v;
 }
 
@@ -273,7 +333,43 @@ void empty_product(const MatmulArgs& a, float* C, const float* bias) {
   }
 }
 
+// C = alpha * P (+ C) (+ bias), P dense [batch, M, N]: the post-op chain's
+// operations in its order, for AlphaMode::separate.
+void scale_into(const MatmulArgs& a, const float* P, float* C, const float* bias) {
+  const int64_t c_stride = stride_or_dense(a.c_batch_stride, a.M, a.N);
+  const float alpha = a.alpha;
+  const bool acc = a.accumulate;
+  for_chunks(a.batch * a.M, [&](int64_t b, int64_t e) {
+    for (int64_t row = b; row < e; ++row) {
+      const float* p = P + row * a.N;
+      float* c = C + (row / a.M) * c_stride + (row % a.M) * a.N;
+      for (int64_t j = 0; j < a.N; ++j) {
+        float v = alpha * p[j];
+        if (acc) v += c[j];
+        if (bias) v += bias[j];
+        c[j] = v;
+      }
+    }
+  });
+}
+
+AlphaMode st_forced() { return state().forced.load(std::memory_order_relaxed); }
+
 }  // namespace
+
+void force_alpha_mode(AlphaMode mode) { state().forced.store(mode, std::memory_order_relaxed); }
+
+AlphaMode last_matmul_alpha_mode() { return state().last_mode.load(std::memory_order_relaxed); }
+
+const char* alpha_mode_name(AlphaMode mode) {
+  switch (mode) {
+    case AlphaMode::none: return "none";
+    case AlphaMode::post_op: return "post_op";
+    case AlphaMode::output_scale: return "output_scale";
+    case AlphaMode::separate: return "separate";
+  }
+  return "unknown";
+}
 
 void matmul(const MatmulArgs& args, const void* A, const void* B, float* C, const float* bias) {
   cpu::profile::Scope profile_scope(cpu::profile::Category::matmul, 2.0 * static_cast<double>(args.batch) * static_cast<double>(args.M) * static_cast<double>(args.N) * static_cast<double>(args.K));
@@ -287,6 +383,10 @@ void matmul(const MatmulArgs& args, const void* A, const void* B, float* C, cons
   const bool bf16_values = args.a_type == DType::bf16 || args.b_type == DType::bf16;
   const bool widened = bf16_values && bf16_route() == Bf16Route::f32_widened;
   const bool bf16 = bf16_values && !widened;
+  if (std::string why; bf16 && !route_available(Bf16Route::onednn_bf16, &why)) {
+    throw std::invalid_argument("matmul: the bf16 route onednn_bf16 (MANTISSA_BF16_MATMUL or set_bf16_route) "
+                                "cannot run on this CPU: " + why + "; use auto or f32_widened");
+  }
   thread_local std::vector<uint16_t> a_tmp, b_tmp;
   thread_local std::vector<float> a_wide, b_wide;
   if (widened) {
@@ -323,12 +423,17 @@ void matmul(const MatmulArgs& args, const void* A, const void* B, float* C, cons
                 stride_or_dense(args.c_batch_stride, args.M, args.N),
                 args.trans_a,
                 args.trans_b,   args.accumulate, bias != nullptr, packed,       bf16,
-                widened,        args.alpha != 1.0f, omp_get_max_threads()};
+                widened,        args.alpha != 1.0f, args.alpha != 1.0f ? st_forced() : AlphaMode::none,
+                omp_get_max_threads()};
 
   State& st = state();
   View& v = view_for(key, st);
   Entry& e = *v.e;
   st.last_impl.store(e.impl, std::memory_order_relaxed);
+  st.last_mode.store(e.alpha_mode, std::memory_order_relaxed);
+  const bool separate = e.alpha_mode == AlphaMode::separate;
+  thread_local std::vector<float> product;  // AlphaMode::separate: the unscaled product
+  if (separate) product.resize(static_cast<size_t>(e.c_dense));
   memory b_packed;  // holds the packed copy alive through the call
   dnnl_memory_t b_handle;
   if (e.b_needs_reorder) {
@@ -349,19 +454,21 @@ void matmul(const MatmulArgs& args, const void* A, const void* B, float* C, cons
     b_handle = v.b_plain.get();
   }
   v.a.set_data_handle(const_cast<void*>(A));
-  v.c.set_data_handle(C);
+  v.c.set_data_handle(separate ? product.data() : C);
   dnnl_exec_arg_t exec_args[5] = {{DNNL_ARG_SRC, v.a.get()}, {DNNL_ARG_WEIGHTS, b_handle}, {DNNL_ARG_DST, v.c.get()}};
   int n_args = 3;
-  if (bias) {
+  if (bias && !separate) {
     v.bias.set_data_handle(const_cast<float*>(bias));
     const int slot = e.bias_post_op
                          ? (DNNL_ARG_ATTR_MULTIPLE_POST_OP(e.bias_post_op_index) | DNNL_ARG_SRC_1)
                          : DNNL_ARG_BIAS;
     exec_args[n_args++] = {slot, v.bias.get()};
   }
-  if (key.scaled) {
-    v.alpha = args.alpha;
+  v.alpha = args.alpha;
+  if (e.alpha_mode == AlphaMode::post_op) {
     exec_args[n_args++] = {DNNL_ARG_ATTR_MULTIPLE_POST_OP(e.alpha_post_op_index) | DNNL_ARG_SRC_1, v.scale.get()};
+  } else if (e.alpha_mode == AlphaMode::output_scale) {
+    exec_args[n_args++] = {DNNL_ARG_ATTR_OUTPUT_SCALES, v.scale.get()};
   }
   const dnnl_status_t status = dnnl_primitive_execute(e.prim.get(), st.stream.get(), n_args, exec_args);
   if (status != dnnl_success) {
@@ -370,6 +477,7 @@ void matmul(const MatmulArgs& args, const void* A, const void* B, float* C, cons
                              " K=" + std::to_string(args.K));
   }
   st.stream.wait();
+  if (separate) scale_into(args, product.data(), C, bias);
 }
 
 const char* last_matmul_impl() { return state().last_impl.load(std::memory_order_relaxed); }

@@ -28,6 +28,7 @@ std::atomic<int>& route_override() {
 
 struct IsaInfo {
   const char* name;
+  bool avx512;  // avx512_core or above: oneDNN has bf16 matmul kernels
   bool amx;
   bool bf16_dot;  // oneDNN runs vdpbf16ps (avx512_core_bf16) without AMX
 };
@@ -35,15 +36,15 @@ struct IsaInfo {
 IsaInfo isa_info() {
   using dnnl::cpu_isa;
   switch (dnnl::get_effective_cpu_isa()) {
-    case cpu_isa::avx512_core_amx: return {"avx512_core_amx", true, false};
-    case cpu_isa::avx512_core_bf16: return {"avx512_core_bf16", false, true};
-    case cpu_isa::avx512_core_vnni: return {"avx512_core_vnni", false, false};
-    case cpu_isa::avx512_core: return {"avx512_core", false, false};
-    case cpu_isa::avx2_vnni: return {"avx2_vnni", false, false};
-    case cpu_isa::avx2: return {"avx2", false, false};
-    case cpu_isa::avx: return {"avx", false, false};
-    case cpu_isa::sse41: return {"sse41", false, false};
-    default: return {"other", false, false};
+    case cpu_isa::avx512_core_amx: return {"avx512_core_amx", true, true, false};
+    case cpu_isa::avx512_core_bf16: return {"avx512_core_bf16", true, false, true};
+    case cpu_isa::avx512_core_vnni: return {"avx512_core_vnni", true, false, false};
+    case cpu_isa::avx512_core: return {"avx512_core", true, false, false};
+    case cpu_isa::avx2_vnni: return {"avx2_vnni", false, false, false};
+    case cpu_isa::avx2: return {"avx2", false, false, false};
+    case cpu_isa::avx: return {"avx", false, false, false};
+    case cpu_isa::sse41: return {"sse41", false, false, false};
+    default: return {"other", false, false, false};
   }
 }
 
@@ -88,6 +89,14 @@ double bf16_dot_to_fma_ratio() { return cached_dot_ratio(); }
 
 void set_bf16_route(std::optional<Bf16Route> route) {
   route_override().store(route ? static_cast<int>(*route) : parse_route_env(), std::memory_order_relaxed);
+}
+
+bool route_available(Bf16Route r, std::string* why_not) {
+  if (r == Bf16Route::f32_widened || cached_isa().avx512) return true;
+  if (why_not != nullptr) {
+    *why_not = std::string("oneDNN has no bf16 matmul below avx512_core (its ISA here: ") + cached_isa().name + ")";
+  }
+  return false;
 }
 
 const char* matmul_isa_name() { return cached_isa().name; }

@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -135,6 +136,45 @@ TEST(Matmul, AlphaIsARuntimeArgument) {
   // alpha == 1 keeps its own primitive without scales (bias through oneDNN's bias).
   run_case({1, 33, 47, 65, false, true, 1.0f, false, true, DType::f32, DType::f32});
   EXPECT_EQ(matmul_primitives_created() - before, 4);
+}
+
+// Each way of applying alpha (post-op, output scale, a separate pass) gives
+// alpha AB (+ C) (+ bias) to rounding on every layout, where oneDNN offers it;
+// the automatic choice never runs oneDNN's reference matmul.
+TEST(Matmul, EveryAlphaModeMatchesFloat64) {
+  struct Reset {
+    ~Reset() { force_alpha_mode(AlphaMode::none); }
+  } reset;
+  for (AlphaMode mode : {AlphaMode::post_op, AlphaMode::output_scale, AlphaMode::separate, AlphaMode::none}) {
+    SCOPED_TRACE(alpha_mode_name(mode));
+    force_alpha_mode(mode);
+    for (int64_t batch : {1, 3}) {
+      for (bool ta : {false, true}) {
+        for (bool acc : {false, true}) {
+          for (bool bias : {false, true}) {
+            const Case c{batch, 19, 23, 41, ta, !ta, -0.3125f, acc, bias, DType::f32, DType::f32};
+            try {
+              run_case(c);
+            } catch (const std::runtime_error& e) {
+              // A forced mode oneDNN lacks here (e.g. scales on brgemm are
+              // refused only by falling back): the error must say so.
+              ASSERT_NE(mode, AlphaMode::none) << e.what();
+              EXPECT_NE(std::string(e.what()).find("reference"), std::string::npos) << e.what();
+              continue;
+            }
+            EXPECT_EQ(std::string(last_matmul_impl()).rfind("ref", 0), std::string::npos) << last_matmul_impl();
+            if (mode != AlphaMode::none) {
+              EXPECT_EQ(last_matmul_alpha_mode(), mode);
+            }
+          }
+        }
+      }
+    }
+  }
+  // The separate pass exists everywhere: it is the last resort.
+  force_alpha_mode(AlphaMode::separate);
+  run_case({2, 8, 8, 8, false, false, 0.5f, true, true, DType::bf16, DType::bf16});
+  EXPECT_EQ(last_matmul_alpha_mode(), AlphaMode::separate);
 }
 
 // Row ranges of every batch matrix (blockwise attention's per-block products):

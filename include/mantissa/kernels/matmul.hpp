@@ -34,6 +34,18 @@ struct MatmulArgs {
 // C is fp32. bias may be null (fp32 [N]).
 void matmul(const MatmulArgs& args, const void* A, const void* B, float* C, const float* bias = nullptr);
 
+// How a product with alpha != 1 applies alpha (matmul.cpp says why each):
+// post_op (binary multiply), output_scale (runtime output scale), separate
+// (own pass after the unscaled product); none: alpha == 1. Each primitive takes
+// the first of post_op, output_scale, separate that oneDNN implements without
+// its reference kernel on this CPU.
+enum class AlphaMode { none, post_op, output_scale, separate };
+const char* alpha_mode_name(AlphaMode mode);
+AlphaMode last_matmul_alpha_mode();  // of the last matmul
+// Forces every scaled product created from now on to one mode (none: back to
+// the choice above), for tests that check each mode against float64.
+void force_alpha_mode(AlphaMode mode);
+
 // Name of the oneDNN implementation the last matmul ran (e.g. "brg:avx512_core_amx_bf16";
 // "f32_widened:brg:avx512_core" for bf16 values on the widened route).
 const char* last_matmul_impl();

@@ -35,6 +35,9 @@ const char* route_name(Bf16Route r);
 Bf16Route bf16_route();
 // Forces a route (nullopt: back to the ISA rule / environment).
 void set_bf16_route(std::optional<Bf16Route> route);
+// Whether the route can run here: onednn_bf16 needs oneDNN's AVX-512 (or AMX)
+// kernels, none exist below avx512_core; `why_not` gets the reason otherwise.
+bool route_available(Bf16Route r, std::string* why_not = nullptr);
 // oneDNN's effective CPU ISA, e.g. "avx512_core_bf16", "avx512_core_amx".
 const char* matmul_isa_name();
 bool matmul_isa_has_amx();

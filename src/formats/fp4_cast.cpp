@@ -8,7 +8,9 @@
 // band's rows with a per-column factor and block scale while the band is in
 // cache. The element rounding is 16 lanes of arithmetic: the E2M1 binade
 // gives the spacing, vrndscaleps rounds (nearest-even or floor + a draw).
-// Without AVX-512 everything goes to fp4_cast_reference (same bits).
+// On AVX2 the same route runs on 8 lanes (fp4_cast_avx2.cpp), every tile
+// shape through the band route; without AVX2 everything goes to
+// fp4_cast_reference (same bits).
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #include <immintrin.h>
@@ -22,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "formats/fp4_avx2.hpp"
 #include "formats/fp4_internal.hpp"
 #include "formats/fp4_lanes.hpp"
 #include "formats/hadamard16_internal.hpp"
@@ -69,18 +72,10 @@ void fp4_passthrough(const float* x, int64_t n, uint8_t* codes, int64_t code_byt
 
 uint32_t fp4_draw(uint64_t seed, uint64_t index) { return detail::draw_at(detail::draw_key(seed), index); }
 
-bool fp4_vector_available() {
-  return cpu::active_isa() >= cpu::Isa::avx512;
-}
-
 namespace {
 
-// What a row's cast writes: packed or one-a-byte codes (null: none), decoded bf16 (null: none).
-struct RowOut {
-  uint8_t* codes;
-  bool packed;
-  uint16_t* decoded;
-};
+using detail::RoundRow;
+using detail::RowOut;
 
 // One row of the band: y = x / factor (nvfp4) or x (x 3/4) x factor (mxfp4);
 // lanes beyond `n` untouched. packed: `codes` is the row's first byte (the
@@ -112,7 +107,6 @@ MANTISSA_FP4_AVX512 void round_row(bool headroom, detail::DrawKey key, const flo
   }
 }
 
-using RoundRow = void (*)(bool, detail::DrawKey, const float*, const float*, const float*, int64_t, uint64_t, RowOut);
 RoundRow round_row_for(bool nv, bool stochastic) {
   if (nv) return stochastic ? round_row<true, true> : round_row<true, false>;
   return stochastic ? round_row<false, true> : round_row<false, false>;
@@ -193,6 +187,31 @@ MANTISSA_FP4_AVX512 void band_scales(bool nv, float t, int64_t tc, const float* 
   }
 }
 
+// The vector pieces of one instruction set; the register paths for row and
+// column tiles null where the band route takes them.
+struct Kernels {
+  float (*amax)(const float*, int64_t, bool*);
+  bool (*column_max)(const float*, int64_t, int64_t, float*);
+  void (*block_scales)(bool, float, const float*, int64_t, uint8_t*, float*, float*);
+  void (*band_scales)(bool, float, int64_t, const float*, int64_t, uint8_t*, float*, float*);
+  RoundRow (*round_row_for)(bool, bool);
+  detail::RowTiles (*row_tiles_for)(bool, bool);
+  detail::ColumnTilesBand (*column_tiles_band_for)(bool, bool);
+};
+const Kernels kAvx512{amax16, column_max, block_scales, band_scales, round_row_for, detail::row_tiles_for,
+                      detail::column_tiles_band_for};
+namespace avx2 = detail::fp4_avx2;
+const Kernels kAvx2{avx2::amax, avx2::column_max, avx2::block_scales, avx2::band_scales, avx2::round_row_for, nullptr,
+                    nullptr};
+
+// Ordered, best first (cpu::select); the scalar entry means the reference.
+const cpu::Impl<const Kernels*> kFp4[] = {
+    {"avx512:fp4", cpu::Isa::avx512, &kAvx512},
+    {"avx2:fp4", cpu::Isa::avx2, &kAvx2},
+    {"scalar:fp4", cpu::Isa::scalar, nullptr},
+};
+const Kernels* vector_kernels() { return cpu::select(kFp4).fn; }
+
 // Largest |value| of the rotated x (spec.rht_signs), 16 rows at a time
 // rotated in registers; the rotation is not kept.
 float rotated_amax(const Fp4Spec& spec, const float* x, int64_t rows, int64_t cols, bool* nonfinite) {
@@ -240,7 +259,7 @@ Fp4Result passthrough(const Fp4Spec& spec, const float* x, int64_t rows, int64_t
 // so a first pass finds it; MXFP4's block scales stand alone, so its one
 // pass watches for inf/NaN itself and, finding any, redoes the tensor as the
 // pass-through (every output overwritten).
-Fp4Result cast_vector(const Fp4Spec& spec, const float* x, int64_t rows, int64_t cols, uint8_t* codes,
+Fp4Result cast_vector(const Kernels& k, const Fp4Spec& spec, const float* x, int64_t rows, int64_t cols, uint8_t* codes,
                       uint8_t* scales, uint16_t* decoded) {
   const int64_t n = rows * cols;
   const bool rht = spec.rht_signs != nullptr;
@@ -249,28 +268,28 @@ Fp4Result cast_vector(const Fp4Spec& spec, const float* x, int64_t rows, int64_t
   Fp4Result r;
   if (nv) {
     bool nonfinite = false;
-    const float amax = rht ? rotated_amax(spec, x, rows, cols, &nonfinite) : amax16(x, n, &nonfinite);
+    const float amax = rht ? rotated_amax(spec, x, rows, cols, &nonfinite) : k.amax(x, n, &nonfinite);
     if (nonfinite) return passthrough(spec, x, rows, cols, codes, scales, decoded);
     r.tensor_scale = std::max(amax / (6.0f * 448.0f), 0x1p-117f);
   } else if (headroom) {
     r.tensor_scale = 4.0f / 3.0f;
   }
-  const RoundRow round = round_row_for(nv, spec.rounding == Fp4Rounding::stochastic);
+  const RoundRow round = k.round_row_for(nv, spec.rounding == Fp4Rounding::stochastic);
   const detail::DrawKey key = detail::draw_key(spec.seed);
   const int64_t tr = spec.tile_rows, tc = spec.tile_cols;
   const int64_t down = (rows + tr - 1) / tr, across = (cols + tc - 1) / tc;
   const float t = r.tensor_scale;
   bool nonfinite = false;
-  if (tr == 1 && tc >= 16 && (!rht || spec.rht_axis == 2)) {
-    const detail::RowTiles row = detail::row_tiles_for(nv, spec.rounding == Fp4Rounding::stochastic);
+  if (k.row_tiles_for && tr == 1 && tc >= 16 && (!rht || spec.rht_axis == 2)) {
+    const detail::RowTiles row = k.row_tiles_for(nv, spec.rounding == Fp4Rounding::stochastic);
 #pragma omp parallel for schedule(static) if (n >= (int64_t{1} << 16)) reduction(|| : nonfinite)
     for (int64_t i = 0; i < rows; ++i)
       nonfinite = row(spec, x, cols, i, t, scales ? scales + i * across : nullptr, codes, decoded) || nonfinite;
     if (nonfinite) return passthrough(spec, x, rows, cols, codes, scales, decoded);
     return r;
   }
-  if (tc == 1 && (tr == 16 || tr == 32) && (!rht || spec.rht_axis == 1)) {
-    const detail::ColumnTilesBand band = detail::column_tiles_band_for(nv, spec.rounding == Fp4Rounding::stochastic);
+  if (k.column_tiles_band_for && tc == 1 && (tr == 16 || tr == 32) && (!rht || spec.rht_axis == 1)) {
+    const detail::ColumnTilesBand band = k.column_tiles_band_for(nv, spec.rounding == Fp4Rounding::stochastic);
 #pragma omp parallel for schedule(static) if (n >= (int64_t{1} << 16)) reduction(|| : nonfinite)
     for (int64_t ti = 0; ti < down; ++ti)
       nonfinite = band(spec, x, rows, cols, ti * tr, std::min(rows, ti * tr + tr), t,
@@ -290,8 +309,8 @@ Fp4Result cast_vector(const Fp4Spec& spec, const float* x, int64_t rows, int64_t
         detail::hadamard16_serial(xb, band.data(), r1 - r0, cols, spec.rht_axis, spec.rht_signs);
         xb = band.data();
       }
-      nonfinite = column_max(xb, cols, r1 - r0, colmax.data()) || nonfinite;
-      band_scales(nv, t, tc, colmax.data(), cols, scales ? scales + ti * across : nullptr, factor.data(),
+      nonfinite = k.column_max(xb, cols, r1 - r0, colmax.data()) || nonfinite;
+      k.band_scales(nv, t, tc, colmax.data(), cols, scales ? scales + ti * across : nullptr, factor.data(),
                   block.data());
       for (int64_t i = r0; i < r1; ++i)
         round(headroom, key, xb + (i - r0) * cols, factor.data(), block.data(), cols, static_cast<uint64_t>(i * cols),
@@ -305,39 +324,46 @@ Fp4Result cast_vector(const Fp4Spec& spec, const float* x, int64_t rows, int64_t
 
 }  // namespace
 
+bool fp4_vector_available() { return vector_kernels() != nullptr; }
+
+const char* detail::fp4_implementation() { return cpu::select(kFp4).name; }
+
 void fp4_round_elements(Fp4Scale scale, const float* x, const float* factor, int64_t n, Fp4Rounding rounding,
                         uint64_t seed, uint64_t first_index, uint8_t* codes) {
-  if (!fp4_vector_available()) {
+  const Kernels* k = vector_kernels();
+  if (!k) {
     fp4_round_elements_reference(scale, x, factor, n, rounding, seed, first_index, codes);
     return;
   }
   std::vector<float> ones(static_cast<size_t>(n), 1.0f);
-  round_row_for(scale == Fp4Scale::nvfp4, rounding == Fp4Rounding::stochastic)(
+  k->round_row_for(scale == Fp4Scale::nvfp4, rounding == Fp4Rounding::stochastic)(
       false, detail::draw_key(seed), x, factor, ones.data(), n, first_index, {codes, false, nullptr});
 }
 
 void fp4_block_scales(Fp4Scale scale, const float* amax, int64_t n, float t, uint8_t* codes, float* factor,
                       float* block) {
-  if (!fp4_vector_available()) {
+  const Kernels* k = vector_kernels();
+  if (!k) {
     fp4_block_scales_reference(scale, amax, n, t, codes, factor, block);
     return;
   }
-  block_scales(scale == Fp4Scale::nvfp4, t, amax, n, codes, factor, block);
+  k->block_scales(scale == Fp4Scale::nvfp4, t, amax, n, codes, factor, block);
 }
 
 Fp4Result fp4_cast(const Fp4Spec& spec, const float* x, int64_t rows, int64_t cols, uint8_t* codes,
                    uint8_t* scales, uint16_t* decoded) {
   detail::check_fp4_spec(spec, rows, cols);
-  if (!fp4_vector_available() || rows * cols == 0) return fp4_cast_reference(spec, x, rows, cols, codes, scales, decoded);
+  const Kernels* k = vector_kernels();
+  if (!k || rows * cols == 0) return fp4_cast_reference(spec, x, rows, cols, codes, scales, decoded);
   if (codes && spec.packed && cols % 2) {  // rows straddle bytes: one code a byte first
     Fp4Spec bytes = spec;
     bytes.packed = false;
     std::vector<uint8_t> tmp(static_cast<size_t>(rows * cols));
-    const Fp4Result r = cast_vector(bytes, x, rows, cols, tmp.data(), scales, decoded);
+    const Fp4Result r = cast_vector(*k, bytes, x, rows, cols, tmp.data(), scales, decoded);
     detail::pack_nibbles(tmp.data(), rows * cols, codes);
     return r;
   }
-  return cast_vector(spec, x, rows, cols, codes, scales, decoded);
+  return cast_vector(*k, spec, x, rows, cols, codes, scales, decoded);
 }
 
 }  // namespace mantissa::formats

@@ -2,7 +2,8 @@
 // scale, the product the cast's decoded output holds, rounded the same way
 // (exact for every scale a cast writes). A band of tile rows at a time: the
 // per-column block scales once, then each row as 16 lanes: nibbles to lane
-// indices, the signed E2M1 value by a permute from a 16-entry table.
+// indices, the signed E2M1 value by a permute from a 16-entry table (on AVX2
+// 8 lanes from two 8-entry halves: fp4_cast_avx2.cpp).
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #include <immintrin.h>
@@ -13,7 +14,9 @@
 #include <cmath>
 #include <vector>
 
+#include "formats/fp4_avx2.hpp"
 #include "formats/fp4_internal.hpp"
+#include "mantissa/cpu/isa.hpp"
 #include "mantissa/formats/fp4.hpp"
 
 namespace mantissa::formats {
@@ -85,7 +88,11 @@ void fp4_decode(const Fp4Spec& spec, const uint8_t* codes, const uint8_t* scales
   detail::check_fp4_spec(spec, rows, cols);
   const int64_t tr = spec.tile_rows, tc = spec.tile_cols;
   const int64_t down = (rows + tr - 1) / tr, across = (cols + tc - 1) / tc;
+  using DecodeRow = void (*)(const uint8_t*, bool, const float*, int64_t, int64_t, uint16_t*);
   const bool vec = fp4_vector_available() && !(spec.packed && cols % 2);
+  const DecodeRow row = !vec                                          ? decode_row_scalar
+                        : cpu::active_isa() >= cpu::Isa::avx512 ? decode_row_avx512
+                                                                    : detail::fp4_avx2::decode_row;
   const std::array<float, 256>& value = scale_values(spec.scale);
 #pragma omp parallel if (rows * cols >= (int64_t{1} << 16))
   {
@@ -97,7 +104,7 @@ void fp4_decode(const Fp4Spec& spec, const uint8_t* codes, const uint8_t* scales
         std::fill(block.begin() + c0, block.begin() + c1, value[scales[ti * across + tj]]);
       }
       for (int64_t i = ti * tr; i < std::min(rows, ti * tr + tr); ++i)
-        (vec ? decode_row_avx512 : decode_row_scalar)(codes, spec.packed, block.data(), i, cols, decoded + i * cols);
+        row(codes, spec.packed, block.data(), i, cols, decoded + i * cols);
     }
   }
 }

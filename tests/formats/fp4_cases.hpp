@@ -1,5 +1,6 @@
 // Shared by the FP4 cast tests: one cast's outputs (filled with 0xEE first,
-// so unwritten bytes show) and a heavy-tailed input over many binades.
+// so unwritten bytes show), a heavy-tailed input over many binades, and the
+// ISA caps that run a vector path (each tier the host has, avx2 and up).
 #pragma once
 
 #include <cmath>
@@ -7,11 +8,30 @@
 #include <random>
 #include <vector>
 
+#include "mantissa/cpu/isa.hpp"
 #include "mantissa/formats/fp4.hpp"
 
 namespace fp4_cases {
 
 namespace mf = mantissa::formats;
+namespace cpu = mantissa::cpu;
+
+// Every cap from avx2 to what the host has (empty on a host without AVX2).
+inline std::vector<cpu::Isa> vector_caps() {
+  std::vector<cpu::Isa> out;
+  for (cpu::Isa isa : cpu::kAllIsas)
+    if (isa >= cpu::Isa::avx2 && isa <= cpu::detected_isa()) out.push_back(isa);
+  return out;
+}
+
+// Sets a cap for one scope and restores the previous one.
+struct Cap {
+  explicit Cap(cpu::Isa isa) : before(cpu::max_isa()) { cpu::set_max_isa(isa); }
+  ~Cap() { cpu::set_max_isa(before); }
+  Cap(const Cap&) = delete;
+  Cap& operator=(const Cap&) = delete;
+  cpu::Isa before;
+};
 
 struct Out {
   std::vector<uint8_t> codes, scales;

@@ -1,5 +1,5 @@
-// FP4 block casts (formats/fp4.hpp): the vector path against the scalar
-// reference bit for bit, hand-worked MXFP4/NVFP4 blocks, 2-D blocks under
+// FP4 block casts (formats/fp4.hpp): each vector tier's path (AVX2, AVX-512)
+// against the scalar reference bit for bit, hand-worked MXFP4/NVFP4 blocks, 2-D blocks under
 // transposition, stochastic rounding's probabilities and reproducibility.
 #include <gtest/gtest.h>
 
@@ -13,6 +13,7 @@
 #include <stdexcept>
 #include <vector>
 
+#include "formats/fp4_avx2.hpp"
 #include "formats/fp4_cases.hpp"
 #include "mantissa/formats/fp4.hpp"
 
@@ -20,33 +21,42 @@ namespace mf = mantissa::formats;
 
 namespace {
 
+using fp4_cases::Cap;
 using fp4_cases::heavy_tailed;
 using fp4_cases::Out;
 using fp4_cases::run;
+using fp4_cases::vector_caps;
+namespace cpu = mantissa::cpu;
 
 float bf16(uint16_t b) { return std::bit_cast<float>(static_cast<uint32_t>(b) << 16); }
 
 }  // namespace
 
 TEST(Fp4, VectorMatchesReferenceForEverySpec) {
-  if (!mf::fp4_vector_available()) GTEST_SKIP() << "no AVX-512 on this CPU";
+  if (!mf::fp4_vector_available()) GTEST_SKIP() << "no AVX2 on this CPU";
   const std::vector<float> x = heavy_tailed(67 * 45, 7);
-  for (auto scale : {mf::Fp4Scale::nvfp4, mf::Fp4Scale::mxfp4})
-    for (auto round : {mf::Fp4Rounding::nearest_even, mf::Fp4Rounding::stochastic})
-      for (auto [tr, tc] : std::vector<std::pair<int64_t, int64_t>>{{1, 16}, {16, 1}, {16, 16}, {1, 32}, {32, 1}, {32, 32}})
-        for (bool headroom : {false, true}) {
-          if (headroom && scale != mf::Fp4Scale::mxfp4) continue;
-          const mf::Fp4Spec s{.scale = scale, .tile_rows = tr, .tile_cols = tc, .rounding = round, .seed = 99,
-                              .headroom = headroom};
-          const Out a = run(true, s, x, 67, 45), b = run(false, s, x, 67, 45);
-          SCOPED_TRACE(testing::Message() << "scale " << int(scale) << " round " << int(round) << " tile " << tr
-                                          << "x" << tc << " headroom " << headroom);
-          EXPECT_EQ(a.codes, b.codes);
-          EXPECT_EQ(a.scales, b.scales);
-          EXPECT_EQ(a.dec, b.dec);
-          EXPECT_EQ(a.r.tensor_scale, b.r.tensor_scale);
-          EXPECT_FALSE(a.r.nonfinite);
-        }
+  for (cpu::Isa isa : vector_caps()) {  // each vector tier's path
+    const Cap cap(isa);
+    const char* want = isa >= cpu::Isa::avx512 ? "avx512:" : "avx2:";
+    EXPECT_EQ(std::string(mf::detail::fp4_implementation()).rfind(want, 0), 0u) << mf::detail::fp4_implementation();
+    for (auto scale : {mf::Fp4Scale::nvfp4, mf::Fp4Scale::mxfp4})
+      for (auto round : {mf::Fp4Rounding::nearest_even, mf::Fp4Rounding::stochastic})
+        for (auto [tr, tc] :
+             std::vector<std::pair<int64_t, int64_t>>{{1, 16}, {16, 1}, {16, 16}, {1, 32}, {32, 1}, {32, 32}})
+          for (bool headroom : {false, true}) {
+            if (headroom && scale != mf::Fp4Scale::mxfp4) continue;
+            const mf::Fp4Spec s{.scale = scale, .tile_rows = tr, .tile_cols = tc, .rounding = round, .seed = 99,
+                                .headroom = headroom};
+            const Out a = run(true, s, x, 67, 45), b = run(false, s, x, 67, 45);
+            SCOPED_TRACE(testing::Message() << cpu::isa_name(isa) << " scale " << int(scale) << " round " << int(round)
+                                            << " tile " << tr << "x" << tc << " headroom " << headroom);
+            EXPECT_EQ(a.codes, b.codes);
+            EXPECT_EQ(a.scales, b.scales);
+            EXPECT_EQ(a.dec, b.dec);
+            EXPECT_EQ(a.r.tensor_scale, b.r.tensor_scale);
+            EXPECT_FALSE(a.r.nonfinite);
+          }
+  }
 }
 
 // One MX block with amax 6: exponent floor(log2 6) - 2 = 0, so the elements

@@ -3,7 +3,7 @@
 // byte codes; fp4_decode against the decoded output of the cast itself and
 // the E4M3 scale table against the formats module's decoder; the fused
 // rotation against hadamard16 followed by the plain cast, on the vector
-// path, the scalar reference and with the ISA capped to scalar.
+// path, the scalar reference and with the ISA capped to avx2 and to scalar.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -74,7 +74,7 @@ TEST(Fp4Packed, CodesPackTwoPerByteAndDecodeToTheCastsValues) {
         EXPECT_EQ(packed.codes, pack_by_hand(bytes.codes));
         EXPECT_EQ(packed.scales, bytes.scales);
         EXPECT_EQ(packed.dec, bytes.dec);
-        for (cpu::Isa isa : {cpu::Isa::avx512_bf16_fp16, cpu::Isa::scalar}) {
+        for (cpu::Isa isa : {cpu::Isa::avx512_bf16_fp16, cpu::Isa::avx2, cpu::Isa::scalar}) {
           cpu::set_max_isa(isa);
           std::vector<uint16_t> d1(x.size(), 0xEEEE), d2(x.size(), 0xEEEE);
           mf::fp4_decode(base, bytes.codes.data(), bytes.scales.data(), rows, cols, d1.data());
@@ -131,7 +131,7 @@ TEST(Fp4Packed, FusedHadamardCastMatchesTheTwoPasses) {
       const Cast want = run(true, s, rotated, rows, cols);
       s.rht_signs = kSigns;
       s.rht_axis = axis;
-      for (cpu::Isa isa : {cpu::Isa::avx512_bf16_fp16, cpu::Isa::scalar}) {
+      for (cpu::Isa isa : {cpu::Isa::avx512_bf16_fp16, cpu::Isa::avx2, cpu::Isa::scalar}) {
         cpu::set_max_isa(isa);
         const Cast fused = run(false, s, x, rows, cols);
         EXPECT_EQ(fused.codes, want.codes);

@@ -1,6 +1,7 @@
 // The 16-point Hadamard transform (formats/hadamard16.hpp). Along rows a
 // vector holds one row of 16 columns and a group is 16 vectors; along columns
-// a vector holds one group and the butterflies pair lanes by permutes.
+// a vector holds one group and the butterflies pair lanes by permutes. On
+// AVX2 the same in 8 lanes (hadamard16_avx2.cpp).
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #include <immintrin.h>
@@ -78,18 +79,32 @@ void cols_row_scalar(const float* in, float* out, int64_t cols, const float* s) 
   for (int64_t j = 0; j + 16 <= cols; j += 16) group_scalar(out + j, 1, s);
 }
 
-bool vector_path() { return cpu::active_isa() >= cpu::Isa::avx512; }
+// The pieces of one instruction set: one group along rows, one row along columns.
+struct Path {
+  void (*rows_group)(const float*, float*, int64_t, const float*);
+  void (*cols_row)(const float*, float*, int64_t, const float*);
+};
+const Path kAvx512{rows_group_avx512, cols_row_avx512}, kAvx2{detail::hadamard_avx2::rows_group,
+                                                               detail::hadamard_avx2::cols_row},
+    kScalar{rows_group_scalar, cols_row_scalar};
+
+// Ordered, best first (cpu::select).
+const cpu::Impl<const Path*> kPaths[] = {
+    {"avx512:hadamard16", cpu::Isa::avx512, &kAvx512},
+    {"avx2:hadamard16", cpu::Isa::avx2, &kAvx2},
+    {"scalar:hadamard16", cpu::Isa::scalar, &kScalar},
+};
+const Path& vector_path() { return *cpu::select(kPaths).fn; }
 
 // Rows [r0, r1) of the result (r0 a multiple of 16 along rows).
 void transform_rows(const float* in, float* out, int64_t r0, int64_t r1, int64_t rows, int64_t cols, int axis,
-                    const float* s, bool vec) {
+                    const float* s, const Path& path) {
   if (axis == 2) {
-    for (int64_t i = r0; i < r1; ++i)
-      (vec ? cols_row_avx512 : cols_row_scalar)(in + i * cols, out + i * cols, cols, s);
+    for (int64_t i = r0; i < r1; ++i) path.cols_row(in + i * cols, out + i * cols, cols, s);
     return;
   }
   for (int64_t i = r0; i < r1; i += 16) {
-    if (i + 16 <= rows) (vec ? rows_group_avx512 : rows_group_scalar)(in + i * cols, out + i * cols, cols, s);
+    if (i + 16 <= rows) path.rows_group(in + i * cols, out + i * cols, cols, s);
     else if (in != out) std::copy(in + i * cols, in + rows * cols, out + i * cols);
   }
 }
@@ -125,9 +140,11 @@ __attribute__((target("avx512f"))) float amax_avx512(const float* in, int64_t ro
 
 namespace detail {
 float hadamard16_amax(const float* in, int64_t rows, int64_t cols, int axis, const float* signs, bool* nonfinite) {
-  if (vector_path()) return amax_avx512(in, rows, cols, axis, signs, nonfinite);
+  const Path& path = vector_path();
+  if (&path == &kAvx512) return amax_avx512(in, rows, cols, axis, signs, nonfinite);
+  if (&path == &kAvx2) return detail::hadamard_avx2::amax(in, rows, cols, axis, signs, nonfinite);
   std::vector<float> buf(static_cast<size_t>(rows * cols));
-  transform_rows(in, buf.data(), 0, rows, rows, cols, axis, signs, false);
+  transform_rows(in, buf.data(), 0, rows, rows, cols, axis, signs, kScalar);
   float m = 0;
   bool bad = false;
   for (float v : buf) {
@@ -147,11 +164,11 @@ void hadamard16(const float* in, float* out, int64_t rows, int64_t cols, int axi
   if (axis != 1 && axis != 2)
     throw std::invalid_argument("hadamard16: axis must be 1 (rows) or 2 (columns), got " + std::to_string(axis));
   if (rows < 0 || cols < 0) throw std::invalid_argument("hadamard16: negative shape");
-  const bool vec = vector_path();
+  const Path& path = vector_path();
   const int64_t chunks = (rows + 15) / 16;  // 16 rows a chunk on either axis
 #pragma omp parallel for schedule(static) if (rows * cols >= 65536)
   for (int64_t c = 0; c < chunks; ++c)
-    transform_rows(in, out, c * 16, std::min(rows, c * 16 + 16), rows, cols, axis, signs, vec);
+    transform_rows(in, out, c * 16, std::min(rows, c * 16 + 16), rows, cols, axis, signs, path);
 }
 
 }  // namespace mantissa::formats

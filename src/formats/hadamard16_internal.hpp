@@ -1,6 +1,6 @@
-// The 16-point transform on the calling thread (formats/hadamard16.hpp), and
-// its 16-lane pieces, for the FP4 casts that rotate in their own threads and
-// registers.
+// The 16-point transform on the calling thread (formats/hadamard16.hpp), its
+// 16-lane pieces, for the FP4 casts that rotate in their own threads and
+// registers, and its AVX2 path.
 #pragma once
 
 #include <immintrin.h>
@@ -15,6 +15,15 @@ void hadamard16_serial(const float* in, float* out, int64_t rows, int64_t cols, 
 // whole group along rows or a shorter last one), rotated in registers and not
 // stored; nonfinite: any of them inf or NaN.
 float hadamard16_amax(const float* in, int64_t rows, int64_t cols, int axis, const float* signs, bool* nonfinite);
+
+// The AVX2 path (hadamard16_avx2.cpp), the bits of the scalar one: 16 rows
+// of in[., cols] along rows; one row along columns (a last group shorter
+// than 16 copied as it is); hadamard16_amax for rows <= 16.
+namespace hadamard_avx2 {
+void rows_group(const float* in, float* out, int64_t cols, const float* signs);
+void cols_row(const float* in, float* out, int64_t cols, const float* signs);
+float amax(const float* in, int64_t rows, int64_t cols, int axis, const float* signs, bool* nonfinite);
+}  // namespace hadamard_avx2
 
 // The 16 rotated rows of columns j .. j+15 of in[16, cols] (lanes outside m
 // zero), before the x 1/4: signs, then the four butterfly stages.

@@ -1,14 +1,18 @@
 // The 16-point RHT (quant/hadamard.hpp) against a dense float64 product
 // with Q = H D built from the Sylvester definition H[i][j] = (-1)^popcount(i & j) / 4,
-// and the invariance of the product x^T y that the Wgrad cast relies on.
+// and the invariance of the product x^T y that the Wgrad cast relies on;
+// each instruction set's path against the scalar one bit for bit.
 #include <gtest/gtest.h>
 
 #include <bit>
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <utility>
 #include <vector>
 
+#include "mantissa/cpu/isa.hpp"
+#include "mantissa/formats/hadamard16.hpp"
 #include "mantissa/quant/hadamard.hpp"
 
 namespace ms = mantissa::quant;
@@ -117,4 +121,33 @@ TEST(Hadamard, AlongColumnsMatchesTheDenseTransform) {
     for (int64_t k = 0; k < K; ++k)
       for (int64_t n = 0; n < N; ++n) got[m * K + k] += double(a[m * N + n]) * b[k * N + n];
   for (int64_t i = 0; i < M * K; ++i) EXPECT_NEAR(got[i], want[i], 1e-4) << i;
+}
+
+// Every instruction-set path (AVX-512, AVX2, scalar, as the host allows)
+// gives the scalar path's bits, along both axes, for widths with and without
+// partial vectors and groups, in place and out of place.
+TEST(Hadamard, EveryIsaPathGivesTheScalarBits) {
+  namespace cpu = mantissa::cpu;
+  const cpu::Isa before = cpu::max_isa();
+  const ms::RhtSigns s = ms::rht_signs(3);
+  for (int axis : {1, 2})
+    for (auto [rows, cols] : std::vector<std::pair<int64_t, int64_t>>{{16, 3}, {35, 37}, {48, 8}, {20, 16}, {17, 53}}) {
+      std::vector<float> x = randn(static_cast<size_t>(rows * cols), 4);
+      x[5] = 3e38f;  // its group overflows to inf
+      cpu::set_max_isa(cpu::Isa::scalar);
+      std::vector<float> want(x.size(), NAN);
+      mantissa::formats::hadamard16(x.data(), want.data(), rows, cols, axis, s.data());
+      for (cpu::Isa isa : cpu::kAllIsas) {
+        if (isa > cpu::detected_isa()) continue;
+        cpu::set_max_isa(isa);
+        std::vector<float> out(x.size(), NAN), in_place = x;
+        mantissa::formats::hadamard16(x.data(), out.data(), rows, cols, axis, s.data());
+        mantissa::formats::hadamard16(in_place.data(), in_place.data(), rows, cols, axis, s.data());
+        EXPECT_EQ(0, std::memcmp(out.data(), want.data(), x.size() * sizeof(float)))
+            << cpu::isa_name(isa) << " axis " << axis << " " << rows << "x" << cols;
+        EXPECT_EQ(0, std::memcmp(in_place.data(), want.data(), x.size() * sizeof(float)))
+            << cpu::isa_name(isa) << " axis " << axis << " " << rows << "x" << cols;
+      }
+    }
+  cpu::set_max_isa(before);
 }

@@ -15,10 +15,12 @@
 #include <string>
 #include <vector>
 
+#include "formats/fp4_avx2.hpp"
 #include "kernels/reference.hpp"
 #include "mantissa/cpu/isa.hpp"
 #include "mantissa/formats/convert.hpp"
 #include "mantissa/formats/format.hpp"
+#include "mantissa/formats/fp4.hpp"
 #include "mantissa/formats/lookup.hpp"
 #include "mantissa/formats/scaled_copy.hpp"
 #include "mantissa/kernels/kernels.hpp"
@@ -292,6 +294,38 @@ TEST(BackendOps, LookupFoldMultipliesEachEntryByItsGroupsFactor) {
         EXPECT_EQ(out[n], 0xABCD) << "wrote past the end, n " << n;
       }
   }
+}
+
+// FP4 block casts (row, column and 2-D tiles, nearest-even and stochastic)
+// and their decode: each cap's path gives the scalar reference's codes,
+// scales and decoded bf16, and the decode of the codes gives the cast's.
+TEST(BackendOps, Fp4CastAndDecodeMatchTheReference) {
+  const int64_t rows = 48, cols = 80;
+  std::mt19937_64 rng(5);
+  std::uniform_real_distribution<double> e(-30, 30), u(0, 1);
+  std::vector<float> x(static_cast<size_t>(rows * cols));
+  for (auto& v : x) v = static_cast<float>((u(rng) < 0.5 ? -1 : 1) * std::exp2(e(rng)));
+  for (auto scale : {mf::Fp4Scale::nvfp4, mf::Fp4Scale::mxfp4})
+    for (auto round : {mf::Fp4Rounding::nearest_even, mf::Fp4Rounding::stochastic})
+      for (auto [tr, tc] : std::vector<std::pair<int64_t, int64_t>>{{1, 16}, {32, 1}, {16, 32}}) {
+        const mf::Fp4Spec s{.scale = scale, .tile_rows = tr, .tile_cols = tc, .rounding = round, .seed = 2};
+        const size_t tiles = static_cast<size_t>(mf::fp4_tile_count(s, rows, cols));
+        std::vector<uint8_t> want_codes(x.size()), want_scales(tiles);
+        std::vector<uint16_t> want_dec(x.size());
+        mf::fp4_cast_reference(s, x.data(), rows, cols, want_codes.data(), want_scales.data(), want_dec.data());
+        for (cpu::Isa isa : caps()) {
+          Cap cap(isa);
+          expect_fits(mf::detail::fp4_implementation(), isa);
+          std::vector<uint8_t> codes(x.size()), scales(tiles);
+          std::vector<uint16_t> dec(x.size()), again(x.size());
+          mf::fp4_cast(s, x.data(), rows, cols, codes.data(), scales.data(), dec.data());
+          mf::fp4_decode(s, codes.data(), scales.data(), rows, cols, again.data());
+          EXPECT_EQ(codes, want_codes) << cpu::isa_name(isa) << " tile " << tr << "x" << tc;
+          EXPECT_EQ(scales, want_scales) << cpu::isa_name(isa) << " tile " << tr << "x" << tc;
+          EXPECT_EQ(dec, want_dec) << cpu::isa_name(isa) << " tile " << tr << "x" << tc;
+          EXPECT_EQ(again, want_dec) << cpu::isa_name(isa) << " tile " << tr << "x" << tc;
+        }
+      }
 }
 
 // scaled_copy: out = x mult (the fp32 product, which float64 gives exactly

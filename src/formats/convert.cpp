@@ -13,6 +13,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "formats/convert_avx2.hpp"
 #include "formats/convert_plan.hpp"
 #include "mantissa/cpu/isa.hpp"
 
@@ -94,6 +95,12 @@ const QuantImpl kQuantize[] = {
      [](const QuantPlan& p) { return p.shape == Shape::generic && detail::small_route(p); }},
     {"avx512:generic", cpu::Isa::avx512, detail::quantize_avx512_generic,
      [](const QuantPlan& p) { return p.shape != Shape::scalar_only; }},
+    {"avx2:cvtps2ph", cpu::Isa::avx2, detail::quantize_avx2_fp16_hw,
+     [](const QuantPlan& p) { return p.shape == Shape::fp16 && plain_rne(p); }},
+    {"avx2:via_fp16", cpu::Isa::avx2, detail::quantize_avx2_small,
+     [](const QuantPlan& p) { return p.shape == Shape::generic && detail::small_route(p); }},
+    {"avx2:generic", cpu::Isa::avx2, detail::quantize_avx2_generic,
+     [](const QuantPlan& p) { return p.shape != Shape::scalar_only; }},
     {"scalar", cpu::Isa::scalar, detail::quantize_scalar, nullptr},
 };
 
@@ -105,12 +112,16 @@ const FakeImpl kFakeQuantize[] = {
      [](const QuantPlan& p) { return p.shape == Shape::bf16 && plain_rne(p); }},
     {"avx512:cvtps2ph+cvtph2ps", cpu::Isa::avx512, detail::fake_quantize_avx512_fp16_hw,
      [](const QuantPlan& p) { return p.shape == Shape::fp16 && plain_rne(p); }},
+    {"avx2:cvtps2ph+cvtph2ps", cpu::Isa::avx2, detail::fake_quantize_avx2_fp16_hw,
+     [](const QuantPlan& p) { return p.shape == Shape::fp16 && plain_rne(p); }},
     {"round_trip", cpu::Isa::scalar, nullptr, nullptr},
 };
 
 using DequantImpl = cpu::Impl<detail::DequantKernel, QuantPlan>;
 const DequantImpl kDequantize[] = {
     {"avx512:decode", cpu::Isa::avx512, detail::dequantize_avx512,
+     [](const QuantPlan& p) { return p.shape != Shape::scalar_only; }},
+    {"avx2:decode", cpu::Isa::avx2, detail::dequantize_avx2,
      [](const QuantPlan& p) { return p.shape != Shape::scalar_only; }},
     {"scalar", cpu::Isa::scalar, detail::dequantize_scalar, nullptr},
 };

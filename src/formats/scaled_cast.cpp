@@ -9,6 +9,7 @@
 #include <stdexcept>
 #include <type_traits>
 
+#include "formats/convert_avx2.hpp"
 #include "formats/convert_avx512_fp8.hpp"
 #include "formats/convert_avx512_lookup.hpp"
 #include "formats/convert_avx512_round.hpp"
@@ -22,11 +23,6 @@
 namespace mantissa::formats {
 
 namespace detail {
-// fast: the fp32-arithmetic FP8 rounder (convert_avx512_fp8.hpp), falling
-// back to the fp16 route for steps it does not cover; small: the fp16 route;
-// generic: the integer rounder (formats outside the fp16 route's range).
-enum class CastRoute : int { scalar, small, generic, fast };
-
 // What a ScaledCast fixes at construction.
 struct CastState {
   Format format;
@@ -329,7 +325,18 @@ RunFn pick(CastRoute route, bool decode, bool fold) {
   }
 }
 
-bool vector_path(const CastState& s) { return s.route != CastRoute::scalar && cpu::active_isa() >= cpu::Isa::avx512; }
+// The vector pass the active instruction set allows (the route was fixed at
+// construction; a cap lowered since then is obeyed).
+enum class Pass { scalar, avx2, avx512 };
+Pass vector_path(const CastState& s) {
+  if (s.route == CastRoute::scalar) return Pass::scalar;
+  const cpu::Isa isa = cpu::active_isa();
+  return isa >= cpu::Isa::avx512 ? Pass::avx512 : isa >= cpu::Isa::avx2 ? Pass::avx2 : Pass::scalar;
+}
+
+detail::Avx2Cast avx2_args(const CastState& s) {
+  return {&s.plan, &s.fast, s.table, s.limit, s.route};
+}
 
 MANTISSA_AVX512 void column_amax_avx512(const float* x, size_t n, uint32_t* acc) {
   const __m512i abs_mask = _mm512_set1_epi32(0x7FFFFFFF);
@@ -353,7 +360,7 @@ ScaledCast::ScaledCast(const Format& f, bool saturate, const Table16& decode) : 
   s.fast = detail::make_fp8_rounder(s.plan);
   s.table = &decode;
   s.limit = static_cast<float>(f.max());
-  if (cpu::active_isa() >= cpu::Isa::avx512 && s.plan.shape != detail::Shape::scalar_only)
+  if (cpu::active_isa() >= cpu::Isa::avx2 && s.plan.shape != detail::Shape::scalar_only)
     s.route = s.fast.usable ? CastRoute::fast : detail::small_route(s.plan) ? CastRoute::small : CastRoute::generic;
 }
 
@@ -363,7 +370,9 @@ ScanTotals ScaledCast::run(const float* x, size_t n, const float* mult, size_t g
                            uint16_t* decoded, const float* fold) const {
   if (group < 1) throw std::invalid_argument("ScaledCast::run: group must be >= 1");
   if (!codes && !decoded) throw std::invalid_argument("ScaledCast::run: neither codes nor decode wanted");
-  if (!vector_path(*s_)) return run_scalar(*s_, x, n, mult, group, codes, decoded, fold);
+  const Pass pass = vector_path(*s_);
+  if (pass == Pass::scalar) return run_scalar(*s_, x, n, mult, group, codes, decoded, fold);
+  if (pass == Pass::avx2) return detail::cast_avx2(avx2_args(*s_), x, n, mult, group, codes, decoded, fold);
   const bool dec = decoded != nullptr;
   return pick(s_->route, dec, dec && fold != nullptr)(*s_, x, n, group, Factors{mult, fold, nullptr, nullptr}, codes,
                                                       decoded);
@@ -373,7 +382,10 @@ ScanTotals ScaledCast::run_blocks(const float* x, size_t n, size_t block, const 
                                   uint8_t* codes, uint16_t* decoded) const {
   if (block < 2) throw std::invalid_argument("ScaledCast::run_blocks: block must be >= 2");
   if (!codes && !decoded) throw std::invalid_argument("ScaledCast::run_blocks: neither codes nor decode wanted");
-  if (vector_path(*s_)) {
+  const Pass pass = vector_path(*s_);
+  if (pass == Pass::avx2)
+    return detail::cast_blocks_avx2(avx2_args(*s_), x, n, block, rule, exponents, codes, decoded);
+  if (pass == Pass::avx512) {
     const bool dec = decoded != nullptr;
     return pick(s_->route, dec, dec)(*s_, x, n, block, Factors{nullptr, nullptr, &rule, exponents}, codes, decoded);
   }
@@ -393,6 +405,7 @@ ScanTotals ScaledCast::run_blocks(const float* x, size_t n, size_t block, const 
 
 void column_amax_bits(const float* x, size_t n, uint32_t* acc) {
   if (cpu::active_isa() >= cpu::Isa::avx512) return column_amax_avx512(x, n, acc);
+  if (cpu::active_isa() >= cpu::Isa::avx2) return detail::column_amax_avx2(x, n, acc);
   for (size_t i = 0; i < n; ++i) acc[i] = std::max(acc[i], abs_bits(x[i]));
 }
 

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <limits>
 
+#include "formats/convert_avx2.hpp"
 #include "formats/convert_avx512_scan.hpp"
 #include "mantissa/formats/convert.hpp"
 
@@ -48,6 +49,7 @@ MANTISSA_AVX512 ScanTotals scaled_copy_avx512(const float* x, float* out, size_t
 using ScaledCopyFn = ScanTotals (*)(const float*, float*, size_t, float, float);
 const cpu::Impl<ScaledCopyFn> kScaledCopy[] = {
     {"avx512:scaled_copy", cpu::Isa::avx512, scaled_copy_avx512},
+    {"avx2:scaled_copy", cpu::Isa::avx2, detail::scaled_copy_avx2},
     {"scalar:scaled_copy", cpu::Isa::scalar, scaled_copy_scalar},
 };
 

@@ -30,7 +30,7 @@ struct IsaGuard {
 
 std::vector<mantissa::cpu::Isa> levels() {
   std::vector<mantissa::cpu::Isa> v;
-  for (mantissa::cpu::Isa isa : {mantissa::cpu::Isa::scalar, mantissa::cpu::Isa::avx512, mantissa::cpu::Isa::avx512_bf16, mantissa::cpu::Isa::avx512_bf16_fp16})
+  for (mantissa::cpu::Isa isa : mantissa::cpu::kAllIsas)
     if (isa <= mantissa::cpu::detected_isa()) v.push_back(isa);
   return v;
 }
@@ -269,6 +269,24 @@ TEST(Convert, KernelSelectionFollowsIsaCap) {
   mantissa::cpu::set_max_isa(mantissa::cpu::Isa::scalar);
   mf::quantize(bf16, in.data(), out.data(), in.size());
   EXPECT_EQ(mf::last_kernel(), "scalar:bf16:nearest-even");
+  if (mantissa::cpu::detected_isa() >= mantissa::cpu::Isa::avx2) {
+    mantissa::cpu::set_max_isa(mantissa::cpu::Isa::avx2);
+    mf::quantize(bf16, in.data(), out.data(), in.size());
+    EXPECT_EQ(mf::last_kernel(), "avx2:generic:bf16:nearest-even");
+    std::vector<uint16_t> half(in.size());
+    mf::quantize(mf::preset("fp16"), in.data(), half.data(), in.size());
+    EXPECT_EQ(mf::last_kernel(), "avx2:cvtps2ph:fp16:nearest-even");
+    std::vector<uint8_t> byte(in.size());
+    mf::quantize(mf::preset("e4m3fn"), in.data(), byte.data(), in.size(), {.saturate = true});
+    EXPECT_EQ(mf::last_kernel(), "avx2:via_fp16:e4m3fn:nearest-even");
+    mf::quantize(mf::preset("e4m3fn"), in.data(), byte.data(), in.size(), {.mode = mf::Round::stochastic});
+    EXPECT_EQ(mf::last_kernel(), "avx2:generic:e4m3fn:stochastic");
+    std::vector<float> back(in.size());
+    mf::dequantize(mf::preset("e4m3fn"), byte.data(), back.data(), in.size());
+    EXPECT_EQ(mf::last_kernel(), "avx2:decode:e4m3fn");
+    mf::fake_quantize(mf::preset("fp16"), in.data(), back.data(), in.size());
+    EXPECT_EQ(mf::last_kernel(), "avx2:cvtps2ph+cvtph2ps:fp16:nearest-even");
+  }
   if (mantissa::cpu::detected_isa() >= mantissa::cpu::Isa::avx512) {
     mantissa::cpu::set_max_isa(mantissa::cpu::Isa::avx512);
     mf::quantize(bf16, in.data(), out.data(), in.size());

@@ -74,7 +74,7 @@ TEST(ScaledCast, MatchesTheReferenceEncoderOnEveryRouteAndPath) {
       for (bool saturate : {true, false}) {
         mf::RoundOptions opt;
         opt.saturate = saturate;
-        for (mantissa::cpu::Isa isa : {mantissa::cpu::Isa::avx512_bf16_fp16, mantissa::cpu::Isa::scalar}) {
+        for (mantissa::cpu::Isa isa : {mantissa::cpu::Isa::avx512_bf16_fp16, mantissa::cpu::Isa::avx2, mantissa::cpu::Isa::scalar}) {
           IsaCap cap(isa);
           const mf::ScaledCast cast(f, saturate, table);
           for (size_t group : {size_t{1}, size_t{7}, size_t{32}, size_t{128}, size_t{100000}})
@@ -164,7 +164,7 @@ TEST(ScaledCast, BlocksTakeTheirScaleFromTheirOwnAmax) {
       x[1000] = std::numeric_limits<float>::infinity();
       x[2100] = std::numeric_limits<float>::quiet_NaN();
     }
-    for (mantissa::cpu::Isa isa : {mantissa::cpu::Isa::avx512_bf16_fp16, mantissa::cpu::Isa::scalar}) {
+    for (mantissa::cpu::Isa isa : {mantissa::cpu::Isa::avx512_bf16_fp16, mantissa::cpu::Isa::avx2, mantissa::cpu::Isa::scalar}) {
       IsaCap cap(isa);
       const mf::ScaledCast cast(f, !special, table);
       for (const mf::BlockRule* rule : {&mx, &fit})
@@ -205,7 +205,7 @@ TEST(ScaledCast, ColumnAmaxBits) {
   x[40] = std::numeric_limits<float>::quiet_NaN();
   x[300] = -std::numeric_limits<float>::infinity();
   const auto bits = [](float v) { return std::bit_cast<uint32_t>(v) & 0x7FFFFFFFu; };
-  for (mantissa::cpu::Isa isa : {mantissa::cpu::Isa::avx512_bf16_fp16, mantissa::cpu::Isa::scalar}) {
+  for (mantissa::cpu::Isa isa : {mantissa::cpu::Isa::avx512_bf16_fp16, mantissa::cpu::Isa::avx2, mantissa::cpu::Isa::scalar}) {
     IsaCap cap(isa);
     std::vector<uint32_t> acc(x.size() + 1, 0x3F800000u);  // running max starts at 1.0
     mf::column_amax_bits(x.data(), x.size(), acc.data());

@@ -7,7 +7,8 @@
 // register (a transposing max tree), and the scale exponents and the
 // per-block factors are computed for all 16 in vector registers, so the only
 // per-block work left is the element rounding. Other block sizes and the
-// blocks left over at the end of a thread's range go one at a time. Codes
+// blocks left over at the end of a thread's range go one at a time (every
+// block, on AVX2, 8 or 16 elements a step). Codes
 // of outputs of at least stream_min_bytes() (convert_plan.hpp) go out with
 // streaming stores (mx_groups_streamed).
 #include "formats/convert_mx.hpp"
@@ -19,6 +20,8 @@
 #include <cmath>
 #include <cstring>
 
+#include "formats/convert_avx2_round.hpp"
+#include "formats/convert_avx2_small.hpp"
 #include "formats/convert_avx512_round.hpp"
 #include "formats/convert_avx512_small.hpp"
 #include "formats/convert_avx512_tree.hpp"
@@ -56,6 +59,14 @@ int scale_exponent(const MxConfig& cfg, double amax) {
 int floor_log2(uint32_t bits) {
   if (bits >= 0x800000u) return static_cast<int>(bits >> 23) - 127;
   return (31 - __builtin_clz(bits)) - 149;  // subnormal: bits x 2^-149
+}
+
+// The scale exponent of a block with finite amax (given as fp32 bits).
+int block_scale(const MxConfig& cfg, uint32_t amax_bits) {
+  if (amax_bits == 0) return -kScaleBias;
+  if (cfg.scale_rounding == ScaleRounding::floor)
+    return std::clamp(floor_log2(amax_bits) - cfg.element.max_exponent(), -kScaleBias, kScaleBias);
+  return scale_exponent(cfg, static_cast<double>(std::bit_cast<float>(amax_bits)));
 }
 
 // 2^k for k in fp32's normal exponent range, built from the bits.
@@ -242,10 +253,7 @@ MANTISSA_AVX512 void mx_one_block(const MxConfig& cfg, const QuantPlan& p, bool 
     std::fill(codes + begin * static_cast<size_t>(p.bytes), codes + end * static_cast<size_t>(p.bytes), 0);
     return;
   }
-  const int s = amax_bits == 0 ? -kScaleBias
-                : cfg.scale_rounding == ScaleRounding::floor
-                    ? std::clamp(floor_log2(amax_bits) - cfg.element.max_exponent(), -kScaleBias, kScaleBias)
-                    : scale_exponent(cfg, static_cast<double>(std::bit_cast<float>(amax_bits)));
+  const int s = block_scale(cfg, amax_bits);
   *scale = static_cast<uint8_t>(s + kScaleBias);
   if (!small) {
     block_elements_integer(p, in + begin, codes + begin * static_cast<size_t>(p.bytes), end - begin, begin, s);
@@ -285,17 +293,77 @@ MANTISSA_AVX512 void mx_blocks(const MxConfig& cfg, const QuantPlan& p, const fl
     mx_one_block(cfg, p, small, in, b * block, std::min(n, b * block + block), codes, scales + b);
 }
 
+// AVX2: every block on its own (amax by a horizontal reduction, the scale
+// in scalar), its elements 8 (integer rounder) or 16 (fp16 route) at a time,
+// the tail of a block from a zero-padded copy.
+MANTISSA_AVX2 void mx_one_block_avx2(const MxConfig& cfg, const QuantPlan& p, bool small, const float* in,
+                                     size_t begin, size_t end, uint8_t* codes, uint8_t* scale) {
+  const size_t bytes = static_cast<size_t>(p.bytes);
+  __m256i vmax = _mm256_setzero_si256();
+  size_t i = begin;
+  for (; i + 8 <= end; i += 8)
+    vmax = _mm256_max_epu32(vmax, _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + i)),
+                                                   _mm256_set1_epi32(0x7FFFFFFF)));
+  alignas(32) uint32_t lanes[8];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), vmax);
+  uint32_t amax_bits = 0;
+  for (uint32_t v : lanes) amax_bits = std::max(amax_bits, v);
+  for (; i < end; ++i) amax_bits = std::max(amax_bits, std::bit_cast<uint32_t>(in[i]) & 0x7FFFFFFFu);
+  if (amax_bits >= kInfBits) {
+    *scale = kNanScale;
+    std::fill(codes + begin * bytes, codes + end * bytes, 0);
+    return;
+  }
+  const int s = block_scale(cfg, amax_bits);
+  *scale = static_cast<uint8_t>(s + kScaleBias);
+  const size_t step = small ? 16 : 8;
+  alignas(32) float pad[16];
+  alignas(32) uint8_t res[32];
+  for (i = begin; i < end; i += step) {
+    const size_t len = std::min(step, end - i);
+    const float* x = in + i;
+    if (len < step) {
+      std::memset(pad, 0, sizeof(pad));
+      std::memcpy(pad, x, len * sizeof(float));
+      x = pad;
+    }
+    uint8_t* out = len < step ? res : codes + i * bytes;
+    if (small) {
+      // FP8/FP6/FP4 elements through vcvtps2ph, the scale in the multiply.
+      const int k = small_route_shift(p) - s;
+      const bool split = k < -126 || k > 127;
+      const __m256 f1 = _mm256_set1_ps(pow2(split ? k / 2 : k)), f2 = _mm256_set1_ps(pow2(split ? k - k / 2 : 0));
+      const __m256i c = avx2::round16_small<true>(p, _mm256_loadu_ps(x), _mm256_loadu_ps(x + 8), f1, f2);
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(out), avx2::pack8(c));
+    } else {
+      const __m256i random = avx2::draws8(p, i);
+      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x));
+      avx2::store_codes8(p.bytes, out, 0, avx2::round8<true>(p, v, random, -s));
+    }
+    if (len < step) std::memcpy(codes + i * bytes, res, len * bytes);
+  }
+}
+
+void mx_blocks_any(const MxConfig& cfg, const QuantPlan& p, const float* in, size_t n, uint8_t* codes,
+                   uint8_t* scales, size_t first_block, size_t last_block) {
+  if (cpu::active_isa() >= cpu::Isa::avx512) return mx_blocks(cfg, p, in, n, codes, scales, first_block, last_block);
+  const size_t block = static_cast<size_t>(cfg.block);
+  const bool small = small_route(p);
+  for (size_t b = first_block; b < last_block; ++b)
+    mx_one_block_avx2(cfg, p, small, in, b * block, std::min(n, b * block + block), codes, scales + b);
+}
+
 }  // namespace
 
 bool mx_quantize_fast(const MxConfig& cfg, const float* in, size_t n, uint8_t* codes, uint8_t* scales) {
-  if (cpu::active_isa() < cpu::Isa::avx512 || cfg.block < 1) return false;
+  if (cpu::active_isa() < cpu::Isa::avx2 || cfg.block < 1) return false;
   QuantPlan p = make_plan(cfg.element, cfg.round);
   if (p.shape == Shape::scalar_only || p.bytes > 2) return false;
   p.stream = n * static_cast<size_t>(p.bytes) >= stream_min_bytes();
   const size_t block = static_cast<size_t>(cfg.block);
   const size_t blocks = (n + block - 1) / block;
   if (n < kParallelThreshold || omp_get_max_threads() == 1) {
-    mx_blocks(cfg, p, in, n, codes, scales, 0, blocks);
+    mx_blocks_any(cfg, p, in, n, codes, scales, 0, blocks);
     return true;
   }
 #pragma omp parallel
@@ -306,7 +374,7 @@ bool mx_quantize_fast(const MxConfig& cfg, const float* in, size_t n, uint8_t* c
     const size_t groups = (blocks + kGroupBlocks - 1) / kGroupBlocks;
     const size_t per = (groups + threads - 1) / threads * kGroupBlocks;
     const size_t b0 = std::min(blocks, t * per), b1 = std::min(blocks, b0 + per);
-    if (b0 < b1) mx_blocks(cfg, p, in, n, codes, scales, b0, b1);
+    if (b0 < b1) mx_blocks_any(cfg, p, in, n, codes, scales, b0, b1);
   }
   return true;
 }

@@ -11,9 +11,9 @@
 namespace mantissa::formats::detail {
 
 // Fills codes (n * element bytes) and scales (ceil(n / block)) exactly as the
-// scalar mx_quantize does, using AVX-512 and OpenMP above kParallelThreshold.
+// scalar mx_quantize does, using AVX-512 or AVX2 and OpenMP above kParallelThreshold.
 // Returns false, writing nothing, when this CPU (or the ISA cap) lacks
-// AVX-512 or the element format is not a float the vector rounder covers
+// AVX2 or the element format is not a float the vector rounder covers
 // (int8 elements).
 bool mx_quantize_fast(const MxConfig& cfg, const float* in, size_t n, uint8_t* codes, uint8_t* scales);
 

@@ -12,6 +12,7 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "formats/convert_mx.hpp"
@@ -342,7 +343,15 @@ TEST(Convert, MxFastMatchesScalarMx) {
   in[130] = std::numeric_limits<float>::quiet_NaN();
   in[200] = -std::numeric_limits<float>::infinity();
   in[300] = 0x1p-149f;
-  for (const char* name : {"mxfp8_e4m3", "mxfp8_e5m2", "mxfp6_e2m3", "mxfp6_e3m2", "mxfp4"}) {
+  // The best kernel this CPU has, then the AVX2 one.
+  const std::pair<mantissa::cpu::Isa, const char*> kCases[] = {
+      {mantissa::cpu::Isa::avx512_bf16_fp16, "mxfp8_e4m3"}, {mantissa::cpu::Isa::avx512_bf16_fp16, "mxfp8_e5m2"},
+      {mantissa::cpu::Isa::avx512_bf16_fp16, "mxfp6_e2m3"}, {mantissa::cpu::Isa::avx512_bf16_fp16, "mxfp6_e3m2"},
+      {mantissa::cpu::Isa::avx512_bf16_fp16, "mxfp4"},      {mantissa::cpu::Isa::avx2, "mxfp8_e4m3"},
+      {mantissa::cpu::Isa::avx2, "mxfp8_e5m2"},             {mantissa::cpu::Isa::avx2, "mxfp6_e2m3"},
+      {mantissa::cpu::Isa::avx2, "mxfp6_e3m2"},             {mantissa::cpu::Isa::avx2, "mxfp4"}};
+  for (const auto& [cap, name] : kCases) {
+    mantissa::cpu::set_max_isa(cap);
     for (mf::ScaleRounding sr : {mf::ScaleRounding::floor, mf::ScaleRounding::ceil}) {
       for (mf::RoundOptions ro : {mf::RoundOptions{.saturate = true}, mf::RoundOptions{.mode = mf::Round::up},
                                   mf::RoundOptions{.mode = mf::Round::stochastic, .saturate = true, .seed = 3}}) {
@@ -353,7 +362,7 @@ TEST(Convert, MxFastMatchesScalarMx) {
         std::vector<uint8_t> codes(want.codes.size(), 0xAB), scales(want.scales.size(), 0xAB);
         ASSERT_TRUE(mf::detail::mx_quantize_fast(cfg, in.data(), n, codes.data(), scales.data()));
         const std::string what = std::string(name) + (sr == mf::ScaleRounding::ceil ? " ceil " : " floor ") +
-                                 mf::round_name(ro.mode);
+                                 mf::round_name(ro.mode) + " " + mantissa::cpu::isa_name(cap);
         for (size_t b = 0; b < scales.size(); ++b) ASSERT_EQ(scales[b], want.scales[b]) << what << " block " << b;
         for (size_t i = 0; i < codes.size(); ++i)
           ASSERT_EQ(codes[i], want.codes[i]) << what << " element " << i << " input " << std::hexfloat << in[i];

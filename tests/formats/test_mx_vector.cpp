@@ -1,6 +1,7 @@
-// The AVX-512 MX kernel (convert_mx.cpp: 16 blocks at a time through a
-// transposing max tree and vector scale arithmetic, one block at a time for
-// other block sizes and leftovers) against the scalar loop of mx.cpp, which
+// The vector MX kernels (convert_mx.cpp: on AVX-512 16 blocks at a time
+// through a transposing max tree and vector scale arithmetic, one block at a
+// time for other block sizes and leftovers; on AVX2, run under a cap, every
+// block on its own) against the scalar loop of mx.cpp, which
 // test_mx.cpp checks against a float64 reference. Codes and scales must be
 // identical on random data and on every edge case of the scale rule: inf/NaN
 // blocks, zero and -0 blocks, all-subnormal blocks, amax at and next to the
@@ -157,47 +158,69 @@ std::vector<float> mixed_magnitude_data(size_t n, uint32_t seed) {
   return v;
 }
 
-bool have_vector_kernel() { return mantissa::cpu::detected_isa() >= mantissa::cpu::Isa::avx512; }
+// The vector kernels this CPU can run: the best one it has, and the AVX2
+// one (under a cap) where that is a different tier.
+std::vector<mantissa::cpu::Isa> vector_caps() {
+  std::vector<mantissa::cpu::Isa> v;
+  const mantissa::cpu::Isa top = mantissa::cpu::detected_isa();
+  if (top >= mantissa::cpu::Isa::avx2) v.push_back(top);
+  if (top > mantissa::cpu::Isa::avx2) v.push_back(mantissa::cpu::Isa::avx2);
+  return v;
+}
+
+// Caps the ISA for one pass of a test and lifts the cap after it.
+struct CapScope {
+  explicit CapScope(mantissa::cpu::Isa cap) { mantissa::cpu::set_max_isa(cap); }
+  ~CapScope() { mantissa::cpu::set_max_isa(mantissa::cpu::Isa::avx512_bf16_fp16); }
+};
 
 }  // namespace
 
 TEST(MxVector, PresetsEveryModeBothScaleRulesEdgeCasesAndTails) {
-  if (!have_vector_kernel()) GTEST_SKIP() << "no AVX-512 on this CPU: only the scalar path exists";
-  for (const char* name : kPresets) {
-    const mf::MxConfig base = mf::mx_preset(name);
-    const double element_max = base.element.kind == mf::Kind::integer ? 127.0 / 64 : base.element.max();
-    const std::vector<float> x = edge_case_data(element_max, 3);
-    for (const auto rule : {mf::ScaleRounding::floor, mf::ScaleRounding::ceil}) {
-      for (const mf::Round mode : kModes) {
-        mf::MxConfig cfg = base;
-        cfg.scale_rounding = rule;
-        cfg.round.mode = mode;
-        cfg.round.seed = 9;
-        check_lengths(cfg, x);
-        if (HasFatalFailure()) return;
+  if (vector_caps().empty()) GTEST_SKIP() << "no AVX2 on this CPU: only the scalar path exists";
+  for (const mantissa::cpu::Isa cap : vector_caps()) {
+    CapScope scope(cap);
+    SCOPED_TRACE(mantissa::cpu::isa_name(cap));
+    for (const char* name : kPresets) {
+      const mf::MxConfig base = mf::mx_preset(name);
+      const double element_max = base.element.kind == mf::Kind::integer ? 127.0 / 64 : base.element.max();
+      const std::vector<float> x = edge_case_data(element_max, 3);
+      for (const auto rule : {mf::ScaleRounding::floor, mf::ScaleRounding::ceil}) {
+        for (const mf::Round mode : kModes) {
+          mf::MxConfig cfg = base;
+          cfg.scale_rounding = rule;
+          cfg.round.mode = mode;
+          cfg.round.seed = 9;
+          check_lengths(cfg, x);
+          if (HasFatalFailure()) return;
+        }
       }
     }
   }
 }
 
 TEST(MxVector, RoundingOptionsAndOtherElementFormats) {
-  if (!have_vector_kernel()) GTEST_SKIP() << "no AVX-512 on this CPU: only the scalar path exists";
-  // Non-saturating and flushing element rounding; 2-byte elements and the
-  // fnuz formats (integer rounder, and a positive fp16-route shift that
-  // needs two factors for zero blocks).
-  for (const char* element : {"e4m3fn", "e5m2", "e4m3fnuz", "e5m2fnuz", "e3m4", "bf16", "fp16", "e2m1fn"}) {
-    for (const bool saturate : {true, false}) {
-      for (const bool flush : {false, true}) {
-        for (const mf::Round mode : {mf::Round::nearest_even, mf::Round::up, mf::Round::stochastic}) {
-          mf::MxConfig cfg;
-          cfg.element = mf::preset(element);
-          cfg.round = {.mode = mode, .saturate = saturate, .flush_subnormals = flush, .random_bits = 11, .seed = 4};
-          for (const auto rule : {mf::ScaleRounding::floor, mf::ScaleRounding::ceil}) {
-            cfg.scale_rounding = rule;
-            const std::vector<float> x = edge_case_data(cfg.element.max(), 17);
-            expect_same_bits(cfg, x.data(), x.size(), describe(cfg));
-            expect_same_bits(cfg, x.data() + 3, 16 * 32 + 5, describe(cfg) + " offset 3");
-            if (HasFatalFailure()) return;
+  if (vector_caps().empty()) GTEST_SKIP() << "no AVX2 on this CPU: only the scalar path exists";
+  for (const mantissa::cpu::Isa cap : vector_caps()) {
+    CapScope scope(cap);
+    SCOPED_TRACE(mantissa::cpu::isa_name(cap));
+    // Non-saturating and flushing element rounding; 2-byte elements and the
+    // fnuz formats (integer rounder, and a positive fp16-route shift that
+    // needs two factors for zero blocks).
+    for (const char* element : {"e4m3fn", "e5m2", "e4m3fnuz", "e5m2fnuz", "e3m4", "bf16", "fp16", "e2m1fn"}) {
+      for (const bool saturate : {true, false}) {
+        for (const bool flush : {false, true}) {
+          for (const mf::Round mode : {mf::Round::nearest_even, mf::Round::up, mf::Round::stochastic}) {
+            mf::MxConfig cfg;
+            cfg.element = mf::preset(element);
+            cfg.round = {.mode = mode, .saturate = saturate, .flush_subnormals = flush, .random_bits = 11, .seed = 4};
+            for (const auto rule : {mf::ScaleRounding::floor, mf::ScaleRounding::ceil}) {
+              cfg.scale_rounding = rule;
+              const std::vector<float> x = edge_case_data(cfg.element.max(), 17);
+              expect_same_bits(cfg, x.data(), x.size(), describe(cfg));
+              expect_same_bits(cfg, x.data() + 3, 16 * 32 + 5, describe(cfg) + " offset 3");
+              if (HasFatalFailure()) return;
+            }
           }
         }
       }
@@ -206,58 +229,66 @@ TEST(MxVector, RoundingOptionsAndOtherElementFormats) {
 }
 
 TEST(MxVector, OtherBlockSizesAndTheThreadedSplit) {
-  if (!have_vector_kernel()) GTEST_SKIP() << "no AVX-512 on this CPU: only the scalar path exists";
-  mf::MxConfig cfg = mf::mx_preset("mxfp8_e4m3");
-  const std::vector<float> x = edge_case_data(448, 23);
-  for (const int block : {1, 16, 31, 33, 64}) {
-    cfg.block = block;
-    expect_same_bits(cfg, x.data(), x.size(), describe(cfg));
-    expect_same_bits(cfg, x.data() + 5, x.size() - 9, describe(cfg) + " offset 5");
-  }
-  // Above kParallelThreshold the blocks are split over OpenMP threads in
-  // whole groups of 16; the last thread's range ends in a short block.
-  std::vector<float> big;
-  while (big.size() < mf::kParallelThreshold * 2 + 77) big.insert(big.end(), x.begin(), x.end());
-  big.resize(mf::kParallelThreshold * 2 + 77);
-  for (const char* name : {"mxfp8_e4m3", "mxfp8_e5m2", "mxfp4", "mxint8"}) {
-    mf::MxConfig c = mf::mx_preset(name);
-    for (const auto rule : {mf::ScaleRounding::floor, mf::ScaleRounding::ceil}) {
-      c.scale_rounding = rule;
-      expect_same_bits(c, big.data(), big.size(), describe(c) + " threaded");
-      expect_same_bits(c, big.data() + 1, big.size() - 1, describe(c) + " threaded offset 1");
+  if (vector_caps().empty()) GTEST_SKIP() << "no AVX2 on this CPU: only the scalar path exists";
+  for (const mantissa::cpu::Isa cap : vector_caps()) {
+    CapScope scope(cap);
+    SCOPED_TRACE(mantissa::cpu::isa_name(cap));
+    mf::MxConfig cfg = mf::mx_preset("mxfp8_e4m3");
+    const std::vector<float> x = edge_case_data(448, 23);
+    for (const int block : {1, 16, 31, 33, 64}) {
+      cfg.block = block;
+      expect_same_bits(cfg, x.data(), x.size(), describe(cfg));
+      expect_same_bits(cfg, x.data() + 5, x.size() - 9, describe(cfg) + " offset 5");
+    }
+    // Above kParallelThreshold the blocks are split over OpenMP threads in
+    // whole groups of 16; the last thread's range ends in a short block.
+    std::vector<float> big;
+    while (big.size() < mf::kParallelThreshold * 2 + 77) big.insert(big.end(), x.begin(), x.end());
+    big.resize(mf::kParallelThreshold * 2 + 77);
+    for (const char* name : {"mxfp8_e4m3", "mxfp8_e5m2", "mxfp4", "mxint8"}) {
+      mf::MxConfig c = mf::mx_preset(name);
+      for (const auto rule : {mf::ScaleRounding::floor, mf::ScaleRounding::ceil}) {
+        c.scale_rounding = rule;
+        expect_same_bits(c, big.data(), big.size(), describe(c) + " threaded");
+        expect_same_bits(c, big.data() + 1, big.size() - 1, describe(c) + " threaded offset 1");
+      }
     }
   }
 }
 
 TEST(MxVector, MixedMagnitudesAndBlocksAtTheRangeEnds) {
-  if (!have_vector_kernel()) GTEST_SKIP() << "no AVX-512 on this CPU: only the scalar path exists";
-  // mx_quantize runs the AVX-512 kernel when the CPU has it; capping the ISA
-  // to scalar runs this file's reference loop. Both must agree bit for bit.
-  std::vector<float> x = mixed_magnitude_data(5000 + 17, 11);
-  // Blocks at the ends of fp32's range, where the shared scale is clipped or
-  // the scaled elements leave the normal range: one large and many tiny values.
-  std::mt19937 rng(5);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  for (int top : {127, 120, 60, -60, -100, -120, -126, -135, -149}) {
-    for (int k = 0; k < 32; ++k) {
-      const int e = k == 0 ? top : std::max(top - k * 4, -149);
-      x.push_back(std::ldexp(normal(rng), e));
+  if (vector_caps().empty()) GTEST_SKIP() << "no AVX2 on this CPU: only the scalar path exists";
+  for (const mantissa::cpu::Isa cap : vector_caps()) {
+    CapScope scope(cap);
+    SCOPED_TRACE(mantissa::cpu::isa_name(cap));
+    // mx_quantize runs the vector kernel the cap allows; capping the ISA to
+    // scalar runs mx.cpp's reference loop. Both must agree bit for bit.
+    std::vector<float> x = mixed_magnitude_data(5000 + 17, 11);
+    // Blocks at the ends of fp32's range, where the shared scale is clipped or
+    // the scaled elements leave the normal range: one large and many tiny values.
+    std::mt19937 rng(5);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    for (int top : {127, 120, 60, -60, -100, -120, -126, -135, -149}) {
+      for (int k = 0; k < 32; ++k) {
+        const int e = k == 0 ? top : std::max(top - k * 4, -149);
+        x.push_back(std::ldexp(normal(rng), e));
+      }
     }
-  }
-  for (const char* name : kPresets) {
-    for (const auto mode : {mf::Round::nearest_even, mf::Round::nearest_away, mf::Round::toward_zero, mf::Round::up,
-                            mf::Round::down, mf::Round::stochastic}) {
-      SCOPED_TRACE(std::string(name) + " " + mf::round_name(mode));
-      mf::MxConfig cfg = mf::mx_preset(name);
-      cfg.round.mode = mode;
-      cfg.round.seed = 9;
-      const mantissa::cpu::Isa before = mantissa::cpu::active_isa();
-      const mf::MxArray fast = mf::mx_quantize(cfg, x.data(), x.size());
-      mantissa::cpu::set_max_isa(mantissa::cpu::Isa::scalar);
-      const mf::MxArray slow = mf::mx_quantize(cfg, x.data(), x.size());
-      mantissa::cpu::set_max_isa(before);
-      EXPECT_EQ(fast.scales, slow.scales);
-      EXPECT_EQ(fast.codes, slow.codes);
+    for (const char* name : kPresets) {
+      for (const auto mode : {mf::Round::nearest_even, mf::Round::nearest_away, mf::Round::toward_zero, mf::Round::up,
+                              mf::Round::down, mf::Round::stochastic}) {
+        SCOPED_TRACE(std::string(name) + " " + mf::round_name(mode));
+        mf::MxConfig cfg = mf::mx_preset(name);
+        cfg.round.mode = mode;
+        cfg.round.seed = 9;
+        const mantissa::cpu::Isa before = mantissa::cpu::active_isa();
+        const mf::MxArray fast = mf::mx_quantize(cfg, x.data(), x.size());
+        mantissa::cpu::set_max_isa(mantissa::cpu::Isa::scalar);
+        const mf::MxArray slow = mf::mx_quantize(cfg, x.data(), x.size());
+        mantissa::cpu::set_max_isa(before);
+        EXPECT_EQ(fast.scales, slow.scales);
+        EXPECT_EQ(fast.codes, slow.codes);
+      }
     }
   }
 }

@@ -4,7 +4,7 @@
 // test_exhaustive_convert.cpp checks against the reference encoder on the
 // same inputs; the decode against the code's table entry times its block
 // factor (powers of two from 2^-30 to 2^30, one per 32 elements). Saturating
-// and not. Runs on demand (ctest -L exhaustive).
+// and not, on the best vector tier of this CPU and on AVX2. Runs on demand (ctest -L exhaustive).
 #include <gtest/gtest.h>
 #include <omp.h>
 
@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <vector>
 
+#include "mantissa/cpu/isa.hpp"
 #include "mantissa/formats/convert.hpp"
 #include "mantissa/formats/round.hpp"
 #include "mantissa/formats/scaled_cast.hpp"
@@ -27,7 +28,11 @@ constexpr uint64_t kBlock = uint64_t{1} << 15;
 constexpr uint64_t kAll = uint64_t{1} << 32;
 constexpr size_t kGroup = 32;
 
-void run_exhaustive(const char* name, bool saturate) {
+// Under `cap` (the bulk converter that gives the reference runs under it
+// too, checked against the reference encoder at every tier by
+// test_exhaustive_convert.cpp).
+void run_exhaustive(const char* name, bool saturate, mantissa::cpu::Isa cap) {
+  mantissa::cpu::set_max_isa(cap);
   const mf::Format& f = mf::preset(name);
   const mf::RoundOptions opt{.mode = mf::Round::nearest_even, .saturate = saturate};
   mf::Table16 table{};
@@ -58,20 +63,29 @@ void run_exhaustive(const char* name, bool saturate) {
       }
     }
   }
-  std::printf("exhaustive scaled cast %-7s %-9s 2^32 inputs, %llu mismatches\n", name, saturate ? "saturate" : "no-sat",
+  std::printf("exhaustive scaled cast %-7s %-9s %-16s 2^32 inputs, %llu mismatches\n", name,
+              saturate ? "saturate" : "no-sat", mantissa::cpu::isa_name(cap),
               static_cast<unsigned long long>(mismatches.load()));
-  EXPECT_EQ(mismatches.load(), 0u) << name << (saturate ? " saturating" : "");
+  mantissa::cpu::set_max_isa(mantissa::cpu::Isa::avx512_bf16_fp16);
+  EXPECT_EQ(mismatches.load(), 0u) << name << (saturate ? " saturating " : " ") << mantissa::cpu::isa_name(cap);
 }
 
 }  // namespace
 
 static_assert(kBlock < mf::kParallelThreshold, "blocks must stay on the calling thread");
 
+// The best tier this CPU has, then AVX2 under a cap.
+constexpr mantissa::cpu::Isa kTiers[] = {mantissa::cpu::Isa::avx512_bf16_fp16, mantissa::cpu::Isa::avx2};
+
 TEST(ExhaustiveScaledCast, E4m3fn) {
-  run_exhaustive("e4m3fn", true);
-  run_exhaustive("e4m3fn", false);
+  for (mantissa::cpu::Isa cap : kTiers) {
+    run_exhaustive("e4m3fn", true, cap);
+    run_exhaustive("e4m3fn", false, cap);
+  }
 }
 TEST(ExhaustiveScaledCast, E5m2) {
-  run_exhaustive("e5m2", true);
-  run_exhaustive("e5m2", false);
+  for (mantissa::cpu::Isa cap : kTiers) {
+    run_exhaustive("e5m2", true, cap);
+    run_exhaustive("e5m2", false, cap);
+  }
 }

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "formats/convert_plan.hpp"
+#include "mantissa/cpu/isa.hpp"
 #include "mantissa/formats/convert.hpp"
 
 namespace mf = mantissa::formats;
@@ -63,14 +64,25 @@ void check(const mf::Format& f, const std::vector<float>& in, size_t n, size_t o
 
 const char* const kFormats[] = {"bf16", "fp16", "e4m3fn", "e5m2", "e2m3fn", "e2m1fn"};
 
+// The best tier this CPU has, then AVX2 (whose kernels use ordinary stores
+// only: the same bytes must come out and none around them change).
+constexpr mantissa::cpu::Isa kTiers[] = {mantissa::cpu::Isa::avx512_bf16_fp16, mantissa::cpu::Isa::avx2};
+struct IsaCap {
+  explicit IsaCap(mantissa::cpu::Isa cap) { mantissa::cpu::set_max_isa(cap); }
+  ~IsaCap() { mantissa::cpu::set_max_isa(mantissa::cpu::Isa::avx512_bf16_fp16); }
+};
+
 }  // namespace
 
 TEST(StreamStores, EveryLengthAndDestinationOffset) {
   StreamThreshold always(0);
   const std::vector<float> in = inputs(300, 3);
-  for (const char* name : kFormats)
-    for (size_t offset = 0; offset < 64; ++offset)
-      for (size_t n = 0; n <= 300; n += n < 140 ? 1 : 7) check(mf::preset(name), in, n, offset, name);
+  for (mantissa::cpu::Isa tier : kTiers) {
+    IsaCap cap(tier);
+    for (const char* name : kFormats)
+      for (size_t offset = 0; offset < 64; ++offset)
+        for (size_t n = 0; n <= 300; n += n < 140 ? 1 : 7) check(mf::preset(name), in, n, offset, name);
+  }
 }
 
 TEST(StreamStores, ThreadedArrays) {
@@ -114,9 +126,12 @@ void check_fake(const mf::Format& f, const std::vector<float>& in, size_t n, siz
 TEST(StreamStores, FakeQuantizeEveryLengthAndOffset) {
   StreamThreshold always(0);
   const std::vector<float> in = inputs(300, 9), big = inputs(3 * mf::kParallelThreshold + 37, 11);
-  for (const char* name : {"bf16", "fp16"}) {
-    for (size_t offset = 0; offset < 16; ++offset)
-      for (size_t n = 0; n <= 300; n += n < 70 ? 1 : 7) check_fake(mf::preset(name), in, n, offset, name);
-    check_fake(mf::preset(name), big, big.size(), 3, std::string(name) + " threaded");
+  for (mantissa::cpu::Isa tier : kTiers) {
+    IsaCap cap(tier);
+    for (const char* name : {"bf16", "fp16"}) {
+      for (size_t offset = 0; offset < 16; ++offset)
+        for (size_t n = 0; n <= 300; n += n < 70 ? 1 : 7) check_fake(mf::preset(name), in, n, offset, name);
+      check_fake(mf::preset(name), big, big.size(), 3, std::string(name) + " threaded");
+    }
   }
 }

@@ -42,6 +42,7 @@
 #include "mantissa/kernels/kernels.hpp"
 #include "mantissa/kernels/matmul.hpp"
 #include "mantissa/kernels/matmul_route.hpp"
+#include "mantissa/cpu/isa.hpp"
 #include "mantissa/cpu/profile.hpp"
 #include "mantissa/nn/gpt.hpp"
 #include "mantissa/nn/llama.hpp"
@@ -392,6 +393,8 @@ int main(int argc, char** argv) {
                           {"dpbf16_probe", peaks.dpbf16}};
     out["matmul_route"] = kernels::matmul_route_summary();
     out["matmul_isa"] = kernels::matmul_isa_name();
+    out["kernel_isa"] = cpu::isa_name(cpu::active_isa());
+    out["host_isa"] = cpu::isa_name(cpu::detected_isa());
     for (const std::string& r : o.recipes) {
       nlohmann::ordered_json m;
       try {  // a recipe this build does not have (or cannot run) yet is skipped with the reason

@@ -160,6 +160,42 @@ def parse_convert(doc):
     return rows
 
 
+def host_tier():
+    """The CPU this run measured: its model name, the vector ISA flags the kernel tiers read
+    (AVX2/FMA/F16C, AVX-512 subsets, AMX) and the caps in force."""
+    model, flags = platform.processor() or platform.machine(), set()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() == "model name":
+                    model = value.strip()
+                elif key.strip() == "flags":
+                    flags = set(value.split())
+                    break
+    except OSError:
+        pass
+    wanted = [x for x in sorted(flags) if x in ("avx2", "fma", "f16c") or x.startswith(("avx512", "amx"))]
+    if "amx_bf16" in flags:
+        tier = "AMX"
+    elif "avx512_bf16" in flags:
+        tier = "AVX-512 BF16"
+    elif "avx512f" in flags:
+        tier = "AVX-512"
+    elif {"avx2", "fma", "f16c"} <= flags:
+        tier = "AVX2"
+    else:
+        tier = "scalar"
+    caps = {k: os.environ[k] for k in ("MANTISSA_MAX_ISA", "ONEDNN_MAX_CPU_ISA") if os.environ.get(k)}
+    return {"model": model, "tier": tier, "flags": wanted, "caps": caps}
+
+
+def host_line(h):
+    caps = ", ".join(f"{k}={v}" for k, v in h["caps"].items())
+    return (f"Host: {h['model']}; CPU class **{h['tier']}** (flags: {' '.join(h['flags']) or 'none'})"
+            + (f"; capped: {caps} (a cap exercises a code path, not a real host's speed)" if caps else "; no caps"))
+
+
 def fmt(x, d=1):
     return "-" if x is None else f"{x:,.{d}f}"
 
@@ -178,6 +214,7 @@ def main():
     results = {"time_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "commit": commit,
                "machine": platform.processor() or platform.machine(), "load_average": os.getloadavg()[0],
                "targets": TARGETS, "train": {}, "checks": []}
+    results["host"] = host_tier()
     md = []
     train_files = sorted(f for f in os.listdir(a.raw) if f.startswith("train_") and f.endswith(".json"))
     train_files.sort(key=lambda f: (f != "train_ref.json", f))
@@ -196,6 +233,9 @@ def main():
             results["threads"] = t["threads"]
         md.append(f"## Training step, GPT {size} ({t['threads']} threads, torch {t['torch_version']}, "
                   f"median of {s.get('rounds', 1)} alternating round(s))\n")
+        mm = s["mantissa"]
+        md.append(f"mantissa kernels: {mm.get('kernel_isa', '?')} (host {mm.get('host_isa', '?')}); "
+                  f"{mm.get('matmul_route', 'oneDNN ISA ' + mm.get('matmul_isa', '?'))}\n")
         md.append(f"| run | tokens/s | step ms | vs PyTorch {t['torch_version']} (same precision) | vs mantissa fp32 | "
                   "step / bf16-amp step |")
         md.append("|---|---:|---:|---:|---:|---:|")
@@ -279,7 +319,7 @@ def main():
             md.append(f.read().rstrip())
         md.append("```\n")
     head = [f"# mantissa performance harness ({results['time_utc']}, commit {commit or '?'}, "
-            f"load average {results['load_average']:.1f})\n",
+            f"load average {results['load_average']:.1f})\n", host_line(results["host"]) + "\n",
             *(["**--quick run: tiny sizes, one round; it checks that the harness works, its ratios mean "
                "nothing.**\n"] if os.path.exists(os.path.join(a.raw, "quick")) else []),
             "## Targets (ratios measured in this run)\n", "| target | value | goal | met |", "|---|---:|---:|---|"]

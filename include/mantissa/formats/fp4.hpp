@@ -79,20 +79,20 @@ inline int64_t fp4_tile_count(const Fp4Spec& s, int64_t rows, int64_t cols) {
 // x [rows, cols] row-major. Any output may be null: codes [rows*cols] (one
 // E2M1 code per byte, sign in bit 3; packed: [(rows*cols+1)/2]), scales [fp4_tile_count] (E4M3 or E8M0
 // codes, tiles row-major), decoded [rows*cols] bf16 bits of q x block scale.
-// The AVX-512 path where the CPU has it, else fp4_cast_reference; both give
-// the same bits. Throws std::invalid_argument for a bad spec or shape.
+// The AVX-512 or AVX2 path where the CPU has one, else fp4_cast_reference;
+// all give the same bits. Throws std::invalid_argument for a bad spec or shape.
 Fp4Result fp4_cast(const Fp4Spec& spec, const float* x, int64_t rows, int64_t cols, uint8_t* codes,
                    uint8_t* scales, uint16_t* decoded);
 // Scalar reference, written from the definitions above tile by tile.
 Fp4Result fp4_cast_reference(const Fp4Spec& spec, const float* x, int64_t rows, int64_t cols, uint8_t* codes,
                              uint8_t* scales, uint16_t* decoded);
-bool fp4_vector_available();
+bool fp4_vector_available();  // AVX2 or better (under the ISA cap)
 
 // decoded [rows*cols] = bf16 bits of q x block scale from the codes (packed
 // or not, per spec.packed) and block scales of a cast with the same spec:
 // the decoded output fp4_cast gave (not for a non-finite tensor's pass-through).
 // Any code and scale byte is accepted (E4M3 0x7F/0xFF and E8M0 0xFF decode
-// to NaN); AVX-512 where the CPU has it, same bits.
+// to NaN); AVX-512 or AVX2 where the CPU has one, same bits.
 void fp4_decode(const Fp4Spec& spec, const uint8_t* codes, const uint8_t* scales, int64_t rows, int64_t cols,
                 uint16_t* decoded);
 // The value of a block-scale code: E4M3 (nvfp4) or E8M0 (mxfp4).

@@ -1,8 +1,8 @@
 // Byte -> 16-bit table lookup over arrays: decoding 1-byte codes (FP8) to the
 // bits of a 16-bit format (bf16) that holds every code's value exactly. The
 // AVX-512 path (one multiply per 16 codes for sign-magnitude float tables,
-// four two-register permutes for any other) and the scalar path give
-// identical results; the ISA cap of formats/convert.hpp applies.
+// four two-register permutes for any other), the AVX2 path (vpshufb over the
+// table's byte planes) and the scalar path give identical results; the ISA cap of formats/convert.hpp applies.
 #pragma once
 
 #include <array>
@@ -29,7 +29,7 @@ void lookup16_widen(const Table16& table, const uint8_t* codes, float* out, size
                     size_t group = 1);
 
 // The implementation lookup16 / lookup16_widen run under the active
-// instruction set: "avx512:lookup" or "scalar:lookup".
+// instruction set: "avx512:lookup", "avx2:lookup" or "scalar:lookup".
 const char* lookup_implementation();
 
 }  // namespace mantissa::formats

@@ -313,7 +313,9 @@ TEST(Convert, DetectionRanksEachExtensionOnItsOwn) {
                     __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
   const bool bf16 = base && __builtin_cpu_supports("avx512bf16");
   const bool fp16 = __builtin_cpu_supports("avx512fp16");
-  const mantissa::cpu::Isa want = !base          ? mantissa::cpu::Isa::scalar
+  const bool avx2 =
+      __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+  const mantissa::cpu::Isa want = !base          ? (avx2 ? mantissa::cpu::Isa::avx2 : mantissa::cpu::Isa::scalar)
                        : !bf16        ? mantissa::cpu::Isa::avx512
                        : fp16         ? mantissa::cpu::Isa::avx512_bf16_fp16
                                       : mantissa::cpu::Isa::avx512_bf16;
@@ -326,7 +328,7 @@ TEST(Convert, DetectionRanksEachExtensionOnItsOwn) {
 // with NaN or inf, a short last block, both scale rules, and rounding modes.
 TEST(Convert, MxFastMatchesScalarMx) {
   IsaGuard guard;
-  if (mantissa::cpu::detected_isa() < mantissa::cpu::Isa::avx512) GTEST_SKIP() << "no AVX-512 on this CPU";
+  if (mantissa::cpu::detected_isa() < mantissa::cpu::Isa::avx2) GTEST_SKIP() << "no AVX2 on this CPU";
   const size_t n = mf::kParallelThreshold + 21;
   std::mt19937 rng(17);
   std::vector<float> in(n);

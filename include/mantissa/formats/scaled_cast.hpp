@@ -2,9 +2,9 @@
 // it per chunk, row or tile band): each value scaled by a power of two,
 // rounded to nearest-even 1-byte codes, the codes' exact bf16 decode
 // (optionally with block scales folded in), and the scan of the input that
-// the cast's bookkeeping needs. The AVX-512 path keeps every step in
+// the cast's bookkeeping needs. The AVX-512 and AVX2 paths keep every step in
 // registers, so the input is read once and only codes and decode are written;
-// the scalar path (ISA capped below avx512) is scaled_copy, the reference
+// the scalar path (ISA capped below avx2) is scaled_copy, the reference
 // encoder and lookup16 element by element. Both give the same bits: the
 // scaled value is the same fp32 product and the rounders agree with
 // formats/round.hpp (the bulk converters' tests).

@@ -143,7 +143,8 @@ void attention_forward(float* out, float* att, const float* qkv, int64_t B, int6
                        bool bf16_products) {
   cpu::profile::Scope profile_scope(cpu::profile::Category::attention, attention_flops(B, T, C, NH, 4.0));
   const Dims d = check_dims(B, T, C, NH);
-  if (!bf16_products && attention_detail::fused_available()) return attention_detail::fused_forward(out, att, qkv, d);
+  if (bf16_products ? attention_detail::fused_takes_bf16() : attention_detail::fused_available())
+    return attention_detail::fused_forward(out, att, qkv, d, bf16_products);
   products_forward(out, att, qkv, nullptr, d, bf16_products);
 }
 
@@ -151,8 +152,8 @@ void attention_backward(float* dqkv, float* datt, const float* dout, const float
                         int64_t B, int64_t T, int64_t C, int64_t NH, bool bf16_products) {
   cpu::profile::Scope profile_scope(cpu::profile::Category::attention, attention_flops(B, T, C, NH, 8.0));
   const Dims d = check_dims(B, T, C, NH);
-  if (!bf16_products && attention_detail::fused_available())
-    return attention_detail::fused_backward(dqkv, datt, dout, qkv, att, d);
+  if (bf16_products ? attention_detail::fused_takes_bf16() : attention_detail::fused_available())
+    return attention_detail::fused_backward(dqkv, datt, dout, qkv, att, d, bf16_products);
   products_backward(dqkv, datt, dout, qkv, att, nullptr, d, bf16_products);
 }
 
@@ -191,6 +192,7 @@ void attention_forward_bf16(float* out, uint16_t* att16, const float* qkv, int64
   const Dims d = check_dims(B, T, C, NH);
   cpu::profile::Scope profile_scope(cpu::profile::Category::attention,
                                         4.0 * static_cast<double>(d.heads() * T * T * d.hs));
+  if (attention_detail::fused_takes_bf16()) return attention_detail::fused_forward_bf16(out, att16, qkv, d);
   Scratch& s = scratch();
   gather_heads(s.q, qkv, 3 * C, 0, d, true);
   gather_heads(s.k, qkv, 3 * C, C, d, true);
@@ -221,6 +223,8 @@ void attention_backward_bf16(float* dqkv, float* datt, const float* dout, const 
   const Dims d = check_dims(B, T, C, NH);
   cpu::profile::Scope profile_scope(cpu::profile::Category::attention,
                                         8.0 * static_cast<double>(d.heads() * T * T * d.hs));
+  if (attention_detail::fused_takes_bf16())
+    return attention_detail::fused_backward_bf16(dqkv, datt, dout, qkv, att16, d);
   Scratch& s = scratch();
   gather_heads(s.q, qkv, 3 * C, 0, d, true);
   gather_heads(s.k, qkv, 3 * C, C, d, true);

@@ -31,6 +31,8 @@
 #include <vector>
 
 #include "kernels/row_math.hpp"
+#include "mantissa/formats/bf16.hpp"
+#include "mantissa/kernels/matmul_route.hpp"
 
 #define MANTISSA_AVX512F __attribute__((target("avx512f")))
 
@@ -209,9 +211,25 @@ std::vector<float>& head_scratch(int64_t n) {
   return s;
 }
 
-// One head: q, k, v rows of stride ldq; o rows of stride ldo; p [T, T].
+// x [n] rounded to bf16 values, kept in fp32 (nearest even, as the matmul's
+// bf16 operands are): exact products of them are the bf16 products.
+void round_to_bf16_values(float* y, const float* x, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) y[i] = formats::widen_bf16(formats::round_bf16(x[i]));
+}
+
+std::vector<float>& rounded_scratch(int64_t n) {
+  thread_local std::vector<float> s;
+  s.resize(static_cast<size_t>(n));
+  return s;
+}
+
+// One head: q, k, v rows of stride ldq; o rows of stride ldo; p [T, T] the
+// fp32 probabilities. With bf16 operands, q, k and v hold bf16 values already
+// and P is rounded to bf16 for P v (into pr [kRows, T]); p16, when given,
+// receives those bf16 codes of P.
 void head_forward(float* o, int64_t ldo, float* p, const float* q, const float* k, const float* v, int64_t ldq,
-                  int64_t T, int64_t hs, float scale) {
+                  int64_t T, int64_t hs, float scale, float* pr, uint16_t* p16) {
   float* kt = head_scratch(hs * T).data();
   transpose(kt, k, ldq, T, hs);
   for (int64_t i0 = 0; i0 < T; i0 += kRows) {
@@ -225,15 +243,20 @@ void head_forward(float* o, int64_t ldo, float* p, const float* q, const float* 
       const float sum = span_exp_sum(a, a, t + 1, mx);
       span_scale(a, t + 1, 1.0f / sum);
       std::fill(a + t + 1, a + T, 0.0f);
+      if (pr) round_to_bf16_values(pr + r * T, a, n);
+      if (p16) span_to_bf16(p16 + t * T, a, T);
     }
-    block(o + i0 * ldo, ldo, {p + i0 * T, T, 1}, v, ldq, R, hs, 0, n, 1.0f, false);
+    const Strided P = pr ? Strided{pr, T, 1} : Strided{p + i0 * T, T, 1};
+    block(o + i0 * ldo, ldo, P, v, ldq, R, hs, 0, n, 1.0f, false);
   }
 }
 
 // One head's gradients, added into dq, dk, dv (rows of stride ldg); ds [T, T] scratch.
+// With bf16 operands, dout, q, k and v hold bf16 values, pr [T, T] is P
+// rounded to bf16, and dS is rounded to bf16 as it is made.
 void head_backward(float* dq, float* dk, float* dv, int64_t ldg, float* ds, const float* dout, int64_t ldo,
                    const float* p, const float* q, const float* k, const float* v, int64_t ldq, int64_t T, int64_t hs,
-                   float scale) {
+                   float scale, const float* pr) {
   float* vt = head_scratch(hs * T).data();
   transpose(vt, v, ldq, T, hs);
   for (int64_t i0 = 0; i0 < T; i0 += kRows) {
@@ -243,13 +266,79 @@ void head_backward(float* dq, float* dk, float* dv, int64_t ldg, float* ds, cons
     for (int r = 0; r < R; ++r) {
       const int64_t t = i0 + r;
       causal_softmax_backward_row(ds + t * T, p + t * T, t, T, scale);
+      if (pr) round_to_bf16_values(ds + t * T, ds + t * T, n);
     }
     block(dq + i0 * ldg, ldg, {ds + i0 * T, T, 1}, k, ldq, R, hs, 0, n, 1.0f, true);  // dQ += dS k
   }
+  const float* P = pr ? pr : p;
   for (int64_t j0 = 0; j0 < T; j0 += kRows) {  // key rows: only query rows from j0 on reach them
     const int R = static_cast<int>(std::min<int64_t>(kRows, T - j0));
-    block(dv + j0 * ldg, ldg, {p + j0, 1, T}, dout, ldo, R, hs, j0, T, 1.0f, true);  // dV += P^T dO
+    block(dv + j0 * ldg, ldg, {P + j0, 1, T}, dout, ldo, R, hs, j0, T, 1.0f, true);  // dV += P^T dO
     block(dk + j0 * ldg, ldg, {ds + j0, 1, T}, q, ldq, R, hs, j0, T, 1.0f, true);    // dK += dS^T q
+  }
+}
+
+// The qkv (or dout) every head reads: x itself, or with bf16 operands a
+// rounded copy in `copy`.
+const float* operand_rows(std::vector<float>& copy, const float* x, int64_t n, bool bf16) {
+  if (!bf16) return x;
+  copy.resize(static_cast<size_t>(n));
+  float* y = copy.data();
+#pragma omp parallel for schedule(static) if (n >= (int64_t{1} << 16))
+  for (int64_t i0 = 0; i0 < n; i0 += 4096) round_to_bf16_values(y + i0, x + i0, std::min<int64_t>(4096, n - i0));
+  return y;
+}
+
+std::vector<float>& qkv_copy() {
+  thread_local std::vector<float> s;
+  return s;
+}
+std::vector<float>& dout_copy() {
+  thread_local std::vector<float> s;
+  return s;
+}
+
+// Forward over every head. att: the fp32 probabilities, or null when only
+// att16 (their bf16 codes) is wanted.
+void forward_heads(float* out, float* att, uint16_t* att16, const float* qkv, const Dims& d, bool bf16) {
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d.hs));
+  const int64_t T = d.T, C = d.C;
+  const float* x = operand_rows(qkv_copy(), qkv, d.B * T * 3 * C, bf16);
+#pragma omp parallel for schedule(static) if (d.heads() > 1)
+  for (int64_t bh = 0; bh < d.heads(); ++bh) {
+    const int64_t b = bh / d.NH, h = bh % d.NH;
+    const float* q = x + b * T * 3 * C + h * d.hs;
+    // pr [kRows, T]: the rounded row block; then p [T, T] when att is not kept
+    float* scratch = bf16 ? rounded_scratch(kRows * T + (att ? 0 : T * T)).data() : nullptr;
+    float* p = att ? att + bh * T * T : scratch + kRows * T;
+    head_forward(out + b * T * C + h * d.hs, C, p, q, q + C, q + 2 * C, 3 * C, T, d.hs, scale, scratch,
+                 att16 ? att16 + bh * T * T : nullptr);
+  }
+}
+
+// Backward over every head; the probabilities as fp32 (att) or bf16 codes (att16).
+void backward_heads(float* dqkv, float* datt, const float* dout, const float* qkv, const float* att,
+                    const uint16_t* att16, const Dims& d, bool bf16) {
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d.hs));
+  const int64_t T = d.T, C = d.C;
+  const float* x = operand_rows(qkv_copy(), qkv, d.B * T * 3 * C, bf16);
+  const float* g = operand_rows(dout_copy(), dout, d.B * T * C, bf16);
+#pragma omp parallel for schedule(static) if (d.heads() > 1)
+  for (int64_t bh = 0; bh < d.heads(); ++bh) {
+    const int64_t b = bh / d.NH, h = bh % d.NH;
+    const int64_t at = b * T * 3 * C + h * d.hs;
+    const float* q = x + at;
+    float* gq = dqkv + at;
+    const float* p = att ? att + bh * T * T : nullptr;
+    float* pr = nullptr;
+    if (bf16) {  // P in bf16 values: widened codes, or the fp32 P rounded
+      pr = rounded_scratch(T * T).data();
+      if (att16) span_from_bf16(pr, att16 + bh * T * T, T * T);
+      else round_to_bf16_values(pr, p, T * T);
+      if (!p) p = pr;
+    }
+    head_backward(gq, gq + C, gq + 2 * C, 3 * C, datt + bh * T * T, g + b * T * C + h * d.hs, C, p, q, q + C,
+                  q + 2 * C, 3 * C, T, d.hs, scale, pr);
   }
 }
 
@@ -262,29 +351,24 @@ const char* fused_implementation() {
   return isa >= cpu::Isa::avx512 ? "avx512:attention" : isa >= cpu::Isa::avx2 ? "avx2:attention" : "none";
 }
 
-void fused_forward(float* out, float* att, const float* qkv, const Dims& d) {
-  const float scale = 1.0f / std::sqrt(static_cast<float>(d.hs));
-  const int64_t T = d.T, C = d.C;
-#pragma omp parallel for schedule(static) if (d.heads() > 1)
-  for (int64_t bh = 0; bh < d.heads(); ++bh) {
-    const int64_t b = bh / d.NH, h = bh % d.NH;
-    const float* q = qkv + b * T * 3 * C + h * d.hs;
-    head_forward(out + b * T * C + h * d.hs, C, att + bh * T * T, q, q + C, q + 2 * C, 3 * C, T, d.hs, scale);
-  }
+bool fused_takes_bf16() { return fused_available() && bf16_route() == Bf16Route::f32_widened; }
+
+void fused_forward(float* out, float* att, const float* qkv, const Dims& d, bool bf16) {
+  forward_heads(out, att, nullptr, qkv, d, bf16);
 }
 
-void fused_backward(float* dqkv, float* datt, const float* dout, const float* qkv, const float* att, const Dims& d) {
-  const float scale = 1.0f / std::sqrt(static_cast<float>(d.hs));
-  const int64_t T = d.T, C = d.C;
-#pragma omp parallel for schedule(static) if (d.heads() > 1)
-  for (int64_t bh = 0; bh < d.heads(); ++bh) {
-    const int64_t b = bh / d.NH, h = bh % d.NH;
-    const int64_t at = b * T * 3 * C + h * d.hs;
-    const float* q = qkv + at;
-    float* g = dqkv + at;
-    head_backward(g, g + C, g + 2 * C, 3 * C, datt + bh * T * T, dout + b * T * C + h * d.hs, C, att + bh * T * T,
-                  q, q + C, q + 2 * C, 3 * C, T, d.hs, scale);
-  }
+void fused_forward_bf16(float* out, uint16_t* att16, const float* qkv, const Dims& d) {
+  forward_heads(out, nullptr, att16, qkv, d, true);
+}
+
+void fused_backward(float* dqkv, float* datt, const float* dout, const float* qkv, const float* att, const Dims& d,
+                    bool bf16) {
+  backward_heads(dqkv, datt, dout, qkv, att, nullptr, d, bf16);
+}
+
+void fused_backward_bf16(float* dqkv, float* datt, const float* dout, const float* qkv, const uint16_t* att16,
+                         const Dims& d) {
+  backward_heads(dqkv, datt, dout, qkv, nullptr, att16, d, true);
 }
 
 }  // namespace mantissa::kernels::attention_detail

@@ -1,7 +1,9 @@
 // Causal multi-head attention against a float64 naive recomputation, the
 // backward against the float64 analytic gradient and central differences;
 // the fp32 products under every tier the host has (scalar: batched oneDNN
-// products; avx2 and avx512: the fused register tiles of attention_fused.cpp).
+// products; avx2 and avx512: the fused register tiles of attention_fused.cpp),
+// the bf16 products under every tier and bf16 route (the f32_widened route on
+// avx2 and avx512 takes the fused tiles on rounded operands).
 #include <gtest/gtest.h>
 
 #include <bit>
@@ -13,6 +15,7 @@
 #include "kernels/reference.hpp"
 #include "mantissa/cpu/isa.hpp"
 #include "mantissa/kernels/kernels.hpp"
+#include "mantissa/kernels/matmul_route.hpp"
 
 namespace mantissa::kernels {
 namespace {
@@ -38,6 +41,27 @@ struct Cap {
   explicit Cap(cpu::Isa isa) : before(cpu::max_isa()) { cpu::set_max_isa(isa); }
   ~Cap() { cpu::set_max_isa(before); }
   cpu::Isa before;
+};
+
+// Every way bf16 products run: each tier under each bf16 route the host has.
+struct Bf16Path {
+  cpu::Isa isa;
+  Bf16Route route;
+  std::string name() const { return std::string(cpu::isa_name(isa)) + "/" + route_name(route); }
+};
+std::vector<Bf16Path> bf16_paths() {
+  std::vector<Bf16Path> out;
+  for (cpu::Isa isa : tiers())
+    for (Bf16Route r : {Bf16Route::f32_widened, Bf16Route::onednn_bf16})
+      if (route_available(r)) out.push_back({isa, r});
+  return out;
+}
+
+// Caps the tier and forces the route for one scope.
+struct PathScope {
+  explicit PathScope(const Bf16Path& p) : cap(p.isa) { set_bf16_route(p.route); }
+  ~PathScope() { set_bf16_route(std::nullopt); }
+  Cap cap;
 };
 
 // Float64 forward: out [B, T, C], att [B, NH, T, T].
@@ -217,20 +241,22 @@ TEST(Attention, FusedPathNamesItsTier) {
 TEST(Attention, Bf16ProductsForwardMatchesRoundedReference) {
   const Shape s{2, 64, 128, 2};
   auto qkv = random_floats(s.B * s.T * 3 * s.C, 8, -1.5f, 1.5f);
-  std::vector<float> out(s.B * s.T * s.C), att(s.B * s.NH * s.T * s.T);
-  attention_forward(out.data(), att.data(), qkv.data(), s.B, s.T, s.C, s.NH, true);
   std::vector<double> rounded(qkv.size());
   for (size_t i = 0; i < qkv.size(); ++i) rounded[i] = test::round_to_bf16(qkv[i]);
-  std::vector<double> out_ref, att_ref;
+  std::vector<double> out_ref, att_ref, out_exact, att_exact;
   attention_ref(s, rounded, out_ref, att_ref);
-  test::expect_near_all(att, att_ref, 0, 4 * (s.hs() + 8) * kEps32 * 3, "att (bf16 products)");
-  test::expect_near_all(out, out_ref, 0, 1.5 / 512 + 1e-5, "out (bf16 products)");
-  // And the rounding really happened: against the unrounded inputs the scores differ.
-  std::vector<double> out_exact, att_exact;
   attention_ref(s, test::to_double(qkv), out_exact, att_exact);
-  double max_diff = 0;
-  for (size_t i = 0; i < att.size(); ++i) max_diff = std::max(max_diff, std::abs(att[i] - att_exact[i]));
-  EXPECT_GT(max_diff, 1e-4);
+  for (const Bf16Path& path : bf16_paths()) {
+    PathScope scope(path);
+    std::vector<float> out(s.B * s.T * s.C), att(s.B * s.NH * s.T * s.T);
+    attention_forward(out.data(), att.data(), qkv.data(), s.B, s.T, s.C, s.NH, true);
+    test::expect_near_all(att, att_ref, 0, 4 * (s.hs() + 8) * kEps32 * 3, "att (bf16 products) " + path.name());
+    test::expect_near_all(out, out_ref, 0, 1.5 / 512 + 1e-5, "out (bf16 products) " + path.name());
+    // And the rounding really happened: against the unrounded inputs the scores differ.
+    double max_diff = 0;
+    for (size_t i = 0; i < att.size(); ++i) max_diff = std::max(max_diff, std::abs(att[i] - att_exact[i]));
+    EXPECT_GT(max_diff, 1e-4) << path.name();
+  }
 }
 
 // bf16 backward against the fp32 kernel: every operand of the four products
@@ -240,17 +266,21 @@ TEST(Attention, Bf16ProductsBackwardCloseToFp32) {
   auto qkv = random_floats(s.B * s.T * 3 * s.C, 9, -1.5f, 1.5f);
   auto g = random_floats(s.B * s.T * s.C, 10);
   std::vector<float> out(s.B * s.T * s.C), att(s.B * s.NH * s.T * s.T), datt(att.size());
-  std::vector<float> d32(qkv.size(), 0.0f), d16(qkv.size(), 0.0f);
+  std::vector<float> d32(qkv.size(), 0.0f);
   attention_forward(out.data(), att.data(), qkv.data(), s.B, s.T, s.C, s.NH, false);
   attention_backward(d32.data(), datt.data(), g.data(), qkv.data(), att.data(), s.B, s.T, s.C, s.NH, false);
-  attention_backward(d16.data(), datt.data(), g.data(), qkv.data(), att.data(), s.B, s.T, s.C, s.NH, true);
-  double scale = 0, max_diff = 0;
-  for (size_t i = 0; i < d32.size(); ++i) {
-    scale = std::max(scale, double(std::abs(d32[i])));
-    max_diff = std::max(max_diff, double(std::abs(d32[i] - d16[i])));
+  for (const Bf16Path& path : bf16_paths()) {
+    PathScope scope(path);
+    std::vector<float> d16(qkv.size(), 0.0f);
+    attention_backward(d16.data(), datt.data(), g.data(), qkv.data(), att.data(), s.B, s.T, s.C, s.NH, true);
+    double scale = 0, max_diff = 0;
+    for (size_t i = 0; i < d32.size(); ++i) {
+      scale = std::max(scale, double(std::abs(d32[i])));
+      max_diff = std::max(max_diff, double(std::abs(d32[i] - d16[i])));
+    }
+    EXPECT_LT(max_diff, 4.0 / 256 * scale) << path.name();
+    EXPECT_GT(max_diff, 1e-6 * scale) << path.name();  // the bf16 path was taken
   }
-  EXPECT_LT(max_diff, 4.0 / 256 * scale);
-  EXPECT_GT(max_diff, 1e-6 * scale);  // the bf16 path was taken
 }
 
 // The bf16-amp variant keeps the probabilities as bf16 codes. Its outputs must
@@ -263,33 +293,76 @@ TEST(Attention, Bf16ProbabilityVariantIsBitExact) {
   auto qkv = random_floats(s.B * s.T * 3 * s.C, 21, -1.5f, 1.5f);
   auto g = random_floats(s.B * s.T * s.C, 22);
   const size_t n_att = static_cast<size_t>(s.B * s.NH * s.T * s.T);
-  std::vector<float> out(s.B * s.T * s.C), att(n_att), datt(n_att), out16(out.size());
-  std::vector<uint16_t> att16(n_att);
-  attention_forward(out.data(), att.data(), qkv.data(), s.B, s.T, s.C, s.NH, true);
-  attention_forward_bf16(out16.data(), att16.data(), qkv.data(), s.B, s.T, s.C, s.NH);
-  std::vector<float> widened(n_att);
-  for (size_t i = 0; i < n_att; ++i) {
-    ASSERT_EQ(std::bit_cast<uint32_t>(test::round_to_bf16(att[i])),
-              static_cast<uint32_t>(att16[i]) << 16) << "att " << i;
-    widened[i] = std::bit_cast<float>(static_cast<uint32_t>(att16[i]) << 16);
+  std::vector<float> d32(qkv.size(), 0.5f), out32(s.B * s.T * s.C), att32(n_att), datt32(n_att);
+  attention_forward(out32.data(), att32.data(), qkv.data(), s.B, s.T, s.C, s.NH, false);
+  attention_backward(d32.data(), datt32.data(), g.data(), qkv.data(), att32.data(), s.B, s.T, s.C, s.NH, false);
+  for (const Bf16Path& path : bf16_paths()) {
+    SCOPED_TRACE(path.name());
+    PathScope scope(path);
+    std::vector<float> out(s.B * s.T * s.C), att(n_att), datt(n_att), out16(out.size());
+    std::vector<uint16_t> att16(n_att);
+    attention_forward(out.data(), att.data(), qkv.data(), s.B, s.T, s.C, s.NH, true);
+    attention_forward_bf16(out16.data(), att16.data(), qkv.data(), s.B, s.T, s.C, s.NH);
+    std::vector<float> widened(n_att);
+    for (size_t i = 0; i < n_att; ++i) {
+      ASSERT_EQ(std::bit_cast<uint32_t>(test::round_to_bf16(att[i])),
+                static_cast<uint32_t>(att16[i]) << 16) << "att " << i;
+      widened[i] = std::bit_cast<float>(static_cast<uint32_t>(att16[i]) << 16);
+    }
+    for (size_t i = 0; i < out.size(); ++i)
+      ASSERT_EQ(std::bit_cast<uint32_t>(out[i]), std::bit_cast<uint32_t>(out16[i])) << "out " << i;
+    std::vector<float> d_ref(qkv.size(), 0.5f), d16(qkv.size(), 0.5f);  // both accumulate into 0.5
+    attention_backward(d_ref.data(), datt.data(), g.data(), qkv.data(), widened.data(), s.B, s.T, s.C, s.NH, true);
+    attention_backward_bf16(d16.data(), datt.data(), g.data(), qkv.data(), att16.data(), s.B, s.T, s.C, s.NH);
+    for (size_t i = 0; i < d_ref.size(); ++i)
+      ASSERT_EQ(std::bit_cast<uint32_t>(d_ref[i]), std::bit_cast<uint32_t>(d16[i])) << "dqkv " << i;
+    // and the gradient is a real one: against the fp32 kernel within bf16 error
+    double scale = 0, max_diff = 0;
+    for (size_t i = 0; i < d32.size(); ++i) {
+      scale = std::max(scale, double(std::abs(d32[i] - 0.5f)));
+      max_diff = std::max(max_diff, double(std::abs(d32[i] - d16[i])));
+    }
+    EXPECT_LT(max_diff, 4.0 / 256 * scale);
   }
-  for (size_t i = 0; i < out.size(); ++i)
-    ASSERT_EQ(std::bit_cast<uint32_t>(out[i]), std::bit_cast<uint32_t>(out16[i])) << "out " << i;
-  std::vector<float> d_ref(qkv.size(), 0.5f), d16(qkv.size(), 0.5f);  // both accumulate into 0.5
-  attention_backward(d_ref.data(), datt.data(), g.data(), qkv.data(), widened.data(), s.B, s.T, s.C, s.NH, true);
-  attention_backward_bf16(d16.data(), datt.data(), g.data(), qkv.data(), att16.data(), s.B, s.T, s.C, s.NH);
-  for (size_t i = 0; i < d_ref.size(); ++i)
-    ASSERT_EQ(std::bit_cast<uint32_t>(d_ref[i]), std::bit_cast<uint32_t>(d16[i])) << "dqkv " << i;
-  // and the gradient is a real one: against the fp32 kernel within bf16 error
-  std::vector<float> d32(qkv.size(), 0.5f);
-  attention_forward(out.data(), att.data(), qkv.data(), s.B, s.T, s.C, s.NH, false);
-  attention_backward(d32.data(), datt.data(), g.data(), qkv.data(), att.data(), s.B, s.T, s.C, s.NH, false);
-  double scale = 0, max_diff = 0;
-  for (size_t i = 0; i < d32.size(); ++i) {
-    scale = std::max(scale, double(std::abs(d32[i] - 0.5f)));
-    max_diff = std::max(max_diff, double(std::abs(d32[i] - d16[i])));
+}
+
+// The bf16 paths agree with each other: the same bf16 operands, exact
+// products, fp32 sums in different orders; P and dS are rounded from fp32
+// values that differ in their last bits, so a few bf16 units of the scale.
+TEST(Attention, Bf16PathsAgree) {
+  const Shape s{2, 40, 96, 3};
+  auto qkv = random_floats(s.B * s.T * 3 * s.C, 31, -1.5f, 1.5f);
+  auto g = random_floats(s.B * s.T * s.C, 32);
+  const size_t n_att = static_cast<size_t>(s.B * s.NH * s.T * s.T);
+  std::vector<float> out0, d0;
+  std::string first;
+  for (const Bf16Path& path : bf16_paths()) {
+    PathScope scope(path);
+    std::vector<float> out(s.B * s.T * s.C), datt(n_att), d(qkv.size(), 0.0f);
+    std::vector<uint16_t> att16(n_att);
+    attention_forward_bf16(out.data(), att16.data(), qkv.data(), s.B, s.T, s.C, s.NH);
+    attention_backward_bf16(d.data(), datt.data(), g.data(), qkv.data(), att16.data(), s.B, s.T, s.C, s.NH);
+    if (first.empty()) {
+      first = path.name();
+      out0 = out;
+      d0 = d;
+      continue;
+    }
+    double scale = 0;
+    for (float x : d0) scale = std::max(scale, double(std::abs(x)));
+    test::expect_near_all(out, test::to_double(out0), 0, 2.0 / 256, "out " + path.name() + " vs " + first);
+    test::expect_near_all(d, test::to_double(d0), 0, 4.0 / 256 * scale, "dqkv " + path.name() + " vs " + first);
   }
-  EXPECT_LT(max_diff, 4.0 / 256 * scale);
+}
+
+// Which bf16 paths take the fused tiles: f32_widened on avx2 and above.
+TEST(Attention, Bf16FusedOnlyOnTheWidenedRoute) {
+  for (const Bf16Path& path : bf16_paths()) {
+    PathScope scope(path);
+    EXPECT_EQ(attention_detail::fused_takes_bf16(),
+              path.route == Bf16Route::f32_widened && path.isa >= cpu::Isa::avx2)
+        << path.name();
+  }
 }
 
 TEST(Attention, RejectsHeadsNotDividingWidth) {

@@ -20,22 +20,16 @@ Tensor in_dtype(const Tensor& x, DType want) {
   return x.to(want, MemoryKind::workspace);
 }
 
-// The kernel multiplies f32 or bf16. An fp16 operand is widened to f32, which
-// is exact, and every product of two fp16 values is exact in fp32, so fp16
-// matrix products with fp32 accumulation come out as on fp16 hardware; the
-// operand stays stored in 2 bytes wherever it is kept.
-Tensor kernel_operand(const Tensor& x) {
-  if (x.dtype() == DType::f16) return x.to(DType::f32, MemoryKind::workspace);
-  return x;
-}
-
 // C [batch, M, N] (+)= alpha * op(A) @ op(B), operands converted to `compute`.
 // A weight B (b_key set: its Parameter, or the quantiser's cached decode) is
 // packed once per version, as in the forward product.
 void gemm(DType compute, int64_t batch, int64_t M, int64_t N, int64_t K, bool ta, bool tb,
           const Tensor& A, const Tensor& B, float* C, float alpha, bool accumulate,
           const void* b_key = nullptr, int b_version = 0) {
-  Tensor a = kernel_operand(in_dtype(A, compute)), b = kernel_operand(in_dtype(B, compute));
+  // fp16 operands go to the kernel as they are: it widens them exactly (a
+  // cached weight once per version), and every product of two fp16 values is
+  // exact in fp32, so the products come out as on fp16 hardware.
+  Tensor a = in_dtype(A, compute), b = in_dtype(B, compute);
   kernels::MatmulArgs args;
   args.batch = batch;
   args.M = M;
@@ -165,7 +159,8 @@ Var cast_product(Tape& t, const Var& a, const Var& b, const Var* bias, bool ta, 
     }
     kernels::matmul(args, ak.raw(), bk.raw(), c.f32(), bias_data);
   } else {
-    const Tensor ak = kernel_operand(ao.plain), bk = kernel_operand(bo.plain);
+    const Tensor& ak = ao.plain;
+    const Tensor& bk = bo.plain;
     args.a_type = ak.dtype();
     args.b_type = bk.dtype();
     kernels::matmul(args, ak.raw(), bk.raw(), c.f32(), bias_data);
@@ -259,7 +254,8 @@ Var linear(Tape& t, const Var& x, const Var& w, const Var* b, const OpScales& s)
   const DType compute = t.policy().matmul;
   Tensor xa = t.matmul_operand(x);
   Tensor wb = t.matmul_operand(w);
-  const Tensor xk = kernel_operand(xa), wk = kernel_operand(wb);
+  const Tensor& xk = xa;
+  const Tensor& wk = wb;
   Tensor y = Tensor::empty(out_shape);
   kernels::MatmulArgs args;
   args.M = M;

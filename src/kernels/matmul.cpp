@@ -32,7 +32,9 @@
 // bf16-valued products take the route of matmul_route.hpp: oneDNN's bf16
 // primitive, or (f32_widened) oneDNN's fp32 primitive over operands widened
 // exactly to fp32 in per-thread buffers; a constant B is widened only when its
-// packed copy is made, so a weight costs one widening per version.
+// packed copy is made, so a weight costs one widening per version. fp16
+// operands take the fp32 primitive the same way (every fp16 value and every
+// product of two is exact in fp32), next to fp32 operands as they are.
 #include "mantissa/kernels/matmul.hpp"
 
 #include <omp.h>
@@ -50,6 +52,8 @@
 
 #include "mantissa/tensor/derived_cache.hpp"
 #include "mantissa/formats/bf16.hpp"
+#include "mantissa/formats/convert.hpp"
+#include "mantissa/formats/format.hpp"
 #include "mantissa/kernels/kernels.hpp"
 #include "kernels/parallel.hpp"
 #include "mantissa/kernels/matmul_route.hpp"
@@ -66,6 +70,7 @@ struct Key {
   bool trans_a, trans_b, accumulate, has_bias, packed_b;
   bool bf16;    // both operands bf16 (else both f32)
   bool widened; // f32 primitive over bf16-valued operands (its packed B copies hold those values)
+  bool f16;     // f32 primitive over widened fp16 operands (and fp32 ones as they are)
   bool scaled;  // alpha != 1: applied as the entry's AlphaMode, value passed per call
   AlphaMode forced;  // none, or the one mode a test forces (force_alpha_mode)
   int threads;  // oneDNN fixes its work split when the primitive is created
@@ -85,7 +90,7 @@ struct KeyHash {
     mix((k.trans_a ? 1u : 0u) | (k.trans_b ? 2u : 0u) | (k.accumulate ? 4u : 0u) | (k.has_bias ? 8u : 0u) |
         (k.packed_b ? 16u : 0u) | (k.bf16 ? 32u : 0u) | (k.scaled ? 64u : 0u) | (k.widened ? 128u : 0u) |
         (static_cast<uint64_t>(k.threads) << 8));
-    mix(static_cast<uint64_t>(k.forced));
+    mix(static_cast<uint64_t>(k.forced) | (k.f16 ? 256u : 0u));
     return static_cast<size_t>(h);
   }
 };
@@ -226,7 +231,8 @@ std::shared_ptr<Entry> make_entry(const Key& k, State& st) {
   }
   e->prim = dnnl::matmul(e->pd);
   e->b_needs_reorder = k.packed_b && e->pd.weights_desc() != e->b_plain_md;
-  const std::string impl = (k.widened ? "f32_widened:" : "") + std::string(e->pd.impl_info_str());
+  const std::string impl =
+      (k.widened ? "f32_widened:" : k.f16 ? "f16_widened:" : "") + std::string(e->pd.impl_info_str());
   e->impl = st.impl_names.insert(impl).first->c_str();
   st.created.fetch_add(1, std::memory_order_relaxed);
   return e;
@@ -278,11 +284,13 @@ void check_args(const MatmulArgs& a) {
                                 " K=" + std::to_string(a.K));
   }
   for (DType t : {a.a_type, a.b_type}) {
-    if (t != DType::f32 && t != DType::bf16) {
+    if (t != DType::f32 && t != DType::bf16 && t != DType::f16) {
       throw std::invalid_argument(std::string("matmul: operand dtype ") + dtype_name(t) +
-                                  " unsupported (widen FP8/fp16 to bf16 or f32 first)");
+                                  " unsupported (widen FP8 to bf16 or f32 first)");
     }
   }
+  if ((a.a_type == DType::f16 && a.b_type == DType::bf16) || (a.a_type == DType::bf16 && a.b_type == DType::f16))
+    throw std::invalid_argument("matmul: fp16 x bf16 operands have no common product type (widen one to f32 first)");
   const struct {
     const char* name;
     int64_t stride, dense;
@@ -306,10 +314,14 @@ int64_t span_of(int64_t batch, int64_t stride, int64_t rows, int64_t cols) {
   return (batch - 1) * stride_or_dense(stride, rows, cols) + rows * cols;
 }
 
-// out [n] = the bf16 value of in as fp32: bf16 codes widen exactly; fp32
-// values are rounded to nearest-even bf16 first (as the bf16 route does).
+// out [n] = in as fp32: fp16 and bf16 codes widen exactly; fp32 values are
+// rounded to nearest-even bf16 first (as the bf16 route does).
 void widen_operand(float* out, const void* in, DType type, int64_t n) {
-  if (type == DType::bf16) {
+  if (type == DType::f16) {
+    static const formats::Format& fp16 = formats::preset("fp16");
+    const uint16_t* src = static_cast<const uint16_t*>(in);
+    for_chunks(n, [&](int64_t b, int64_t e) { formats::dequantize(fp16, src + b, out + b, static_cast<size_t>(e - b)); });
+  } else if (type == DType::bf16) {
     const uint16_t* src = static_cast<const uint16_t*>(in);
     for_chunks(n, [&](int64_t b, int64_t e) {
       for (int64_t i = b; i < e; ++i) out[i] = formats::widen_bf16(src[i]);
@@ -383,13 +395,14 @@ void matmul(const MatmulArgs& args, const void* A, const void* B, float* C, cons
   const bool bf16_values = args.a_type == DType::bf16 || args.b_type == DType::bf16;
   const bool widened = bf16_values && bf16_route() == Bf16Route::f32_widened;
   const bool bf16 = bf16_values && !widened;
+  const bool f16 = args.a_type == DType::f16 || args.b_type == DType::f16;
   if (std::string why; bf16 && !route_available(Bf16Route::onednn_bf16, &why)) {
     throw std::invalid_argument("matmul: the bf16 route onednn_bf16 (MANTISSA_BF16_MATMUL or set_bf16_route) "
                                 "cannot run on this CPU: " + why + "; use auto or f32_widened");
   }
   thread_local std::vector<uint16_t> a_tmp, b_tmp;
   thread_local std::vector<float> a_wide, b_wide;
-  if (widened) {
+  if (widened || (f16 && args.a_type == DType::f16)) {
     const int64_t n = span_of(args.batch, args.a_batch_stride, args.M, args.K);
     a_wide.resize(static_cast<size_t>(n));
     widen_operand(a_wide.data(), A, args.a_type, n);
@@ -403,7 +416,7 @@ void matmul(const MatmulArgs& args, const void* A, const void* B, float* C, cons
   // B is converted lazily: a packed constant B whose version is unchanged
   // needs no conversion at all.
   auto b_operand = [&]() -> void* {
-    if (widened) {
+    if (widened || (f16 && args.b_type == DType::f16)) {
       const int64_t n = span_of(args.batch, args.b_batch_stride, args.K, args.N);
       b_wide.resize(static_cast<size_t>(n));
       widen_operand(b_wide.data(), B, args.b_type, n);
@@ -423,7 +436,8 @@ void matmul(const MatmulArgs& args, const void* A, const void* B, float* C, cons
                 stride_or_dense(args.c_batch_stride, args.M, args.N),
                 args.trans_a,
                 args.trans_b,   args.accumulate, bias != nullptr, packed,       bf16,
-                widened,        args.alpha != 1.0f, args.alpha != 1.0f ? st_forced() : AlphaMode::none,
+                widened,        f16,               args.alpha != 1.0f,
+                args.alpha != 1.0f ? st_forced() : AlphaMode::none,
                 omp_get_max_threads()};
 
   State& st = state();

@@ -17,7 +17,7 @@ struct MatmulArgs {
   int64_t batch = 1, M = 0, N = 0, K = 0;
   bool trans_a = false;  // A stored [K, M] (per batch)
   bool trans_b = false;  // B stored [N, K] (per batch)
-  DType a_type = DType::f32;  // f32 or bf16 (FP8 operands are widened to bf16 exactly by the caller)
+  DType a_type = DType::f32;  // f32, bf16 or f16, not bf16 with f16 (FP8 operands are widened to bf16 exactly by the caller)
   DType b_type = DType::f32;
   float alpha = 1.0f;
   bool accumulate = false;    // beta = 1: C += product

@@ -10,7 +10,9 @@
 #include <thread>
 
 #include "mantissa/formats/parse_number.hpp"
+#include "mantissa/cpu/isa.hpp"
 #include "mantissa/kernels/kernels.hpp"
+#include "mantissa/kernels/matmul_route.hpp"
 #include "mantissa/train/experiment.hpp"
 
 namespace mantissa::train {
@@ -105,11 +107,21 @@ std::map<std::string, std::string> machine_info() {
   m["threads used"] = std::to_string(kernels::num_threads());
   const std::string mem = first_field("/proc/meminfo", "MemTotal");
   if (!mem.empty()) m["memory"] = mem;
-  const std::string flags = first_field("/proc/cpuinfo", "flags");
+  const std::string flags = " " + first_field("/proc/cpuinfo", "flags") + " ";
+  const auto has = [&](const char* f) { return flags.find(std::string(" ") + f + " ") != std::string::npos; };
   std::string isa;
-  for (const char* f : {"avx512f", "avx512_bf16", "avx512_fp16", "amx_bf16", "amx_tile"})
-    if ((" " + flags + " ").find(std::string(" ") + f + " ") != std::string::npos) isa += (isa.empty() ? "" : ", ") + std::string(f);
-  m["ISA"] = isa.empty() ? "no AVX-512" : isa;
+  for (const char* f : {"avx2", "fma", "f16c", "avx512f", "avx512_bf16", "avx512_fp16", "amx_bf16", "amx_tile"})
+    if (has(f)) isa += (isa.empty() ? "" : ", ") + std::string(f);
+  m["ISA"] = isa.empty() ? "none of AVX2, AVX-512, AMX" : isa;
+  // The class the README's speed table is laid out by; step times compare
+  // only within one class.
+  m["CPU class"] = has("amx_bf16")      ? "AMX"
+                   : has("avx512_bf16") ? "AVX-512 BF16"
+                   : has("avx512f")     ? "AVX-512"
+                   : has("avx2") && has("fma") && has("f16c") ? "AVX2"
+                                                              : "scalar";
+  m["kernels"] = std::string(cpu::isa_name(cpu::active_isa())) + " (host " + cpu::isa_name(cpu::detected_isa()) +
+                 "), " + kernels::matmul_route_summary();
   // Step times are only comparable on a quiet machine: say how busy it was.
   if (std::ifstream la("/proc/loadavg"); la) {
     std::string one, five;

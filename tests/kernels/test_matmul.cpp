@@ -1,10 +1,12 @@
 // matmul against a float64 reference: every transpose combination, batch,
-// alpha, accumulate, bias, bf16 and mixed operands, and the packed-B cache.
+// alpha, accumulate, bias, bf16, fp16 and mixed operands, and the packed-B cache.
 #include "mantissa/kernels/matmul.hpp"
 
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
+#include <utility>
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -43,6 +45,14 @@ std::vector<uint16_t> to_bf16_bits(const std::vector<float>& v) {
   return out;
 }
 
+// fp16 codes of v, nearest even (the compiler's _Float16 conversion, not mantissa's).
+std::vector<uint16_t> to_f16_bits(const std::vector<float>& v) {
+  std::vector<uint16_t> out(v.size());
+  for (size_t i = 0; i < v.size(); ++i) out[i] = std::bit_cast<uint16_t>(static_cast<_Float16>(v[i]));
+  return out;
+}
+float round_to_f16(float x) { return static_cast<float>(static_cast<_Float16>(x)); }
+
 // Runs one case and checks every element against the float64 product of the
 // (bf16-rounded where the operand runs in bf16) inputs. Bound: fp32
 // accumulation of K exact-or-rounded products, |err| <= 2 K u sum|a||b| (+ the
@@ -61,9 +71,15 @@ void run_case(const Case& c) {
     for (auto& x : Ar) x = test::round_to_bf16(x);
     for (auto& x : Br) x = test::round_to_bf16(x);
   }
-  auto A16 = to_bf16_bits(A), B16 = to_bf16_bits(B);
-  const void* a_ptr = c.a_type == DType::bf16 ? static_cast<const void*>(A16.data()) : A.data();
-  const void* b_ptr = c.b_type == DType::bf16 ? static_cast<const void*>(B16.data()) : B.data();
+  // fp16 operands are multiplied as their exact values; an fp32 one beside them as it is
+  if (c.a_type == DType::f16)
+    for (auto& x : Ar) x = round_to_f16(x);
+  if (c.b_type == DType::f16)
+    for (auto& x : Br) x = round_to_f16(x);
+  auto A16 = c.a_type == DType::f16 ? to_f16_bits(A) : to_bf16_bits(A);
+  auto B16 = c.b_type == DType::f16 ? to_f16_bits(B) : to_bf16_bits(B);
+  const void* a_ptr = c.a_type != DType::f32 ? static_cast<const void*>(A16.data()) : A.data();
+  const void* b_ptr = c.b_type != DType::f32 ? static_cast<const void*>(B16.data()) : B.data();
 
   MatmulArgs args;
   args.batch = c.batch;
@@ -296,6 +312,19 @@ TEST(Matmul, RejectsBadShapesAndTypes) {
   args.M = 1;
   args.a_type = DType::e4m3fn;
   EXPECT_THROW(matmul(args, &c, &c, &c), std::invalid_argument);
+  args.a_type = DType::f16;  // fp16 x bf16 has no common product type
+  args.b_type = DType::bf16;
+  EXPECT_THROW(matmul(args, &c, &c, &c), std::invalid_argument);
+}
+
+// fp16 operands (fp16-amp without fp16 hardware): widened exactly, products
+// exact in fp32; beside an fp32 operand, that one is not rounded.
+TEST(Matmul, Fp16OperandsMultiplyTheirExactValues) {
+  for (bool ta : {false, true})
+    for (bool tb : {false, true})
+      for (auto [at, bt] : {std::pair{DType::f16, DType::f16}, {DType::f16, DType::f32}, {DType::f32, DType::f16}})
+        run_case({2, 33, 47, 65, ta, tb, 0.75f, true, true, at, bt});
+  EXPECT_NE(std::string(last_matmul_impl()).find("f16_widened:"), std::string::npos) << last_matmul_impl();
 }
 
 // x [M, K] times a constant weight W stored [N, K] (a linear layer).
@@ -312,8 +341,9 @@ std::vector<float> linear(const std::vector<float>& x, const std::vector<float>&
   args.b_cache_key = key;
   args.b_cache_version = version;
   std::vector<float> out(static_cast<size_t>(M * N));
-  if (type == DType::bf16) {
-    auto x16 = to_bf16_bits(x), w16 = to_bf16_bits(w);
+  if (type == DType::bf16 || type == DType::f16) {
+    auto x16 = type == DType::f16 ? to_f16_bits(x) : to_bf16_bits(x);
+    auto w16 = type == DType::f16 ? to_f16_bits(w) : to_bf16_bits(w);
     matmul(args, x16.data(), w16.data(), out.data());
   } else {
     matmul(args, x.data(), w.data(), out.data());
@@ -332,6 +362,10 @@ std::vector<float> plain_linear(const std::vector<float>& x, const std::vector<f
   if (type == DType::bf16) {
     for (auto& v : xr) v = test::round_to_bf16(v);
     for (auto& v : wr) v = test::round_to_bf16(v);
+  }
+  if (type == DType::f16) {
+    for (auto& v : xr) v = round_to_f16(v);
+    for (auto& v : wr) v = round_to_f16(v);
   }
   matmul(args, xr.data(), wr.data(), out.data());
   return out;
@@ -376,6 +410,7 @@ void check_packed_cache(DType type) {
 TEST(Matmul, PackedWeightCacheFollowsVersion) {
   check_packed_cache(DType::f32);
   check_packed_cache(DType::bf16);
+  check_packed_cache(DType::f16);
 }
 
 TEST(Matmul, ReportsImplementationAndCaches) {

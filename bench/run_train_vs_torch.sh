@@ -93,13 +93,25 @@ fi
 
 # Both sides get exactly the threads asked for; neither is told about the other.
 export OMP_NUM_THREADS=$THREADS
+# A cap on mantissa (MANTISSA_MAX_ISA=avx2 or scalar) caps the peers' fp32 alike: PyTorch's
+# own kernels (ATEN_CPU_CAPABILITY), MKL's and OpenBLAS's GEMM. ONEDNN_MAX_CPU_ISA is not
+# passed on: PyTorch picks its bf16 kernels from cpuinfo, and the oneDNN it bundles then
+# refuses them under the cap ("could not create a primitive descriptor"), so a capped peer's
+# autocast bf16 still runs the host's bf16 instructions. Capped ratios compare code paths,
+# not an AVX2 host's speed.
+PEER_ENV=(-u ONEDNN_MAX_CPU_ISA -u DNNL_MAX_CPU_ISA)
+case ${MANTISSA_MAX_ISA:-} in
+  scalar) PEER_ENV+=(ATEN_CPU_CAPABILITY=default MKL_ENABLE_INSTRUCTIONS=SSE4_2 OPENBLAS_CORETYPE=Nehalem) ;;
+  avx2) PEER_ENV+=(ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2 OPENBLAS_CORETYPE=Haswell) ;;
+esac
+[ ${#PEER_ENV[@]} -gt 4 ] && echo "peers capped alike: ${PEER_ENV[*]:4}" >&2
 TORCH_RUNS=()
 declare -A PEER_RUNS=()
 MANTISSA_RUNS=()
 peer_run() {  # peer name -> one torch_gpt.py JSON line
   local py=$PY flags=()
   case $1 in pypi-eager) py=$PYPI_PY; flags=(--sdpa) ;; pypi-compile) py=$PYPI_PY; flags=(--sdpa --compile) ;; esac
-  "$py" "$ROOT/bench/torch_gpt.py" --threads "$THREADS" --steps "$STEPS" --warmup "$WARMUP" "${flags[@]}" \
+  env "${PEER_ENV[@]}" "$py" "$ROOT/bench/torch_gpt.py" --threads "$THREADS" --steps "$STEPS" --warmup "$WARMUP" "${flags[@]}" \
     "${SIZE_ARGS[@]}"
 }
 for round in $(seq "$ROUNDS"); do

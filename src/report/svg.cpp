@@ -75,7 +75,10 @@ AxisPlan plan_axis(const Axis& a, Range r, bool force_zero = false) {
     p.hi = std::exp2(hi_e);
     return p;
   }
-  if (r.hi == r.lo) {
+  // Values a few ulps apart (a flat curve) plot as one value: a tick step
+  // below an ulp of the values would never advance.
+  if (r.hi - r.lo <= std::max(std::fabs(r.lo), std::fabs(r.hi)) * 1e-9) {
+    r.lo = r.hi = (r.lo + r.hi) / 2;
     const double pad = r.lo == 0 ? 1.0 : std::fabs(r.lo) * 0.1;
     r.lo -= pad;
     r.hi += pad;
@@ -83,8 +86,13 @@ AxisPlan plan_axis(const Axis& a, Range r, bool force_zero = false) {
   const double step = nice_step(r.hi - r.lo, 6);
   p.lo = a.min ? r.lo : std::floor(r.lo / step) * step;
   p.hi = a.max ? r.hi : std::ceil(r.hi / step) * step;
-  for (double t = std::ceil(p.lo / step - 1e-9) * step; t <= p.hi + step * 1e-9; t += step)
+  // Ticks by count, not by repeated addition: nice_step gives at most a dozen.
+  const double first = std::ceil(p.lo / step - 1e-9);
+  for (int i = 0; i < 64; ++i) {
+    const double t = (first + i) * step;
+    if (t > p.hi + step * 1e-9) break;
     p.ticks.push_back(std::fabs(t) < step * 1e-9 ? 0.0 : t);
+  }
   return p;
 }
 

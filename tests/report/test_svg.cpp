@@ -145,6 +145,21 @@ TEST(SvgLinePlot, WellFormedSeriesAndLog2Coordinates) {
   EXPECT_NE(svg.find("2<tspan dy=\"-5\" font-size=\"9\">4</tspan>"), std::string::npos);
 }
 
+// A curve whose values are one ulp apart (a real flat validation curve)
+// gets a padded axis with a handful of ticks, and the render ends.
+TEST(SvgLinePlot, ValuesOneUlpApartStillGetAnAxis) {
+  rp::LinePlot p;
+  p.x.label = "step";
+  p.y.label = "val bpc";
+  p.series.push_back({"flat", {1, 2}, {7.9, 7.900000000000001}, "", false, false});
+  const std::string svg = rp::render(p);
+  EXPECT_EQ(xml_problem(svg), "") << svg;
+  const rp::Layout l = rp::layout(p);
+  EXPECT_LT(l.y.lo(), 7.9);
+  EXPECT_GT(l.y.hi(), 7.900000000000001);
+  EXPECT_GT(l.y.hi() - l.y.lo(), 1.0);  // padded by a tenth of the value each side
+}
+
 TEST(SvgLinePlot, BadInputIsNamed) {
   rp::LinePlot p;
   EXPECT_THROW(rp::render(p), std::invalid_argument);

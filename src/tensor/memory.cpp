@@ -112,9 +112,14 @@ void tracked_free(void* p, size_t bytes, MemoryKind kind) {
   g_stats.current[i] -= bytes;
   g_stats.current_total -= bytes;
   if (g_cached_bytes + padded <= kCacheLimit) {
-    free_blocks()[padded].push_back(p);
-    g_cached_bytes += padded;
-    return;
+    // Called from destructors (noexcept): when the cache's own bookkeeping
+    // cannot grow (out of memory), the block is freed instead of cached.
+    try {
+      free_blocks()[padded].push_back(p);
+      g_cached_bytes += padded;
+      return;
+    } catch (const std::bad_alloc&) {
+    }
   }
   std::free(p);
 }

@@ -14,6 +14,7 @@
 #include "mantissa/autograd/ops_llama.hpp"
 #include "mantissa/unit/ops.hpp"
 #include "mantissa/io/untrusted.hpp"
+#include "mantissa/tensor/checked.hpp"
 #include "nn/parametrisation.hpp"
 #include "mantissa/nn/init.hpp"
 #include "nn/causal_lm.hpp"
@@ -29,16 +30,14 @@ int64_t LlamaConfig::ffn() const {
 }
 
 void LlamaConfig::validate() const {
-  auto positive = [](int64_t v, const char* name) {
-    if (v <= 0) throw std::invalid_argument(std::string("Llama config: ") + name + " must be positive, got " + std::to_string(v));
-  };
-  positive(vocab, "vocab");
-  positive(context, "context");
-  positive(layers, "layers");
-  positive(d_model, "d_model");
-  positive(heads, "heads");
+  check_dimension("Llama", "vocab", vocab);
+  check_dimension("Llama", "context", context);
+  check_dimension("Llama", "layers", layers);
+  check_dimension("Llama", "d_model", d_model);
+  check_dimension("Llama", "heads", heads);
   if (kv_heads < 0) throw std::invalid_argument("Llama config: kv_heads must not be negative, got " + std::to_string(kv_heads));
   if (hidden < 0) throw std::invalid_argument("Llama config: hidden must not be negative, got " + std::to_string(hidden));
+  check_dimension("Llama", "intermediate size", ffn());
   if (d_model % heads != 0 || (d_model / heads) % 2 != 0)
     throw std::invalid_argument("Llama config: d_model " + std::to_string(d_model) + " / heads " + std::to_string(heads) +
                                 " must be an even integer (rotary pairs)");
@@ -49,6 +48,16 @@ void LlamaConfig::validate() const {
   if (!(rope_theta > 1) || !std::isfinite(rope_theta)) throw std::invalid_argument("Llama config: rope_theta must be > 1");
   if (unit.enabled && tie_embeddings)
     throw std::invalid_argument("Llama config: the unit-scaled model has an untied readout (drop the embedding tie)");
+  // Embedding [V, C] (and an untied head); per layer q and o [C, C], k and v
+  // [C, kv hs], gate, up and down [C, F] (norm weights left out).
+  const char* what = "Llama config: parameter count";
+  const int64_t C = d_model, F = ffn(), kv_width = kv() * (d_model / heads);
+  int64_t per_layer = checked_mul(2 * C, C, what);
+  per_layer = checked_add(per_layer, checked_mul(2 * C, kv_width, what), what);
+  per_layer = checked_add(per_layer, checked_mul(3 * C, F, what), what);
+  int64_t n = checked_mul(tie_embeddings ? vocab : 2 * vocab, C, what);
+  n = checked_add(n, checked_mul(layers, per_layer, what), what);
+  check_parameter_total("Llama", n);
   unit.validate();
 }
 

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "mantissa/nn/gpt.hpp"
+#include "mantissa/nn/llama.hpp"
 #include "mantissa/nn/mlp.hpp"
 #include "mantissa/tensor/checked.hpp"
 #include "mantissa/tensor/tensor.hpp"
@@ -105,4 +106,39 @@ TEST(ModelConfigs, OutOfRangeSizesAreRefusedBeforeAllocating) {
   m.hidden = {4};
   m.inputs = int64_t{1} << 40;
   EXPECT_NE(error_of([&] { m.validate(); }).find("inputs must be in"), std::string::npos);
+}
+
+// The Llama config is bounded like the others, before anything is allocated:
+// each dimension in [1, 2^24], the parameter total at most 2^33.
+TEST(ModelConfigs, LlamaSizesAreRefusedBeforeAllocating) {
+  nn::LlamaConfig base;
+  base.vocab = 256;
+  base.context = 16;
+  base.layers = 1;
+  base.d_model = 16;
+  base.heads = 2;
+  auto llama_json = [&](const char* key, int64_t v) {
+    auto j = nlohmann::json::parse(base.to_json());
+    j[key] = v;
+    return j.dump();
+  };
+  EXPECT_NE(error_of([&] { nn::LlamaConfig::from_json(llama_json("num_hidden_layers", int64_t{1} << 40)); })
+                .find("Llama config: layers must be in [1, 16777216], got 1099511627776"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { nn::LlamaConfig::from_json(llama_json("vocab_size", int64_t{1} << 30)); })
+                .find("Llama config: vocab must be in"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { nn::LlamaConfig::from_json(llama_json("intermediate_size", int64_t{1} << 40)); })
+                .find("Llama config: intermediate size must be in"),
+            std::string::npos);
+  // In range one by one, not in total: 2^24 layers of 3 x 16 x 2^12 gate/up/down
+  // plus attention = more than 2^33 parameters.
+  EXPECT_NE(error_of([&] {
+              auto j = nlohmann::json::parse(base.to_json());
+              j["num_hidden_layers"] = 1 << 24;
+              j["intermediate_size"] = 1 << 12;
+              nn::LlamaConfig::from_json(j.dump());
+            }).find("parameters, more than the 8589934592"),
+            std::string::npos);
+  EXPECT_NO_THROW(nn::LlamaConfig::from_json(base.to_json()));
 }

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import atexit
 import json
 import queue
 import threading
+import warnings
 from typing import Any, Callable, Dict, Iterator, Optional
 
 import numpy as np
@@ -39,29 +41,63 @@ def train(model: str = "gpt", recipe: str = "fp32", *, steps: int = 1000,
     return _records(session, log)
 
 
-def _records(session: Any, log: bool) -> Iterator[Dict[str, Any]]:
-    q: "queue.Queue[Any]" = queue.Queue(maxsize=64)
-    stop = threading.Event()
-    done = object()
+class _Run:
+    """A run on a background thread, its records handed over through a queue."""
 
-    def put(line: str) -> None:
-        if stop.is_set():
+    def __init__(self, session: Any, log: bool) -> None:
+        self.q: "queue.Queue[Any]" = queue.Queue(maxsize=64)
+        self.stop = threading.Event()
+        self.done = object()
+        self.thread = threading.Thread(target=self._work, args=(session, log), name="mantissa-train", daemon=True)
+
+    def _put(self, line: str) -> None:
+        if self.stop.is_set():
             raise _Stop()
-        q.put(line)
+        self.q.put(line)
 
-    def work() -> None:
+    def _work(self, session: Any, log: bool) -> None:
         try:
-            session.run(0, put, log)
-            q.put(done)
+            session.run(0, self._put, log)
+            self.q.put(self.done)
         except BaseException as e:  # handed to the reader
-            q.put(e)
+            self.q.put(e)
 
-    t = threading.Thread(target=work, daemon=True)
-    t.start()
+    def end(self) -> None:
+        """Stops the run after its current step and waits for the thread."""
+        self.stop.set()
+        while self.thread.is_alive():  # drain so a blocked put sees the stop
+            try:
+                self.q.get(timeout=0.1)
+            except queue.Empty:
+                pass
+        self.thread.join()
+
+
+# Runs whose generator is still open. The thread is a daemon (an abandoned
+# generator must not keep the interpreter alive), so at exit each is stopped
+# and joined while the interpreter still runs: a daemon thread that re-took
+# the GIL during finalisation would hang or unwind through the C++ run.
+_open_runs: "set[_Run]" = set()
+_open_lock = threading.Lock()
+
+
+@atexit.register
+def _end_open_runs() -> None:
+    with _open_lock:
+        runs = list(_open_runs)
+    for r in runs:
+        r.end()
+
+
+def _records(session: Any, log: bool) -> Iterator[Dict[str, Any]]:
+    r = _Run(session, log)
+    with _open_lock:
+        _open_runs.add(r)
+    r.thread.start()
     try:
         while True:
-            item = q.get()
-            if item is done:
+            item = r.q.get()
+            if item is r.done:
                 return
             if isinstance(item, BaseException):
                 if isinstance(item, _Stop):
@@ -69,13 +105,9 @@ def _records(session: Any, log: bool) -> Iterator[Dict[str, Any]]:
                 raise item
             yield json.loads(item)
     finally:
-        stop.set()
-        while t.is_alive():  # drain so a blocked put sees the stop
-            try:
-                q.get(timeout=0.1)
-            except queue.Empty:
-                pass
-        t.join()
+        r.end()
+        with _open_lock:
+            _open_runs.discard(r)
 
 
 def experiment(out: str = "report", preset: str = "quick", *, log: bool = False, **settings: Any) -> Dict[str, Any]:
@@ -90,5 +122,14 @@ def experiment(out: str = "report", preset: str = "quick", *, log: bool = False,
 
 
 def load_weights(path: str) -> Dict[str, np.ndarray]:
-    """A saved model's (or checkpoint's) parameters as fp32 numpy arrays, by name."""
-    return _core.load_weights(path)
+    """A saved model's (or checkpoint's) parameters as fp32 numpy arrays, by name.
+
+    Checked as ``mantissa eval`` checks them: a checkpoint's manifest, sizes and
+    CRC-32s, the model its config.json describes, finite values (ValueError
+    naming the file or tensor). A corrupt checkpoint falls back to the one its
+    last save replaced (DIR.prev), with a RuntimeWarning saying so.
+    """
+    weights, warning = _core.load_weights(path)
+    if warning:
+        warnings.warn(warning, RuntimeWarning, stacklevel=2)
+    return weights

@@ -4,6 +4,7 @@
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/function.h>
 #include <nanobind/stl/map.h>
+#include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
@@ -11,6 +12,8 @@
 #include <cstring>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <stdexcept>
+#include <thread>
 
 #include "arrays.hpp"
 #include "mantissa/recipe/recipe.hpp"
@@ -18,8 +21,10 @@
 #include "mantissa/io/safetensors.hpp"
 #include "mantissa/kernels/kernels.hpp"
 #include "mantissa/nn/gpt.hpp"
+#include "mantissa/nn/models.hpp"
 #include "mantissa/train/config.hpp"
 #include "mantissa/train/experiment.hpp"
+#include "mantissa/train/finite.hpp"
 #include "mantissa/train/run.hpp"
 #include "mantissa/train/session.hpp"
 
@@ -44,8 +49,13 @@ train::TrainConfig train_config(const nb::dict& settings) {
     std::visit(
         [&](auto* target) {
           using T = std::remove_pointer_t<decltype(target)>;
-          if (!nb::try_cast<T>(v, *target))
-            throw nb::type_error(("training setting '" + key + "': cannot use " +
+          if (nb::try_cast<T>(v, *target)) return;
+          if constexpr (std::is_same_v<T, int64_t>)
+            if (PyLong_Check(v.ptr()) && !PyBool_Check(v.ptr()))
+              throw nb::value_error(("training setting '" + key + "': " + nb::str(v).c_str() +
+                                     " is out of range (a 64-bit signed integer)")
+                                        .c_str());
+          throw nb::type_error(("training setting '" + key + "': cannot use " +
                                   nb::cast<std::string>(nb::str(nb::handle(v.type()).attr("__name__"))))
                                      .c_str());
         },
@@ -55,8 +65,14 @@ train::TrainConfig train_config(const nb::dict& settings) {
 }
 
 // A built training session (train::build_session) run by train::run.
+// run releases the GIL, so one call at a time: while a run trains, another
+// thread's run, weights or step is refused (RuntimeError) rather than racing
+// on the trainer's tensors. The GIL orders the checks; the record callback,
+// on the running thread between steps, may read weights and step.
 struct Session {
   std::unique_ptr<train::Session> s;
+  bool running = false;
+  std::thread::id runner;
 
   explicit Session(const nb::dict& settings) {
     train::TrainConfig c = train_config(settings);
@@ -66,11 +82,23 @@ struct Session {
       gpt->set_activation_checkpointing(static_cast<int>(s->config.checkpoint_activations));
   }
 
-  std::string run_info() { return train::run_options(*s).run_info_json; }
+  void check_idle(const char* what) const {
+    if (!running) return;
+    if (runner != std::this_thread::get_id())
+      throw std::runtime_error(std::string("Session.") + what + ": the session is running in another thread");
+    if (std::string(what) == "run")
+      throw std::runtime_error("Session.run: the session is already running (called from its record callback)");
+  }
+
+  std::string run_info() {
+    check_idle("run_info");
+    return train::run_options(*s).run_info_json;
+  }
 
   // The run `mantissa train` does (`steps` > 0: to that step instead); `on_record`
   // gets every JSONL record.
   nb::dict run(int64_t steps, const std::function<void(const std::string&)>& on_record, bool log) {
+    check_idle("run");
     train::RunOptions ro = train::run_options(*s);
     if (steps > 0) ro.steps = steps;
     ro.log = log ? stdout : nullptr;
@@ -79,10 +107,16 @@ struct Session {
       on_record(line);
     };
     train::RunSummary r;
-    {
+    running = true;
+    runner = std::this_thread::get_id();
+    try {
       nb::gil_scoped_release release;
       r = train::run(*s->trainer, ro);
+    } catch (...) {
+      running = false;  // the GIL is held again here
+      throw;
     }
+    running = false;
     nb::dict d;
     d["steps"] = r.steps_done;
     d["skipped_steps"] = r.skipped_steps;
@@ -110,13 +144,30 @@ nb::dict as_numpy(const std::map<std::string, Tensor>& tensors) {
   return d;
 }
 
-nb::dict load_weights(const std::string& dir) {
+// What `mantissa eval` loads: DIR verified (manifest, sizes, CRC-32, finite
+// values) or else DIR.prev, the model its config.json describes, every
+// parameter present with its shape, none non-finite. Returns the parameters
+// and the fallback's warning (empty when DIR itself was used).
+std::pair<nb::dict, std::string> load_weights(const std::string& dir) {
   std::map<std::string, Tensor> tensors;
+  train::CheckpointChoice chosen;
+  std::unique_ptr<nn::Model> model;  // owns the tensors until they are copied
   {
     nb::gil_scoped_release release;
-    tensors = io::load_safetensors(dir + "/model.safetensors").tensors;
+    chosen = train::choose_checkpoint(dir, true);
+    const std::string cfg = train::read_model_config(chosen.dir);
+    const std::string kind = nn::detect_model_kind(cfg);
+    if (kind.empty())
+      throw io::FormatError(chosen.dir + "/config.json describes none of the models (" + nn::model_kind_names() + ")");
+    model = train::model_from_config(kind, cfg);
+    train::load_model_weights(chosen.dir, *model);
+    std::vector<std::pair<std::string, Tensor>> weights;
+    for (const auto* p : model->parameters()) weights.emplace_back(p->name, p->value);
+    if (const std::string bad = train::first_non_finite(weights); !bad.empty())
+      throw io::FormatError(chosen.dir + ": weight " + bad + " holds non-finite values (NaN or infinity); refused");
+    tensors = std::map<std::string, Tensor>(weights.begin(), weights.end());
   }
-  return as_numpy(tensors);
+  return {as_numpy(tensors), chosen.warning};
 }
 
 nb::dict experiment(const nb::dict& settings, bool log) {
@@ -200,13 +251,18 @@ NB_MODULE(_core, m) {
       .def(nb::init<const nb::dict&>(), "settings"_a)
       .def("run_info", &Session::run_info)
       .def("run", &Session::run, "steps"_a, "on_record"_a, "log"_a = false)
-      .def_prop_ro("step", [](const Session& s) { return s.s->trainer->step(); })
+      .def_prop_ro("step", [](const Session& s) {
+        s.check_idle("step");
+        return s.s->trainer->step();
+      })
       .def("weights", [](Session& s) {
+        s.check_idle("weights");
         std::map<std::string, Tensor> t;
         for (auto* p : s.s->model->parameters()) t.emplace(p->name, p->value);
         return as_numpy(t);
       }, "The model's parameters as fp32 numpy arrays (copies).");
-  m.def("load_weights", &load_weights, "dir"_a, "A saved model's parameters (DIR/model.safetensors) as fp32 arrays.");
+  m.def("load_weights", &load_weights, "dir"_a,
+        "A saved model's or checkpoint's verified parameters as fp32 arrays, and the DIR.prev fallback's warning.");
   m.def("experiment", &experiment, "settings"_a, "log"_a = false);
 }
 

@@ -3,8 +3,11 @@ saved weights, recipes and the experiment report."""
 
 import json
 import os
+import shutil
 import struct
 import subprocess
+import sys
+import threading
 
 import ml_dtypes
 import numpy as np
@@ -114,3 +117,108 @@ def test_experiment_writes_the_report(corpus, tmp_path):
     assert [x["status"] for x in r["runs"]] == ["ok", "ok"]
     text = open(r["markdown"]).read()
     assert "bf16-amp" in text
+
+
+def test_a_session_runs_in_one_thread_at_a_time(corpus):
+    s = mantissa._core.Session(dict(TINY, model="gpt", recipe="fp32", steps=3, data=corpus))
+    started, release = threading.Event(), threading.Event()
+    names, errors = [], []
+
+    def on_record(line):
+        if not started.is_set():  # the running thread, between steps, may read
+            names.append(sorted(s.weights()))
+            with pytest.raises(RuntimeError, match="already running"):
+                s.run(0, lambda _: None)
+            started.set()
+            release.wait(120)
+
+    def work():
+        try:
+            s.run(0, on_record)
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    t = threading.Thread(target=work)
+    t.start()
+    try:
+        assert started.wait(120)
+        for call in (lambda: s.run(0, lambda _: None), s.weights, lambda: s.step, s.run_info):
+            with pytest.raises(RuntimeError, match="is running in another thread"):
+                call()
+    finally:
+        release.set()
+        t.join(300)
+    assert not errors and names
+    assert s.step == 3 and sorted(s.weights()) == names[0]
+
+
+def test_an_open_generator_is_stopped_at_exit(corpus):
+    # report() is registered before mantissa's exit hook, so it runs after it.
+    script = f"""
+import atexit, threading
+def report():
+    alive = any(t.name == "mantissa-train" for t in threading.enumerate())
+    print("alive" if alive else "stopped", flush=True)
+atexit.register(report)
+import mantissa
+gen = mantissa.train("gpt", "fp32", steps=100000, data={corpus!r}, **{TINY!r})
+next(gen), next(gen)
+print("exiting", flush=True)
+"""
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["exiting", "stopped"]
+
+
+def first_f32_offset(path):
+    """The file offset of the first value of the first F32 tensor in a safetensors file."""
+    with open(path, "rb") as f:
+        raw = f.read()
+    (n,) = struct.unpack("<Q", raw[:8])
+    header = json.loads(raw[8:8 + n])
+    name = next(k for k, h in header.items() if k != "__metadata__" and h["dtype"] == "F32")
+    return 8 + n + header[name]["data_offsets"][0]
+
+
+def patch(path, offset, data):
+    with open(path, "r+b") as f:
+        f.seek(offset)
+        f.write(data)
+
+
+def test_load_weights_checks_what_eval_checks(corpus, tmp_path):
+    save = str(tmp_path / "ck")
+    for steps in (2, 4):  # the second save keeps the first as ck.prev
+        mantissa.train("gpt", "fp32", steps=steps, data=corpus, save=save, callback=lambda _: None, **TINY)
+    latest, prev = mantissa.load_weights(save), mantissa.load_weights(save + ".prev")
+    assert sorted(latest) == sorted(prev) and any(not np.array_equal(latest[k], prev[k]) for k in latest)
+
+    # A saved model directory (no manifest) holding a NaN is refused.
+    model = tmp_path / "model"
+    model.mkdir()
+    for name in ("config.json", "model.safetensors"):
+        shutil.copy(os.path.join(save, name), model / name)
+    got = mantissa.load_weights(str(model))
+    assert all(np.array_equal(got[k], latest[k]) for k in latest)
+    patch(model / "model.safetensors", first_f32_offset(model / "model.safetensors"), struct.pack("<f", np.nan))
+    with pytest.raises(ValueError, match="non-finite"):
+        mantissa.load_weights(str(model))
+
+    # A checkpoint whose bytes no longer match its manifest's CRC-32 falls
+    # back to ck.prev, with a warning; with both corrupt, neither is used.
+    weights = os.path.join(save, "model.safetensors")
+    at = first_f32_offset(weights)
+    patch(weights, at, struct.pack("<f", 0.5 + struct.unpack("<f", open(weights, "rb").read()[at:at + 4])[0]))
+    with pytest.warns(RuntimeWarning, match="using the previous checkpoint"):
+        fallback = mantissa.load_weights(save)
+    assert all(np.array_equal(fallback[k], prev[k]) for k in prev)
+    prev_weights = os.path.join(save + ".prev", "model.safetensors")
+    patch(prev_weights, first_f32_offset(prev_weights), struct.pack("<f", 123.0))
+    with pytest.raises(ValueError, match="not usable either"):
+        mantissa.load_weights(save)
+
+
+def test_out_of_range_training_settings_raise_value_error():
+    for seed in (2**63, -2**63 - 1):
+        with pytest.raises(ValueError, match=f"training setting 'seed': {seed} is out of range"):
+            mantissa.train("gpt", "fp32", steps=1, data="/nonexistent/file.txt", seed=seed)

@@ -17,6 +17,7 @@ values up) and run on the library's threads (``set_num_threads``).
 from __future__ import annotations
 
 import json as _json
+import operator as _operator
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as _np
@@ -68,10 +69,27 @@ def _codes_in(codes: Any) -> Any:
     return codes
 
 
-def _check_out(out: Any) -> None:
-    if type(out) is _np.ndarray and not out.flags.writeable:
-        raise ValueError("out: the array is read-only")
-    _check_order(out, "out")
+def _check_out(out: Any, name: str = "out") -> None:
+    # numpy arrays (memmaps too) by their flag; other kinds carry none, and the
+    # bindings refuse them when their memory is mapped read-only.
+    if _is_numpy(out) and not out.flags.writeable:
+        raise ValueError(f"{name}: the array is read-only")
+    _check_order(out, name)
+
+
+def _int_arg(value: Any, name: str, lo: int, hi: int) -> int:
+    """value as an int in lo..hi: TypeError for a non-integer, else ValueError naming the argument."""
+    try:
+        v = _operator.index(value)
+    except TypeError:
+        raise TypeError(f"{name}: expected an int, got {type(value).__name__}") from None
+    if not lo <= v <= hi:
+        raise ValueError(f"{name}: must be in {lo}..{hi}, got {v}")
+    return v
+
+
+_MAX_COUNT = 2**63 - 1
+_MAX_BLOCK = 2**31 - 1
 
 
 def _check_order(a: Any, name: str) -> None:
@@ -110,6 +128,8 @@ def _encode_any(x: Any, format: str, round: str, saturate: bool, flush_subnormal
 def _decode_any(codes: Any, format: str, packed: bool, count: Optional[int], out: Any) -> Any:
     codes = _codes_in(codes)
     _check_order(codes, "codes")
+    if count is not None:
+        count = _int_arg(count, "count", 0, _MAX_COUNT)
     if out is not None:
         _check_out(out)
         _core.decode_dlpack(codes, format, packed, count, out)
@@ -126,13 +146,17 @@ def mx_quantize(x: Any, format: str = "mxfp8_e4m3", block: int = 32, axis: int =
     be shorter. Element codes are one per byte (FP4/FP6 in the low bits; MXINT8
     two's complement with 6 fraction bits). scale_rounding "ceil" never clips.
     out: (codes, scales) uint8 numpy arrays of those shapes to write into (blocks
-    along the last axis only); they are returned.
+    along the last axis only), writable and apart from x and each other; they
+    are returned. block: 1..2^31-1.
     """
+    block = _int_arg(block, "block", 1, _MAX_BLOCK)
     if out is not None:
         if not (isinstance(out, tuple) and len(out) == 2 and all(_is_numpy(a) for a in out)):
             raise TypeError("out: expected a tuple (codes, scales) of numpy arrays")
         if axis not in (-1, _ndim(x) - 1):
             raise ValueError("out: only for blocks along the last axis (axis=-1)")
+        _check_out(out[0], "out[0] (codes)")
+        _check_out(out[1], "out[1] (scales)")
         _core.mx_quantize(x, format, block, scale_rounding, out[0], out[1])
         return out
     moved = _moveaxis_in(x, axis)
@@ -142,6 +166,7 @@ def mx_quantize(x: Any, format: str = "mxfp8_e4m3", block: int = 32, axis: int =
 
 def mx_dequantize(codes: Any, scales: Any, format: str = "mxfp8_e4m3", block: int = 32, axis: int = -1) -> Any:
     """MX element codes and E8M0 scales (as mx_quantize returns them) -> fp32 values."""
+    block = _int_arg(block, "block", 1, _MAX_BLOCK)
     result = _core.mx_dequantize(_moveaxis_in(codes, axis), _moveaxis_in(scales, axis), format, block)
     return _like(codes, _moveaxis_out(result, axis))
 
@@ -174,7 +199,8 @@ def _fp4_quantize(scale: str, x: Any, block: str, axis: int, round: str, seed: i
     if moved.ndim == 0:
         raise ValueError("x needs at least one dimension")
     k = moved.shape[-1]
-    codes, scales, t = _core.fp4_quantize(moved.reshape(-1, k), scale, tr, tc, round, seed, packed, headroom)
+    flat = moved.reshape(_rows(moved), k)
+    codes, scales, t = _core.fp4_quantize(flat, scale, tr, tc, round, seed, packed, headroom)
     lead = moved.shape[:-1]
     codes = codes.reshape(lead + (codes.shape[-1],))
     scales = scales.reshape(lead + (scales.shape[-1],))
@@ -184,6 +210,8 @@ def _fp4_quantize(scale: str, x: Any, block: str, axis: int, round: str, seed: i
 def _fp4_dequantize(scale: str, codes: Any, scales: Any, tensor_scale: float, block: str, axis: int, packed: bool,
                     count: Optional[int]) -> Any:
     tr, tc = _fp4_tiles(scale, block)
+    if count is not None:
+        count = _int_arg(count, "count", 0, _MAX_COUNT)
     if tr > 1:
         if _ndim(codes) != 2 or axis not in (-1, 1):
             raise ValueError(f"block {block}: codes must be a 2-D array and axis -1")
@@ -199,8 +227,8 @@ def _fp4_dequantize(scale: str, codes: Any, scales: Any, tensor_scale: float, bl
     if count is not None and not packed:
         raise ValueError("count: only for packed codes")
     k = count if count is not None else (2 * width if packed else width)
-    values = _core.fp4_dequantize(c.reshape(-1, width), s.reshape(-1, s.shape[-1]), float(tensor_scale), scale, tr,
-                                  tc, packed, k)
+    values = _core.fp4_dequantize(c.reshape(_rows(c), width), s.reshape(_rows(s), s.shape[-1]), float(tensor_scale),
+                                  scale, tr, tc, packed, k)
     return _like(codes, _moveaxis_out(values.reshape(c.shape[:-1] + (k,)), axis))
 
 
@@ -267,6 +295,11 @@ def rht(x: Any, axis: int = 0, seed: int = 0, random: bool = True) -> Any:
     if a not in (0, 1):
         raise ValueError(f"axis {axis} is out of range for a 2-D array")
     return _like(x, _core.rht(x, a, seed, random))
+
+
+def _rows(a: _np.ndarray) -> int:
+    """The rows of a's [rows, last axis] view (reshape(-1, 0) cannot infer them)."""
+    return int(_np.prod(a.shape[:-1], dtype=_np.int64))
 
 
 def _ndim(x: Any) -> int:

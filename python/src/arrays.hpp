@@ -8,6 +8,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
+#include <initializer_list>
+#include <limits>
 #include <optional>
 #include <string>
 #include <vector>
@@ -62,6 +65,42 @@ void check_codes(const A& a, const char* name, int bytes) {
                              .c_str());
 }
 
+// An integer argument (a Python int, or anything with __index__ such as a
+// numpy integer): TypeError for other kinds, ValueError naming the argument
+// and its range when out of it (nanobind's own casts give a generic TypeError).
+inline nb::object index_arg(nb::handle h, const char* name) {
+  PyObject* i = PyNumber_Index(h.ptr());
+  if (i == nullptr) {
+    PyErr_Clear();
+    throw nb::type_error((std::string(name) + ": expected an int, got " + Py_TYPE(h.ptr())->tp_name).c_str());
+  }
+  return nb::steal(i);
+}
+
+inline std::string out_of_range(const char* name, const std::string& range, const nb::object& value) {
+  return std::string(name) + ": must be in " + range + ", got " + nb::str(value).c_str();
+}
+
+inline uint64_t u64_arg(nb::handle h, const char* name) {
+  nb::object i = index_arg(h, name);
+  const unsigned long long v = PyLong_AsUnsignedLongLong(i.ptr());
+  if (v == static_cast<unsigned long long>(-1) && PyErr_Occurred()) {
+    PyErr_Clear();  // negative, or 2^64 and above
+    throw nb::value_error(out_of_range(name, "0..2^64-1", i).c_str());
+  }
+  return v;
+}
+
+inline int64_t int_arg(nb::handle h, const char* name, int64_t lo, int64_t hi) {
+  nb::object i = index_arg(h, name);
+  int overflow = 0;
+  const long long v = PyLong_AsLongLongAndOverflow(i.ptr(), &overflow);
+  if (v == -1 && PyErr_Occurred()) throw nb::python_error();
+  if (overflow != 0 || v < lo || v > hi)
+    throw nb::value_error(out_of_range(name, std::to_string(lo) + ".." + std::to_string(hi), i).c_str());
+  return v;
+}
+
 // x's float32 values, after the layout and dtype checks.
 inline const float* f32_input(const In& x) {
   check_layout(x, "x");
@@ -88,30 +127,111 @@ class KernelScope {
   std::optional<nb::gil_scoped_release> release_;
 };
 
+// Values in an array of `shape`, refused (ValueError naming `name`) when the
+// product, or its bytes, would not fit in memory's address range.
+inline size_t checked_size(const std::vector<size_t>& shape, size_t item_bytes, const char* name) {
+  size_t n = 1;
+  for (size_t s : shape) {
+    if (s != 0 && n > std::numeric_limits<size_t>::max() / s) n = std::numeric_limits<size_t>::max();
+    else n *= s;
+  }
+  if (n > static_cast<size_t>(std::numeric_limits<std::ptrdiff_t>::max()) / item_bytes)
+    throw nb::value_error((std::string(name) + ": the result would be too large to allocate").c_str());
+  return n;
+}
+
 // A new numpy array of `shape` owning its memory.
 template <class T>
 nb::ndarray<nb::numpy, T> new_array(const std::vector<size_t>& shape) {
-  size_t n = 1;
-  for (size_t s : shape) n *= s;
+  const size_t n = checked_size(shape, sizeof(T), "shape");
   T* data = new T[n > 0 ? n : 1];
   nb::capsule owner(data, [](void* p) noexcept { delete[] static_cast<T*>(p); });
   return nb::ndarray<nb::numpy, T>(data, shape.size(), shape.data(), owner);
 }
 
-// The caller's output array after checks (dtype T, layout, shape), or a new one.
+// The bytes an array's values occupy: one run, for the C-contiguous arrays the
+// checks above let through (and numpy's C arrays on the direct path).
+struct Bytes {
+  const void* data;
+  size_t size;
+  const char* name;
+};
+
+template <class A>
+Bytes bytes_of(const A& a, const char* name) {
+  return {a.data(), a.nbytes(), name};
+}
+
+// No output may share a byte with an input or another output: the kernels
+// read and write in blocks and on several threads, so an overlap gives wrong
+// values (ValueError naming both arguments). Inputs may overlap each other.
+// in_place: an output that is exactly an input (same bytes) is allowed, for
+// the element-wise kernels that read each value before writing its place.
+inline void check_apart(std::initializer_list<Bytes> inputs, std::initializer_list<Bytes> outputs,
+                        bool in_place = false) {
+  auto overlap = [](const Bytes& a, const Bytes& b) {
+    const auto x = reinterpret_cast<uintptr_t>(a.data), y = reinterpret_cast<uintptr_t>(b.data);
+    return a.size != 0 && b.size != 0 && x < y + b.size && y < x + a.size;
+  };
+  for (auto o = outputs.begin(); o != outputs.end(); ++o) {
+    for (const Bytes& other : inputs)
+      if (overlap(*o, other) && !(in_place && o->data == other.data && o->size == other.size))
+        throw nb::value_error((std::string(o->name) + ": overlaps the input " + other.name +
+                               " in memory; write into a separate array")
+                                  .c_str());
+    for (auto p = outputs.begin(); p != o; ++p)
+      if (overlap(*o, *p))
+        throw nb::value_error((std::string(o->name) + ": overlaps " + p->name + " in memory; give each its own array")
+                                  .c_str());
+  }
+}
+
+// False when some page of [data, data + size) is mapped without write
+// permission (a read-only memmap behind a torch tensor, which carries no flag
+// saying so). Read from /proc/self/maps; where that is missing, true.
+inline bool writable_memory(const void* data, size_t size) {
+  if (size == 0) return true;
+  std::FILE* maps = std::fopen("/proc/self/maps", "r");
+  if (maps == nullptr) return true;
+  uintptr_t at = reinterpret_cast<uintptr_t>(data);
+  const uintptr_t end = at + size;
+  unsigned long lo = 0, hi = 0;
+  char perms[8] = {};
+  char line[512];
+  bool ok = true;
+  while (at < end && std::fgets(line, sizeof line, maps) != nullptr) {
+    if (std::sscanf(line, "%lx-%lx %7s", &lo, &hi, perms) != 3 || hi <= at) continue;
+    if (lo > at || perms[1] != 'w') {  // unmapped, or mapped without write access
+      ok = false;
+      break;
+    }
+    at = hi;
+  }
+  std::fclose(maps);
+  return ok && at >= end;
+}
+
+// The caller's output array after checks (dtype T, layout, writable memory,
+// shape, no overlap with `inputs` but in_place's), or a new one.
 template <class T>
-nb::object output(std::optional<Out>& out, const std::vector<size_t>& shape, T** data) {
+nb::object output(std::optional<Out>& out, const std::vector<size_t>& shape, T** data,
+                  std::initializer_list<Bytes> inputs, const char* name = "out", bool in_place = false) {
   if (!out) {
     auto a = new_array<T>(shape);
     *data = a.data();
     return nb::cast(a);
   }
-  check_layout(*out, "out");
+  check_layout(*out, name);
   if (out->dtype() != nb::dtype<T>())
-    throw nb::type_error(("out: expected " + dtype_text(nb::dtype<T>()) + ", got " + dtype_text(out->dtype())).c_str());
+    throw nb::type_error((std::string(name) + ": expected " + dtype_text(nb::dtype<T>()) + ", got " +
+                          dtype_text(out->dtype()))
+                             .c_str());
   bool same = out->ndim() == shape.size();
   for (size_t d = 0; same && d < shape.size(); ++d) same = out->shape(d) == shape[d];
-  if (!same) throw nb::value_error("out: the array has the wrong shape");
+  if (!same) throw nb::value_error((std::string(name) + ": the array has the wrong shape").c_str());
+  if (!writable_memory(out->data(), out->nbytes()))
+    throw nb::value_error((std::string(name) + ": the array is read-only (its memory is mapped without write access)").c_str());
+  check_apart(inputs, {bytes_of(*out, name)}, in_place);
   *data = static_cast<T*>(out->data());
   return nb::none();
 }

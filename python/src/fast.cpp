@@ -53,9 +53,10 @@ struct LastSeen {
   }
 };
 
-const mf::Format* format_arg(nb::handle s) {
-  static LastSeen<const mf::Format*> last;
-  const mf::Format* const* f = last.get(s.ptr(), [](const std::string& spec) { return &format_of(spec); });
+// A copy: the kernel may run after another thread has replaced `last`.
+FormatPtr format_arg(nb::handle s) {
+  static LastSeen<FormatPtr> last;
+  const FormatPtr* f = last.get(s.ptr(), [](const std::string& spec) { return format_of(spec); });
   return f ? *f : nullptr;
 }
 
@@ -93,6 +94,10 @@ Result result(nb::handle out, PyArrayObject* o, PyArrayObject* x, int type) {
   return {nb::steal(a), PyArray_DATA(reinterpret_cast<PyArrayObject*>(a))};
 }
 
+Bytes bytes_of(PyArrayObject* a, const char* name) {
+  return {PyArray_DATA(a), static_cast<size_t>(PyArray_NBYTES(a)), name};
+}
+
 int code_type(const mf::Format& f) {
   return f.storage_bytes() == 1 ? NPY_UINT8 : f.storage_bytes() == 2 ? NPY_UINT16 : NPY_UINT32;
 }
@@ -107,14 +112,17 @@ nb::object general(const char* name, const nb::tuple& args) {
   return nb::steal(r);
 }
 
-nb::object quantize(nb::handle x, nb::handle format, nb::handle round, bool saturate, bool flush, uint64_t seed,
-                    int random_bits, nb::handle out) {
+nb::object quantize(nb::handle x, nb::handle format, nb::handle round, bool saturate, bool flush, nb::handle seed_arg,
+                    nb::handle bits_arg, nb::handle out) {
+  const uint64_t seed = u64_arg(seed_arg, "seed");
+  const int random_bits = static_cast<int>(int_arg(bits_arg, "random_bits", 1, 32));
   PyArrayObject* a = plain(x, NPY_FLOAT32);
   PyArrayObject* o = a != nullptr && !out.is_none() ? plain_out(out, NPY_FLOAT32, a) : nullptr;
-  const mf::Format* f = a != nullptr && (out.is_none() || o != nullptr) ? format_arg(format) : nullptr;
+  const FormatPtr f = a != nullptr && (out.is_none() || o != nullptr) ? format_arg(format) : nullptr;
   const mf::Round* r = f != nullptr ? round_arg(round) : nullptr;
-  if (r == nullptr || random_bits < 1 || random_bits > 32)
+  if (r == nullptr)
     return general("_quantize_any", nb::make_tuple(x, format, round, saturate, flush, seed, random_bits, out));
+  if (o != nullptr) check_apart({bytes_of(a, "x")}, {bytes_of(o, "out")}, true);
   const mf::RoundOptions opt{
       .mode = *r, .saturate = saturate, .flush_subnormals = flush, .random_bits = random_bits, .seed = seed};
   Result res = result(out, o, a, NPY_FLOAT32);
@@ -124,14 +132,17 @@ nb::object quantize(nb::handle x, nb::handle format, nb::handle round, bool satu
   return std::move(res.array);
 }
 
-nb::object encode(nb::handle x, nb::handle format, nb::handle round, bool saturate, bool flush, uint64_t seed,
-                  int random_bits, bool packed, nb::handle out) {
+nb::object encode(nb::handle x, nb::handle format, nb::handle round, bool saturate, bool flush, nb::handle seed_arg,
+                  nb::handle bits_arg, bool packed, nb::handle out) {
+  const uint64_t seed = u64_arg(seed_arg, "seed");
+  const int random_bits = static_cast<int>(int_arg(bits_arg, "random_bits", 1, 32));
   PyArrayObject* a = packed ? nullptr : plain(x, NPY_FLOAT32);
-  const mf::Format* f = a != nullptr ? format_arg(format) : nullptr;
+  const FormatPtr f = a != nullptr ? format_arg(format) : nullptr;
   PyArrayObject* o = f != nullptr && !out.is_none() ? plain_out(out, code_type(*f), a) : nullptr;
   const mf::Round* r = f != nullptr && (out.is_none() || o != nullptr) ? round_arg(round) : nullptr;
-  if (r == nullptr || random_bits < 1 || random_bits > 32)
+  if (r == nullptr)
     return general("_encode_any", nb::make_tuple(x, format, round, saturate, flush, seed, random_bits, packed, out));
+  if (o != nullptr) check_apart({bytes_of(a, "x")}, {bytes_of(o, "out")});
   const mf::RoundOptions opt{
       .mode = *r, .saturate = saturate, .flush_subnormals = flush, .random_bits = random_bits, .seed = seed};
   Result res = result(out, o, a, code_type(*f));
@@ -142,11 +153,12 @@ nb::object encode(nb::handle x, nb::handle format, nb::handle round, bool satura
 }
 
 nb::object decode(nb::handle codes, nb::handle format, bool packed, nb::handle count, nb::handle out) {
-  const mf::Format* f = !packed && count.is_none() && PyArray_CheckExact(codes.ptr()) ? format_arg(format) : nullptr;
+  const FormatPtr f = !packed && count.is_none() && PyArray_CheckExact(codes.ptr()) ? format_arg(format) : nullptr;
   PyArrayObject* a = f != nullptr ? plain(codes, code_type(*f)) : nullptr;
   PyArrayObject* o = a != nullptr && !out.is_none() ? plain_out(out, NPY_FLOAT32, a) : nullptr;
   if (a == nullptr || (!out.is_none() && o == nullptr))
     return general("_decode_any", nb::make_tuple(codes, format, packed, count, out));
+  if (o != nullptr) check_apart({bytes_of(a, "codes")}, {bytes_of(o, "out")});
   const auto n = static_cast<size_t>(PyArray_SIZE(a));
   if (f->storage_bytes() == 1) check_code_range(static_cast<const uint8_t*>(PyArray_DATA(a)), n, *f, false);
   Result res = result(out, o, a, NPY_FLOAT32);
@@ -164,6 +176,7 @@ void memcpy_threads(nb::handle src, nb::handle dst) {
   if (s == nullptr || d == nullptr || !PyArray_ISCARRAY_RO(s) || !PyArray_ISCARRAY(d) ||
       PyArray_NBYTES(s) != PyArray_NBYTES(d))
     throw nb::value_error("memcpy: src and dst must be C-contiguous numpy arrays of the same byte size, dst writable");
+  check_apart({bytes_of(s, "src")}, {bytes_of(d, "dst")});
   const auto n = static_cast<size_t>(PyArray_NBYTES(s));
   const auto* from = static_cast<const char*>(PyArray_DATA(s));
   auto* to = static_cast<char*>(PyArray_DATA(d));
@@ -192,8 +205,9 @@ round: nearest-even (alias "nearest"), nearest-away, toward-zero, up, down,
 stochastic (element i draws from hash(seed, i): independent of threads).
 saturate: overflow gives +-max instead of inf/NaN. flush_subnormals: results
 below the format's min normal become +-0. Writes into `out` (float32, x's
-shape) if given, and returns it; x and out are numpy arrays or CPU DLPack
-tensors (the result is then of x's kind).)");
+shape, writable, x itself or apart from it) if given, and returns it; x and
+out are numpy arrays or CPU DLPack tensors (the result is then of x's kind).
+seed: 0..2^64-1.)");
   m.def("encode", &encode, "x"_a, "format"_a, "round"_a = "nearest-even", nb::kw_only(), "saturate"_a = false,
         "flush_subnormals"_a = false, "seed"_a = 0, "random_bits"_a = 16, "packed"_a = false, "out"_a = nb::none(),
         nb::sig("def encode(x: typing.Any, format: str, round: str = 'nearest-even', *, saturate: bool = False, "
@@ -204,7 +218,7 @@ tensors (the result is then of x's kind).)");
 Rounding options as quantize. packed: formats of <= 4 bits put two codes in a
 byte along the last axis, element 2j in the low nibble (last axis K ->
 ceil(K / 2) bytes). `out` may be an integer array of the codes' type or an
-ml_dtypes array of the same format.)");
+ml_dtypes array of the same format, writable and apart from x.)");
   m.def("memcpy", &memcpy_threads, "src"_a, "dst"_a,
         "dst = src on the library's threads (the memory floor the benchmarks compare against).");
   m.def("decode", &decode, "codes"_a, "format"_a, nb::kw_only(), "packed"_a = false, "count"_a = nb::none(),
@@ -214,7 +228,7 @@ ml_dtypes array of the same format.)");
         R"(Codes (integers, or an ml_dtypes array of the same format) -> their exact fp32 values.
 
 packed: two 4-bit codes per byte; `count` is the unpacked last-axis length
-(default 2 x bytes).)");
+(default 2 x bytes). `out`: writable, apart from codes.)");
 }
 
 }  // namespace mantissa::py

@@ -25,23 +25,43 @@
 namespace mantissa::py {
 
 // Formats by spec, parsed once: a small array's call costs a map lookup, not a
-// parse, and a repeat of the thread's previous spec not even the lock.
-const mf::Format& format_of(const std::string& spec) {
+// parse, and a repeat of the thread's previous spec not even the lock. Any
+// number of spellings can be asked for, so at most kCachedFormats are kept and
+// a full cache starts again; callers hold their format by shared_ptr, so one
+// dropped from the cache mid-call stays alive.
+namespace {
+constexpr size_t kCachedFormats = 256;
+std::mutex cache_mutex;
+std::map<std::string, FormatPtr, std::less<>> cache;
+}  // namespace
+
+FormatPtr format_of(const std::string& spec) {
   thread_local std::string last_spec;
-  thread_local const mf::Format* last = nullptr;
-  if (last != nullptr && spec == last_spec) return *last;  // map nodes never move
-  static std::mutex mutex;
-  static std::map<std::string, mf::Format, std::less<>> cache;
-  std::lock_guard lock(mutex);
-  auto it = cache.find(spec);
-  try {
-    if (it == cache.end()) it = cache.emplace(spec, mf::parse_format(spec)).first;
-  } catch (const std::invalid_argument& e) {
-    throw nb::value_error((std::string("format: ") + e.what()).c_str());
+  thread_local FormatPtr last;
+  if (last != nullptr && spec == last_spec) return last;
+  FormatPtr f;
+  {
+    std::lock_guard lock(cache_mutex);
+    if (auto it = cache.find(spec); it != cache.end()) f = it->second;
+  }
+  if (f == nullptr) {
+    try {
+      f = std::make_shared<const mf::Format>(mf::parse_format(spec));
+    } catch (const std::invalid_argument& e) {
+      throw nb::value_error((std::string("format: ") + e.what()).c_str());
+    }
+    std::lock_guard lock(cache_mutex);
+    if (cache.size() >= kCachedFormats) cache.clear();
+    cache.emplace(spec, f);
   }
   last_spec = spec;
-  last = &it->second;
-  return it->second;
+  last = f;
+  return f;
+}
+
+size_t format_cache_size() {
+  std::lock_guard lock(cache_mutex);
+  return cache.size();
 }
 
 mf::RoundOptions round_options(const std::string& round, bool saturate, bool flush, uint64_t seed, int random_bits) {
@@ -83,10 +103,11 @@ void check_array_codes(const In& codes, const mf::Format& f, bool packed) {
 nb::object quantize(const In& x, const std::string& spec, const std::string& round, bool saturate, bool flush,
                     uint64_t seed, int random_bits, std::optional<Out> out) {
   const float* in = f32_input(x);
-  const mf::Format& f = format_of(spec);
+  const FormatPtr fp = format_of(spec);
+  const mf::Format& f = *fp;
   const mf::RoundOptions opt = round_options(round, saturate, flush, seed, random_bits);
   float* dst = nullptr;
-  nb::object result = output<float>(out, shape_of(x), &dst);
+  nb::object result = output<float>(out, shape_of(x), &dst, {bytes_of(x, "x")}, "out", true);
   KernelScope release(x.size());
   mf::fake_quantize(f, in, dst, x.size(), opt);
   return result;
@@ -97,7 +118,7 @@ nb::object quantize(const In& x, const std::string& spec, const std::string& rou
 template <class T>
 nb::object encode_as(const In& x, const mf::Format& f, const mf::RoundOptions& opt, std::optional<Out>& out) {
   T* dst = nullptr;
-  nb::object result = output<T>(out, shape_of(x), &dst);
+  nb::object result = output<T>(out, shape_of(x), &dst, {bytes_of(x, "x")});
   KernelScope release(x.size());
   mf::quantize(f, static_cast<const float*>(x.data()), dst, x.size(), opt);
   return result;
@@ -106,7 +127,8 @@ nb::object encode_as(const In& x, const mf::Format& f, const mf::RoundOptions& o
 nb::object encode(const In& x, const std::string& spec, const std::string& round, bool saturate, bool flush,
                   uint64_t seed, int random_bits, bool packed, std::optional<Out> out) {
   f32_input(x);
-  const mf::Format& f = format_of(spec);
+  const FormatPtr fp = format_of(spec);
+  const mf::Format& f = *fp;
   const mf::RoundOptions opt = round_options(round, saturate, flush, seed, random_bits);
   if (!packed) {
     switch (f.storage_bytes()) {
@@ -124,7 +146,7 @@ nb::object encode(const In& x, const std::string& spec, const std::string& round
   const size_t k = shape.back(), rows = k ? x.size() / k : 0, kp = (k + 1) / 2;
   shape.back() = kp;
   uint8_t* dst = nullptr;
-  nb::object result = output<uint8_t>(out, shape, &dst);
+  nb::object result = output<uint8_t>(out, shape, &dst, {bytes_of(x, "x")});
   KernelScope release(x.size());
   std::vector<uint8_t> codes(x.size());
   mf::quantize(f, static_cast<const float*>(x.data()), codes.data(), x.size(), opt);
@@ -143,14 +165,15 @@ nb::object encode(const In& x, const std::string& spec, const std::string& round
 nb::object decode(const In& codes, const std::string& spec, bool packed, std::optional<size_t> count,
                   std::optional<Out> out) {
   check_layout(codes, "codes");
-  const mf::Format& f = format_of(spec);
+  const FormatPtr fp = format_of(spec);
+  const mf::Format& f = *fp;
   std::vector<size_t> shape = shape_of(codes);
   float* dst = nullptr;
   if (!packed) {
     check_codes(codes, "codes", f.storage_bytes());
     if (count) throw nb::value_error("count: only for packed codes");
     if (f.storage_bytes() == 1) check_array_codes(codes, f, false);
-    nb::object result = output<float>(out, shape, &dst);
+    nb::object result = output<float>(out, shape, &dst, {bytes_of(codes, "codes")});
     KernelScope release(codes.size());
     mf::dequantize(f, codes.data(), dst, codes.size());
     return result;
@@ -161,12 +184,12 @@ nb::object decode(const In& codes, const std::string& spec, bool packed, std::op
   if (codes.ndim() == 0) throw nb::value_error("packed: codes need at least one dimension");
   const size_t kp = shape.back(), rows = kp ? codes.size() / kp : 0;
   const size_t k = count ? *count : 2 * kp;
-  if ((k + 1) / 2 != kp)
+  if (k / 2 + k % 2 != kp)  // ceil(k / 2) without overflow: k <= 2 kp, rows x k <= 2 x the codes' bytes
     throw nb::value_error(("count: " + std::to_string(k) + " values do not pack into " + std::to_string(kp) +
                            " bytes per row")
                               .c_str());
   shape.back() = k;
-  nb::object result = output<float>(out, shape, &dst);
+  nb::object result = output<float>(out, shape, &dst, {bytes_of(codes, "codes")});
   KernelScope release(rows * k);
   float table[16];
   for (uint32_t c = 0; c < 16; ++c) table[c] = c < f.code_count() ? mf::decode_f32(f, c) : NAN;
@@ -201,13 +224,14 @@ std::pair<nb::object, nb::object> mx_quantize(const In& x, const std::string& na
   const mf::MxConfig cfg = mx_config(name, block, scale_rounding);
   if (x.ndim() == 0) throw nb::value_error("x needs at least one dimension");
   std::vector<size_t> shape = shape_of(x);
-  const size_t k = shape.back(), rows = k ? x.size() / k : 0, b = static_cast<size_t>(block), nb_ = (k + b - 1) / b;
+  const size_t k = shape.back(), rows = k ? x.size() / k : 0, b = static_cast<size_t>(block), nb_ = k / b + (k % b != 0);
   if (codes_out.has_value() != scales_out.has_value())
     throw nb::value_error("out: give both the codes and the scales array, or neither");
   uint8_t *c = nullptr, *s = nullptr;
-  nb::object codes = output<uint8_t>(codes_out, shape, &c);
+  nb::object codes = output<uint8_t>(codes_out, shape, &c, {bytes_of(x, "x")}, "out[0] (codes)");
   shape.back() = nb_;
-  nb::object scales = output<uint8_t>(scales_out, shape, &s);
+  nb::object scales = output<uint8_t>(scales_out, shape, &s, {bytes_of(x, "x")}, "out[1] (scales)");
+  if (codes_out) check_apart({}, {bytes_of(*codes_out, "out[0] (codes)"), bytes_of(*scales_out, "out[1] (scales)")});
   {
     KernelScope release(x.size());
     if (k % b == 0) {  // whole rows of blocks: one (threaded) call
@@ -230,12 +254,12 @@ nb::object mx_dequantize(const In& codes, const In& scales, const std::string& n
   check_array_codes(codes, cfg.element, false);
   if (codes.ndim() == 0) throw nb::value_error("codes need at least one dimension");
   const std::vector<size_t> shape = shape_of(codes);
-  const size_t k = shape.back(), rows = k ? codes.size() / k : 0, b = static_cast<size_t>(block), nb_ = (k + b - 1) / b;
+  const size_t k = shape.back(), rows = k ? codes.size() / k : 0, b = static_cast<size_t>(block), nb_ = k / b + (k % b != 0);
   std::vector<size_t> want = shape;
   want.back() = nb_;
   if (shape_of(scales) != want) throw nb::value_error("scales: shape must be codes' with the last axis ceil(K / block)");
   float* dst = nullptr;
-  nb::object result = output<float>(out, shape, &dst);
+  nb::object result = output<float>(out, shape, &dst, {bytes_of(codes, "codes"), bytes_of(scales, "scales")});
   KernelScope release(codes.size());
   // value = decode(code) x 2^(scale - 127) (MXINT8: code / 64), one rounding
   // from the exact double product; scale 0xFF is NaN.
@@ -301,19 +325,22 @@ void bind_formats(nb::module_& m) {
     for (const auto& f : mf::presets()) l.append(format_dict(f));
     return l;
   }, "Every preset format with its exact properties (as `mantissa formats --json`).");
-  m.def("format_info", [](const std::string& spec) { return format_dict(format_of(spec)); }, "format"_a,
+  m.def("format_info", [](const std::string& spec) { return format_dict(*format_of(spec)); }, "format"_a,
         "One preset or user-defined eXmY[:option=value...] format's properties.");
-  m.def("encode_scalar", [](double x, const std::string& spec, const std::string& round, bool saturate, uint64_t seed,
-                            uint64_t index) {
-    return mf::encode(format_of(spec), x, round_options(round, saturate, false, seed, 16), index);
+  m.def("encode_scalar", [](double x, const std::string& spec, const std::string& round, bool saturate, nb::handle seed,
+                            nb::handle index) {
+    return mf::encode(*format_of(spec), x, round_options(round, saturate, false, u64_arg(seed, "seed"), 16),
+                      u64_arg(index, "index"));
   }, "x"_a, "format"_a, "round"_a = "nearest-even", "saturate"_a = false, "seed"_a = 0, "index"_a = 0,
         "The scalar reference encoder on one fp64 value (as `mantissa quantize`).");
-  m.def("stochastic_bits", [](uint64_t seed, size_t n, int bits) {
+  m.def("stochastic_bits", [](nb::handle seed_arg, size_t n, int bits) {
     if (bits < 1 || bits > 32) throw nb::value_error(("bits must be 1..32, got " + std::to_string(bits)).c_str());
+    const uint64_t seed = u64_arg(seed_arg, "seed");
     auto a = new_array<uint32_t>({n});
     for (size_t i = 0; i < n; ++i) a.data()[i] = mf::stochastic_bits(seed, i, bits);
     return a;
   }, "seed"_a, "n"_a, "bits"_a = 16, "The random draws stochastic rounding compares for elements 0..n-1.");
+  m.def("format_cache_size", &format_cache_size, "Formats the spec cache holds now (at most 256).");
   m.def("active_isa", [] { return std::string(mantissa::cpu::isa_name(mantissa::cpu::active_isa())); });
   m.def("last_kernel", &mf::last_kernel, "The kernel the last conversion on this thread ran.");
 }

@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "mantissa/formats/format.hpp"
@@ -13,8 +14,12 @@ namespace mantissa::py {
 
 namespace mf = mantissa::formats;
 
-// A preset or eXmY[:...] spec, parsed once (ValueError naming "format").
-const mf::Format& format_of(const std::string& spec);
+using FormatPtr = std::shared_ptr<const mf::Format>;
+
+// A preset or eXmY[:...] spec, parsed once (ValueError naming "format"); the
+// cache of parsed specs is bounded.
+FormatPtr format_of(const std::string& spec);
+size_t format_cache_size();
 // ValueError naming "round" or random_bits for a bad value.
 mf::RoundOptions round_options(const std::string& round, bool saturate, bool flush, uint64_t seed, int random_bits);
 // ValueError if one of the n one-byte codes (packed: either nibble) is beyond

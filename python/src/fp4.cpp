@@ -40,7 +40,7 @@ void check_2d(size_t ndim, const char* name) {
 }
 
 std::tuple<nb::object, nb::object, float> fp4_quantize(const In& x, const std::string& scale, int64_t tile_rows,
-                                                       int64_t tile_cols, const std::string& round, uint64_t seed,
+                                                       int64_t tile_cols, const std::string& round, nb::handle seed,
                                                        bool packed, bool headroom) {
   const float* in = f32_input(x);
   check_2d(x.ndim(), "x");
@@ -49,7 +49,7 @@ std::tuple<nb::object, nb::object, float> fp4_quantize(const In& x, const std::s
   else if (round != "nearest-even" && round != "nearest")
     throw nb::value_error(("round: FP4 casts round nearest-even or stochastic, got '" + round + "'").c_str());
   if (headroom && s.scale != mf::Fp4Scale::mxfp4) throw nb::value_error("headroom: an MXFP4 option");
-  s.seed = seed;
+  s.seed = u64_arg(seed, "seed");
   s.headroom = headroom;
   const size_t rows = x.shape(0), cols = x.shape(1), kp = (cols + 1) / 2;
   auto codes = new_array<uint8_t>({rows, packed ? kp : cols});
@@ -82,7 +82,8 @@ nb::object fp4_dequantize(const In& codes, const In& scales, float tensor_scale,
   check_2d(scales.ndim(), "scales");
   const mf::Fp4Spec s = fp4_spec(scale, tile_rows, tile_cols);
   const size_t rows = codes.shape(0), width = codes.shape(1);
-  if (packed ? (cols + 1) / 2 != width : cols != width)
+  // ceil(cols / 2) without overflow: cols <= 2 x width, a real array's
+  if (packed ? cols / 2 + cols % 2 != width : cols != width)
     throw nb::value_error(("count: " + std::to_string(cols) + " values per row do not match the codes' " +
                            std::to_string(width) + (packed ? " bytes" : " columns"))
                               .c_str());
@@ -121,13 +122,13 @@ nb::object fp4_dequantize(const In& codes, const In& scales, float tensor_scale,
 
 // The 16-point random Hadamard transform of the FP4 recipes along rows (axis
 // 0: groups of 16 rows) or columns (axis 1) of a 2-D array, signs from `seed`.
-nb::object rht(const In& x, int axis, uint64_t seed, bool random) {
+nb::object rht(const In& x, int axis, nb::handle seed, bool random) {
   const float* in = f32_input(x);
   check_2d(x.ndim(), "x");
   if (axis != 0 && axis != 1) throw nb::value_error(("axis: expected 0 or 1, got " + std::to_string(axis)).c_str());
   const size_t rows = x.shape(0), cols = x.shape(1);
   auto out = new_array<float>({rows, cols});
-  const quant::RhtSigns s = quant::rht_signs(seed, random);
+  const quant::RhtSigns s = quant::rht_signs(u64_arg(seed, "seed"), random);
   KernelScope release(x.size());
   if (axis == 0) quant::rht_rows(in, out.data(), static_cast<int64_t>(rows), static_cast<int64_t>(cols), s);
   else quant::rht_cols(in, out.data(), static_cast<int64_t>(rows), static_cast<int64_t>(cols), s);

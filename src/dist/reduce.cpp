@@ -251,10 +251,18 @@ void GradReducer::encode_with_feedback(const float* in, float* residual, uint8_t
   for (int64_t i = 0; i < n; ++i) residual[i] = v[i] - back[i];
 }
 
+// The padding between and after the pieces is zeroed every step: the
+// all-gather decodes into it, and after a non-finite step it holds NaN that
+// would poison every later step's block it shares with real values.
 void GradReducer::flatten_grads() {
-  for (const Piece& pc : pieces_)
-    std::memcpy(flat_.data() + pc.at, params_[pc.param]->grad.f32() + pc.begin,
-                static_cast<size_t>(pc.end - pc.begin) * sizeof(float));
+  float* flat = flat_.data();
+  int64_t end = 0;  // pieces lie in increasing `at`
+  for (const Piece& pc : pieces_) {
+    std::fill(flat + end, flat + pc.at, 0.0f);
+    std::memcpy(flat + pc.at, params_[pc.param]->grad.f32() + pc.begin, static_cast<size_t>(pc.end - pc.begin) * sizeof(float));
+    end = pc.at + (pc.end - pc.begin);
+  }
+  std::fill(flat + end, flat + padded_size(), 0.0f);
 }
 
 void GradReducer::sum_owned_chunk(double loss_scale) {

@@ -114,10 +114,24 @@ peer_run() {  # peer name -> one torch_gpt.py JSON line
   env "${PEER_ENV[@]}" "$py" "$ROOT/bench/torch_gpt.py" --threads "$THREADS" --steps "$STEPS" --warmup "$WARMUP" "${flags[@]}" \
     "${SIZE_ARGS[@]}"
 }
+# A peer other than the reference (debian) that fails (torch.compile's AVX2 code under
+# ATEN_CPU_CAPABILITY=avx2 gives a NaN loss with PyTorch 2.15) is left out of the figures and
+# named with its last message in the summary, instead of ending the whole run.
+declare -A PEER_FAILED=()
+PEER_ERR=$(mktemp)
+trap 'rm -f "$PEER_ERR"' EXIT
 for round in $(seq "$ROUNDS"); do
   for p in "${PEER_LIST[@]}"; do
+    [ -n "${PEER_FAILED[$p]:-}" ] && continue
     echo "round $round/$ROUNDS: PyTorch $p ($THREADS threads) ..." >&2
-    line=$(peer_run "$p")
+    if ! line=$(peer_run "$p" 2>"$PEER_ERR"); then
+      cat "$PEER_ERR" >&2
+      [ "$p" = debian ] && { echo "run_train_vs_torch.sh: the reference peer (debian) failed" >&2; exit 1; }
+      PEER_FAILED[$p]=$(grep -v '^W[0-9]' "$PEER_ERR" | tail -1)
+      echo "run_train_vs_torch.sh: PyTorch $p left out: ${PEER_FAILED[$p]}" >&2
+      unset "PEER_RUNS[$p]"
+      continue
+    fi
     [ "$p" = debian ] && TORCH_RUNS+=("$line")
     PEER_RUNS[$p]+="$line"$'\n'
   done
@@ -125,11 +139,12 @@ for round in $(seq "$ROUNDS"); do
   MANTISSA_RUNS+=("$("$BUILD_DIR/bench/bench_train" --threads "$THREADS" --recipe "$RECIPES" --steps "$STEPS" \
                      --warmup "$WARMUP" "${SIZE_ARGS[@]}" "${PROFILE_ARGS[@]}")")
 done
-PEERS_JSON=$(for p in "${PEER_LIST[@]}"; do printf '%s\t%s\n' "$p" "$(printf '%s' "${PEER_RUNS[$p]}" | tr '\n' '\036')"; done)
+FAILED_JSON=$(for p in "${!PEER_FAILED[@]}"; do printf '%s\t%s\n' "$p" "${PEER_FAILED[$p]}"; done)
+PEERS_JSON=$(for p in "${PEER_LIST[@]}"; do [ -n "${PEER_FAILED[$p]:-}" ] && continue; printf '%s\t%s\n' "$p" "$(printf '%s' "${PEER_RUNS[$p]}" | tr '\n' '\036')"; done)
 TORCH_JSON=$(printf '%s\n' "${TORCH_RUNS[@]}")
 MANTISSA_JSON=$(printf '%s\n' "${MANTISSA_RUNS[@]}")
 
-$PY - "$OUT" "$TORCH_JSON" "$MANTISSA_JSON" "$BLAS" "$ROOT" "$PEERS_JSON" <<'EOF'
+$PY - "$OUT" "$TORCH_JSON" "$MANTISSA_JSON" "$BLAS" "$ROOT" "$PEERS_JSON" "$FAILED_JSON" <<'EOF'
 import json, os, platform, statistics, subprocess, sys, time
 out, blas = sys.argv[1], sys.argv[4]
 peers = {}  # peer -> medians over rounds of its figures, per-round runs under "runs"
@@ -142,6 +157,7 @@ for line in filter(None, sys.argv[6].split("\n")):  # not splitlines: it splits 
             med[k] = round(statistics.median(r[k] for r in runs), 3)
     med["runs"] = runs
     peers[name] = med
+peers_failed = dict(l.split("\t", 1) for l in sys.argv[7].split("\n") if "\t" in l)
 torch_runs = [json.loads(l) for l in sys.argv[2].splitlines() if l.strip()]
 mantissa_runs = [json.loads(l) for l in sys.argv[3].splitlines() if l.strip()]
 # Medians over rounds of every figure (per-round results are kept in the summary too).
@@ -186,7 +202,7 @@ for name, m in mantissa_json.get("recipes", {}).items():
                                "best": round(m["tokens_per_s"] / best, 3)}
 summary = {"time_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "commit": commit,
            "cpu": platform.processor() or platform.machine(), "blas": blas,
-           "load_average": os.getloadavg()[0], "torch": torch_json, "peers": peers, "mantissa": mantissa_json,
+           "load_average": os.getloadavg()[0], "torch": torch_json, "peers": peers, "peers_failed": peers_failed, "mantissa": mantissa_json,
            "comparison": rows, "rounds": len(torch_runs),
            "per_round": {"torch": torch_runs, "mantissa": mantissa_runs},
            "targets": {"issue3_fp32_vs_torch_fp32": 1.3, "issue8_fp32_vs_torch_fp32": 1.5,
@@ -201,6 +217,8 @@ print(f"{'Llama' if t.get('model') == 'llama' else 'GPT'} L{t['layers']} C{t['d_
 for p, pj in peers.items():
     print(f"  PyTorch {pj['torch_version']:<12} {p:<13} fp32 {pj['tokens_per_s_fp32']:10.1f}  "
           f"autocast bf16 {pj['tokens_per_s_bf16']:10.1f} tokens/s")
+for p, why in peers_failed.items():
+    print(f"  PyTorch {p:<13} left out: {why}")
 for r in rows:
     print(f"  mantissa {r['mantissa']:<14} {r['mantissa_tokens_per_s']:10.1f} tokens/s   "
           f"ratio vs PyTorch {r['torch']}: {r['ratio']:.2f}x   " +

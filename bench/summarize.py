@@ -245,6 +245,8 @@ def main():
                       f"{fmt(r.get('vs_mantissa_fp32'), 2)} | {fmt(r.get('step_vs_bf16_amp'), 2)} |")
         for name, why in skipped.items():
             md.append(f"| mantissa {name} | skipped: {why} | | | | |")
+        for p, why in s.get("peers_failed", {}).items():
+            md.append(f"| PyTorch {p} | left out: {why} | | | | |")
         peaks = s["mantissa"].get("peak_gflops") or {}
         bd = {n: r["breakdown"] for n, r in recipes.items() if r.get("breakdown")}
         if bd:

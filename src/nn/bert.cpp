@@ -21,6 +21,7 @@
 #include "mantissa/tensor/checked.hpp"
 #include "mantissa/unit/ops.hpp"
 #include "nn/causal_lm.hpp"
+#include "nn/fixed_keys.hpp"
 #include "nn/parametrisation.hpp"
 
 namespace mantissa::nn {
@@ -88,6 +89,7 @@ BertConfig BertConfig::from_json(const std::string& text) {
   };
   int64_t vocab = 0;
   get("vocab_size", vocab);
+  check_dimension("BERT", "vocab_size", vocab);
   c.byte_vocab = vocab - 4;
   get("max_position_embeddings", c.context);
   get("hidden_size", c.d_model);
@@ -109,6 +111,14 @@ BertConfig BertConfig::from_json(const std::string& text) {
     throw std::invalid_argument(std::string("BERT config: ") + e.what());
   }
   c.validate();
+  require_fixed_keys(j, "BERT",
+                     {{"model_type", "bert", "a BERT"},
+                      {"hidden_act", {"gelu_new", "gelu_pytorch_tanh"}, "the tanh approximation of GELU"},
+                      {"position_embedding_type", "absolute", "absolute position embeddings"},
+                      {"layer_norm_eps", 1e-5, "LayerNorm with epsilon 1e-5"},
+                      {"hidden_dropout_prob", 0, "no dropout"},
+                      {"attention_probs_dropout_prob", 0, "no dropout"},
+                      {"tie_word_embeddings", true, "a decoder tied to the token embedding"}});
   return c;
 }
 

@@ -9,6 +9,7 @@
 #include "mantissa/nn/init.hpp"
 #include "mantissa/tensor/checked.hpp"
 #include "mantissa/io/untrusted.hpp"
+#include "nn/fixed_keys.hpp"
 #include "nn/parametrisation.hpp"
 #include "nn/causal_lm.hpp"
 
@@ -95,6 +96,19 @@ GPTConfig GPTConfig::from_json(const std::string& text) {
     throw std::invalid_argument(std::string("GPT config: ") + e.what());
   }
   c.validate();
+  const double drop = c.dropout;  // as the model keeps it
+  require_fixed_keys(j, "GPT",
+                     {{"model_type", "gpt2", "a GPT-2"},
+                      {"activation_function", {"gelu_new", "gelu_pytorch_tanh"}, "the tanh approximation of GELU"},
+                      {"n_inner", {nullptr, 4 * c.d_model}, "an MLP of 4 n_embd"},
+                      {"n_ctx", c.context, "n_positions positions"},
+                      {"layer_norm_epsilon", 1e-5, "LayerNorm with epsilon 1e-5"},
+                      {"resid_pdrop", drop, "one dropout rate (mantissa.dropout) for residual branches and embeddings"},
+                      {"embd_pdrop", drop, "one dropout rate (mantissa.dropout) for residual branches and embeddings"},
+                      {"attn_pdrop", 0, "attention without dropout"},
+                      {"scale_attn_weights", true, "attention scaled by 1/sqrt(head size)"},
+                      {"scale_attn_by_inverse_layer_idx", false, "attention scaled by 1/sqrt(head size)"},
+                      {"tie_word_embeddings", !c.unit.enabled, c.unit.enabled ? "an untied readout" : "a tied readout"}});
   return c;
 }
 

@@ -18,6 +18,7 @@
 #include "nn/parametrisation.hpp"
 #include "mantissa/nn/init.hpp"
 #include "nn/causal_lm.hpp"
+#include "nn/fixed_keys.hpp"
 
 namespace mantissa::nn {
 namespace ag = mantissa::autograd;
@@ -44,8 +45,13 @@ void LlamaConfig::validate() const {
   if (heads % kv() != 0)
     throw std::invalid_argument("Llama config: heads " + std::to_string(heads) + " is not a multiple of kv_heads " +
                                 std::to_string(kv()));
-  if (!(rms_eps > 0) || !std::isfinite(rms_eps)) throw std::invalid_argument("Llama config: rms_norm_eps must be positive");
-  if (!(rope_theta > 1) || !std::isfinite(rope_theta)) throw std::invalid_argument("Llama config: rope_theta must be > 1");
+  // Both are applied in float32: a double that is finite may not be.
+  if (!(rms_eps > 0) || !std::isfinite(static_cast<float>(rms_eps)) || static_cast<float>(rms_eps) == 0.0f)
+    throw std::invalid_argument("Llama config: rms_norm_eps must be positive and finite in float32, got " +
+                                io::excerpt_json(rms_eps));
+  if (!(rope_theta > 1) || !std::isfinite(static_cast<float>(rope_theta)))
+    throw std::invalid_argument("Llama config: rope_theta must be > 1 and finite in float32, got " +
+                                io::excerpt_json(rope_theta));
   if (unit.enabled && tie_embeddings)
     throw std::invalid_argument("Llama config: the unit-scaled model has an untied readout (drop the embedding tie)");
   // Embedding [V, C] (and an untied head); per layer q and o [C, C], k and v
@@ -123,6 +129,14 @@ LlamaConfig LlamaConfig::from_json(const std::string& text) {
     throw std::invalid_argument(std::string("Llama config: ") + e.what());
   }
   c.validate();
+  require_fixed_keys(j, "Llama",
+                     {{"model_type", "llama", "a Llama"},
+                      {"hidden_act", "silu", "SwiGLU with SiLU"},
+                      {"rope_scaling", nullptr, "unscaled rotary positions"},
+                      {"head_dim", c.d_model / c.heads, "heads of hidden_size / num_attention_heads"},
+                      {"attention_bias", false, "projections without bias"},
+                      {"mlp_bias", false, "projections without bias"},
+                      {"attention_dropout", 0, "attention without dropout"}});
   return c;
 }
 

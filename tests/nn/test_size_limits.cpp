@@ -13,19 +13,13 @@
 #include "mantissa/nn/mlp.hpp"
 #include "mantissa/tensor/checked.hpp"
 #include "mantissa/tensor/tensor.hpp"
+#include "error_of.hpp"
 
 using namespace mantissa;
 
 namespace {
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::invalid_argument& e) {
-    return e.what();
-  }
-  return "(no invalid_argument)";
-}
+using test_util::error_of;
 
 constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
 

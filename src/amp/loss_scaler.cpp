@@ -64,10 +64,15 @@ void LossScaler::load_state_json(const std::string& text) {
       throw std::invalid_argument("saved loss scaling is '" + method + "' but this run uses '" +
                                   scaling_name(config_.method) + "'");
     const double scale = j.at("scale").get<double>();
-    if (!(scale > 0) || !std::isfinite(scale)) throw std::invalid_argument("saved loss scale is not positive");
+    // The scale and its reciprocal are applied in float32: both must be finite
+    // and normal there. A run's own clamp then applies as at every update.
+    if (!(scale >= 0x1p-126 && scale <= 0x1p126))
+      throw std::invalid_argument("saved loss scale " + io::excerpt_json(scale) + " is outside [2^-126, 2^126]");
     const auto tracker = j.at("growth_tracker").get<int64_t>(), skipped = j.at("skipped_steps").get<int64_t>();
     if (tracker < 0 || skipped < 0) throw std::invalid_argument("saved loss scaler counters are negative");
     scale_ = scale;
+    if (config_.min_scale > 0) scale_ = std::max(scale_, config_.min_scale);
+    if (config_.max_scale > 0) scale_ = std::min(scale_, config_.max_scale);
     growth_tracker_ = tracker;
     skipped_ = skipped;
   } catch (const nlohmann::json::exception& e) {

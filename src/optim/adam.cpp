@@ -103,11 +103,7 @@ void Adam::load_state(const std::map<std::string, Tensor>& tensors, const std::s
   std::vector<Tensor> m = exp_avg_, v = exp_avg_sq_;
   for (size_t i = 0; i < params_.size(); ++i) {
     restore_tensor(tensors, params_[i]->name + ".exp_avg", m[i]);
-    restore_tensor(tensors, params_[i]->name + ".exp_avg_sq", v[i]);
-    for (const Tensor* st : {&m[i], &v[i]})
-      if (!(st->scale() > 0.0f) || !std::isfinite(st->scale()))
-        throw std::invalid_argument("optimizer state: tensor '" + params_[i]->name + (st == &m[i] ? ".exp_avg" : ".exp_avg_sq") +
-                                    "' has scale " + std::to_string(st->scale()) + " (must be positive and finite)");
+    restore_tensor(tensors, params_[i]->name + ".exp_avg_sq", v[i], StateRange::non_negative);
   }
   // Older checkpoints have no "state_format": their moments are fp32, which
   // restore_tensor's dtype check already enforces.

@@ -1,9 +1,13 @@
 #include "mantissa/optim/optimizer.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <stdexcept>
+#include <vector>
+
+#include "mantissa/formats/convert.hpp"
 #include "mantissa/io/untrusted.hpp"
 
 namespace mantissa::optim {
@@ -88,7 +92,8 @@ Shape Optimizer::state_shape(size_t i) const {
   return owned_.empty() ? params_[i]->value.shape() : Shape{owned_[i].size()};
 }
 
-void Optimizer::restore_tensor(const std::map<std::string, Tensor>& tensors, const std::string& name, Tensor& dst) {
+void Optimizer::restore_tensor(const std::map<std::string, Tensor>& tensors, const std::string& name, Tensor& dst,
+                               StateRange range) {
   auto it = tensors.find(name);
   if (it == tensors.end()) throw std::invalid_argument("optimizer state: tensor '" + name + "' is missing");
   const Tensor& src = it->second;
@@ -96,7 +101,41 @@ void Optimizer::restore_tensor(const std::map<std::string, Tensor>& tensors, con
     throw std::invalid_argument("optimizer state: tensor '" + name + "' is " + dtype_name(src.dtype()) + " " +
                                 shape_str(src.shape()) + " but " + dtype_name(dst.dtype()) + " " +
                                 shape_str(dst.shape()) + " is expected");
+  check_state_values(src, name, range);
   dst = src.clone(MemoryKind::optimizer_state);
+}
+
+void Optimizer::check_state_values(const Tensor& t, const std::string& name, StateRange range) {
+  const auto fail = [&](const std::string& what) {
+    throw std::invalid_argument("optimizer state: tensor '" + name + "' " + what);
+  };
+  // A scaled state holds codes x a power-of-two scale whose largest value must
+  // stay finite in float32 (the update divides by the scale exactly).
+  const float scale = t.scale();
+  int e = 0;
+  if (!(scale > 0.0f) || !std::isfinite(scale) || std::frexp(scale, &e) != 0.5f)
+    fail("has scale " + io::excerpt_json(scale) + " (must be a positive, finite power of two)");
+  const bool plain = t.dtype() == DType::f32;
+  const formats::Format* fmt = plain ? nullptr : &formats::preset(dtype_format_name(t.dtype()));
+  if (fmt && !std::isfinite(static_cast<float>(fmt->max() * static_cast<double>(scale))))
+    fail("has scale " + io::excerpt_json(scale) + ": its largest value overflows float32");
+  constexpr int64_t kChunk = 4096;
+  std::vector<float> buf(plain ? 0 : kChunk);
+  for (int64_t begin = 0; begin < t.numel(); begin += kChunk) {
+    const int64_t n = std::min(kChunk, t.numel() - begin);
+    const float* v = t.f32() + begin;
+    if (fmt) {
+      const auto* codes = static_cast<const char*>(t.raw()) + static_cast<size_t>(begin) * dtype_size(t.dtype());
+      formats::dequantize(*fmt, codes, buf.data(), static_cast<size_t>(n));
+      v = buf.data();
+    }
+    for (int64_t i = 0; i < n; ++i) {
+      const float x = v[i] * scale;
+      if (!std::isfinite(x)) fail("holds non-finite values (at element " + std::to_string(begin + i) + ")");
+      if (range == StateRange::non_negative && x < 0.0f)
+        fail("holds " + io::excerpt_json(x) + " at element " + std::to_string(begin + i) + " (must be >= 0)");
+    }
+  }
 }
 
 std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& c, std::vector<autograd::Parameter*> params) {

@@ -266,6 +266,44 @@ TEST(LowPrecisionAdam, StateRoundTripsThroughSafetensorsAndResumesBitExactly) {
   }
 }
 
+// A scaled state whose codes times its scale overflow float32 (an e4m3 code
+// of 448 at scale 2^127) or that decode to a negative second moment is
+// refused by name before it can turn the weights into NaN.
+TEST(LowPrecisionAdam, StateValuesOutOfRangeAreRefused) {
+  auto a = make_params(3);
+  optim::OptimizerConfig c;
+  c.state_format = "e4m3fn/e4m3fn";
+  auto oa = optim::make_optimizer(c, ptrs(a));
+  std::mt19937_64 rng(5);
+  set_grads(a, 0, rng);
+  oa->step(1e-3);
+  const std::map<std::string, Tensor> good = oa->state_tensors();
+  auto expect_error = [&](const std::map<std::string, Tensor>& t, const std::string& needle) {
+    auto ob = optim::make_optimizer(c, ptrs(a));
+    try {
+      ob->load_state(t, oa->state_json());
+      ADD_FAILURE() << "no error, expected one mentioning " << needle;
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  const std::string m = "w.big.exp_avg", v = "w.big.exp_avg_sq";
+  auto huge = good;
+  huge[m] = good.at(m).clone();
+  huge[m].set_scale(0x1p127f);
+  expect_error(huge, "overflows float32");
+  auto negative = good;
+  negative[v] = good.at(v).clone();
+  static_cast<uint8_t*>(negative[v].raw())[2] = 0xB8;  // e4m3fn -1.0
+  expect_error(negative, "'" + v + "' holds -");
+  auto nan = good;
+  nan[m] = good.at(m).clone();
+  static_cast<uint8_t*>(nan[m].raw())[0] = 0x7F;  // e4m3fn NaN
+  expect_error(nan, "'" + m + "' holds non-finite values (at element 0)");
+  auto ob = optim::make_optimizer(c, ptrs(a));
+  EXPECT_NO_THROW(ob->load_state(good, oa->state_json()));
+}
+
 TEST(LowPrecisionAdam, AllocatorCountsTheStateBytesOfEachFormat) {
   auto ps = make_params(2);
   int64_t numel = 0;

@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <random>
 
 #include "mantissa/optim/optimizer.hpp"
@@ -283,6 +284,22 @@ TEST(Optimizers, BadStateIsRefusedWithTheTensorName) {
   auto wrong_shape = state;
   wrong_shape["ln.gain.exp_avg"] = Tensor::zeros({34});
   expect_error(wrong_shape, json, "ln.gain.exp_avg");
+  // Values no optimizer could have written: a negative second moment (its
+  // square root is NaN) and non-finite moments.
+  auto negative = state;
+  negative["b.small.exp_avg_sq"] = negative.at("b.small.exp_avg_sq").clone();
+  negative["b.small.exp_avg_sq"].f32()[1] = -1.0f;
+  expect_error(negative, json, "'b.small.exp_avg_sq' holds -1.0 at element 1 (must be >= 0)");
+  for (const float bad : {std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN()}) {
+    auto nonfinite = state;
+    nonfinite["ln.gain.exp_avg"] = nonfinite.at("ln.gain.exp_avg").clone();
+    nonfinite["ln.gain.exp_avg"].f32()[0] = bad;
+    expect_error(nonfinite, json, "'ln.gain.exp_avg' holds non-finite values (at element 0)");
+  }
+  auto scaled = state;  // fp32 moments carry scale 1; another is no power of two
+  scaled["ln.gain.exp_avg"] = scaled.at("ln.gain.exp_avg").clone();
+  scaled["ln.gain.exp_avg"].set_scale(3.0f);
+  expect_error(scaled, json, "power of two");
   expect_error(state, R"({"type":"sgd","step":3})", "sgd");
   expect_error(state, "{not json", "not valid JSON");
   EXPECT_EQ(opt->step_count(), 0);

@@ -101,10 +101,15 @@ class Optimizer {
   int64_t state_begin(size_t i) const { return owned_.empty() ? 0 : owned_[i].begin; }
   // Shape of parameter i's state tensors: the parameter's, or [owned size].
   Shape state_shape(size_t i) const;
-  // Copies tensors[name] into dst after checking its presence, dtype and
-  // shape; throws std::invalid_argument naming the tensor.
+  // What a state tensor's values may be: finite, or finite and >= 0 (a
+  // second moment).
+  enum class StateRange { finite, non_negative };
+  // Copies tensors[name] into dst after checking its presence, dtype, shape,
+  // scale and values (check_state_values); throws std::invalid_argument
+  // naming the tensor.
   static void restore_tensor(const std::map<std::string, Tensor>& tensors, const std::string& name,
-                             Tensor& dst);
+                             Tensor& dst, StateRange range = StateRange::finite);
+  static void check_state_values(const Tensor& t, const std::string& name, StateRange range);
   // Parses the JSON of state_json(), checks the type and restores steps_;
   // returns nothing else so subclasses stay free in their extra keys.
   void restore_common(const std::string& json);

@@ -88,15 +88,19 @@ RunSummary run(Trainer& trainer, const RunOptions& o) {
   const auto t0 = std::chrono::steady_clock::now();
   const int64_t first = trainer.step();
   const int64_t skipped_before = trainer.amp().scaler().skipped_steps();
-  // Saves only a model whose every tensor is finite; otherwise the run has
-  // diverged and the checkpoint already on disk stays as it is.
-  auto save = [&](int64_t step) {
+  // A tensor that is not finite means the run has diverged.
+  auto check_finite = [&](int64_t step) {
     if (const std::string bad = trainer.non_finite_state(); !bad.empty()) {
       s.diverged = true;
       s.diverged_at = step;
       s.diverged_reason = bad + " holds non-finite values";
-      return false;
     }
+    return !s.diverged;
+  };
+  // Saves only a model whose every tensor is finite; otherwise the checkpoint
+  // already on disk stays as it is.
+  auto save = [&](int64_t step) {
+    if (!check_finite(step)) return false;
     trainer.save(o.save_dir);
     return true;
   };
@@ -160,6 +164,9 @@ RunSummary run(Trainer& trainer, const RunOptions& o) {
     if (!s.diverged && !o.save_dir.empty() && o.save_every > 0 && m.step % o.save_every == 0 && !last) save(m.step);
     if (s.diverged) break;
   }
+  // Every run ends with a finiteness check, saved or not, so weights that
+  // became NaN or inf before the loss did are never reported as trained.
+  if (!s.diverged && trainer.step() > first) check_finite(trainer.step());
   if (!s.diverged) do_eval();
   if (!s.diverged && !o.save_dir.empty() && save(trainer.step())) log_line("saved checkpoint to " + o.save_dir);
   if (s.diverged) {

@@ -22,6 +22,22 @@ std::string with_first_value(std::string bytes, float value) {
   return bytes;
 }
 
+nlohmann::json safetensors_header(const std::string& bytes) {
+  uint64_t n = 0;
+  std::memcpy(&n, bytes.data(), 8);
+  return nlohmann::json::parse(bytes.substr(8, n));
+}
+
+// The bytes of a safetensors file with element 0 of f32 tensor `name`
+// replaced by `value`.
+std::string with_tensor_value(std::string bytes, const std::string& name, float value) {
+  uint64_t n = 0;
+  std::memcpy(&n, bytes.data(), 8);
+  const auto begin = safetensors_header(bytes).at(name).at("data_offsets").at(0).get<size_t>();
+  std::memcpy(bytes.data() + 8 + n + begin, &value, 4);
+  return bytes;
+}
+
 class Checkpoints : public reliability::Scratch {
  protected:
   void SetUp() override {
@@ -112,6 +128,49 @@ TEST_F(Checkpoints, DeeplyNestedTrainerStateIsRefusedNotACrash) {
   const auto r = run(tiny() + " --steps 5 --resume " + path("ck"));
   EXPECT_EQ(r.code, 2) << r.out;
   EXPECT_NE(r.out.find("trainer_state.json: JSON nested deeper than 64 levels"), std::string::npos) << r.out;
+}
+
+// Weights that turn non-finite before the loss has been non-finite for long
+// enough to stop the run are caught at its end, saved or not.
+TEST_F(Checkpoints, NonFiniteWeightsAtTheEndFailTheRunWithoutSave) {
+  for (const char* model : {"gpt", "llama", "bert"}) {
+    std::string args = tiny();
+    args.replace(args.find("--model gpt"), 11, std::string("--model ") + model);
+    const auto r = run(args + " --steps 2 --lr 1e300 --grad-clip 0");
+    EXPECT_EQ(r.code, 1) << model << "\n" << r.out;
+    EXPECT_NE(r.out.find("training diverged at step 2"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("holds non-finite values"), std::string::npos) << r.out;
+    EXPECT_EQ(r.out.find("final:"), std::string::npos) << r.out;
+  }
+}
+
+// Optimizer state and a loss scale no run could have written, with
+// consistent CRCs, are refused by name on resume; the checkpoint stays.
+TEST_F(Checkpoints, OptimizerStateOutOfRangeIsRefusedOnLoad) {
+  const fs::path ck = dir_ / "ck";
+  const std::string opt = read(ck / "optimizer.safetensors");
+  const nlohmann::json header = safetensors_header(opt);
+  for (auto it = header.begin(); it != header.end(); ++it) {
+    const std::string& name = it.key();
+    if (name.size() < 11 || name.compare(name.size() - 11, 11, ".exp_avg_sq") != 0) continue;
+    fs::remove_all(dir_ / "bad");
+    fs::copy(ck, dir_ / "bad");
+    reliability::replace_in_checkpoint(dir_ / "bad", "optimizer.safetensors", with_tensor_value(opt, name, -1.0f));
+    const auto r = run(tiny() + " --steps 5 --resume " + path("bad") + " --save " + path("bad"));
+    EXPECT_EQ(r.code, 2) << name << "\n" << r.out;
+    EXPECT_NE(r.out.find("'" + name + "' holds -1.0 at element 0 (must be >= 0)"), std::string::npos) << r.out;
+    EXPECT_EQ(read(dir_ / "bad" / "optimizer.safetensors"), with_tensor_value(opt, name, -1.0f));
+  }
+  for (const double scale : {5e-324, 1e300}) {
+    fs::remove_all(dir_ / "bad");
+    fs::copy(ck, dir_ / "bad");
+    auto state = nlohmann::json::parse(read(ck / "trainer_state.json"));
+    state["loss_scaler"]["scale"] = scale;
+    reliability::replace_in_checkpoint(dir_ / "bad", "trainer_state.json", state.dump());
+    const auto r = run(tiny() + " --steps 5 --resume " + path("bad"));
+    EXPECT_EQ(r.code, 2) << scale << "\n" << r.out;
+    EXPECT_NE(r.out.find("saved loss scale"), std::string::npos) << r.out;
+  }
 }
 
 TEST_F(Checkpoints, LossScalingThatSkipsEveryStepFails) {

@@ -20,6 +20,7 @@
 #include "mantissa/io/files.hpp"
 #include "mantissa/kernels/kernels.hpp"
 #include "mantissa/nn/models.hpp"
+#include "mantissa/train/rank_agreement.hpp"
 #include "mantissa/train/run.hpp"
 
 namespace mantissa::train {
@@ -410,6 +411,28 @@ std::unique_ptr<Session> build_session(const TrainConfig& config) {
   const dist::CommOptions comm{c.comm_format, c.comm_block, c.comm_error_feedback};
   dist::validate(comm);
   dist::Group& group = dist::Group::world();
+  if (group.distributed()) {
+    // Every setting but the per-host ones (threads, where the files are), then
+    // what the data, model and recipe became.
+    std::vector<std::pair<std::string, std::string>> parts;
+    const nlohmann::json settings = nlohmann::json::parse(config_to_json(c));
+    for (auto it = settings.begin(); it != settings.end(); ++it)
+      if (it.key() != "threads" && it.key() != "config" && it.key() != "data")
+        parts.emplace_back("--" + it.key(), it.value().dump());
+    std::string data;
+    if (s->corpus)
+      data = std::to_string(s->corpus->size()) + " bytes, crc " +
+             std::to_string(io::crc32(s->corpus->train_bytes(), static_cast<size_t>(s->corpus->size())));
+    else
+      for (const data::ClassificationSet* set : {s->train_set.get(), s->test_set.get()})
+        data += std::to_string(set->size()) + " examples, crc " +
+                std::to_string(io::crc32(set->pixels.data(), set->pixels.size(),
+                                         io::crc32(set->labels.data(), set->labels.size() * sizeof(int32_t)))) + "; ";
+    parts.emplace_back("the training data (--data)", data);
+    parts.emplace_back("the model configuration", s->model->config_json());
+    parts.emplace_back("the recipe", recipe::recipe_to_json(s->recipe));
+    require_rank_agreement(group, parts);
+  }
   try {
     s->optimizer = make_optimizer(c, *s->model, s->recipe,
                                   c.shard_optimizer && group.distributed()

@@ -16,6 +16,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "mantissa/dist/group.hpp"
@@ -52,10 +53,11 @@ std::string train_args(const Dir& d, int64_t batch) {
          (d / "corpus.txt");
 }
 
-std::string mpirun(int ranks) {
-  return "OMP_NUM_THREADS=1 ASAN_OPTIONS=detect_leaks=0 bash " MANTISSA_SOURCE_DIR "/scripts/mpirun-local.sh -np " +
-         std::to_string(ranks) + " ";
+// The launcher; mpirun(n) runs one program on n ranks.
+std::string mpirun_local() {
+  return "OMP_NUM_THREADS=1 ASAN_OPTIONS=detect_leaks=0 bash " MANTISSA_SOURCE_DIR "/scripts/mpirun-local.sh ";
 }
+std::string mpirun(int ranks) { return mpirun_local() + "-np " + std::to_string(ranks) + " "; }
 
 int sh(const std::string& cmd) {
   const int rc = std::system(cmd.c_str());
@@ -171,6 +173,25 @@ TEST(DistRun, AKilledRankStopsTheJobAndTheCheckpointStaysValid) {
   EXPECT_NE(rc, 0) << read(d / "fault.log");
   EXPECT_LT(seconds, 60.0);
   expect_resumable(d);
+}
+
+// Ranks launched with different settings (mpirun's "A : B" form) stop at
+// start-up with exit 2 and the setting named, before any step.
+TEST(DistRun, RanksThatDisagreeStopAtStartUpNamingTheSetting) {
+  if (!mpi_ready()) GTEST_SKIP() << "built without MPI or mpirun missing";
+  Dir d;
+  const std::string one = "-np 1 " + train_args(d, 4) + " --steps 2 ";
+  for (const auto& [a, b, what] : {std::tuple<std::string, std::string, std::string>{"--seed 1", "--seed 2", "--seed"},
+                                   {"--d-model 32", "--d-model 64", "--d-model"},
+                                   {"--recipe bf16-amp", "--recipe fp16-amp", "--recipe"}}) {
+    const std::string log = d / "disagree.log";
+    const int rc = sh(mpirun_local() + one + a + " : " + one + b + " > " + log + " 2>&1");
+    const std::string out = read(log);
+    EXPECT_EQ(rc, 2) << out;
+    EXPECT_NE(out.find("data-parallel ranks disagree on " + what + " (rank 1's differs from rank 0's)"), std::string::npos)
+        << out;
+    EXPECT_EQ(out.find("step 1/"), std::string::npos) << out;
+  }
 }
 
 TEST(DistRun, AHungRankTimesOutWithAMessage) {

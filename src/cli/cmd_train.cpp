@@ -25,6 +25,7 @@ namespace {
 
 void train_command(CLI::App* cmd, train::TrainConfig& cfg, int64_t watch) {
   apply_train_config_file(cmd, cfg);
+  if (watch < 0) throw UsageError("--watch must be >= 1 (every k-th step) or 0 (off), got " + std::to_string(watch));
 
   auto session = train::build_session(cfg);
   const train::TrainConfig& c = session->config;

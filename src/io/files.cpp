@@ -135,6 +135,30 @@ void check_writable_directory(const std::string& dir, const std::string& flag) {
   ::rmdir(probe.c_str());
 }
 
+void claim_output_dir(const std::string& dir, const std::string& flag, const std::string& marker,
+                      const std::string& marker_text) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path d(dir);
+  const auto st = fs::symlink_status(d, ec);
+  const std::string refuse = flag + " '" + dir + "' ";
+  const std::string advice = "; mantissa writes only into a new or empty directory, or one it made";
+  if (fs::is_symlink(st)) throw std::invalid_argument(refuse + "is a symbolic link" + advice);
+  if (fs::exists(st)) {
+    if (!fs::is_directory(st)) throw std::invalid_argument(refuse + "exists and is not a directory" + advice);
+    if (!fs::is_empty(d, ec) && !fs::is_regular_file(fs::symlink_status(d / marker, ec)))
+      throw std::invalid_argument(refuse + "is a directory mantissa did not create (no " + marker + " file)" + advice);
+  } else {
+    fs::create_directories(d, ec);
+    if (ec) throw std::invalid_argument(refuse + "cannot be created (" + ec.message() + ")");
+  }
+  try {
+    write_file_atomic((d / marker).string(), marker_text);
+  } catch (const std::exception& e) {
+    throw std::invalid_argument(refuse + "is not writable (" + e.what() + ")");
+  }
+}
+
 AppendFile::AppendFile(const std::string& path) : path_(path) {
   fd_ = ::open(path.c_str(), O_WRONLY | O_APPEND | O_NOFOLLOW | O_CLOEXEC);
   if (fd_ < 0) throw std::invalid_argument(sys_error("cannot open for appending", path));

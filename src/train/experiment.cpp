@@ -53,24 +53,10 @@ std::optional<report::RunResult> stored_result(const fs::path& dir, const RunSpe
 constexpr const char* kStudyMarker = ".mantissa-report";
 
 void claim_out_dir(const fs::path& out) {
+  io::claim_output_dir(out.string(), "--out", kStudyMarker, "mantissa experiment report directory\n");
   std::error_code ec;
-  const auto st = fs::symlink_status(out, ec);
-  const std::string refuse = "--out '" + out.string() + "' ";
-  const std::string advice = "; mantissa writes reports only into a new or empty directory, or one it made";
-  if (fs::is_symlink(st)) throw std::invalid_argument(refuse + "is a symbolic link" + advice);
-  if (fs::exists(st)) {
-    if (!fs::is_directory(st)) throw std::invalid_argument(refuse + "exists and is not a directory" + advice);
-    if (!fs::is_empty(out, ec) && !fs::is_regular_file(fs::symlink_status(out / kStudyMarker, ec)))
-      throw std::invalid_argument(refuse + "exists and is not a mantissa report directory (no " + kStudyMarker +
-                                  " file)" + advice);
-  }
   fs::create_directories(out / "runs", ec);
-  if (ec) throw std::invalid_argument(refuse + ": cannot create the directory (" + ec.message() + ")");
-  try {
-    io::write_file_atomic((out / kStudyMarker).string(), "mantissa experiment report directory\n");
-  } catch (const std::exception& e) {
-    throw std::invalid_argument(refuse + ": not writable (" + e.what() + ")");
-  }
+  if (ec) throw std::invalid_argument("--out '" + out.string() + "': cannot create runs/ (" + ec.message() + ")");
 }
 
 std::string resolve_data(const std::string& given, const std::string& kind, const char* flag) {

@@ -58,7 +58,7 @@ std::vector<report::InspectorSection> inspect_laggards(const ExperimentOptions& 
     sec.steps = options.inspect_steps;
     sec.dir = "inspect/" + s.recipe;
     InspectOptions io;
-    io.config = spec->config;
+    io.config = without_unused_settings(spec->config);
     io.config.steps = options.inspect_steps;
     io.config.warmup = std::min(io.config.warmup, options.inspect_steps);
     io.max_values = kWatchValues;  // bounded cost per cast

@@ -71,13 +71,38 @@ void sync(const std::vector<autograd::Parameter*>& from, const std::vector<autog
   }
 }
 
+// The settings of a training run that inspect has no use for (it trains
+// without evaluating, logging or saving): f(flag, value, default) for each.
+template <class Config, class F>
+void for_unused_settings(Config& c, F f) {
+  const TrainConfig d;
+  f("--save", c.save, d.save);
+  f("--save-every", c.save_every, d.save_every);
+  f("--metrics", c.metrics, d.metrics);
+  f("--eval-every", c.eval_every, d.eval_every);
+  f("--eval-batches", c.eval_batches, d.eval_batches);
+  f("--log-every", c.log_every, d.log_every);
+  f("--stop-after", c.stop_after, d.stop_after);
+}
+
 }  // namespace
+
+TrainConfig without_unused_settings(TrainConfig c) {
+  for_unused_settings(c, [](const char*, auto& value, const auto& fallback) { value = fallback; });
+  return c;
+}
 
 InspectResult inspect(const InspectOptions& o) {
   if (o.sync_every < 0) throw std::invalid_argument("--sync-every must be >= 0 (0: free-running)");
   if (o.sample_every < 1) throw std::invalid_argument("--sample-every must be >= 1");
   if (o.config.steps < 1) throw std::invalid_argument("--steps must be >= 1");
   if (!o.config.resume.empty()) throw std::invalid_argument("inspect starts from initialisation: --resume is not supported");
+  for_unused_settings(o.config, [](const char* flag, const auto& value, const auto& fallback) {
+    if (value != fallback)
+      throw std::invalid_argument(std::string("inspect does not use ") + flag +
+                                  " (it writes its tables and figures into --out; use `mantissa train` for that)");
+  });
+  o.verdicts.validate();
   if (!o.out.empty()) prepare_out_dir(o.out);
 
   auto run = build_session(o.config);

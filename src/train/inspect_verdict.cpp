@@ -60,6 +60,19 @@ std::string cause_text(const Verdicts::Ranked& r) {
   return "rounding only (" + r.format + ", " + scale + ")";
 }
 
+void VerdictOptions::validate() const {
+  const std::pair<const char*, double> thresholds[] = {
+      {"the SQNR floor (--sqnr-floor)", sqnr_floor_db}, {"the underflow threshold", underflow},
+      {"the loss-gap threshold", loss_gap}, {"the update-cosine threshold", update_cosine}};
+  for (const auto& [what, v] : thresholds)
+    if (!std::isfinite(v)) throw std::invalid_argument(std::string(what) + " must be a finite number, got " + std::to_string(v));
+  const std::pair<const char*, int> counts[] = {{"saturation_steps", saturation_steps},
+                                                {"loss_gap_steps", loss_gap_steps},
+                                                {"update_cosine_steps", update_cosine_steps}};
+  for (const auto& [what, v] : counts)
+    if (v < 1) throw std::invalid_argument(std::string("verdict option ") + what + " must be >= 1, got " + std::to_string(v));
+}
+
 std::vector<Warning> Verdicts::feed(int64_t step, const std::vector<std::pair<SiteInfo, CastTally>>& sites,
                                     std::optional<double> loss_gap, const std::vector<ParamCompare>& params) {
   std::vector<Warning> fired;

@@ -192,23 +192,7 @@ report::LinePlot cosine_plot(const InspectResult& r) {
 }  // namespace
 
 void prepare_out_dir(const std::string& dir) {
-  std::error_code ec;
-  const fs::path d(dir);
-  if (fs::exists(d, ec)) {
-    if (!fs::is_directory(d, ec)) throw std::invalid_argument("--out " + dir + ": exists and is not a directory");
-    const bool ours = fs::exists(d / kInspectMarker, ec);
-    if (!ours && !fs::is_empty(d, ec))
-      throw std::invalid_argument("--out " + dir + ": a directory mantissa did not create (no " +
-                                  std::string(kInspectMarker) + "); give a new or empty directory");
-  } else {
-    fs::create_directories(d, ec);
-    if (ec) throw std::invalid_argument("--out " + dir + ": cannot create the directory (" + ec.message() + ")");
-  }
-  try {
-    io::write_file_atomic((d / kInspectMarker).string(), "written by mantissa inspect\n");
-  } catch (const std::exception& e) {
-    throw std::invalid_argument("--out " + dir + ": not writable (" + e.what() + ")");
-  }
+  io::claim_output_dir(dir, "--out", kInspectMarker, "written by mantissa inspect\n");
 }
 
 void write_inspection(const std::string& dir, const InspectResult& r) {

@@ -220,4 +220,34 @@ TEST_F(CliInspect, BadInput) {
   EXPECT_EQ(r.code, 2) << r.out;
 }
 
+// Every output flag is honoured or refused, and --out never writes through
+// a link: each case exits 2 before training and leaves no file behind.
+TEST_F(CliInspect, OutputsItDoesNotHonourAreRefused) {
+  fs::create_directories(dir_ / "target");
+  fs::create_directory_symlink(dir_ / "target", dir_ / "link");
+  Result r = run("inspect --recipe fp8-noscale " + flags() + " --out " + (dir_ / "link").string());
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("symbolic link"), std::string::npos) << r.out;
+  EXPECT_TRUE(fs::is_empty(dir_ / "target"));
+  const std::string out = " --out " + (dir_ / "z").string();
+  for (const std::string& flag : {"--save " + (dir_ / "ck").string(), "--metrics " + (dir_ / "m.jsonl").string(),
+                                  std::string("--eval-every 5"), std::string("--save-every 2"),
+                                  std::string("--stop-after 1")}) {
+    r = run("inspect --recipe fp8-noscale " + flags() + " " + flag + out);
+    EXPECT_EQ(r.code, 2) << flag << ": " << r.out;
+    EXPECT_NE(r.out.find("inspect does not use " + flag.substr(0, flag.find(' '))), std::string::npos) << r.out;
+  }
+  for (const char* floor : {"nan", "inf"}) {
+    r = run("inspect --recipe fp8-noscale " + flags() + " --sqnr-floor " + floor + out);
+    EXPECT_EQ(r.code, 2) << floor << ": " << r.out;
+    EXPECT_NE(r.out.find("--sqnr-floor"), std::string::npos) << r.out;
+  }
+  EXPECT_FALSE(fs::exists(dir_ / "z"));
+  EXPECT_FALSE(fs::exists(dir_ / "ck"));
+  EXPECT_FALSE(fs::exists(dir_ / "m.jsonl"));
+  r = run("train --watch -1 " + flags());
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("--watch must be"), std::string::npos) << r.out;
+}
+
 }  // namespace

@@ -206,7 +206,7 @@ TEST_F(CliSafety, ExperimentRefusesAUsersOutDirectory) {
   const auto before = snapshot(dir_);
   Result r = run("experiment --out " + path("proj") + " --data " + path("corpus.txt"));
   EXPECT_EQ(r.code, 2) << r.out;
-  EXPECT_NE(r.out.find("not a mantissa report directory"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("is a directory mantissa did not create"), std::string::npos) << r.out;
   EXPECT_EQ(snapshot(dir_), before);
 }
 

@@ -39,6 +39,14 @@ void refuse_output_over_input(const std::string& output, const std::string& flag
 // dir does not exist yet, in its nearest existing ancestor).
 void check_writable_directory(const std::string& dir, const std::string& flag);
 
+// Claims dir for a command's output files: refuses a symbolic link, a
+// non-directory and a non-empty directory without the regular file `marker`
+// (one mantissa did not make); creates dir when missing and writes marker
+// (holding marker_text) into it. Throws std::invalid_argument
+// "<flag> '<dir>' ...".
+void claim_output_dir(const std::string& dir, const std::string& flag, const std::string& marker,
+                      const std::string& marker_text);
+
 // An existing regular file opened for appending (O_APPEND|O_NOFOLLOW): each
 // write goes to the end and is flushed to the kernel at once.
 class AppendFile {

@@ -186,6 +186,9 @@ struct VerdictOptions {
   int loss_gap_steps = 3;         // ...this many sampled steps in a row, and growing
   double update_cosine = 0.5;     // a parameter's update cosine below this in...
   int update_cosine_steps = 3;    // ...this many sampled steps in a row
+  // Throws std::invalid_argument naming the first threshold that is not finite
+  // or a step count below 1 (either would turn its warning off silently).
+  void validate() const;
 };
 
 struct ParamCompare {
@@ -201,7 +204,7 @@ struct Warning {
 
 class Verdicts {
  public:
-  explicit Verdicts(VerdictOptions o = {}) : o_(o) {}
+  explicit Verdicts(VerdictOptions o = {}) : o_(o) { o_.validate(); }
   // One sampled step. Returns the warnings that fired first at this step.
   std::vector<Warning> feed(int64_t step, const std::vector<std::pair<SiteInfo, CastTally>>& sites,
                             std::optional<double> loss_gap, const std::vector<ParamCompare>& params);
@@ -281,6 +284,9 @@ struct InspectResult {
   double shadow_step_seconds = 0;  // mean, the shadow's forward/backward/update
 };
 
+// c with the settings inspect has no use for (saving, metrics, evaluation,
+// logging, stopping early) at their defaults; inspect refuses them otherwise.
+TrainConfig without_unused_settings(TrainConfig c);
 // Throws std::invalid_argument for bad options or an unusable --out.
 InspectResult inspect(const InspectOptions& o);
 // --out: creates DIR, or reuses one that holds kInspectMarker (or is empty);

@@ -67,25 +67,39 @@ std::unique_ptr<Model> make_mlp(const ModelSize& s) {
   return std::make_unique<MLP>(m);
 }
 
+template <class M, class Config>
+std::unique_ptr<Model> load(const std::string& j) {
+  return std::make_unique<M>(Config::from_json(j));
+}
+template <class Config>
+void check(const std::string& j) {
+  (void)Config::from_json(j);
+}
+
 }  // namespace
 
 const std::vector<ModelKind>& model_kinds() {
   using T = Model::Task;
   static const std::vector<ModelKind> kinds = {
-      {"gpt", T::language_model, make_gpt,
-       [](const std::string& j) { return std::make_unique<GPT>(GPTConfig::from_json(j)); }, true},
+      {"gpt", T::language_model, make_gpt, load<GPT, GPTConfig>, check<GPTConfig>, {"norm", "dropout"}},
       // 2^-2: at the library's 2^-1 the unit Llama's activations outgrow
       // unit-fp8's unscaled e4m3fn casts on small models (docs/llama.md).
-      {"llama", T::language_model, make_llama,
-       [](const std::string& j) { return std::make_unique<Llama>(LlamaConfig::from_json(j)); }, false, 0x1p-2},
+      {"llama", T::language_model, make_llama, load<Llama, LlamaConfig>, check<LlamaConfig>,
+       {"kv-heads", "ffn-hidden", "tie-embeddings", "smooth-swiglu"}, 0x1p-2},
       // 2^-2: at the library's 2^-1 the unit BERT is at the edge of stability,
       // and fp16's rounding alone keeps some seeds on the byte-frequency
       // plateau (docs/bert.md).
-      {"bert", T::masked_language_model, make_bert,
-       [](const std::string& j) { return std::make_unique<Bert>(BertConfig::from_json(j)); }, true, 0x1p-2},
-      {"mlp", T::classifier, make_mlp, [](const std::string& j) { return std::make_unique<MLP>(MLPConfig::from_json(j)); }},
+      {"bert", T::masked_language_model, make_bert, load<Bert, BertConfig>, check<BertConfig>, {"norm", "ffn-hidden"},
+       0x1p-2},
+      {"mlp", T::classifier, make_mlp, load<MLP, MLPConfig>, check<MLPConfig>, {}},
   };
   return kinds;
+}
+
+bool ModelKind::reads(const std::string& option) const {
+  for (const std::string& o : options)
+    if (o == option) return true;
+  return false;
 }
 
 const ModelKind* find_model_kind(const std::string& name) {

@@ -220,12 +220,22 @@ void validate(const TrainConfig& c) {
   if (!(c.dropout >= 0 && c.dropout < 1)) throw std::invalid_argument("--dropout must be in [0, 1)");
   if (!c.norm.empty() && c.norm != "pre" && c.norm != "post")
     throw std::invalid_argument("--norm must be pre or post (got '" + c.norm + "')");
-  if (!c.norm.empty() && !nn::find_model_kind(c.model)->norm_choice)
-    throw std::invalid_argument("--norm applies to --model " +
-                                nn::model_kind_names([](const nn::ModelKind& k) { return k.norm_choice; }) +
-                                " (got --model " + c.model + ")");
-  if (masked_text_model(c.model) && c.dropout > 0)
-    throw std::invalid_argument("--dropout is not implemented for --model " + c.model);
+  // A model's own options are refused for the kinds that would ignore them.
+  const TrainConfig defaults;
+  const std::pair<std::string, bool> options[] = {
+      {"norm", !c.norm.empty()},
+      {"dropout", c.dropout != defaults.dropout},
+      {"kv-heads", c.kv_heads != defaults.kv_heads},
+      {"ffn-hidden", c.ffn_hidden != defaults.ffn_hidden},
+      {"tie-embeddings", c.tie_embeddings != defaults.tie_embeddings},
+      {"smooth-swiglu", c.smooth_swiglu != defaults.smooth_swiglu}};
+  for (const auto& entry : options) {
+    const std::string& option = entry.first;  // a name, not a binding: lambdas capture it
+    if (entry.second && !nn::find_model_kind(c.model)->reads(option))
+      throw std::invalid_argument("--" + option + " applies to --model " +
+                                  nn::model_kind_names([&](const nn::ModelKind& k) { return k.reads(option); }) +
+                                  " (got --model " + c.model + ")");
+  }
   positive("batch-size", c.batch_size);
   positive("seq-len", c.seq_len);
   positive("grad-accum", c.grad_accum);

@@ -57,6 +57,24 @@ TEST_F(BadInput, TrainFlagsOutOfRangeAreRefusedBeforeAnyWork) {
   for (const Case& c : cases) expect(c);
 }
 
+// A model's own options are refused by the kinds that would ignore them.
+TEST_F(BadInput, ModelOptionsAreRefusedByKindsWithoutThem) {
+  auto with = [&](const std::string& model) {
+    std::string t = tiny() + " --steps 2";
+    return t.replace(t.find("--model gpt"), 11, "--model " + model);
+  };
+  const std::vector<Case> cases = {
+      {with("gpt") + " --kv-heads 1", 2, "--kv-heads applies to --model llama (got --model gpt)"},
+      {with("gpt") + " --ffn-hidden 32", 2, "--ffn-hidden applies to --model llama or bert (got --model gpt)"},
+      {with("gpt") + " --tie-embeddings", 2, "--tie-embeddings applies to --model llama (got --model gpt)"},
+      {with("bert") + " --smooth-swiglu", 2, "--smooth-swiglu applies to --model llama (got --model bert)"},
+      {with("bert") + " --dropout 0.1", 2, "--dropout applies to --model gpt (got --model bert)"},
+      {with("llama") + " --dropout 0.1", 2, "--dropout applies to --model gpt (got --model llama)"},
+      {with("llama") + " --norm post", 2, "--norm applies to --model gpt or bert (got --model llama)"},
+  };
+  for (const Case& c : cases) expect(c);
+}
+
 TEST_F(BadInput, ConfigFilesAreBoundedAndQuotedShort) {
   reliability::write(dir_ / "deep.json", "{\"set\": " + std::string(100000, '[') + std::string(100000, ']') + "}");
   reliability::write(dir_ / "long.json", "{\"steps\": \"" + std::string(500000, 'x') + "\"}");
@@ -98,6 +116,10 @@ TEST_F(BadInput, ExperimentRefusesWhatNoRunCouldTrain) {
       {e + " --recipes fp32 --tokens 1", 2, "--tokens 1 is less than one step"},
       {e + " --recipes fp32 --d-model 30 --heads 4", 2, "must be a multiple of --heads"},
       {e + " --recipes fp32 --mlp-recipes bogus", 2, "--mlp-recipes: unknown recipe 'bogus'"},
+      {e + " --recipes fp32,bf16-amp,fp32", 2, "--recipes names 'fp32' twice"},
+      {e + " --recipes fp32 --mlp-recipes fp32,fp32", 2, "--mlp-recipes names 'fp32' twice"},
+      {e + " --recipes fp32 --widths 32,64,32", 2, "--widths names 32 twice"},
+      {e + " --recipes fp32 --widths 0", 2, "--widths: must be > 0 (got 0)"},
   };
   for (const Case& c : cases) expect(c);
 }

@@ -39,11 +39,19 @@ struct ModelKind {
   std::function<std::unique_ptr<Model>(const ModelSize&)> make;
   // Builds it from the config.json its config_json() writes.
   std::function<std::unique_ptr<Model>(const std::string& config_json)> load;
-  // Whether ModelSize::norm chooses pre- or post-norm blocks for this kind.
-  bool norm_choice = false;
+  // Reads and validates such a config.json without building the model
+  // (std::invalid_argument naming the key): what a loader checks before
+  // allocating.
+  std::function<void(const std::string& config_json)> check;
+  // The optional ModelSize settings it reads, by train's flag names ("norm",
+  // "dropout", "kv-heads", "ffn-hidden", "tie-embeddings", "smooth-swiglu");
+  // a kind refuses the others rather than ignore them.
+  std::vector<std::string> options;
   // Base learning rate of its unit-scaled recipes (Adam/AdamW) when --lr is
   // left at its default; 0: the library's, train::kUnitDefaultLr.
   double unit_lr = 0;
+
+  bool reads(const std::string& option) const;
 };
 
 // Every kind, in a fixed order.

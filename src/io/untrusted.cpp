@@ -123,6 +123,16 @@ void bounded_dump(const json& v, int depth, std::string& out) {
 }
 }  // namespace
 
+int64_t as_integer(const nlohmann::json& v, const std::string& what) {
+  if (v.is_number_integer() && !(v.is_number_unsigned() && v.get<uint64_t>() > INT64_MAX)) return v.get<int64_t>();
+  throw std::invalid_argument(what + " must be an integer below 2^63 (got " + excerpt_json(v) + ")");
+}
+
+int64_t integer_or(const nlohmann::json& j, const std::string& key, int64_t fallback, const std::string& what) {
+  if (!j.is_object() || !j.contains(key)) return fallback;
+  return as_integer(j[key], what + ": '" + key + "'");
+}
+
 std::string string_or_empty(const json& j, const std::string& key) {
   if (!j.is_object()) return "";
   const auto it = j.find(key);

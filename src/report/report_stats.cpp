@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
+#include "mantissa/io/untrusted.hpp"
 #include "mantissa/report/report.hpp"
 
 namespace mantissa::report {
@@ -28,7 +29,9 @@ json curve_json(const std::vector<CurvePoint>& c) {
 std::vector<CurvePoint> curve_from(const json& j, const char* key) {
   std::vector<CurvePoint> c;
   if (!j.contains(key)) return c;
-  for (const auto& p : j[key]) c.push_back({p.at(0).get<int64_t>(), p.at(1).is_null() ? kNaN : p.at(1).get<double>()});
+  for (const auto& p : j[key])
+    c.push_back({io::as_integer(p.at(0), std::string("run result: a step of '") + key + "'"),
+                 p.at(1).is_null() ? kNaN : p.at(1).get<double>()});
   return c;
 }
 
@@ -70,21 +73,22 @@ std::string to_json(const RunResult& r) {
 RunResult run_result_from_json(const std::string& text) {
   RunResult r;
   try {
-    const json j = json::parse(text);
+    const json j = io::parse_json(text, "run result");
     r.id = j.at("id").get<std::string>();
     r.task = j.at("task").get<std::string>();
     r.recipe = j.at("recipe").get<std::string>();
-    r.seed = j.at("seed").get<int64_t>();
+    const std::string what = "run result";
+    r.seed = io::as_integer(j.at("seed"), what + ": 'seed'");
     r.status = j.at("status").get<std::string>();
     r.error = j.value("error", "");
     r.parametrisation = j.value("parametrisation", "standard");
     r.lr = get_num(j, "lr");
-    r.d_model = j.value("d_model", int64_t{0});
-    r.steps = j.value("steps", int64_t{0});
-    r.steps_planned = j.value("steps_planned", int64_t{0});
-    r.tokens = j.value("tokens", int64_t{0});
-    r.diverged_at = j.value("diverged_at", int64_t{0});
-    r.skipped_steps = j.value("skipped_steps", int64_t{0});
+    r.d_model = io::integer_or(j, "d_model", 0, what);
+    r.steps = io::integer_or(j, "steps", 0, what);
+    r.steps_planned = io::integer_or(j, "steps_planned", 0, what);
+    r.tokens = io::integer_or(j, "tokens", 0, what);
+    r.diverged_at = io::integer_or(j, "diverged_at", 0, what);
+    r.skipped_steps = io::integer_or(j, "skipped_steps", 0, what);
     r.final_train_loss = get_num(j, "final_train_loss");
     r.val_loss = get_num(j, "val_loss");
     r.val_bpc = get_num(j, "val_bpc");
@@ -97,9 +101,14 @@ RunResult run_result_from_json(const std::string& text) {
     r.val_curve = curve_from(j, "val_curve");
     r.loss_scale_curve = curve_from(j, "loss_scale_curve");
     if (j.contains("grad_exponents"))
-      for (const auto& g : j["grad_exponents"])
-        r.grad_exponents.push_back({g.value("what", ""), g.at("lo").get<int>(), g.at("counts").get<std::vector<int64_t>>(),
-                                    g.value("zeros", int64_t{0}), g.value("nonfinite", int64_t{0})});
+      for (const auto& g : j["grad_exponents"]) {
+        const int64_t lo = io::as_integer(g.at("lo"), what + ": grad_exponents 'lo'");
+        if (lo < -1100 || lo > 1100) throw std::invalid_argument(what + ": grad_exponents 'lo' is outside [-1100, 1100]");
+        std::vector<int64_t> counts;
+        for (const auto& n : g.at("counts")) counts.push_back(io::as_integer(n, what + ": grad_exponents 'counts'"));
+        r.grad_exponents.push_back({io::string_or_empty(g, "what"), static_cast<int>(lo), std::move(counts),
+                                    io::integer_or(g, "zeros", 0, what), io::integer_or(g, "nonfinite", 0, what)});
+      }
   } catch (const json::exception& e) {
     throw std::invalid_argument(std::string("run result: ") + e.what());
   }

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "mantissa/report/report.hpp"
@@ -241,6 +242,22 @@ TEST(ReportJson, RoundTripKeepsNumbersAndNaN) {
   EXPECT_EQ(b.grad_exponents[0].nonfinite, 5);
   EXPECT_THROW(run_result_from_json("{\"id\": 3}"), std::invalid_argument);
   EXPECT_THROW(run_result_from_json("not json"), std::invalid_argument);
+  // A float where an integer goes (converting 1e93 to int64 is undefined
+  // behaviour), or an integer beyond int64, is refused by name.
+  const nlohmann::json good = nlohmann::json::parse(to_json(r));
+  const std::pair<std::string, nlohmann::json> bad[] = {
+      {"seed", 1.28778e93}, {"steps", 2.5}, {"tokens", 18446744073709551615u}, {"val_curve", {{1e300, 7.9}}}};
+  for (const auto& [key, value] : bad) {
+    nlohmann::json j = good;
+    j[key] = value;
+    try {
+      run_result_from_json(j.dump());
+      ADD_FAILURE() << key << " = " << value << " was accepted";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find(key == "val_curve" ? "a step of 'val_curve'" : "'" + key + "'"), std::string::npos)
+          << e.what();
+    }
+  }
 }
 
 TEST(ReportWrite, FilesHoldTablesAndInlineFigures) {

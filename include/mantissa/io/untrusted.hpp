@@ -31,6 +31,13 @@ nlohmann::json parse_json(std::string_view text, const std::string& what);
 // input must never reach).
 std::string string_or_empty(const nlohmann::json& j, const std::string& key);
 
+// v as an int64: throws std::invalid_argument "<what> must be an integer
+// (got ...)" for a non-integer (a float such as 1e93 would be undefined
+// behaviour to convert) or one outside int64's range.
+int64_t as_integer(const nlohmann::json& v, const std::string& what);
+// j[key] as_integer, or fallback when j has no such key.
+int64_t integer_or(const nlohmann::json& j, const std::string& key, int64_t fallback, const std::string& what);
+
 // Throws std::invalid_argument "<what>: not valid UTF-8 (byte 0xNN at offset
 // K)" unless s is well-formed UTF-8 (no overlong forms, surrogates or code
 // points above U+10FFFF). Everything mantissa writes into JSON (run records,

@@ -111,21 +111,21 @@ Registrar reg(40, [](CLI::App& app) {
   cmd->add_option("--recipes", a->recipes, "comma-separated GPT recipes (default: the preset's)");
   cmd->add_option("--mlp-recipes", a->mlp_recipes,
                   "comma-separated Fashion-MNIST MLP recipes, or none (default: fp32,bf16-amp,fp16-amp-noscale,unit-fp8,scalify-fp8)");
-  cmd->add_option("--seeds", o.seeds, "seeds per recipe (default: the preset's)")->check(CLI::PositiveNumber)->check(exact_integer<int64_t>());
-  cmd->add_option("--tokens", o.tokens, "GPT training tokens per run (default: the preset's)")->check(CLI::PositiveNumber)->check(exact_integer<int64_t>());
+  cmd->add_option("--seeds", o.seeds, "seeds per recipe (default: the preset's)")->check(positive_number())->check(exact_integer<int64_t>());
+  cmd->add_option("--tokens", o.tokens, "GPT training tokens per run (default: the preset's)")->check(positive_number())->check(exact_integer<int64_t>());
   cmd->add_option("--out", o.out, "report directory (default: report)");
   cmd->add_option("--data", o.data, "text corpus for the GPT (default: Jane Austen, .cache/data/austen.txt)");
   cmd->add_option("--mlp-data", o.mlp_data, "Fashion-MNIST directory (default: .cache/data/fashion-mnist)");
   cmd->add_flag("--resume", o.resume, "keep runs that finished in an earlier invocation with the same settings");
-  cmd->add_option("--threads", o.threads, "compute threads (default: the library's)")->check(CLI::PositiveNumber)->check(exact_integer<int64_t>());
-  cmd->add_option("--layers", o.layers, "GPT blocks (default: the preset's)")->check(CLI::PositiveNumber)->check(exact_integer<int64_t>());
-  cmd->add_option("--d-model", o.d_model, "GPT width (default: the preset's)")->check(CLI::PositiveNumber)->check(exact_integer<int64_t>());
-  cmd->add_option("--heads", o.heads, "GPT attention heads (default: the preset's)")->check(CLI::PositiveNumber)->check(exact_integer<int64_t>());
-  cmd->add_option("--seq-len", o.seq_len, "GPT context length (default: the preset's)")->check(CLI::PositiveNumber)->check(exact_integer<int64_t>());
-  cmd->add_option("--batch-size", o.batch_size, "GPT windows per step (default: the preset's)")->check(CLI::PositiveNumber)->check(exact_integer<int64_t>());
-  cmd->add_option("--mlp-steps", o.mlp_steps, "MLP optimizer steps (default: the preset's)")->check(CLI::PositiveNumber)->check(exact_integer<int64_t>());
+  cmd->add_option("--threads", o.threads, "compute threads (default: the library's)")->check(positive_number())->check(exact_integer<int64_t>());
+  cmd->add_option("--layers", o.layers, "GPT blocks (default: the preset's)")->check(positive_number())->check(exact_integer<int64_t>());
+  cmd->add_option("--d-model", o.d_model, "GPT width (default: the preset's)")->check(positive_number())->check(exact_integer<int64_t>());
+  cmd->add_option("--heads", o.heads, "GPT attention heads (default: the preset's)")->check(positive_number())->check(exact_integer<int64_t>());
+  cmd->add_option("--seq-len", o.seq_len, "GPT context length (default: the preset's)")->check(positive_number())->check(exact_integer<int64_t>());
+  cmd->add_option("--batch-size", o.batch_size, "GPT windows per step (default: the preset's)")->check(positive_number())->check(exact_integer<int64_t>());
+  cmd->add_option("--mlp-steps", o.mlp_steps, "MLP optimizer steps (default: the preset's)")->check(positive_number())->check(exact_integer<int64_t>());
   cmd->add_option("--lr-standard", o.lr_standard, "GPT learning rate of standard recipes (default 2^-10)")
-      ->check(CLI::PositiveNumber);
+      ->check(positive_number());
   cmd->add_option("--lr-sweep", o.lr_sweep,
                   "train every GPT recipe at each rate START:STOP:STEP (STEP in octaves; 2^E or decimals, e.g. "
                   "2^-12:2^1:1) or of a comma-separated list, and report each recipe at its best rate");
@@ -133,12 +133,12 @@ Registrar reg(40, [](CLI::App& app) {
                                         "transfer: 64,128,256,512)")
       ->delimiter(',')
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
-      ->check(CLI::PositiveNumber);
+      ->check(positive_number());
   cmd->add_flag("!--no-inspect", o.inspect, "skip the inspector section (inspect on recipes that fell behind fp32)");
   cmd->add_option("--inspect-gap", o.inspect_gap_pct, "inspect GPT recipes whose val bpc is more than this % behind fp32, or diverged (default 2)")
       ->check(CLI::NonNegativeNumber);
-  cmd->add_option("--inspect-steps", o.inspect_steps, "steps of each inspection (default 25)")->check(CLI::PositiveNumber)->check(exact_integer<int64_t>());
-  cmd->add_option("--lr-unit", o.lr_unit, "text-model learning rate of unit-scaled recipes (default: the model's own: " + unit_rate_defaults() + ")")->check(CLI::PositiveNumber);
+  cmd->add_option("--inspect-steps", o.inspect_steps, "steps of each inspection (default 25)")->check(positive_number())->check(exact_integer<int64_t>());
+  cmd->add_option("--lr-unit", o.lr_unit, "text-model learning rate of unit-scaled recipes (default: the model's own: " + unit_rate_defaults() + ")")->check(positive_number());
   cmd->callback([cmd, a] {
     a->o.command = command_line();
     experiment_command(cmd, *a);

@@ -4,6 +4,8 @@
 
 #include <CLI/CLI.hpp>
 #include <charconv>
+#include <cmath>
+#include <cstdlib>
 #include <functional>
 #include <limits>
 #include <stdexcept>
@@ -43,6 +45,19 @@ CLI::Validator exact_integer() {
       "INT");
 }
 
+// A CLI11 check that the text is a finite number > 0 (CLI::PositiveNumber's
+// message would print the upper end of double's range in 300 digits).
+inline CLI::Validator positive_number() {
+  return CLI::Validator(
+      [](std::string& s) -> std::string {
+        char* end = nullptr;
+        const double v = std::strtod(s.c_str(), &end);
+        if (s.empty() || end != s.c_str() + s.size() || !std::isfinite(v)) return "'" + s.substr(0, 40) + "' is not a finite number";
+        if (!(v > 0)) return "must be > 0 (got " + s.substr(0, 40) + ")";
+        return {};
+      },
+      "POSITIVE");
+}
 
 using Setup = std::function<void(CLI::App& app)>;
 struct Registrar {

@@ -32,6 +32,12 @@ inline void set_engine_state(std::mt19937_64& rng, const std::string& state, con
   std::mt19937_64 r;
   in >> r;
   if (in.fail()) throw DataError(where + ": RNG state is malformed");
+  // An all-zero state is a fixed point of the generator: it draws 0 forever.
+  std::istringstream words(state);
+  bool zero = true;
+  uint64_t w = 0;
+  for (size_t i = 0; i < std::mt19937_64::state_size && words >> w; ++i) zero = zero && w == 0;
+  if (zero) throw DataError(where + ": RNG state is all zero (the generator would draw only zeros)");
   rng = r;
 }
 

@@ -96,7 +96,7 @@ void wait(Group& g, MPI_Request& req, const char* what) {
     if (waited > g.timeout()) {
       char buf[256];
       std::snprintf(buf, sizeof buf,
-                    "%s did not complete within %.0f s: another rank has died or hangs; stopping the job "
+                    "%s did not complete within %g s: another rank has died or hangs; stopping the job "
                     "(the last checkpoint written stays valid; relaunch with --resume)",
                     what, g.timeout());
       g.abort(buf);

@@ -123,6 +123,14 @@ ExperimentPlan make_plan(const ExperimentOptions& o) {
   if (o.out.empty()) throw std::invalid_argument("--out must name a directory");
   if (o.inspect_steps < 1) throw std::invalid_argument("--inspect-steps must be >= 1");
   if (!(o.inspect_gap_pct >= 0)) throw std::invalid_argument("--inspect-gap must be a number >= 0");
+  // A name or width given twice would train twice under one run id.
+  for (const auto& [flag, list] : {std::pair{"--recipes", &o.recipes}, std::pair{"--mlp-recipes", &o.mlp_recipes}})
+    for (auto it = list->begin(); it != list->end(); ++it)
+      if (std::find(list->begin(), it, *it) != it)
+        throw std::invalid_argument(std::string(flag) + " names '" + io::excerpt(*it) + "' twice");
+  for (auto it = o.widths.begin(); it != o.widths.end(); ++it)
+    if (std::find(o.widths.begin(), it, *it) != it)
+      throw std::invalid_argument("--widths names " + std::to_string(*it) + " twice");
   const std::vector<std::string> known = registered_names();
   for (const auto* list : {&o.recipes, &o.mlp_recipes})
     for (const auto& r : *list) {

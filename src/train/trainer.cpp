@@ -201,10 +201,19 @@ void Trainer::load_state_json(const std::string& text) {
             json::parse(model_.config_json()))
       throw std::invalid_argument("the checkpoint's model (" + io::excerpt(j.at("model_config").get<std::string>()) +
                                   ") differs from this run's model (" + model_.config_json() + ")");
-    const std::string saved_recipe = io::excerpt_json(j.at("recipe"));
-    if (j.at("recipe") != json::parse(recipe::recipe_to_json(amp_.recipe())))
-      throw std::invalid_argument("the checkpoint was trained with recipe " + saved_recipe +
-                                  ", this run uses " + recipe::recipe_to_json(amp_.recipe()));
+    const json saved_recipe = j.at("recipe"), recipe = json::parse(recipe::recipe_to_json(amp_.recipe()));
+    if (saved_recipe != recipe) {
+      // Name the first setting that differs, not both whole recipes.
+      std::string field;
+      for (auto it = recipe.begin(); it != recipe.end() && field.empty(); ++it)
+        if (!saved_recipe.is_object() || !saved_recipe.contains(it.key()) || saved_recipe[it.key()] != it.value())
+          field = it.key();
+      const json saved_field = saved_recipe.is_object() && saved_recipe.contains(field) ? saved_recipe[field] : json();
+      throw std::invalid_argument("the checkpoint was trained with recipe " + io::excerpt_json(saved_recipe.value("name", json())) +
+                                  ", this run uses " + recipe.at("name").dump() +
+                                  (field.empty() ? std::string() : " (" + field + ": checkpoint " + io::excerpt_json(saved_field) +
+                                   ", this run " + io::excerpt_json(recipe.at(field)) + ")"));
+    }
     if (j.at("seed").get<uint64_t>() != options_.amp.seed)
       throw std::invalid_argument("the checkpoint was trained with --seed " + io::excerpt_json(j.at("seed")) +
                                   "; resume with the same seed");

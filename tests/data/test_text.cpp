@@ -168,6 +168,17 @@ TEST(TextWindows, StateRoundTripContinuesIdentically) {
   EXPECT_THROW(b.load_state(wrong_type("seed", -1)), data::DataError);
   EXPECT_THROW(b.load_state(wrong_type("kind", 7)), data::DataError);
   EXPECT_THROW(b.load_state("[1,2]"), data::DataError);
+  // An all-zero generator state (312 zero words and an index) would draw
+  // window 0 forever; a state with one nonzero word is a valid one.
+  std::string zeros;
+  for (int i = 0; i < 312; ++i) zeros += "0 ";
+  try {
+    b.load_state(wrong_type("rng", zeros + "312"));
+    ADD_FAILURE() << "an all-zero RNG state was accepted";
+  } catch (const data::DataError& e) {
+    EXPECT_NE(std::string(e.what()).find("RNG state is all zero"), std::string::npos) << e.what();
+  }
+  EXPECT_NO_THROW(b.load_state(wrong_type("rng", "1 " + zeros.substr(2) + "312")));
 }
 
 // Every validation byte after the first is a target exactly once: the

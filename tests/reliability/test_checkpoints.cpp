@@ -173,6 +173,17 @@ TEST_F(Checkpoints, OptimizerStateOutOfRangeIsRefusedOnLoad) {
   }
 }
 
+// Resuming under another recipe names the first setting that differs, in a
+// message of a line, not the two whole recipes.
+TEST_F(Checkpoints, ResumeUnderAnotherRecipeNamesTheDifference) {
+  const auto r = run(tiny("bf16-amp") + " --steps 5 --resume " + path("ck"));
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("the checkpoint was trained with recipe \"fp32\", this run uses \"bf16-amp\" ("),
+            std::string::npos)
+      << r.out;
+  EXPECT_LT(r.out.size(), 400u) << r.out;
+}
+
 TEST_F(Checkpoints, LossScalingThatSkipsEveryStepFails) {
   const auto r = run(tiny("fp16-amp") + " --steps 5 --init-scale 1e30 --max-scale 1e30 --save " + path("fp16"));
   EXPECT_EQ(r.code, 1) << r.out;

@@ -54,4 +54,5 @@ bash scripts/build.sh build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_F
 (cd build-asan && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j "$JOBS" -LE "exhaustive|oracle|slow")
 stage "Fuzzing (libFuzzer, clang ASan+UBSan; 10 s a target, seed ${MANTISSA_FUZZ_SEED:-1}; longer: bash scripts/fuzz.sh SECONDS)"
 MANTISSA_FUZZ_SEED=${MANTISSA_FUZZ_SEED:-1} bash scripts/fuzz.sh "${MANTISSA_FUZZ_SECONDS:-10}"
+MANTISSA_FUZZ_SEED=${MANTISSA_FUZZ_SEED:-1} bash scripts/fuzz_python.sh "${MANTISSA_FUZZ_SECONDS:-10}"
 stage "All passed"

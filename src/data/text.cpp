@@ -25,8 +25,9 @@ nlohmann::json parse_state(const std::string& json, const char* kind) {
   } catch (const std::invalid_argument& e) {
     throw DataError(e.what());
   }
-  if (io::string_or_empty(j, "kind") != kind)
-    throw DataError(std::string("data state is not a '") + kind + "' state");
+  if (const std::string got = io::string_or_empty(j, "kind"); got != kind)
+    throw DataError(std::string("data state is a '") + io::excerpt(got) + "' state, not '" + kind +
+                    "' (text_windows: byte-level text, token_windows: token files)");
   return j;
 }
 
@@ -81,11 +82,20 @@ void TextCorpus::check_seq_len(int64_t seq_len) const {
                     std::to_string(seq_len + 1) + " bytes");
 }
 
-TextWindows::TextWindows(const TextCorpus& corpus, int64_t batch, int64_t seq_len, uint64_t seed)
-    : corpus_(&corpus), batch_(batch), seq_len_(seq_len), seed_(seed), rng_(seed) {
+TextWindows::TextWindows(TokenSpan train, int64_t batch, int64_t seq_len, uint64_t seed)
+    : train_(train), batch_(batch), seq_len_(seq_len), seed_(seed), rng_(seed) {
   check_positive(batch, "batch size");
-  corpus.check_seq_len(seq_len);
   check_batch_tokens(batch, seq_len);
+}
+
+TextWindows::TextWindows(const TextCorpus& corpus, int64_t batch, int64_t seq_len, uint64_t seed)
+    : TextWindows((corpus.check_seq_len(seq_len), corpus.train()), batch, seq_len, seed) {}
+
+TextWindows::TextWindows(std::shared_ptr<const TokenCorpus> corpus, int64_t vocab, int64_t batch, int64_t seq_len,
+                         uint64_t seed)
+    : TextWindows((corpus->check_seq_len(seq_len), corpus->check_vocab(vocab), corpus->train()), batch, seq_len, seed) {
+  tokens_ = std::move(corpus);
+  kind_ = "token_windows";
 }
 
 nn::Batch TextWindows::next() {
@@ -94,45 +104,42 @@ nn::Batch TextWindows::next() {
   b.targets = Tensor::empty({batch_, seq_len_}, DType::i32);
   auto* in = b.inputs.data<int32_t>();
   auto* tg = b.targets.data<int32_t>();
-  const uint8_t* text = corpus_->train_bytes();
-  const auto starts = static_cast<uint64_t>(corpus_->train_size() - seq_len_);
+  const auto starts = static_cast<uint64_t>(train_.size - seq_len_);
+  std::vector<int32_t> window(static_cast<size_t>(seq_len_ + 1));
   for (int64_t r = 0; r < batch_; ++r) {
-    const uint8_t* w = text + detail::uniform_below(rng_, starts);
-    for (int64_t t = 0; t < seq_len_; ++t) {
-      in[r * seq_len_ + t] = w[t];
-      tg[r * seq_len_ + t] = w[t + 1];
-    }
+    train_.copy(static_cast<int64_t>(detail::uniform_below(rng_, starts)), seq_len_ + 1, window.data());
+    std::copy(window.begin(), window.end() - 1, in + r * seq_len_);
+    std::copy(window.begin() + 1, window.end(), tg + r * seq_len_);
   }
   ++batches_;
   return b;
 }
 
 std::string TextWindows::state_json() const {
-  return nlohmann::json{{"kind", "text_windows"}, {"seed", seed_}, {"batches", batches_},
-                        {"rng", detail::engine_state(rng_)}}
+  return nlohmann::json{{"kind", kind_}, {"seed", seed_}, {"batches", batches_}, {"rng", detail::engine_state(rng_)}}
       .dump();
 }
 
 void TextWindows::load_state(const std::string& json) {
-  nlohmann::json j = parse_state(json, "text_windows");
+  const std::string& k = kind_;
+  nlohmann::json j = parse_state(json, k.c_str());
   if (!j.contains("rng") || !j["rng"].is_string() || !j.contains("batches") || !j["batches"].is_number_integer())
-    throw DataError("text_windows state needs 'rng' and 'batches'");
-  detail::set_engine_state(rng_, j["rng"].get<std::string>(), "text_windows state");
+    throw DataError(k + " state needs 'rng' and 'batches'");
+  detail::set_engine_state(rng_, j["rng"].get<std::string>(), k + " state");
   batches_ = j["batches"].get<int64_t>();
-  if (batches_ < 0) throw DataError("text_windows state: negative batch count " + std::to_string(batches_));
+  if (batches_ < 0) throw DataError(k + " state: negative batch count " + std::to_string(batches_));
   if (j.contains("seed")) {
-    if (!j["seed"].is_number_unsigned()) throw DataError("text_windows state: 'seed' must be an unsigned integer");
+    if (!j["seed"].is_number_unsigned()) throw DataError(k + " state: 'seed' must be an unsigned integer");
     seed_ = j["seed"].get<uint64_t>();
   }
 }
 
-TextValidation::TextValidation(const TextCorpus& corpus, int64_t batch, int64_t seq_len, int64_t max_batches)
-    : corpus_(&corpus), batch_(batch), seq_len_(seq_len) {
+TextValidation::TextValidation(TokenSpan val, int64_t batch, int64_t seq_len, int64_t max_batches)
+    : val_(val), batch_(batch), seq_len_(seq_len) {
   check_positive(batch, "batch size");
-  corpus.check_seq_len(seq_len);
   check_batch_tokens(batch, seq_len);
-  // Targets are bytes 1..V-1 of the split; full windows cover 1..n_full*T.
-  const int64_t V = corpus.val_size();
+  // Targets are tokens 1..V-1 of the split; full windows cover 1..n_full*T.
+  const int64_t V = val.size;
   const int64_t n_full = (V - 1) / seq_len;
   for (int64_t k = 0; k < n_full; ++k) {
     starts_.push_back(k * seq_len);
@@ -148,6 +155,16 @@ TextValidation::TextValidation(const TextCorpus& corpus, int64_t batch, int64_t 
     starts_.resize(static_cast<size_t>(max_batches * batch));
     skip_.resize(starts_.size());
   }
+}
+
+TextValidation::TextValidation(const TextCorpus& corpus, int64_t batch, int64_t seq_len, int64_t max_batches)
+    : TextValidation((corpus.check_seq_len(seq_len), corpus.val()), batch, seq_len, max_batches) {}
+
+TextValidation::TextValidation(std::shared_ptr<const TokenCorpus> corpus, int64_t vocab, int64_t batch,
+                               int64_t seq_len, int64_t max_batches)
+    : TextValidation((corpus->check_seq_len(seq_len), corpus->check_vocab(vocab), corpus->val()), batch, seq_len,
+                     max_batches) {
+  tokens_ = std::move(corpus);
 }
 
 int64_t TextValidation::num_batches() const { return num_windows() / batch_ + (num_windows() % batch_ != 0); }
@@ -168,13 +185,13 @@ nn::Batch TextValidation::batch(int64_t index) const {
   b.targets = Tensor::empty({rows, seq_len_}, DType::i32);
   auto* in = b.inputs.data<int32_t>();
   auto* tg = b.targets.data<int32_t>();
-  const uint8_t* text = corpus_->val_bytes();
+  std::vector<int32_t> window(static_cast<size_t>(seq_len_ + 1));
   for (int64_t r = 0; r < rows; ++r) {
     const auto k = static_cast<size_t>(first + r);
-    const uint8_t* w = text + starts_[k];
+    val_.copy(starts_[k], seq_len_ + 1, window.data());
     for (int64_t t = 0; t < seq_len_; ++t) {
-      in[r * seq_len_ + t] = w[t];
-      tg[r * seq_len_ + t] = t < skip_[k] ? -1 : w[t + 1];
+      in[r * seq_len_ + t] = window[static_cast<size_t>(t)];
+      tg[r * seq_len_ + t] = t < skip_[k] ? -1 : window[static_cast<size_t>(t + 1)];
     }
   }
   return b;

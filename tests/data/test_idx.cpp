@@ -12,11 +12,13 @@
 #include <random>
 #include <set>
 
+#include "data/data_util.hpp"
 #include "mantissa/data/idx.hpp"
 #include "temp_dir.hpp"
 
 namespace data = mantissa::data;
 namespace fs = std::filesystem;
+using data_test::error_of;
 
 namespace {
 
@@ -62,15 +64,6 @@ std::vector<uint8_t> labels(uint32_t n) {
 data::ClassificationSet make_set(const TempDir& d, uint32_t n, data::Normalization norm = {}) {
   return data::load_idx_classification(d.write("img", idx_bytes(8, {n, kRows, kCols}, pixels(n))),
                                        d.write("lbl", gzip(idx_bytes(8, {n}, labels(n)))), 10, norm);
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const data::DataError& e) {
-    return e.what();
-  }
-  return "(no DataError)";
 }
 
 }  // namespace

@@ -11,14 +11,13 @@
 #include <string>
 #include <vector>
 
+#include "data/data_util.hpp"
 #include "mantissa/data/mlm.hpp"
 
 namespace mantissa::data {
 namespace {
 
-std::vector<int32_t> ints(const Tensor& t) {
-  return std::vector<int32_t>(t.data<int32_t>(), t.data<int32_t>() + t.numel());
-}
+using data_test::ints;
 
 TextCorpus corpus() {
   std::mt19937_64 rng(11);

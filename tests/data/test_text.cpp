@@ -13,10 +13,13 @@
 #include <fstream>
 #include <random>
 
+#include "data/data_util.hpp"
 #include "mantissa/data/text.hpp"
 
 namespace data = mantissa::data;
 using mantissa::nn::Batch;
+using data_test::error_of;
+using data_test::ints;
 
 namespace {
 
@@ -34,20 +37,6 @@ std::string temp_file(const std::string& contents) {
   close(fd);
   std::ofstream(tmpl, std::ios::binary) << contents;
   return tmpl;
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const data::DataError& e) {
-    return e.what();
-  }
-  return "(no DataError)";
-}
-
-std::vector<int32_t> ints(const mantissa::Tensor& t) {
-  const auto* p = t.data<int32_t>();
-  return std::vector<int32_t>(p, p + t.numel());
 }
 
 }  // namespace

@@ -32,6 +32,9 @@ class EvalSource {
   virtual ~EvalSource() = default;
   virtual int64_t num_batches() const = 0;
   virtual nn::Batch batch(int64_t index) const = 0;  // same batch every call
+  // Whether a target is a token of tokenized data (losses reported in nats
+  // and bits per token) rather than a byte of text or an example.
+  virtual bool per_token() const { return false; }
 };
 
 }  // namespace mantissa::data

@@ -3,11 +3,13 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "mantissa/data/source.hpp"
+#include "mantissa/data/tokens.hpp"
 
 namespace mantissa::data {
 
@@ -31,6 +33,8 @@ class TextCorpus {
   int64_t val_size() const { return size() - train_size_; }
   const uint8_t* train_bytes() const;
   const uint8_t* val_bytes() const;
+  TokenSpan train() const { return {train_bytes(), 1, train_size()}; }
+  TokenSpan val() const { return {val_bytes(), 1, val_size()}; }
 
   // Throws DataError naming the path and sizes unless both splits hold at
   // least one window of seq_len + 1 bytes.
@@ -43,23 +47,31 @@ class TextCorpus {
 };
 
 // Seeded random windows of the training split: each batch is B windows of
-// T+1 bytes starting at uniform positions in [0, train_size - T - 1];
+// T+1 tokens starting at uniform positions in [0, train_size - T - 1];
 // inputs i32 [B, T] = window[0..T), targets i32 [B, T] = window[1..T].
 // Positions come from std::mt19937_64(seed) by unbiased rejection sampling
 // (not std::uniform_int_distribution, whose output differs across standard
-// libraries), so a seed gives the same batches everywhere.
+// libraries), so a seed gives the same batches everywhere. The tokens are
+// the bytes of a TextCorpus or the ids of a TokenCorpus (same sampler).
 class TextWindows final : public TrainSource {
  public:
   // Throws DataError for non-positive batch/seq_len or a too-short corpus.
   TextWindows(const TextCorpus& corpus, int64_t batch, int64_t seq_len, uint64_t seed);
+  // Token data, shared with the source; also throws DataError for an id >= vocab.
+  TextWindows(std::shared_ptr<const TokenCorpus> corpus, int64_t vocab, int64_t batch, int64_t seq_len, uint64_t seed);
   nn::Batch next() override;
-  // {"kind":"text_windows","seed":S,"batches":N,"rng":"<engine state>"}
+  // {"kind":"text_windows","seed":S,"batches":N,"rng":"<engine state>"};
+  // kind "token_windows" over token data, so neither resumes the other.
   std::string state_json() const override;
   void load_state(const std::string& json) override;
   int64_t batches_drawn() const { return batches_; }
+  const TokenCorpus* tokens() const { return tokens_.get(); }  // null: byte text
 
  private:
-  const TextCorpus* corpus_;
+  TextWindows(TokenSpan train, int64_t batch, int64_t seq_len, uint64_t seed);
+  TokenSpan train_;
+  std::shared_ptr<const TokenCorpus> tokens_;
+  std::string kind_ = "text_windows";
   int64_t batch_, seq_len_;
   uint64_t seed_;
   std::mt19937_64 rng_;
@@ -67,21 +79,27 @@ class TextWindows final : public TrainSource {
 };
 
 // Fixed windows covering the validation split: window k starts at k*T, and
-// a final window ending at the last byte covers the remainder, with the
-// already-covered targets set to -1 (ignored). Every validation byte after
-// the first is a target exactly once, so sum(loss) / count is the per-byte
-// loss of the whole split. Batches hold up to B windows (the last may hold
-// fewer). max_batches > 0 keeps only the first max_batches batches.
+// a final window ending at the last token covers the remainder, with the
+// already-covered targets set to -1 (ignored). Every validation token after
+// the first is a target exactly once, so sum(loss) / count is the per-token
+// (per-byte) loss of the whole split. Batches hold up to B windows (the last
+// may hold fewer). max_batches > 0 keeps only the first max_batches batches.
 class TextValidation final : public EvalSource {
  public:
   TextValidation(const TextCorpus& corpus, int64_t batch, int64_t seq_len, int64_t max_batches = 0);
+  // Token data; throws DataError for an id >= vocab.
+  TextValidation(std::shared_ptr<const TokenCorpus> corpus, int64_t vocab, int64_t batch, int64_t seq_len,
+                 int64_t max_batches = 0);
   int64_t num_batches() const override;
   nn::Batch batch(int64_t index) const override;
+  bool per_token() const override { return tokens_ != nullptr; }
   int64_t num_windows() const { return static_cast<int64_t>(starts_.size()); }
   int64_t num_targets() const;  // non-ignored targets over all batches
 
  private:
-  const TextCorpus* corpus_;
+  TextValidation(TokenSpan val, int64_t batch, int64_t seq_len, int64_t max_batches);
+  TokenSpan val_;
+  std::shared_ptr<const TokenCorpus> tokens_;
   int64_t batch_, seq_len_;
   std::vector<int64_t> starts_;   // window start in the validation split
   std::vector<int64_t> skip_;     // leading targets to ignore (last window)

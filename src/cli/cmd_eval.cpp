@@ -1,5 +1,6 @@
-// `mantissa eval --checkpoint DIR [--data PATH]`: validation loss and bits per
-// character of a saved model (a model directory or a training checkpoint).
+// `mantissa eval --checkpoint DIR [--data PATH]`: validation loss of a saved
+// model (a model directory or a training checkpoint): bits per character on
+// byte-level text, nats and bits per token on token files.
 #include <cmath>
 #include <cstdio>
 #include <memory>
@@ -9,6 +10,7 @@
 #include "mantissa/data/idx.hpp"
 #include "mantissa/data/mlm.hpp"
 #include "mantissa/data/text.hpp"
+#include "mantissa/data/tokens.hpp"
 #include "mantissa/train/checkpoint.hpp"
 #include "mantissa/kernels/kernels.hpp"
 #include "mantissa/nn/models.hpp"
@@ -56,6 +58,14 @@ void eval_command(const EvalArgs& a) {
   const std::string path = a.data.empty() ? train::default_data_path(kind) : a.data;
   double sum = 0;
   int64_t count = 0;
+  const bool tokens = model->task() != nn::Model::Task::classifier && data::is_token_data(path);
+  if (tokens && model->task() == nn::Model::Task::masked_language_model)
+    throw UsageError("--model " + kind + " on token data (--data " + path +
+                     ") is not supported: masked-LM batches need the tokenizer's special ids; evaluate it on "
+                     "byte-level text");
+  if (model->task() == nn::Model::Task::language_model && !tokens && data::model_vocab(*model) != data::kByteVocab)
+    throw UsageError(checkpoint + " holds a model of vocabulary " + std::to_string(data::model_vocab(*model)) +
+                     ", not the 256 bytes of --data " + path + ": pass the token data it was trained on");
   if (model->task() == nn::Model::Task::masked_language_model) {
     const int64_t T = a.seq_len > 0 ? a.seq_len : model->context_length();
     if (T > model->context_length())
@@ -81,19 +91,34 @@ void eval_command(const EvalArgs& a) {
     const int64_t T = a.seq_len > 0 ? a.seq_len : context;
     if (T > context)
       throw UsageError("--seq-len " + std::to_string(T) + " exceeds the model's context " + std::to_string(context));
-    const auto corpus = data::TextCorpus::load(path);
-    corpus.check_seq_len(T);
-    data::TextValidation val(corpus, a.batch_size, T, a.max_batches);
-    for (int64_t i = 0; i < val.num_batches(); ++i) {
-      const auto r = model->evaluate(val.batch(i));
+    // The corpus outlives val (which points into it).
+    std::shared_ptr<const data::TokenCorpus> token_corpus;
+    std::unique_ptr<data::TextCorpus> corpus;
+    std::unique_ptr<data::TextValidation> val;
+    if (tokens) {
+      token_corpus = std::make_shared<const data::TokenCorpus>(data::TokenCorpus::load(path));
+      val = std::make_unique<data::TextValidation>(token_corpus, data::model_vocab(*model), a.batch_size, T,
+                                                   a.max_batches);
+    } else {
+      corpus = std::make_unique<data::TextCorpus>(data::TextCorpus::load(path));
+      val = std::make_unique<data::TextValidation>(*corpus, a.batch_size, T, a.max_batches);
+    }
+    for (int64_t i = 0; i < val->num_batches(); ++i) {
+      const auto r = model->evaluate(val->batch(i));
       sum += r.sum;
       count += r.count;
     }
     if (count == 0) throw UsageError(path + ": the validation split has no targets");
     const double loss = sum / static_cast<double>(count);
-    std::printf("checkpoint %s\ndata %s (validation: last %ld bytes, %ld targets)\nval_loss %.4f nats  val_bpc %.4f bits/char\n",
-                a.checkpoint.c_str(), path.c_str(), static_cast<long>(corpus.val_size()), static_cast<long>(count), loss,
-                loss / std::log(2.0));
+    if (tokens)
+      std::printf("checkpoint %s\ndata %s (%s; %ld targets)\nval_loss %.4f nats/token  val_bits_per_token %.4f\n",
+                  a.checkpoint.c_str(), path.c_str(), token_corpus->summary().c_str(), static_cast<long>(count), loss,
+                  loss / std::log(2.0));
+    else
+      std::printf(
+          "checkpoint %s\ndata %s (validation: last %ld bytes, %ld targets)\nval_loss %.4f nats  val_bpc %.4f bits/char\n",
+          a.checkpoint.c_str(), path.c_str(), static_cast<long>(corpus->val_size()), static_cast<long>(count), loss,
+          loss / std::log(2.0));
   } else {
     const auto test = data::load_fashion_mnist(path, "test");
     data::SequentialBatches val(test, a.batch_size);
@@ -121,10 +146,12 @@ void eval_command(const EvalArgs& a) {
 }
 
 Registrar reg(31, [](CLI::App& app) {
-  auto* cmd = app.add_subcommand("eval", "validation loss and bits per character of a saved model");
+  auto* cmd = app.add_subcommand(
+      "eval", "validation loss of a saved model (bits per character, or per token on token data)");
   auto a = std::make_shared<EvalArgs>();
   cmd->add_option("--checkpoint", a->checkpoint, "model or checkpoint directory (written by train --save)")->required();
-  cmd->add_option("--data", a->data, "text file (gpt) or Fashion-MNIST directory (mlp); default corpus if empty");
+  cmd->add_option("--data", a->data,
+                  "text file or token files (gpt, llama) or Fashion-MNIST directory (mlp); default corpus if empty");
   cmd->add_option("--batch-size", a->batch_size, "windows per batch")->check(exact_integer<int64_t>());
   cmd->add_option("--seq-len", a->seq_len, "tokens per window (default: the model's context)")->check(exact_integer<int64_t>());
   cmd->add_option("--max-batches", a->max_batches, "evaluate only the first N batches (0: the whole split)")->check(exact_integer<int64_t>());

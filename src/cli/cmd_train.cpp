@@ -11,6 +11,7 @@
 #include "cli/command.hpp"
 #include "cli/train_flags.hpp"
 #include "mantissa/cpu/isa.hpp"
+#include "mantissa/data/text.hpp"
 #include "mantissa/kernels/matmul_route.hpp"
 #include "mantissa/recipe/recipe.hpp"
 #include "mantissa/dist/group.hpp"
@@ -50,6 +51,8 @@ void train_command(CLI::App* cmd, train::TrainConfig& cfg, int64_t watch) {
   if (session->corpus)
     std::printf(" (%ld bytes: %ld train, %ld validation)", static_cast<long>(session->corpus->size()),
                 static_cast<long>(session->corpus->train_size()), static_cast<long>(session->corpus->val_size()));
+  if (const auto* w = dynamic_cast<const data::TextWindows*>(session->train.get()); w && w->tokens())
+    std::printf(" (%s)", w->tokens()->summary().c_str());
   std::printf("\n  %ld steps x %ld micro-batch(es) of %ld x %ld, lr %g (warm-up %ld, cosine to %g)\n",
               static_cast<long>(c.steps), static_cast<long>(c.grad_accum), static_cast<long>(c.batch_size),
               static_cast<long>(train::text_model(c.model) ? c.seq_len : 1), c.lr, static_cast<long>(c.warmup), c.min_lr);
@@ -87,6 +90,12 @@ void train_command(CLI::App* cmd, train::TrainConfig& cfg, int64_t watch) {
   if (s.evaluated && s.final_eval.masked_accuracy >= 0)  // masked LM: per masked character
     std::printf("final: train loss %.4f  val_loss %.4f  val_bits_per_masked_char %.4f  val_masked_accuracy %.4f\n",
                 s.final_loss, s.final_eval.val_loss, s.final_eval.val_bpc, s.final_eval.masked_accuracy);
+  else if (s.evaluated && session->val->per_token() && s.steps_run > 0)  // token data: nats and bits per token
+    std::printf("final: train loss %.4f  val_loss %.4f nats/token  val_bits_per_token %.4f\n", s.final_loss,
+                s.final_eval.val_loss, s.final_eval.val_bpc);
+  else if (s.evaluated && session->val->per_token())
+    std::printf("final: val_loss %.4f nats/token  val_bits_per_token %.4f (no steps to run)\n", s.final_eval.val_loss,
+                s.final_eval.val_bpc);
   else if (s.evaluated && s.steps_run > 0)
     std::printf("final: train loss %.4f  val_loss %.4f  val_bpc %.4f\n", s.final_loss, s.final_eval.val_loss,
                 s.final_eval.val_bpc);
@@ -105,7 +114,9 @@ void train_command(CLI::App* cmd, train::TrainConfig& cfg, int64_t watch) {
 }
 
 Registrar reg(30, [](CLI::App& app) {
-  auto* cmd = app.add_subcommand("train", "train a GPT, Llama or BERT (byte-level text) or an MLP (Fashion-MNIST) under a recipe");
+  auto* cmd = app.add_subcommand("train",
+                                 "train a GPT or Llama (byte-level text or token files), a BERT (byte-level text) or "
+                                 "an MLP (Fashion-MNIST) under a recipe");
   auto cfg = std::make_shared<train::TrainConfig>();
   add_train_flags(cmd, *cfg);
   auto watch = std::make_shared<int64_t>(0);

@@ -37,7 +37,12 @@ std::vector<ConfigKey> config_keys(TrainConfig& c) {
       {"tie-embeddings", "llama: tie the output head to the token embedding", &c.tie_embeddings},
       {"smooth-swiglu", "llama: Smooth-SwiGLU (per-channel scale on the SwiGLU product)", &c.smooth_swiglu},
       {"norm", "gpt, bert: pre or post-norm blocks (default: gpt pre, bert post, the original BERT)", &c.norm},
-      {"data", "training data: a UTF-8 text file (gpt) or a Fashion-MNIST directory (mlp); default corpus if empty",
+      {"vocab-size", "gpt, llama on token data: vocabulary size (required unless resuming; ids must be below it)",
+       &c.vocab_size},
+      {"data",
+       "training data: a UTF-8 text file, llm.c/nanoGPT token files (a .bin file or a directory with train.bin and "
+       "val.bin or PREFIX_train.bin and PREFIX_val.bin) for gpt/llama, a Fashion-MNIST directory (mlp); default "
+       "corpus if empty",
        &c.data},
       {"batch-size", "sequences (or examples) per micro-batch, split across data-parallel ranks", &c.batch_size},
       {"seq-len", "tokens per sequence (gpt context)", &c.seq_len},
@@ -206,6 +211,11 @@ void validate(const TrainConfig& c) {
   at_most("steps", c.steps, int64_t{1} << 40);
   at_most("eval-batches", c.eval_batches, 1 << 20);
   at_most("threads", c.threads, kernels::max_threads());
+  at_most("vocab-size", c.vocab_size, int64_t{1} << 24);
+  non_negative("vocab-size", c.vocab_size);
+  if (c.vocab_size > 0 && c.model != "gpt" && c.model != "llama")
+    throw std::invalid_argument("--vocab-size applies to --model gpt or llama on token data (got --model " +
+                                c.model + ")");
   if (c.batch_size * c.seq_len > (int64_t{1} << 30))
     throw std::invalid_argument("--batch-size x --seq-len (" + std::to_string(c.batch_size * c.seq_len) +
                                 " tokens per micro-batch) is too large (at most 2^30)");
@@ -260,7 +270,8 @@ void validate(const TrainConfig& c) {
     // Weights, gradients and two Adam moments in fp32: 16 bytes a parameter
     // (a Llama block of the same width has about as many as a GPT block).
     const double d = static_cast<double>(c.d_model);
-    const double params = static_cast<double>(c.layers) * 12 * d * d + (256.0 + static_cast<double>(c.seq_len)) * d;
+    const double vocab = static_cast<double>(c.vocab_size > 0 ? c.vocab_size : 256);
+    const double params = static_cast<double>(c.layers) * 12 * d * d + (vocab + static_cast<double>(c.seq_len)) * d;
     const double ram = static_cast<double>(::sysconf(_SC_PHYS_PAGES)) * static_cast<double>(::sysconf(_SC_PAGE_SIZE));
     if (ram > 0 && params * 16 > ram)
       throw std::invalid_argument("the model (--layers " + std::to_string(c.layers) + " --d-model " +

@@ -75,15 +75,37 @@ std::string step_metrics_json(const StepMetrics& m) {
   return j.dump();
 }
 
-std::string eval_metrics_json(const EvalMetrics& e) {
-  json j{{"step", e.step}, {"val_loss", num(e.val_loss)}, {"val_bpc", num(e.val_bpc)}, {"val_targets", e.targets}};
+namespace {
+
+// Token data (the run line's data.unit is "token"): the loss per token in
+// nats and bits; otherwise bits per character (val_bpc).
+bool per_token_run(const std::string& run_info_json) {
+  if (run_info_json.empty()) return false;
+  const json info = json::parse(run_info_json);
+  const auto d = info.find("data");
+  return d != info.end() && d->is_object() && d->value("unit", "") == "token";
+}
+
+std::string eval_record(const EvalMetrics& e, bool per_token) {
+  json j{{"step", e.step}, {"val_loss", num(e.val_loss)}, {"val_targets", e.targets}};
+  if (per_token) {
+    j["val_nats_per_token"] = num(e.val_loss);
+    j["val_bits_per_token"] = num(e.val_bpc);
+  } else {
+    j["val_bpc"] = num(e.val_bpc);
+  }
   if (e.masked_accuracy >= 0) j["val_masked_accuracy"] = num(e.masked_accuracy);
   return j.dump();
 }
 
+}  // namespace
+
+std::string eval_metrics_json(const EvalMetrics& e) { return eval_record(e, false); }
+
 RunSummary run(Trainer& trainer, const RunOptions& o) {
   RunSummary s;
   MetricsFile metrics(o.metrics_path, o.append_metrics, o.on_record);
+  const bool per_token = per_token_run(o.run_info_json);
   if (!o.run_info_json.empty()) metrics.write(json{{"run", json::parse(o.run_info_json)}}.dump());
   const auto t0 = std::chrono::steady_clock::now();
   const int64_t first = trainer.step();
@@ -116,10 +138,11 @@ RunSummary run(Trainer& trainer, const RunOptions& o) {
     if (!trainer.has_validation()) return;
     s.final_eval = trainer.evaluate();
     s.evaluated = true;
-    metrics.write(eval_metrics_json(s.final_eval));
+    metrics.write(eval_record(s.final_eval, per_token));
     char buf[160];
-    std::snprintf(buf, sizeof buf, "eval step %ld: val_loss %.4f  val_bpc %.4f", static_cast<long>(s.final_eval.step),
-                  s.final_eval.val_loss, s.final_eval.val_bpc);
+    std::snprintf(buf, sizeof buf, per_token ? "eval step %ld: val_loss %.4f nats/token  val_bits_per_token %.4f"
+                                             : "eval step %ld: val_loss %.4f  val_bpc %.4f",
+                  static_cast<long>(s.final_eval.step), s.final_eval.val_loss, s.final_eval.val_bpc);
     std::string line(buf);
     if (s.final_eval.masked_accuracy >= 0) {
       std::snprintf(buf, sizeof buf, "  masked_accuracy %.4f", s.final_eval.masked_accuracy);

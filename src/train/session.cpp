@@ -13,6 +13,7 @@
 
 #include "mantissa/amp/amp.hpp"
 #include "mantissa/data/mlm.hpp"
+#include "mantissa/data/tokens.hpp"
 #include "mantissa/dist/group.hpp"
 #include "mantissa/train/checkpoint.hpp"
 #include "mantissa/formats/parse_number.hpp"
@@ -85,7 +86,7 @@ std::unique_ptr<nn::Model> make_model(const TrainConfig& c, const unit::UnitConf
   const nn::ModelKind* kind = nn::find_model_kind(c.model);
   if (kind == nullptr) throw std::invalid_argument("--model must be " + nn::model_kind_names() + " (got '" + c.model + "')");
   nn::ModelSize s;
-  s.vocab = data::kByteVocab;
+  s.vocab = c.vocab_size > 0 ? c.vocab_size : data::kByteVocab;
   s.context = c.seq_len;
   s.layers = c.layers;
   s.d_model = c.d_model;
@@ -329,6 +330,24 @@ double unit_default_lr(const std::string& model) {
   return kind && kind->unit_lr > 0 ? kind->unit_lr : kUnitDefaultLr;
 }
 
+namespace {
+
+// Token data is refused for masked LMs (their batches need the tokenizer's
+// special ids) and needs the vocabulary given for a model built here: the
+// ids alone do not say it (GPT-2's 50257 tokens are often padded to 50304).
+void check_token_run(const TrainConfig& c, const data::TokenCorpus& tokens) {
+  if (train::masked_text_model(c.model))
+    throw std::invalid_argument("--model " + c.model + " on token data (--data " + c.data +
+                                ") is not supported: masked-LM batches need the tokenizer's [CLS], [SEP], [MASK] and "
+                                "[PAD] ids; train it on byte-level text");
+  if (c.resume.empty() && c.vocab_size == 0)
+    throw std::invalid_argument("--data " + c.data + " holds token ids (largest " + std::to_string(tokens.max_id()) +
+                                "): give the model's vocabulary with --vocab-size N (at least " +
+                                std::to_string(int64_t{tokens.max_id()} + 1) + "; GPT-2's tokenizer has 50257)");
+}
+
+}  // namespace
+
 std::unique_ptr<Session> build_session(const TrainConfig& config) {
   validate(config);
   auto s = std::make_unique<Session>();
@@ -352,7 +371,15 @@ std::unique_ptr<Session> build_session(const TrainConfig& config) {
   // The data first: a sequence length the corpus cannot fill is reported
   // before memory is spent on the model.
   s->data_path = c.data.empty() ? default_data_path(c.model) : c.data;
-  if (train::text_model(c.model)) {
+  std::shared_ptr<const data::TokenCorpus> tokens;
+  if (train::text_model(c.model) && data::is_token_data(s->data_path)) {
+    tokens = std::make_shared<const data::TokenCorpus>(data::TokenCorpus::load(s->data_path));
+    tokens->check_seq_len(c.seq_len);
+    check_token_run(c, *tokens);
+  } else if (train::text_model(c.model)) {
+    if (c.vocab_size != 0)
+      throw std::invalid_argument("--vocab-size applies to token data (a .bin file or a directory of them); --data " +
+                                  s->data_path + " is byte-level text, whose vocabulary is the 256 byte values");
     s->corpus = std::make_unique<data::TextCorpus>(data::TextCorpus::load(s->data_path));
     s->corpus->check_seq_len(c.seq_len);
   }
@@ -390,7 +417,16 @@ std::unique_ptr<Session> build_session(const TrainConfig& config) {
     if (c.seq_len > context)
       throw std::invalid_argument("--seq-len " + std::to_string(c.seq_len) + " exceeds the model's context " +
                                   std::to_string(context));
-    if (train::masked_text_model(c.model)) {
+    if (tokens) {
+      const int64_t vocab = data::model_vocab(*s->model);
+      if (c.vocab_size > 0 && c.vocab_size != vocab)
+        throw std::invalid_argument("--vocab-size " + std::to_string(c.vocab_size) +
+                                    " disagrees with the checkpoint's vocabulary " + std::to_string(vocab) +
+                                    " (--resume " + c.resume + ")");
+      s->train =
+          std::make_unique<data::TextWindows>(tokens, vocab, c.batch_size, c.seq_len, static_cast<uint64_t>(c.seed));
+      s->val = std::make_unique<data::TextValidation>(tokens, vocab, c.batch_size, c.seq_len, c.eval_batches);
+    } else if (train::masked_text_model(c.model)) {
       s->train = std::make_unique<data::MlmBatches>(*s->corpus, c.batch_size, c.seq_len, static_cast<uint64_t>(c.seed));
       s->val = std::make_unique<data::MlmValidation>(*s->corpus, c.batch_size, c.seq_len, c.eval_batches);
     } else {
@@ -420,7 +456,11 @@ std::unique_ptr<Session> build_session(const TrainConfig& config) {
       if (it.key() != "threads" && it.key() != "config" && it.key() != "data")
         parts.emplace_back("--" + it.key(), it.value().dump());
     std::string data;
-    if (s->corpus)
+    if (tokens)
+      for (const data::TokenSpan& split : {tokens->train(), tokens->val()})
+        data += std::to_string(split.size) + " tokens, crc " +
+                std::to_string(io::crc32(split.data, static_cast<size_t>(split.size * split.width))) + "; ";
+    else if (s->corpus)
       data = std::to_string(s->corpus->size()) + " bytes, crc " +
              std::to_string(io::crc32(s->corpus->train_bytes(), static_cast<size_t>(s->corpus->size())));
     else
@@ -472,6 +512,17 @@ std::unique_ptr<Session> build_session(const TrainConfig& config) {
   return s;
 }
 
+namespace {
+
+// What one target of the run's data is: the metrics report per token, per
+// byte (bits per character) or per example.
+std::string data_unit(const Session& s) {
+  if (s.val && s.val->per_token()) return "token";
+  return s.corpus ? "byte" : "example";
+}
+
+}  // namespace
+
 RunOptions run_options(Session& s) {
   const TrainConfig& c = s.config;
   RunOptions ro;
@@ -486,7 +537,8 @@ RunOptions run_options(Session& s) {
                                     {"recipe", nlohmann::json::parse(recipe::recipe_to_json(s.recipe))},
                                     {"model", nlohmann::json::parse(s.model->config_json())},
                                     {"parameters", s.model->parameter_count()},
-                                    {"resumed_at", s.trainer->step()}}
+                                    {"resumed_at", s.trainer->step()},
+                                    {"data", {{"path", s.data_path}, {"unit", data_unit(s)}}}}
                          .dump();
   return ro;
 }

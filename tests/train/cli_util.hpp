@@ -1,13 +1,17 @@
 // Shared by the CLI tests: run a shell command (or the mantissa program)
-// capturing its output and exit code; a reproducible word-salad corpus.
+// capturing its output and exit code; a reproducible word-salad corpus; a
+// metrics file's records.
 #pragma once
 
 #include <sys/wait.h>
 
 #include <cstdio>
+#include <fstream>
 #include <iterator>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <string>
+#include <vector>
 
 namespace cli_test {
 
@@ -32,6 +36,14 @@ inline Result run_command(const std::string& cmd) {
 
 // The mantissa program with `args`.
 inline Result run(const std::string& args) { return run_command(std::string(MANTISSA_CLI) + " " + args); }
+
+// The JSON objects of a JSON-lines file (a metrics file), in order.
+inline std::vector<nlohmann::json> read_jsonl(const std::string& file) {
+  std::ifstream in(file);
+  std::vector<nlohmann::json> v;
+  for (std::string line; std::getline(in, line);) v.push_back(nlohmann::json::parse(line));
+  return v;
+}
 
 // At least `bytes` of English-looking words drawn with a fixed seed.
 inline std::string word_corpus(size_t bytes, uint64_t seed) {

@@ -20,6 +20,7 @@ namespace fs = std::filesystem;
 namespace {
 
 using cli_test::Result;
+using cli_test::read_jsonl;
 using cli_test::run;
 
 class CliTrain : public ::testing::Test {
@@ -53,12 +54,6 @@ class CliTrain : public ::testing::Test {
       EXPECT_EQ(a[i].first, b[i].first);
       EXPECT_EQ(a[i].second, b[i].second) << "step " << a[i].first;  // exact, not near
     }
-  }
-  static std::vector<nlohmann::json> read_jsonl(const std::string& file) {
-    std::ifstream in(file);
-    std::vector<nlohmann::json> v;
-    for (std::string line; std::getline(in, line);) v.push_back(nlohmann::json::parse(line));
-    return v;
   }
   fs::path dir_;
 };

@@ -25,7 +25,11 @@ struct TrainConfig {
   bool tie_embeddings = false;  // output head = token embedding
   bool smooth_swiglu = false;   // per-channel scale on the SwiGLU product
   std::string norm;             // bert: "post" (default) or "pre" blocks; "": the model's default
-  // Data. Empty data: the default corpus (gpt: Jane Austen; mlp: Fashion-MNIST).
+  // gpt, llama on token data: the vocabulary (required from scratch, taken
+  // from the checkpoint when resuming); 0 on byte-level text (256 bytes).
+  int64_t vocab_size = 0;
+  // Data. Empty data: the default corpus (gpt: Jane Austen; mlp: Fashion-MNIST);
+  // a .bin file or a directory of them: token data (data/tokens.hpp).
   std::string data;
   int64_t batch_size = 16;
   int64_t seq_len = 128;

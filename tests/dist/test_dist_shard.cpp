@@ -331,6 +331,16 @@ TEST(ShardWorker, ErrorFeedbackResidualsResumeBitIdentically) {
     dropped.trainer->resume(dir);
     for (float v : dropped.trainer->reducer()->residual()) ASSERT_EQ(v, 0.0f);
     EXPECT_TRUE(std::isfinite(dropped.trainer->train_step().loss));
+
+    // Residuals too large for any step to stay finite (a crafted checkpoint's
+    // 3e38, under valid CRCs) cost one skipped step: the skip forgets them
+    // and the next steps update the model.
+    TrainRun huge = make_run(corpus, s);
+    huge.trainer->resume(dir);
+    for (float& v : huge.trainer->reducer()->residual()) v = 3e38f;
+    EXPECT_TRUE(huge.trainer->train_step().skipped);
+    for (float v : huge.trainer->reducer()->residual()) ASSERT_TRUE(std::isfinite(v));
+    for (int i = 0; i < 2; ++i) EXPECT_FALSE(huge.trainer->train_step().skipped) << "step " << i + 2 << " after";
   }
   g.barrier("test cleanup");
   if (g.rank() == 0) fs::remove_all(root);

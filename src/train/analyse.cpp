@@ -10,6 +10,7 @@
 #include "mantissa/data/idx.hpp"
 #include "mantissa/data/mlm.hpp"
 #include "mantissa/data/text.hpp"
+#include "mantissa/data/tokens.hpp"
 #include "mantissa/formats/format.hpp"
 #include "mantissa/train/checkpoint.hpp"
 #include "mantissa/io/files.hpp"
@@ -28,6 +29,8 @@ std::string checkpoint_kind(const std::string& config_json) {
 
 nn::Batch one_batch(const TrainConfig& c, const std::string& path) {
   if (text_model(c.model)) {
+    if (data::is_token_data(path))
+      throw std::invalid_argument("--data " + path + ": analyse reads byte text; token data is not supported here yet");
     const data::TextCorpus corpus = data::TextCorpus::load(path);
     corpus.check_seq_len(c.seq_len);
     if (masked_text_model(c.model))

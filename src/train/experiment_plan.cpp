@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
+#include "mantissa/data/tokens.hpp"
 #include "mantissa/nn/models.hpp"
 #include "mantissa/recipe/recipe.hpp"
 #include "mantissa/train/experiment.hpp"
@@ -131,6 +132,10 @@ ExperimentPlan make_plan(const ExperimentOptions& o) {
   for (auto it = o.widths.begin(); it != o.widths.end(); ++it)
     if (std::find(o.widths.begin(), it, *it) != it)
       throw std::invalid_argument("--widths names " + std::to_string(*it) + " twice");
+  // The study's tables are in bits per character: token data is refused
+  // rather than reported in the wrong unit.
+  if (!o.data.empty() && data::is_token_data(o.data))
+    throw std::invalid_argument("--data " + o.data + ": the recipe study reads byte text; token data is not supported here yet");
   const std::vector<std::string> known = registered_names();
   for (const auto* list : {&o.recipes, &o.mlp_recipes})
     for (const auto& r : *list) {

@@ -117,6 +117,17 @@ TEST_F(CliTokens, RefusesWhatItCannotTrainOn) {
   refused(data + tiny("bert"), "masked-LM batches need the tokenizer's");
   refused(" --steps 1 --data " + path("corpus.txt") + tiny() + " --vocab-size 512",
           "byte-level text");
+  // The commands that read byte text only refuse token data rather than
+  // read its bytes as characters.
+  for (const std::string& cmd : {"analyse --model gpt --out " + path("an") + " --data " + path("nano"),
+                                 "experiment --recipes fp32 --mlp-recipes none --out " + path("study") + " --data " +
+                                     path("nano")}) {
+    const Result r = run(cmd);
+    EXPECT_EQ(r.code, 2) << cmd << "\n" << r.out;
+    EXPECT_NE(r.out.find("token data is not supported here yet"), std::string::npos) << cmd << "\n" << r.out;
+  }
+  EXPECT_FALSE(fs::exists(path("study")));
+  EXPECT_FALSE(fs::exists(path("an")));
   fs::remove(path("nano/val.bin"));
   refused(data + tiny() + " --vocab-size 512", "train.bin but no val.bin");
 }

@@ -184,6 +184,27 @@ TEST_F(Checkpoints, ResumeUnderAnotherRecipeNamesTheDifference) {
   EXPECT_LT(r.out.size(), 400u) << r.out;
 }
 
+// A config inside every bound whose model still cannot be allocated (2^24
+// BERT layers of width 2, in an address space capped at 3 GB) unwinds to
+// the documented "out of memory", exit 1: no destructor on the way may throw
+// (the allocator's block cache frees instead of caching when it cannot grow).
+TEST_F(Checkpoints, AModelTooLargeToAllocateIsOutOfMemoryNotAnAbort) {
+#if defined(__SANITIZE_ADDRESS__)
+  GTEST_SKIP() << "AddressSanitizer reserves more address space than the cap allows";
+#else
+  fs::create_directories(dir_ / "huge");
+  reliability::write(dir_ / "huge" / "config.json",
+                     R"({"model_type":"bert","vocab_size":260,"max_position_embeddings":16,"hidden_size":2,)"
+                     R"("num_hidden_layers":16777216,"num_attention_heads":1,"intermediate_size":8,"type_vocab_size":2})");
+  const auto r = reliability::run_shell("ulimit -v 3000000; " + std::string(MANTISSA_CLI) + " eval --checkpoint " +
+                                        path("huge") + " --data " + path("corpus.txt"));
+  EXPECT_EQ(r.signal, 0) << r.out;
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("out of memory"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("terminate called"), std::string::npos) << r.out;
+#endif
+}
+
 TEST_F(Checkpoints, LossScalingThatSkipsEveryStepFails) {
   const auto r = run(tiny("fp16-amp") + " --steps 5 --init-scale 1e30 --max-scale 1e30 --save " + path("fp16"));
   EXPECT_EQ(r.code, 1) << r.out;

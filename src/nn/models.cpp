@@ -1,5 +1,6 @@
 #include "mantissa/nn/models.hpp"
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
 
 #include "mantissa/nn/bert.hpp"
@@ -97,9 +98,7 @@ const std::vector<ModelKind>& model_kinds() {
 }
 
 bool ModelKind::reads(const std::string& option) const {
-  for (const std::string& o : options)
-    if (o == option) return true;
-  return false;
+  return std::find(options.begin(), options.end(), option) != options.end();
 }
 
 const ModelKind* find_model_kind(const std::string& name) {

@@ -11,24 +11,13 @@
 #include "mantissa/tensor/memory.hpp"
 #include "optim/adam_kernel.hpp"
 #include "optim/fused_loop.hpp"
+#include "optim/state_chunk.hpp"
 
 namespace mantissa::optim {
 
 namespace {
 
-// buf[0, n) = decoded values x scale of t's elements [begin, begin + n).
-void load_chunk(const Tensor& t, int64_t begin, int64_t n, float* buf) {
-  if (t.dtype() == DType::f32) {
-    std::memcpy(buf, t.f32() + begin, static_cast<size_t>(n) * sizeof(float));
-    return;
-  }
-  const auto& fmt = formats::preset(dtype_format_name(t.dtype()));
-  const auto* codes = static_cast<const char*>(t.raw()) + static_cast<size_t>(begin) * dtype_size(t.dtype());
-  formats::dequantize(fmt, codes, buf, static_cast<size_t>(n));
-  const float s = t.scale();
-  if (s != 1.0f)
-    for (int64_t i = 0; i < n; ++i) buf[i] *= s;
-}
+using detail::load_chunk;
 
 // t's elements [begin, begin + n) = round(buf / scale); buf is clobbered.
 void store_chunk(Tensor& t, int64_t begin, int64_t n, float* buf, float scale) {

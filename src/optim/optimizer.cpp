@@ -9,6 +9,7 @@
 
 #include "mantissa/formats/convert.hpp"
 #include "mantissa/io/untrusted.hpp"
+#include "optim/state_chunk.hpp"
 
 namespace mantissa::optim {
 
@@ -116,21 +117,16 @@ void Optimizer::check_state_values(const Tensor& t, const std::string& name, Sta
   if (!(scale > 0.0f) || !std::isfinite(scale) || std::frexp(scale, &e) != 0.5f)
     fail("has scale " + io::excerpt_json(scale) + " (must be a positive, finite power of two)");
   const bool plain = t.dtype() == DType::f32;
-  const formats::Format* fmt = plain ? nullptr : &formats::preset(dtype_format_name(t.dtype()));
-  if (fmt && !std::isfinite(static_cast<float>(fmt->max() * static_cast<double>(scale))))
+  if (!plain && !std::isfinite(static_cast<float>(formats::preset(dtype_format_name(t.dtype())).max() *
+                                                  static_cast<double>(scale))))
     fail("has scale " + io::excerpt_json(scale) + ": its largest value overflows float32");
   constexpr int64_t kChunk = 4096;
-  std::vector<float> buf(plain ? 0 : kChunk);
+  std::vector<float> buf(kChunk);
   for (int64_t begin = 0; begin < t.numel(); begin += kChunk) {
     const int64_t n = std::min(kChunk, t.numel() - begin);
-    const float* v = t.f32() + begin;
-    if (fmt) {
-      const auto* codes = static_cast<const char*>(t.raw()) + static_cast<size_t>(begin) * dtype_size(t.dtype());
-      formats::dequantize(*fmt, codes, buf.data(), static_cast<size_t>(n));
-      v = buf.data();
-    }
+    detail::load_chunk(t, begin, n, buf.data());  // codes x scale; fp32 as stored
     for (int64_t i = 0; i < n; ++i) {
-      const float x = v[i] * scale;
+      const float x = plain ? buf[static_cast<size_t>(i)] * scale : buf[static_cast<size_t>(i)];
       if (!std::isfinite(x)) fail("holds non-finite values (at element " + std::to_string(begin + i) + ")");
       if (range == StateRange::non_negative && x < 0.0f)
         fail("holds " + io::excerpt_json(x) + " at element " + std::to_string(begin + i) + " (must be >= 0)");

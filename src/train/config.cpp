@@ -239,9 +239,10 @@ void validate(const TrainConfig& c) {
       {"ffn-hidden", c.ffn_hidden != defaults.ffn_hidden},
       {"tie-embeddings", c.tie_embeddings != defaults.tie_embeddings},
       {"smooth-swiglu", c.smooth_swiglu != defaults.smooth_swiglu}};
+  const nn::ModelKind& kind = *nn::find_model_kind(c.model);
   for (const auto& entry : options) {
     const std::string& option = entry.first;  // a name, not a binding: lambdas capture it
-    if (entry.second && !nn::find_model_kind(c.model)->reads(option))
+    if (entry.second && !kind.reads(option))
       throw std::invalid_argument("--" + option + " applies to --model " +
                                   nn::model_kind_names([&](const nn::ModelKind& k) { return k.reads(option); }) +
                                   " (got --model " + c.model + ")");

@@ -77,15 +77,6 @@ std::string step_metrics_json(const StepMetrics& m) {
 
 namespace {
 
-// Token data (the run line's data.unit is "token"): the loss per token in
-// nats and bits; otherwise bits per character (val_bpc).
-bool per_token_run(const std::string& run_info_json) {
-  if (run_info_json.empty()) return false;
-  const json info = json::parse(run_info_json);
-  const auto d = info.find("data");
-  return d != info.end() && d->is_object() && d->value("unit", "") == "token";
-}
-
 std::string eval_record(const EvalMetrics& e, bool per_token) {
   json j{{"step", e.step}, {"val_loss", num(e.val_loss)}, {"val_targets", e.targets}};
   if (per_token) {
@@ -105,7 +96,6 @@ std::string eval_metrics_json(const EvalMetrics& e) { return eval_record(e, fals
 RunSummary run(Trainer& trainer, const RunOptions& o) {
   RunSummary s;
   MetricsFile metrics(o.metrics_path, o.append_metrics, o.on_record);
-  const bool per_token = per_token_run(o.run_info_json);
   if (!o.run_info_json.empty()) metrics.write(json{{"run", json::parse(o.run_info_json)}}.dump());
   const auto t0 = std::chrono::steady_clock::now();
   const int64_t first = trainer.step();
@@ -138,9 +128,9 @@ RunSummary run(Trainer& trainer, const RunOptions& o) {
     if (!trainer.has_validation()) return;
     s.final_eval = trainer.evaluate();
     s.evaluated = true;
-    metrics.write(eval_record(s.final_eval, per_token));
+    metrics.write(eval_record(s.final_eval, o.per_token));
     char buf[160];
-    std::snprintf(buf, sizeof buf, per_token ? "eval step %ld: val_loss %.4f nats/token  val_bits_per_token %.4f"
+    std::snprintf(buf, sizeof buf, o.per_token ? "eval step %ld: val_loss %.4f nats/token  val_bits_per_token %.4f"
                                              : "eval step %ld: val_loss %.4f  val_bpc %.4f",
                   static_cast<long>(s.final_eval.step), s.final_eval.val_loss, s.final_eval.val_bpc);
     std::string line(buf);
@@ -188,10 +178,14 @@ RunSummary run(Trainer& trainer, const RunOptions& o) {
     if (s.diverged) break;
   }
   // Every run ends with a finiteness check, saved or not, so weights that
-  // became NaN or inf before the loss did are never reported as trained.
-  if (!s.diverged && trainer.step() > first) check_finite(trainer.step());
+  // became NaN or inf before the loss did are never reported as trained; the
+  // final save relies on it (evaluation changes no tensor).
+  if (!s.diverged && (trainer.step() > first || !o.save_dir.empty())) check_finite(trainer.step());
   if (!s.diverged) do_eval();
-  if (!s.diverged && !o.save_dir.empty() && save(trainer.step())) log_line("saved checkpoint to " + o.save_dir);
+  if (!s.diverged && !o.save_dir.empty()) {
+    trainer.save(o.save_dir);
+    log_line("saved checkpoint to " + o.save_dir);
+  }
   if (s.diverged) {
     if (o.log && o.terminal) std::fprintf(o.log, "\n");
     log_line("diverged at step " + std::to_string(s.diverged_at) + ": " + s.diverged_reason +

@@ -346,6 +346,34 @@ void check_token_run(const TrainConfig& c, const data::TokenCorpus& tokens) {
                                 std::to_string(int64_t{tokens.max_id()} + 1) + "; GPT-2's tokenizer has 50257)");
 }
 
+// What data-parallel ranks must agree on: every setting but the per-host
+// ones (threads, where the files are), then what the data, model and recipe
+// became.
+std::vector<std::pair<std::string, std::string>> agreement_parts(const Session& s, const data::TokenCorpus* tokens) {
+  std::vector<std::pair<std::string, std::string>> parts;
+  const nlohmann::json settings = nlohmann::json::parse(config_to_json(s.config));
+  for (auto it = settings.begin(); it != settings.end(); ++it)
+    if (it.key() != "threads" && it.key() != "config" && it.key() != "data")
+      parts.emplace_back("--" + it.key(), it.value().dump());
+  std::string data;
+  if (tokens)
+    for (const data::TokenSpan& split : {tokens->train(), tokens->val()})
+      data += std::to_string(split.size) + " tokens, crc " +
+              std::to_string(io::crc32(split.data, static_cast<size_t>(split.size * split.width))) + "; ";
+  else if (s.corpus)
+    data = std::to_string(s.corpus->size()) + " bytes, crc " +
+           std::to_string(io::crc32(s.corpus->train_bytes(), static_cast<size_t>(s.corpus->size())));
+  else
+    for (const data::ClassificationSet* set : {s.train_set.get(), s.test_set.get()})
+      data += std::to_string(set->size()) + " examples, crc " +
+              std::to_string(io::crc32(set->pixels.data(), set->pixels.size(),
+                                       io::crc32(set->labels.data(), set->labels.size() * sizeof(int32_t)))) + "; ";
+  parts.emplace_back("the training data (--data)", data);
+  parts.emplace_back("the model configuration", s.model->config_json());
+  parts.emplace_back("the recipe", recipe::recipe_to_json(s.recipe));
+  return parts;
+}
+
 }  // namespace
 
 std::unique_ptr<Session> build_session(const TrainConfig& config) {
@@ -447,32 +475,7 @@ std::unique_ptr<Session> build_session(const TrainConfig& config) {
   const dist::CommOptions comm{c.comm_format, c.comm_block, c.comm_error_feedback};
   dist::validate(comm);
   dist::Group& group = dist::Group::world();
-  if (group.distributed()) {
-    // Every setting but the per-host ones (threads, where the files are), then
-    // what the data, model and recipe became.
-    std::vector<std::pair<std::string, std::string>> parts;
-    const nlohmann::json settings = nlohmann::json::parse(config_to_json(c));
-    for (auto it = settings.begin(); it != settings.end(); ++it)
-      if (it.key() != "threads" && it.key() != "config" && it.key() != "data")
-        parts.emplace_back("--" + it.key(), it.value().dump());
-    std::string data;
-    if (tokens)
-      for (const data::TokenSpan& split : {tokens->train(), tokens->val()})
-        data += std::to_string(split.size) + " tokens, crc " +
-                std::to_string(io::crc32(split.data, static_cast<size_t>(split.size * split.width))) + "; ";
-    else if (s->corpus)
-      data = std::to_string(s->corpus->size()) + " bytes, crc " +
-             std::to_string(io::crc32(s->corpus->train_bytes(), static_cast<size_t>(s->corpus->size())));
-    else
-      for (const data::ClassificationSet* set : {s->train_set.get(), s->test_set.get()})
-        data += std::to_string(set->size()) + " examples, crc " +
-                std::to_string(io::crc32(set->pixels.data(), set->pixels.size(),
-                                         io::crc32(set->labels.data(), set->labels.size() * sizeof(int32_t)))) + "; ";
-    parts.emplace_back("the training data (--data)", data);
-    parts.emplace_back("the model configuration", s->model->config_json());
-    parts.emplace_back("the recipe", recipe::recipe_to_json(s->recipe));
-    require_rank_agreement(group, parts);
-  }
+  if (group.distributed()) require_rank_agreement(group, agreement_parts(*s, tokens.get()));
   try {
     s->optimizer = make_optimizer(c, *s->model, s->recipe,
                                   c.shard_optimizer && group.distributed()
@@ -533,6 +536,7 @@ RunOptions run_options(Session& s) {
   ro.metrics_path = c.metrics;
   ro.append_metrics = !c.resume.empty();
   ro.log_every = c.log_every;
+  ro.per_token = data_unit(s) == "token";
   ro.run_info_json = nlohmann::json{{"config", nlohmann::json::parse(config_to_json(c))},
                                     {"recipe", nlohmann::json::parse(recipe::recipe_to_json(s.recipe))},
                                     {"model", nlohmann::json::parse(s.model->config_json())},

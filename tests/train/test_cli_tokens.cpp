@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
+#include "temp_dir.hpp"
 #include "train/cli_util.hpp"
 
 namespace fs = std::filesystem;
@@ -38,27 +39,21 @@ std::vector<uint32_t> walk(size_t n, uint64_t seed) {
 class CliTokens : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("mantissa_cli_tokens_" + std::to_string(::getpid()));
-    fs::remove_all(dir_);
-    fs::create_directories(dir_ / "nano");
     std::string train, val;
     for (uint32_t id : walk(6000, 1)) put(train, id, 2);
     for (uint32_t id : walk(700, 2)) put(val, id, 2);
-    write("nano/train.bin", train);
-    write("nano/val.bin", val);
-    write("corpus.txt", cli_test::word_corpus(6000, 3));
+    dir_.write("nano/train.bin", train);
+    dir_.write("nano/val.bin", val);
+    dir_.write("corpus.txt", cli_test::word_corpus(6000, 3));
   }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
-  void write(const std::string& name, const std::string& bytes) const {
-    std::ofstream(path(name), std::ios::binary) << bytes;
-  }
+  std::string path(const std::string& name) const { return dir_ / name; }
+  void write(const std::string& name, const std::string& bytes) const { dir_.write(name, bytes); }
   static std::string tiny(const std::string& model = "gpt") {
     return " --model " + model +
            " --layers 1 --d-model 16 --heads 2 --seq-len 16 --batch-size 2 --threads 1 "
            "--warmup 2 --lr 1e-2 --eval-batches 4";
   }
-  fs::path dir_;
+  TempDir dir_{"cli_tokens"};
 };
 
 TEST_F(CliTokens, TrainsOnANanoGptDirectoryInNatsPerToken) {

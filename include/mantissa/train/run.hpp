@@ -24,6 +24,7 @@ struct RunOptions {
   std::string metrics_path;     // empty: no metrics file
   bool append_metrics = false;  // resuming: keep the earlier lines
   std::string run_info_json;    // written as the first metrics line ({"run": ...}) if set
+  bool per_token = false;       // token data: evaluations in nats and bits per token, not val_bpc
   int64_t log_every = 10;
   FILE* log = stdout;           // null: silent
   bool terminal = false;        // progress line with \r and ETA

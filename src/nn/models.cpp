@@ -82,17 +82,47 @@ void check(const std::string& j) {
 const std::vector<ModelKind>& model_kinds() {
   using T = Model::Task;
   static const std::vector<ModelKind> kinds = {
-      {"gpt", T::language_model, make_gpt, load<GPT, GPTConfig>, check<GPTConfig>, {"norm", "dropout"}},
+      {.name = "gpt",
+       .title = "GPT",
+       .task = T::language_model,
+       .make = make_gpt,
+       .load = load<GPT, GPTConfig>,
+       .check = check<GPTConfig>,
+       .options = {"norm", "dropout", "vocab-size", "checkpoint-activations"},
+       .unit_lr = 0,
+       .umup = true},
       // 2^-2: at the library's 2^-1 the unit Llama's activations outgrow
       // unit-fp8's unscaled e4m3fn casts on small models (docs/llama.md).
-      {"llama", T::language_model, make_llama, load<Llama, LlamaConfig>, check<LlamaConfig>,
-       {"kv-heads", "ffn-hidden", "tie-embeddings", "smooth-swiglu"}, 0x1p-2},
+      {.name = "llama",
+       .title = "Llama",
+       .task = T::language_model,
+       .make = make_llama,
+       .load = load<Llama, LlamaConfig>,
+       .check = check<LlamaConfig>,
+       .options = {"kv-heads", "ffn-hidden", "tie-embeddings", "smooth-swiglu", "vocab-size"},
+       .unit_lr = 0x1p-2,
+       .umup = false},
       // 2^-2: at the library's 2^-1 the unit BERT is at the edge of stability,
       // and fp16's rounding alone keeps some seeds on the byte-frequency
       // plateau (docs/bert.md).
-      {"bert", T::masked_language_model, make_bert, load<Bert, BertConfig>, check<BertConfig>, {"norm", "ffn-hidden"},
-       0x1p-2},
-      {"mlp", T::classifier, make_mlp, load<MLP, MLPConfig>, check<MLPConfig>, {}},
+      {.name = "bert",
+       .title = "BERT",
+       .task = T::masked_language_model,
+       .make = make_bert,
+       .load = load<Bert, BertConfig>,
+       .check = check<BertConfig>,
+       .options = {"norm", "ffn-hidden"},
+       .unit_lr = 0x1p-2,
+       .umup = false},
+      {.name = "mlp",
+       .title = "MLP",
+       .task = T::classifier,
+       .make = make_mlp,
+       .load = load<MLP, MLPConfig>,
+       .check = check<MLPConfig>,
+       .options = {},
+       .unit_lr = 0,
+       .umup = false},
   };
   return kinds;
 }
@@ -105,6 +135,19 @@ const ModelKind* find_model_kind(const std::string& name) {
   for (const ModelKind& k : model_kinds())
     if (k.name == name) return &k;
   return nullptr;
+}
+
+const ModelKind& default_model_kind(Model::Task task) {
+  for (const ModelKind& k : model_kinds())
+    if (k.task == task) return k;
+  return model_kinds().front();
+}
+
+std::string model_kind_titles(const std::function<bool(const ModelKind&)>& keep) {
+  std::string titles;
+  for (const ModelKind& k : model_kinds())
+    if (keep(k)) titles += (titles.empty() ? "" : ", ") + k.title;
+  return "the " + titles + " only (--model " + model_kind_names(keep) + ")";
 }
 
 std::string model_kind_names(const std::function<bool(const ModelKind&)>& keep) {

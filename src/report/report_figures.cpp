@@ -7,6 +7,7 @@
 #include <map>
 
 #include "mantissa/formats/format.hpp"
+#include "report_task.hpp"
 
 namespace mantissa::report {
 
@@ -50,12 +51,10 @@ std::vector<std::pair<std::string, std::vector<const RunResult*>>> by_recipe(con
 
 std::optional<LinePlot> validation_curves(const std::vector<RunResult>& runs, const std::string& task) {
   LinePlot p;
-  const bool bert = task == "bert";
-  p.title = task == "mlp" ? "Fashion-MNIST test loss (mean over seeds)"
-                          : bert ? "BERT: validation bits per masked character (mean over seeds)"
-                                 : "Validation bits per character (mean over seeds)";
+  const nn::TaskInfo& info = nn::task_info(task);
+  p.title = info.curve_title + " (mean over seeds)";
   p.x.label = "optimizer step";
-  p.y.label = task == "mlp" ? "test loss (nats)" : bert ? "bits per masked character" : "validation bits per character";
+  p.y.label = info.curve_label;
   const double cap = divergence_threshold(task);
   for (const auto& [recipe, seeds] : by_recipe(runs, task)) {
     Series s = mean_curve(seeds, cap);
@@ -104,7 +103,7 @@ std::optional<LinePlot> loss_scale_plot(const std::vector<RunResult>& runs) {
   p.x.label = "optimizer step";
   p.y.label = "loss scale";
   p.y.log2 = true;
-  for (const auto& [recipe, seeds] : by_recipe(runs, "gpt")) {
+  for (const auto& [recipe, seeds] : by_recipe(runs, task_id(nn::Task::language_model))) {
     const RunResult& r = *seeds.front();  // first seed: a scale trace is not averaged
     bool varies = false;
     for (const auto& c : r.loss_scale_curve) varies = varies || c.value != r.loss_scale_curve.front().value;
@@ -141,16 +140,15 @@ LinePlot sweep_axes(const std::string& task, const std::string& title) {
   LinePlot p;
   p.title = title;
   p.x.label = "log2 learning rate";
-  p.y.label = task == "mlp" ? "test accuracy (%)" : task == "bert" ? "bits per masked character" : "validation bits per character";
+  const nn::TaskInfo& info = nn::task_info(task);
+  p.y.label = info.metric_label + (info.metric_unit.empty() ? "" : " (" + info.metric_unit + ")");
   return p;
 }
 
 }  // namespace
 
 std::optional<LinePlot> sweep_plot(const std::vector<SweepCurve>& curves, const std::string& task) {
-  LinePlot p = sweep_axes(task, task == "mlp"    ? "Learning-rate sweep: Fashion-MNIST test accuracy (mean over seeds)"
-                                : task == "bert" ? "Learning-rate sweep: BERT bits per masked character (mean over seeds)"
-                                                 : "Learning-rate sweep: validation bits per character (mean over seeds)");
+  LinePlot p = sweep_axes(task, "Learning-rate sweep: " + nn::task_info(task).sweep_title + " (mean over seeds)");
   for (const SweepCurve& c : curves) {
     if (c.task != task || c.points.size() < 2) continue;
     Series s;
@@ -164,7 +162,7 @@ std::optional<LinePlot> sweep_plot(const std::vector<SweepCurve>& curves, const 
 
 std::optional<LinePlot> transfer_plot(const std::vector<SweepCurve>& curves, const std::string& task,
                                       const std::string& recipe) {
-  LinePlot p = sweep_axes(task, recipe + ": " + (task == "mlp" ? "test accuracy" : task == "bert" ? "bits per masked char" : "val bpc") +
+  LinePlot p = sweep_axes(task, recipe + ": " + nn::task_info(task).metric_short +
                                     " against learning rate, one line per width (mean over seeds)");
   for (const SweepCurve& c : curves) {
     if (c.task != task || c.recipe != recipe || c.points.size() < 2) continue;

@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <sstream>
 
+#include "report_task.hpp"
+
 namespace mantissa::report {
 namespace {
 
@@ -30,10 +32,11 @@ bool is_fp4(const std::string& r) { return r.rfind("nvfp4", 0) == 0 || r.rfind("
 
 std::string fp4_section_md(const std::vector<RunResult>& runs) {
   const std::vector<RecipeSummary> rows = summarize(runs, "bf16-amp");
+  const std::string& lm = task_id(nn::Task::language_model);  // the ablation trains the language model
   bool fp4 = false, ref = false;
   for (const auto& s : rows) {
-    fp4 = fp4 || (s.task == "gpt" && is_fp4(s.recipe));
-    ref = ref || (s.task == "gpt" && s.recipe == "bf16-amp" && s.finished > 0);
+    fp4 = fp4 || (s.task == lm && is_fp4(s.recipe));
+    ref = ref || (s.task == lm && s.recipe == "bf16-amp" && s.finished > 0);
   }
   if (!fp4 || !ref) return "";
   std::ostringstream o;
@@ -41,7 +44,7 @@ std::string fp4_section_md(const std::vector<RunResult>& runs) {
     << "| recipe | what it is | val bpc | gap to bf16-amp | diverged | step time (ms) |\n|---|---|---|---|---|---|\n";
   char buf[256];
   for (const auto& s : rows) {
-    if (s.task != "gpt") continue;
+    if (s.task != lm) continue;
     if (s.finished == 0) {
       o << "| " << s.recipe << " | " << what(s.recipe) << " | not run | | | |\n";
       continue;

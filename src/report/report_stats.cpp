@@ -7,6 +7,7 @@
 
 #include "mantissa/io/untrusted.hpp"
 #include "mantissa/report/report.hpp"
+#include "report_task.hpp"
 
 namespace mantissa::report {
 
@@ -133,12 +134,12 @@ MeanStd mean_std(const std::vector<double>& values) {
   return m;
 }
 
-double divergence_threshold(const std::string& task) { return task == "mlp" ? std::log(10.0) : 8.0; }
+double divergence_threshold(const std::string& task) { return nn::task_info(task).divergence_threshold; }
 
 bool is_diverged(const RunResult& r, double threshold) {
   if (r.status == "diverged") return true;
   if (r.status != "ok") return false;
-  const double metric = r.task == "mlp" ? r.val_loss : r.val_bpc;
+  const double metric = accuracy_task(r.task) ? r.val_loss : r.val_bpc;
   return !std::isfinite(metric) || metric > threshold;
 }
 
@@ -190,8 +191,8 @@ std::vector<RecipeSummary> summarize(const std::vector<RunResult>& runs, const s
         if (at > 0 && (s.first_diverged_at == 0 || at < s.first_diverged_at)) s.first_diverged_at = at;
         continue;
       }
-      metric.push_back(s.task == "mlp" ? 100.0 * r.accuracy : r.val_bpc);
-      if (s.task == "bert") accuracy.push_back(100.0 * r.accuracy);
+      metric.push_back(metric_of(r));
+      if (nn::is_task(s.task, nn::Task::masked_language_model)) accuracy.push_back(100.0 * r.accuracy);
       train_loss.push_back(r.final_train_loss);
     }
     s.status = s.finished > 0 ? "ok" : first_bad_status;
@@ -206,8 +207,7 @@ std::vector<RecipeSummary> summarize(const std::vector<RunResult>& runs, const s
   for (auto& s : rows) {
     const RecipeSummary* ref = find(s.task, reference);
     if (!ref || !std::isfinite(ref->metric.mean) || !std::isfinite(s.metric.mean)) continue;
-    s.gap_pct = s.task == "mlp" ? s.metric.mean - ref->metric.mean
-                                : 100.0 * (s.metric.mean - ref->metric.mean) / ref->metric.mean;
+    s.gap_pct = gap_of(s.task, s.metric.mean, ref->metric.mean);
   }
   return rows;
 }

@@ -10,15 +10,11 @@
 
 #include "mantissa/report/report.hpp"
 #include "report_figures.hpp"
+#include "report_task.hpp"
 
 namespace mantissa::report {
 
 namespace {
-
-// The text tasks (gpt, bert) rank by bits per (masked) character, the MLP by accuracy.
-bool lower_is_better(const std::string& task) { return task != "mlp"; }
-
-double metric_of(const RunResult& r) { return r.task != "mlp" ? r.val_bpc : 100.0 * r.accuracy; }
 
 bool same_curve(const SweepCurve& c, const RunResult& r) {
   return c.task == r.task && c.recipe == r.recipe && c.d_model == r.d_model;
@@ -73,7 +69,7 @@ std::vector<SweepCurve> lr_sweep(const std::vector<RunResult>& runs, const std::
       }
       p.metric = mean_std(values);
     }
-    const bool lower = lower_is_better(c.task);
+    const bool lower = nn::task_info(c.task).lower_is_better;
     for (size_t i = 0; i < c.points.size(); ++i) {
       const SweepPoint& p = c.points[i];
       if (!usable(p)) continue;
@@ -89,7 +85,7 @@ std::vector<SweepCurve> lr_sweep(const std::vector<RunResult>& runs, const std::
       return s.task == c.task && s.recipe == reference && s.d_model == c.d_model;
     });
     if (ref == curves.end() || std::isnan(ref->best_lr) || std::isnan(c.best_lr)) continue;
-    c.gap_pct = c.task != "mlp" ? 100.0 * (c.best.mean - ref->best.mean) / ref->best.mean : c.best.mean - ref->best.mean;
+    c.gap_pct = gap_of(c.task, c.best.mean, ref->best.mean);
   }
   return curves;
 }
@@ -117,7 +113,9 @@ std::vector<int64_t> sweep_widths(const std::vector<SweepCurve>& curves, const s
 }
 
 std::string sweep_table_md(const std::vector<SweepCurve>& curves, const std::string& task) {
-  const bool text = task != "mlp";
+  const nn::TaskInfo& info = nn::task_info(task);
+  const bool points = accuracy_task(task);  // the gap in accuracy points, else in %
+  const int decimals = info.metric_decimals;
   const bool widths = sweep_widths(curves, task).size() > 1;
   std::set<double> rates;
   for (const SweepCurve& c : curves)
@@ -125,7 +123,9 @@ std::string sweep_table_md(const std::vector<SweepCurve>& curves, const std::str
       for (const SweepPoint& p : c.points) rates.insert(p.lr);
   if (rates.empty()) return {};
   std::ostringstream o;
-  o << "| recipe |" << (widths ? " d_model |" : "") << " best lr | " << (task == "mlp" ? "test accuracy %" : task == "bert" ? "bits per masked char" : "val bpc") << " at best lr (mean ± std) | gap to fp32 at fp32's best lr |";
+  o << "| recipe |" << (widths ? " d_model |" : "") << " best lr | " << info.metric_short
+    << (info.metric_unit.empty() ? "" : " " + info.metric_unit)
+    << " at best lr (mean ± std) | gap to fp32 at fp32's best lr |";
   for (double lr : rates) o << " " << lr_label(lr) << " |";
   o << "\n|---|---|---|---|" << (widths ? "---|" : "");
   for (size_t i = 0; i < rates.size(); ++i) o << "---|";
@@ -148,8 +148,8 @@ std::string sweep_table_md(const std::vector<SweepCurve>& curves, const std::str
     if (std::isnan(c.best_lr)) o << "none (every rate diverged or failed) | — | — |";
     else {
       char gap[48] = "—";
-      if (std::isfinite(c.gap_pct)) std::snprintf(gap, sizeof gap, text ? "%+.2f %%" : "%+.2f", c.gap_pct);
-      o << lr_label(c.best_lr) << (c.best_at_edge ? " (edge of the sweep)" : "") << " | " << mean_pm(c.best, text ? 3 : 2)
+      if (std::isfinite(c.gap_pct)) std::snprintf(gap, sizeof gap, points ? "%+.2f" : "%+.2f %%", c.gap_pct);
+      o << lr_label(c.best_lr) << (c.best_at_edge ? " (edge of the sweep)" : "") << " | " << mean_pm(c.best, decimals)
         << " | " << gap << " |";
     }
     for (double lr : rates) {
@@ -158,7 +158,7 @@ std::string sweep_table_md(const std::vector<SweepCurve>& curves, const std::str
       else if (p->finished == 0) o << " failed |";
       else if (p->diverged == p->finished) o << " diverged |";
       else {
-        o << " " << fmt_fixed(p->metric.mean, text ? 3 : 2);
+        o << " " << fmt_fixed(p->metric.mean, decimals);
         if (p->diverged > 0) o << " (" << p->diverged << " diverged)";
         o << " |";
       }

@@ -9,6 +9,7 @@
 
 #include "mantissa/report/report.hpp"
 #include "report_figures.hpp"
+#include "report_task.hpp"
 
 namespace mantissa::report {
 
@@ -59,9 +60,9 @@ const RecipeSummary* find(const std::vector<RecipeSummary>& rows, const std::str
   return nullptr;
 }
 
-// Our value for a recipe in a comparison table.
+// Our value for a recipe in a comparison table (of the language model's papers).
 std::string ours(const std::vector<RecipeSummary>& rows, const std::string& recipe, bool train_loss) {
-  const RecipeSummary* s = find(rows, "gpt", recipe);
+  const RecipeSummary* s = find(rows, task_id(nn::Task::language_model), recipe);
   if (!s) return "not run";
   if (s->finished == 0) return s->status == "not-available" ? "n/a" : "failed";
   const MeanStd& m = train_loss ? s->train_loss : s->metric;
@@ -75,9 +76,9 @@ std::string ours(const std::vector<RecipeSummary>& rows, const std::string& reci
 
 namespace {
 
-// The columns that differ between the GPT, BERT and MLP tables.
+// The columns that differ between the tasks' tables.
 struct TableLayout {
-  const char* task;
+  nn::Task task;
   const char* header;       // the header row
   int metric_decimals;
   const char* gap_unit;     // " %" (relative) or "" (accuracy points)
@@ -92,7 +93,7 @@ std::string recipe_table_md(const std::vector<RecipeSummary>& rows, const TableL
   for (int i = 0; i < columns; ++i) o << "|---";
   o << "|\n";
   for (const auto& s : rows) {
-    if (s.task != t.task) continue;
+    if (!nn::is_task(s.task, t.task)) continue;
     if (s.finished == 0) {
       o << unavailable_row(s, columns);
       continue;
@@ -110,21 +111,21 @@ std::string recipe_table_md(const std::vector<RecipeSummary>& rows, const TableL
 }  // namespace
 
 std::string main_table_md(const std::vector<RecipeSummary>& rows) {
-  return recipe_table_md(rows, {"gpt",
+  return recipe_table_md(rows, {nn::Task::language_model,
                                 "| recipe | val bpc (mean ± std) | gap to fp32 | diverged | skipped steps | step time (ms) | "
                                 "tokens/s | peak memory (MiB) |\n",
                                 3, " %", 1});
 }
 
 std::string mlp_table_md(const std::vector<RecipeSummary>& rows) {
-  return recipe_table_md(rows, {"mlp",
+  return recipe_table_md(rows, {nn::Task::classifier,
                                 "| recipe | test accuracy % (mean ± std) | gap to fp32 (points) | diverged | skipped steps | "
                                 "step time (ms) | examples/s | peak memory (MiB) |\n",
                                 2, "", 2});
 }
 
 std::string bert_table_md(const std::vector<RecipeSummary>& rows) {
-  return recipe_table_md(rows, {"bert",
+  return recipe_table_md(rows, {nn::Task::masked_language_model,
                                 "| recipe | bits per masked character (mean ± std) | gap to fp32 | masked-token accuracy % | "
                                 "diverged | skipped steps | step time (ms) | tokens/s | peak memory (MiB) |\n",
                                 3, " %", 1, true});
@@ -159,7 +160,9 @@ std::string unit_paper_table_md(const std::vector<RecipeSummary>& rows, bool pos
     for (const auto& c : cols) o << " " << (post ? c.post_norm : c.pre_norm) << " |";
   };
   const auto our_row = [&] {
-    o << "\n| mantissa: GPT " << (post_norm ? "post" : "pre") << "-norm, Jane Austen (val bpc) |";
+    const nn::TaskInfo& lm = nn::task_info(nn::Task::language_model);
+    o << "\n| mantissa: " << lm.model_title << " " << (post_norm ? "post" : "pre") << "-norm, " << lm.dataset
+      << " (val bpc) |";
     for (const auto& c : cols) o << " " << ours(rows, c.recipe, false) << " |";
   };
   paper_row(true);
@@ -176,7 +179,7 @@ namespace {
 
 // One BERT cell: masked-token accuracy % / bits per masked character.
 std::string bert_cell(const std::vector<RecipeSummary>& rows, const std::string& recipe) {
-  const RecipeSummary* s = find(rows, "bert", recipe);
+  const RecipeSummary* s = find(rows, task_id(nn::Task::masked_language_model), recipe);
   if (!s) return "not run";
   if (s->finished == 0) return s->status == "not-available" ? "n/a" : "failed";
   if (s->metric.n == 0) return "diverged";
@@ -203,8 +206,9 @@ std::string bert_paper_table_md(const std::vector<RecipeSummary>& rows) {
   for (const auto& r : table)
     o << "| paper: BERT-large " << r.paper << ", SQuAD v1.1 F1 (another task and metric) | "
       << r.published[0] << " | " << r.published[1] << " | " << r.published[2] << " |\n";
+  const std::string& model = nn::task_info(nn::Task::masked_language_model).model_title;
   for (const auto& r : table)
-    o << "| mantissa: BERT " << r.ours << ", masked-token accuracy % / bits per masked character | "
+    o << "| mantissa: " << model << " " << r.ours << ", masked-token accuracy % / bits per masked character | "
       << bert_cell(rows, r.recipes[0]) << " | " << bert_cell(rows, r.recipes[1]) << " | " << bert_cell(rows, r.recipes[2])
       << " |\n";
   for (const auto& r : table)

@@ -10,6 +10,7 @@
 #include "report_figures.hpp"
 #include "report_fp4.hpp"
 #include "report_inspect.hpp"
+#include "report_task.hpp"
 
 namespace mantissa::report {
 
@@ -22,13 +23,15 @@ std::string figure_md(const std::string& caption, const std::string& path) {
 }
 
 std::string reading_notes(const std::vector<RecipeSummary>& rows) {
+  const nn::TaskInfo& text = nn::task_info(nn::Task::language_model);
+  const nn::TaskInfo& image = nn::task_info(nn::Task::classifier);
   std::ostringstream o;
   o << "- val bpc: validation bits per character on the held-out end of the corpus, after the same number of "
        "tokens in the same data order for every recipe; mean ± sample standard deviation (n - 1) over the seeds "
        "that did not diverge.\n"
        "- gap to fp32: (recipe mean - fp32 mean) / fp32 mean. diverged: the trainer stopped on non-finite losses, "
-       "or the final validation loss is non-finite or worse than guessing uniformly (8 bits per byte; ln 10 nats "
-       "for Fashion-MNIST).\n"
+       "or the final validation loss is non-finite or worse than guessing uniformly ("
+    << text.threshold_text << "; " << image.threshold_text << " for " << image.dataset << ").\n"
        "- skipped steps: optimizer steps skipped for non-finite gradients (dynamic loss scaling backs off on those). "
        "step time excludes the first step; peak memory is the largest peak of mantissa's counted allocator "
        "(parameters, gradients, optimizer state, activations, workspace) over the seeds.\n";
@@ -74,11 +77,12 @@ ReportFiles write_report(const std::string& dir, const ReportInput& in) {
   const std::vector<SweepCurve> sweep = lr_sweep(in.runs);
   const bool swept = is_sweep(sweep);
   std::vector<RunResult> shown = swept ? at_best_rate(in.runs, sweep) : in.runs;
-  // A study over widths: the recipe tables show the widest GPT.
-  const std::vector<int64_t> widths = sweep_widths(sweep, "gpt");
+  // A study over widths (of the language model): the recipe tables show the widest.
+  const std::string& lm = task_id(nn::Task::language_model);
+  const std::vector<int64_t> widths = sweep_widths(sweep, lm);
   if (widths.size() > 1)
     shown.erase(std::remove_if(shown.begin(), shown.end(),
-                               [&](const RunResult& r) { return r.task == "gpt" && r.d_model != widths.back(); }),
+                               [&](const RunResult& r) { return r.task == lm && r.d_model != widths.back(); }),
                 shown.end());
   const std::vector<RecipeSummary> rows = summarize(shown);
   std::vector<std::pair<std::string, std::string>> svgs;  // (relative path, svg text)
@@ -90,12 +94,10 @@ ReportFiles write_report(const std::string& dir, const ReportInput& in) {
     return rel;
   };
 
-  bool any_gpt = false, any_bert = false, any_mlp = false;
-  for (const auto& s : rows) {
-    any_gpt = any_gpt || s.task == "gpt";
-    any_bert = any_bert || s.task == "bert";
-    any_mlp = any_mlp || s.task == "mlp";
-  }
+  auto any = [&](nn::Task task) {
+    return std::any_of(rows.begin(), rows.end(), [&](const RecipeSummary& s) { return nn::is_task(s.task, task); });
+  };
+  const bool any_gpt = any(nn::Task::language_model);
 
   std::ostringstream md;
   md << "# " << in.title << "\n\n";
@@ -114,11 +116,11 @@ ReportFiles write_report(const std::string& dir, const ReportInput& in) {
           "(highest test accuracy) among rates where every seed finished without diverging. The gap compares each "
           "recipe at its own best rate with fp32 at fp32's best rate, and every table below shows the runs at the "
           "recipe's best rate.\n\n";
-    for (const std::string task : {"gpt", "bert", "mlp"}) {
+    for (const nn::TaskInfo& info : nn::task_infos()) {
+      const std::string& task = info.id;
       const std::string table = sweep_table_md(sweep, task);
       if (table.empty()) continue;
-      md << "### " << (task == "gpt" ? "Character-level GPT" : task == "bert" ? "BERT masked LM" : "Fashion-MNIST MLP")
-         << "\n\n" << table << "\n";
+      md << "### " << info.title << "\n\n" << table << "\n";
       if (sweep_widths(sweep, task).size() > 1) {
         std::vector<std::string> recipes;
         for (const SweepCurve& c : sweep)
@@ -131,51 +133,53 @@ ReportFiles write_report(const std::string& dir, const ReportInput& in) {
         md << "The recipe tables below show the widest model (d_model " << widths.back()
            << ") at each recipe's best rate.\n\n";
       } else if (auto p = sweep_plot(sweep, task))
-        md << figure_md(std::string("Final ") + (task == "mlp" ? "test accuracy" : task == "bert" ? "bits per masked character" : "val bpc") +
+        md << figure_md("Final " + info.metric_name +
                             " against log2 learning rate, one line per recipe (unit-scaled recipes dashed)",
                         add_figure(std::string(task) + "_lr_sweep.svg", render(*p)));
     }
   }
+  // One section per task, each laid out for it (its tables, and the papers' tables beside the language models').
+  const nn::TaskInfo& text = nn::task_info(nn::Task::language_model);
+  const nn::TaskInfo& masked = nn::task_info(nn::Task::masked_language_model);
+  const nn::TaskInfo& image = nn::task_info(nn::Task::classifier);
   if (any_gpt) {
-    md << "## Character-level GPT: recipe by recipe\n\n" << main_table_md(rows) << "\n" << reading_notes(rows) << "\n";
+    md << "## " << text.title << ": recipe by recipe\n\n" << main_table_md(rows) << "\n" << reading_notes(rows) << "\n";
     md << fp4_section_md(shown);
     md << "### Laid out like the unit-scaling paper (Blake et al. 2023, character LM)\n\n"
        << unit_paper_table_md(rows, in.post_norm)
        << "\nPublished numbers are WikiText-103 test bits per character of much larger, longer-trained models "
-          "(median over seeds, 95% CI 0.010); ours are a small GPT on Jane Austen, so compare the *shape* (which "
+          "(median over seeds, 95% CI 0.010); ours are a small "
+       << text.model_title << " on " << text.dataset << ", so compare the *shape* (which "
           "columns match FP32 and which fall behind), not the values. The paper's FP8 results are for BERT-large on "
           "SQuAD v1.1 (F1: FP32 90.9, FP8 with loss scaling 90.69, FP8 unit 91.77), so its FP8 columns here are "
           "empty. Paper best learning rates: regular AdamW 2^-10, unit AdamW 2^-6.\n\n";
     md << "### Laid out like the Scalify table (scale propagation)\n\n"
        << scalify_table_md(rows)
        << "\nScalify reports the final training loss of a 168M-parameter GPT-2-like model on WikiText-103 with "
-          "a GPT-2 tokenizer; ours is the final training loss (nats per byte) of a small byte-level GPT, so again "
+          "a GPT-2 tokenizer; ours is the final training loss (nats per byte) of a small byte-level "
+       << text.model_title << ", so again "
           "compare gaps to FP32, not values.\n\n";
   }
-  if (any_bert)
-    md << "## BERT masked LM: recipe by recipe\n\n" << bert_table_md(rows)
+  if (any(nn::Task::masked_language_model))
+    md << "## " << masked.title << ": recipe by recipe\n\n" << bert_table_md(rows)
        << "\nBits per masked character: the validation loss per masked byte / ln 2 (lower is better; the gap is "
           "relative to fp32); masked-token accuracy: the share of masked positions whose arg-max prediction is the "
           "original byte.\n\n"
        << "### Laid out like the unit-scaling paper (Blake et al. 2023, BERT)\n\n"
        << bert_paper_table_md(rows)
        << "\nThe paper's numbers are SQuAD v1.1 F1 of BERT-large trained at each precision; "
-          "ours are masked-token accuracy and bits per masked character of a small byte-level BERT pre-trained on "
-          "Jane Austen, a different task and metric: compare the *shape* (which precisions match FP32 in each row), "
+          "ours are masked-token accuracy and bits per masked character of a small byte-level "
+       << masked.model_title << " pre-trained on " << masked.dataset
+       << ", a different task and metric: compare the *shape* (which precisions match FP32 in each row), "
           "not the values. The paper's regular FP8 run uses a loss scale; mantissa's regular FP8 column is "
           "`fp8-delayed` (per-tensor scales, see docs/bert.md). Only the paper's BERT-large SQuAD v1.1 F1 values are "
           "shown (no unit FP32 value among them).\n\n";
-  if (any_mlp) md << "## Fashion-MNIST MLP\n\n" << mlp_table_md(rows) << "\n";
+  if (any(nn::Task::classifier)) md << "## " << image.title << "\n\n" << mlp_table_md(rows) << "\n";
 
   md << "## Figures\n\n";
-  if (auto p = validation_curves(shown, "gpt"))
-    md << figure_md("Validation bits per character of every recipe (unit-scaled recipes dashed)",
-                    add_figure("val_curves.svg", render(*p)));
-  if (auto p = validation_curves(shown, "bert"))
-    md << figure_md("BERT: validation bits per masked character of every recipe (unit-scaled recipes dashed)",
-                    add_figure("bert_curves.svg", render(*p)));
-  if (auto p = validation_curves(shown, "mlp"))
-    md << figure_md("Fashion-MNIST test loss of every recipe", add_figure("mlp_curves.svg", render(*p)));
+  for (const nn::TaskInfo& info : nn::task_infos())
+    if (auto p = validation_curves(shown, info.id))
+      md << figure_md(info.curve_caption, add_figure(info.curve_figure, render(*p)));
   if (auto p = gradient_exponent_plot(shown))
     md << figure_md("Histogram of gradient exponents against the FP16 and FP8 ranges (Micikevicius et al. 2018): " +
                         grad_what(shown) + "; values left of a band underflow in that format without scaling",

@@ -13,6 +13,8 @@
 
 namespace mantissa::train {
 
+std::string default_model_name() { return nn::default_model_kind().name; }
+
 bool text_model(const std::string& model) {
   const nn::ModelKind* k = nn::find_model_kind(model);
   return k == nullptr || k->task != nn::Model::Task::classifier;
@@ -41,8 +43,8 @@ std::vector<ConfigKey> config_keys(TrainConfig& c) {
        &c.vocab_size},
       {"data",
        "training data: a UTF-8 text file, llm.c/nanoGPT token files (a .bin file or a directory with train.bin and "
-       "val.bin or PREFIX_train.bin and PREFIX_val.bin) for gpt/llama, a Fashion-MNIST directory (mlp); default "
-       "corpus if empty",
+       "val.bin or PREFIX_train.bin and PREFIX_val.bin) for gpt/llama, a " +
+           nn::task_info(nn::Task::classifier).dataset + " directory (mlp); default corpus if empty",
        &c.data},
       {"batch-size", "sequences (or examples) per micro-batch, split across data-parallel ranks", &c.batch_size},
       {"seq-len", "tokens per sequence (gpt context)", &c.seq_len},
@@ -213,9 +215,16 @@ void validate(const TrainConfig& c) {
   at_most("threads", c.threads, kernels::max_threads());
   at_most("vocab-size", c.vocab_size, int64_t{1} << 24);
   non_negative("vocab-size", c.vocab_size);
-  if (c.vocab_size > 0 && c.model != "gpt" && c.model != "llama")
-    throw std::invalid_argument("--vocab-size applies to --model gpt or llama on token data (got --model " +
-                                c.model + ")");
+  auto reads = [&](const std::string& option) {
+    const nn::ModelKind* k = nn::find_model_kind(c.model);
+    return k != nullptr && k->reads(option);
+  };
+  auto readers = [](const std::string& option) {
+    return nn::model_kind_names([&](const nn::ModelKind& k) { return k.reads(option); });
+  };
+  if (c.vocab_size > 0 && !reads("vocab-size"))
+    throw std::invalid_argument("--vocab-size applies to --model " + readers("vocab-size") +
+                                " on token data (got --model " + c.model + ")");
   if (c.batch_size * c.seq_len > (int64_t{1} << 30))
     throw std::invalid_argument("--batch-size x --seq-len (" + std::to_string(c.batch_size * c.seq_len) +
                                 " tokens per micro-batch) is too large (at most 2^30)");
@@ -282,8 +291,9 @@ void validate(const TrainConfig& c) {
                                   " GiB of memory");
   }
   finite_positive("comm-timeout", c.comm_timeout);
-  if (c.checkpoint_activations > 0 && c.model != "gpt")
-    throw std::invalid_argument("--checkpoint-activations applies to the gpt model's blocks (got --model " + c.model + ")");
+  if (c.checkpoint_activations > 0 && !reads("checkpoint-activations"))
+    throw std::invalid_argument("--checkpoint-activations applies to the " + readers("checkpoint-activations") +
+                                " model's blocks (got --model " + c.model + ")");
   if (!c.opt_level.empty() && c.opt_level != "O0" && c.opt_level != "O1" && c.opt_level != "O2" && c.opt_level != "O3")
     throw std::invalid_argument("--opt-level must be O0, O1, O2 or O3 (got '" + c.opt_level + "')");
   if (!c.weight_rounding.empty() && c.weight_rounding != "nearest" && c.weight_rounding != "stochastic")

@@ -13,6 +13,7 @@
 #include "mantissa/recipe/recipe.hpp"
 #include "mantissa/dist/group.hpp"
 #include "mantissa/io/files.hpp"
+#include "mantissa/nn/tasks.hpp"
 #include "mantissa/report/scales.hpp"
 #include "mantissa/report/svg.hpp"
 #include "mantissa/train/analyse.hpp"
@@ -59,10 +60,10 @@ void claim_out_dir(const fs::path& out) {
   if (ec) throw std::invalid_argument("--out '" + out.string() + "': cannot create runs/ (" + ec.message() + ")");
 }
 
-std::string resolve_data(const std::string& given, const std::string& kind, const char* flag) {
+std::string resolve_data(const std::string& given, const std::string& kind, const std::string& flag) {
   if (given.empty()) return default_data_path(kind);
   std::error_code ec;
-  if (!fs::exists(given, ec)) throw std::invalid_argument(std::string(flag) + " " + given + ": no such file or directory");
+  if (!fs::exists(given, ec)) throw std::invalid_argument(flag + " " + given + ": no such file or directory");
   return given;
 }
 
@@ -122,7 +123,7 @@ ExperimentPlan checked_plan(const ExperimentOptions& options, bool writer) {
   ExperimentPlan plan = make_plan(options);
   if (writer) claim_out_dir(fs::path(options.out));
   for (TaskPlan& t : plan.tasks) {
-    const std::string path = resolve_data(t.base.data, t.base.model, t.task == "mlp" ? "--mlp-data" : "--data");
+    const std::string path = resolve_data(t.base.data, t.base.model, nn::task_info(t.task).data_flag);
     t.base.data = path;
     for (RunSpec& r : plan.runs)
       if (r.task == t.task) r.config.data = path;
@@ -138,7 +139,8 @@ report::ReportInput report_input(const ExperimentOptions& options, const Experim
   input.versions = version_info();
   input.machine = machine_info();
   input.notes = plan.notes;
-  input.post_norm = options.norm == "post" && options.model == "gpt";
+  // The report's post-norm row belongs to the language model's table.
+  input.post_norm = options.norm == "post" && nn::is_task(plan.tasks.front().task, nn::Task::language_model);
   return input;
 }
 
@@ -156,8 +158,9 @@ void log_run(FILE* log, const std::string& label, const RunSpec& spec, const rep
   if (!log) return;
   if (r.status == "ok" || r.status == "diverged") {
     char metric[64];
-    if (spec.task == "gpt") std::snprintf(metric, sizeof metric, "val bpc %.4f", r.val_bpc);
-    else if (spec.task == "bert")
+    if (nn::is_task(spec.task, nn::Task::language_model))
+      std::snprintf(metric, sizeof metric, "val bpc %.4f", r.val_bpc);
+    else if (nn::is_task(spec.task, nn::Task::masked_language_model))
       std::snprintf(metric, sizeof metric, "bits/masked char %.4f, masked acc %.2f %%", r.val_bpc, 100.0 * r.accuracy);
     else std::snprintf(metric, sizeof metric, "test accuracy %.2f %%", 100.0 * r.accuracy);
     std::string status = r.status == "diverged" ? "DIVERGED at step " + std::to_string(r.diverged_at) + ", " : "";
@@ -326,7 +329,7 @@ ExperimentOutcome run_experiment(const ExperimentOptions& options, FILE* log, bo
   // Ctrl-C from here on ends the study with a report of what finished.
   install_interrupt_handler();
   Account setup, runs, reports;
-  if (!plan.tasks.empty() && plan.tasks[0].task == "gpt") {
+  if (!plan.tasks.empty() && nn::is_task(plan.tasks[0].task, nn::Task::language_model)) {
     if (log) {
       std::fprintf(log, "per-op scale analysis at initialisation (standard vs unit-scaled GPT, one batch each)\n");
       std::fflush(log);

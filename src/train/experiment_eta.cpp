@@ -8,6 +8,8 @@
 #include <map>
 #include <utility>
 
+#include "mantissa/nn/models.hpp"
+
 namespace mantissa::train {
 
 namespace {
@@ -28,7 +30,8 @@ double evaluations(const TrainConfig& c) {
 double run_flops(const TrainConfig& c) {
   const double d = static_cast<double>(c.d_model), layers = static_cast<double>(c.layers);
   const double batch = static_cast<double>(c.batch_size), steps = static_cast<double>(c.steps);
-  if (c.model == "mlp") {
+  const nn::ModelKind* kind = nn::find_model_kind(c.model);
+  if (kind && kind->task == nn::Task::classifier) {
     // Forward of one example: 784 -> d, (layers - 1) x d -> d, d -> 10.
     const double forward = 2 * (kMnistInputs * d + std::max(0.0, layers - 1) * d * d + d * kMnistClasses);
     return 3 * forward * batch * steps + forward * kMnistTestImages * evaluations(c);

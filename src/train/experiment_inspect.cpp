@@ -8,6 +8,7 @@
 
 #include "mantissa/dist/group.hpp"
 #include "mantissa/io/files.hpp"
+#include "mantissa/nn/tasks.hpp"
 #include "mantissa/train/experiment.hpp"
 #include "mantissa/train/inspect.hpp"
 
@@ -31,7 +32,7 @@ std::string reason_of(const report::RecipeSummary& s, double threshold) {
 
 double best_rate(const std::vector<report::SweepCurve>& sweep, const std::string& recipe) {
   for (const auto& c : sweep)
-    if (c.task == "gpt" && c.recipe == recipe) return c.best_lr;
+    if (nn::is_task(c.task, nn::Task::language_model) && c.recipe == recipe) return c.best_lr;
   return report::kNaN;
 }
 
@@ -40,15 +41,16 @@ double best_rate(const std::vector<report::SweepCurve>& sweep, const std::string
 std::vector<report::InspectorSection> inspect_laggards(const ExperimentOptions& options, const ExperimentPlan& plan,
                                                        const std::vector<report::RunResult>& results, FILE* log) {
   std::vector<report::InspectorSection> sections;
+  const nn::Task lm = nn::Task::language_model;  // the study inspects its language model's recipes
   // In a learning-rate sweep each recipe is judged, and inspected, at its best rate.
   const std::vector<report::SweepCurve> sweep = report::lr_sweep(results);
   for (const report::RecipeSummary& s : report::summarize(report::at_best_rate(results, sweep))) {
-    if (s.task != "gpt" || s.recipe == "fp32" || s.finished == 0) continue;
+    if (!nn::is_task(s.task, lm) || s.recipe == "fp32" || s.finished == 0) continue;
     const std::string reason = reason_of(s, options.inspect_gap_pct);
     if (reason.empty()) continue;
     const RunSpec* spec = nullptr;
     for (const RunSpec& r : plan.runs)
-      if (!spec && r.task == "gpt" && r.recipe == s.recipe && r.available && (!r.swept || best_rate(sweep, s.recipe) == r.config.lr))
+      if (!spec && nn::is_task(r.task, lm) && r.recipe == s.recipe && r.available && (!r.swept || best_rate(sweep, s.recipe) == r.config.lr))
         spec = &r;
     if (!spec) continue;
 

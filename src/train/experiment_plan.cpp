@@ -7,6 +7,7 @@
 
 #include "mantissa/data/tokens.hpp"
 #include "mantissa/nn/models.hpp"
+#include "mantissa/nn/tasks.hpp"
 #include "mantissa/recipe/recipe.hpp"
 #include "mantissa/train/experiment.hpp"
 #include "mantissa/io/untrusted.hpp"
@@ -152,19 +153,21 @@ ExperimentPlan make_plan(const ExperimentOptions& o) {
   const int64_t seeds = o.seeds ? o.seeds : p.seeds;
   for (int64_t i = 0; i < seeds; ++i) plan.seeds.push_back(1337 + i);  // seed 1337 = `mantissa train`'s default
 
-  // The text task: a causal LM (gpt, llama: rows labelled gpt) or BERT's masked LM (rows labelled bert).
+  // The text task: a causal LM (gpt, llama: rows labelled gpt) or BERT's masked LM (rows labelled bert),
+  // named by its task (nn/tasks.hpp).
   TaskPlan gpt;
   const nn::ModelKind* kind = nn::find_model_kind(o.model);
   auto text = [](const nn::ModelKind& k) { return k.task != nn::Model::Task::classifier; };
   if (kind == nullptr || !text(*kind))
     throw std::invalid_argument("--model must be " + nn::model_kind_names(text) + " (got '" + o.model + "')");
   const bool masked = kind->task == nn::Model::Task::masked_language_model;
-  gpt.task = masked ? "bert" : "gpt";
+  const nn::TaskInfo& text_task = nn::task_info(kind->task);
+  gpt.task = text_task.id;
   TrainConfig& g = gpt.base;
   g.model = o.model;
   g.norm = o.norm;
-  if (!masked && o.model != "gpt")
-    plan.notes.push_back("the text task (rows labelled gpt) trains the " + o.model + " model");
+  if (!masked && o.model != nn::default_model_kind(kind->task).name)
+    plan.notes.push_back("the text task (rows labelled " + text_task.id + ") trains the " + o.model + " model");
   if (masked)
     plan.notes.push_back("the text task trains " + o.model + " (" + std::string(o.norm == "pre" ? "pre" : "post") +
                          "-norm) on the masked-LM objective, the sizes below applying to it: its table gives the "
@@ -202,9 +205,9 @@ ExperimentPlan make_plan(const ExperimentOptions& o) {
                       (o.mlp_recipes.empty() && p.mlp_steps == 0);
   if (!no_mlp) {
     TaskPlan mlp;
-    mlp.task = "mlp";
+    mlp.task = nn::task_info(nn::Task::classifier).id;
     TrainConfig& m = mlp.base;
-    m.model = "mlp";
+    m.model = nn::default_model_kind(nn::Task::classifier).name;
     m.layers = p.mlp_hidden_layers;
     m.d_model = p.mlp_width;
     m.batch_size = p.mlp_batch;
@@ -224,7 +227,8 @@ ExperimentPlan make_plan(const ExperimentOptions& o) {
                 "%s: %ld layers, d_model %ld, %ld heads, T %ld, batch %ld; %ld steps (%ld tokens) per run, %zu seed(s); "
                 "AdamW, learning rate %g for standard and %g for unit-scaled recipes, warm-up %ld steps then cosine "
                 "to a tenth.",
-                gpt.task == "bert" ? "BERT" : "GPT", static_cast<long>(g.layers), static_cast<long>(g.d_model), static_cast<long>(g.heads),
+                text_task.model_title.c_str(), static_cast<long>(g.layers), static_cast<long>(g.d_model),
+                static_cast<long>(g.heads),
                 static_cast<long>(g.seq_len), static_cast<long>(g.batch_size), static_cast<long>(g.steps),
                 static_cast<long>(g.steps * per_step), plan.seeds.size(), gpt.lr_standard, gpt.lr_unit,
                 static_cast<long>(g.warmup));
@@ -250,16 +254,20 @@ ExperimentPlan make_plan(const ExperimentOptions& o) {
   plan.notes.push_back(p.note);
   if (plan.tasks.size() > 1) {
     const TrainConfig& m = plan.tasks[1].base;
+    const nn::TaskInfo& image = nn::task_info(nn::Task::classifier);
     std::snprintf(buf, sizeof buf,
-                  "MLP: 784 inputs, %ld hidden layers of %ld (ReLU), 10 classes; batch %ld, %ld steps, learning rate "
-                  "%g (standard) / %g (unit); test accuracy on the 10,000 Fashion-MNIST test images.",
-                  static_cast<long>(m.layers), static_cast<long>(m.d_model), static_cast<long>(m.batch_size),
-                  static_cast<long>(m.steps), plan.tasks[1].lr_standard, plan.tasks[1].lr_unit);
+                  "%s: 784 inputs, %ld hidden layers of %ld (ReLU), 10 classes; batch %ld, %ld steps, learning rate "
+                  "%g (standard) / %g (unit); test accuracy on the 10,000 %s test images.",
+                  image.model_title.c_str(), static_cast<long>(m.layers), static_cast<long>(m.d_model),
+                  static_cast<long>(m.batch_size),
+                  static_cast<long>(m.steps), plan.tasks[1].lr_standard, plan.tasks[1].lr_unit, image.dataset.c_str());
     plan.notes.push_back(buf);
   }
   const std::vector<std::string> registered = registered_names();
+  // Width studies and learning-rate sweeps are for the text task.
+  auto classifier = [](const TaskPlan& t) { return nn::is_task(t.task, nn::Task::classifier); };
   for (const TaskPlan& t : plan.tasks)
-    for (int64_t width : t.task != "mlp" && !widths.empty() ? widths : std::vector<int64_t>{0})
+    for (int64_t width : !classifier(t) && !widths.empty() ? widths : std::vector<int64_t>{0})
       for (const std::string& recipe : t.recipes) {
         RunSpec base;
         base.task = t.task;
@@ -294,9 +302,9 @@ ExperimentPlan make_plan(const ExperimentOptions& o) {
         }
         // The rates: --lr-sweep's, else the preset's own sweep per parametrisation, else the default.
         std::vector<double> rates = sweep;
-        if (rates.empty() && t.task != "mlp" && !p.sweep_standard.empty())
+        if (rates.empty() && !classifier(t) && !p.sweep_standard.empty())
           rates = parse_lr_sweep(unit ? p.sweep_unit : p.sweep_standard);
-        if (t.task == "mlp" || rates.empty()) rates = {0.0};
+        if (classifier(t) || rates.empty()) rates = {0.0};
         for (double swept_lr : rates)
           for (int64_t seed : plan.seeds) {
             RunSpec r = base;

@@ -10,6 +10,7 @@
 
 #include "mantissa/recipe/recipe.hpp"
 #include "mantissa/nn/module.hpp"
+#include "mantissa/nn/tasks.hpp"
 #include "mantissa/unit/stats.hpp"
 #include "mantissa/tensor/memory.hpp"
 #include "mantissa/train/experiment.hpp"
@@ -180,14 +181,15 @@ report::RunResult execute_run(const RunSpec& spec, const std::string& dir, const
   std::vector<double> recent;
   double timed_s = 0;
   int64_t timed_steps = 0, timed_tokens = 0, bad = 0;
+  const bool classifier = nn::is_task(spec.task, nn::Task::classifier);  // its curve is the test loss
   auto evaluate = [&] {
     const auto te = std::chrono::steady_clock::now();
     const EvalMetrics e = trainer.evaluate();
     metrics << eval_metrics_json(e) << '\n';
     r.val_loss = e.val_loss;
-    r.val_bpc = spec.task != "mlp" ? e.val_bpc : report::kNaN;  // bert: bits per masked character
+    r.val_bpc = !classifier ? e.val_bpc : report::kNaN;  // bert: bits per masked character
     if (e.masked_accuracy >= 0) r.accuracy = e.masked_accuracy;
-    r.val_curve.push_back({e.step, spec.task != "mlp" ? e.val_bpc : e.val_loss});
+    r.val_curve.push_back({e.step, !classifier ? e.val_bpc : e.val_loss});
     times.eval += since(te);
   };
   auto after_first_step = std::chrono::steady_clock::now();
@@ -240,7 +242,8 @@ report::RunResult execute_run(const RunSpec& spec, const std::string& dir, const
   if (session->model->task() == nn::Model::Task::classifier && r.status == "ok")
     r.accuracy = classifier_accuracy(*session->model, *session->val);
   r.peak_memory_bytes = static_cast<double>(memory_stats().peak_total);
-  if (spec.task == "gpt" && spec.recipe == "fp32" && r.status == "ok") r.grad_exponents.push_back(gradient_exponents(*session));
+  if (nn::is_task(spec.task, nn::Task::language_model) && spec.recipe == "fp32" && r.status == "ok")
+    r.grad_exponents.push_back(gradient_exponents(*session));
   r.seconds = since(t0);
   times.cpu = cpu_seconds() - cpu0;
   if (progress.times) *progress.times = times;

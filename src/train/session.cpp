@@ -21,6 +21,7 @@
 #include "mantissa/io/files.hpp"
 #include "mantissa/kernels/kernels.hpp"
 #include "mantissa/nn/models.hpp"
+#include "mantissa/nn/tasks.hpp"
 #include "mantissa/train/rank_agreement.hpp"
 #include "mantissa/train/run.hpp"
 
@@ -74,9 +75,11 @@ unit::UnitConfig unit_config(const TrainConfig& c, const recipe::Recipe& recipe)
   take_unit_settings(c.set, u);
   u.enabled = recipe::unit_scaled(recipe.parametrisation);
   u.umup = recipe.parametrisation == recipe::Parametrisation::umup;
-  if (u.umup && c.model != "gpt")
-    throw std::invalid_argument("--recipe " + recipe.name + ": the u-muP parametrisation is implemented for the GPT "
-                                "only (--model gpt), not for " + c.model);
+  const nn::ModelKind* kind = nn::find_model_kind(c.model);
+  if (u.umup && !(kind && kind->umup))
+    throw std::invalid_argument("--recipe " + recipe.name + ": the u-muP parametrisation is implemented for " +
+                                nn::model_kind_titles([](const nn::ModelKind& k) { return k.umup; }) + ", not for " +
+                                c.model);
   return u;
 }
 
@@ -269,7 +272,8 @@ std::string find_in(const std::vector<fs::path>& dirs, const std::string& name) 
 }  // namespace
 
 std::string default_data_path(const std::string& kind) {
-  const std::string name = text_model(kind) ? "austen.txt" : "fashion-mnist";
+  const nn::ModelKind* k = nn::find_model_kind(kind);
+  const std::string name = (k ? nn::task_info(k->task) : nn::task_info(nn::Task::language_model)).default_data;
   const std::vector<fs::path> dirs = data_dirs();
   if (std::string p = find_in(dirs, name); !p.empty()) {
     io::require_utf8(p, "default data path");

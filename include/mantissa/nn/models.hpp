@@ -33,8 +33,9 @@ struct ModelSize {
 };
 
 struct ModelKind {
-  std::string name;
-  Model::Task task;
+  std::string name;   // --model's value, Model::kind()
+  std::string title;  // the model in messages
+  Model::Task task;   // what the study trains it on and how the report ranks it (tasks.hpp)
   // Builds the model (its config validated: std::invalid_argument naming the field).
   std::function<std::unique_ptr<Model>(const ModelSize&)> make;
   // Builds it from the config.json its config_json() writes.
@@ -43,13 +44,17 @@ struct ModelKind {
   // (std::invalid_argument naming the key): what a loader checks before
   // allocating.
   std::function<void(const std::string& config_json)> check;
-  // The optional ModelSize settings it reads, by train's flag names ("norm",
-  // "dropout", "kv-heads", "ffn-hidden", "tie-embeddings", "smooth-swiglu");
-  // a kind refuses the others rather than ignore them.
+  // The optional settings it reads, by train's flag names: ModelSize's
+  // ("norm", "dropout", "kv-heads", "ffn-hidden", "tie-embeddings",
+  // "smooth-swiglu"), "vocab-size" (token data) and "checkpoint-activations"
+  // (Model::set_activation_checkpointing); a kind refuses the others rather
+  // than ignore them.
   std::vector<std::string> options;
   // Base learning rate of its unit-scaled recipes (Adam/AdamW) when --lr is
   // left at its default; 0: the library's, train::kUnitDefaultLr.
   double unit_lr = 0;
+  // It builds the u-muP parametrisation (UnitConfig::umup, the umup-* recipes).
+  bool umup = false;
 
   bool reads(const std::string& option) const;
 };
@@ -58,6 +63,11 @@ struct ModelKind {
 const std::vector<ModelKind>& model_kinds();
 // The kind of this name, or null.
 const ModelKind* find_model_kind(const std::string& name);
+// The first kind of the task: what `train` builds without --model, and the
+// study's model of the task.
+const ModelKind& default_model_kind(Model::Task task = Model::Task::language_model);
+// "the GPT only (--model gpt)" for messages: the kinds the filter keeps.
+std::string model_kind_titles(const std::function<bool(const ModelKind&)>& keep);
 // "gpt, llama, bert or mlp" for messages; with a filter, only the kinds it keeps.
 std::string model_kind_names(const std::function<bool(const ModelKind&)>& keep = nullptr);
 // The kind whose config.json this is (Hugging Face keys for the language

@@ -10,6 +10,7 @@
 #include <memory>
 
 #include "mantissa/autograd/parameter.hpp"
+#include "mantissa/nn/tasks.hpp"
 #include "mantissa/autograd/policy.hpp"
 #include "mantissa/autograd/tape.hpp"
 #include "mantissa/unit/config.hpp"
@@ -64,7 +65,7 @@ class Model : public Module {
   virtual std::string kind() const = 0;  // "gpt", "llama", "bert" or "mlp"
 
   // Configuration-level facts the rules outside nn/ read.
-  enum class Task { language_model, masked_language_model, classifier };
+  using Task = nn::Task;  // tasks.hpp
   virtual Task task() const { return Task::language_model; }
   // Longest input sequence (0: the inputs are not sequences).
   virtual int64_t context_length() const { return 0; }

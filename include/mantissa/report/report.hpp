@@ -33,7 +33,7 @@ struct ExponentCounts {
 // One training run (one task, recipe and seed) as the study stores it.
 struct RunResult {
   std::string id;      // folder name, e.g. "gpt-fp16-amp-s1"
-  std::string task;    // "gpt" (byte-level LM), "bert" (masked LM) or "mlp" (Fashion-MNIST)
+  std::string task;    // the study's name of its task (nn::TaskInfo::id: "gpt", "bert", "mlp")
   std::string recipe;
   int64_t seed = 0;
   // "ok", "diverged" (the trainer saw non-finite losses), "not-available"
@@ -75,7 +75,7 @@ struct MeanStd {
 MeanStd mean_std(const std::vector<double>& values);
 
 // The loss of guessing uniformly: above it a run has learnt nothing and is
-// counted as diverged (gpt: 8 bits per byte; mlp: ln 10 nats).
+// counted as diverged (nn::TaskInfo::divergence_threshold).
 double divergence_threshold(const std::string& task);
 // Diverged: the trainer said so, or the final validation metric (gpt: val_bpc,
 // mlp: val_loss) is NaN, inf or above the threshold. Only for finished runs

@@ -12,9 +12,12 @@
 
 namespace mantissa::train {
 
+// The model kind trained when none is named (nn::default_model_kind()).
+std::string default_model_name();
+
 struct TrainConfig {
   // Model.
-  std::string model = "gpt";  // gpt | llama | bert | mlp
+  std::string model = default_model_name();  // gpt | llama | bert | mlp
   int64_t layers = 4;         // gpt: blocks; mlp: hidden layers
   int64_t d_model = 256;      // gpt: width; mlp: hidden width
   int64_t heads = 4;

@@ -23,7 +23,7 @@ namespace mantissa::train {
 
 // One model of the study with its size, budget and recipes.
 struct TaskPlan {
-  std::string task;  // "gpt" | "bert" | "mlp"
+  std::string task;  // the study's name of the task (nn::TaskInfo::id)
   TrainConfig base;  // model size, batch, steps, warm-up, evaluation cadence, data
   std::vector<std::string> recipes;
   double lr_standard = 0;  // per parametrisation (unit models need a larger LR: docs/unit-scaling.md)
@@ -32,7 +32,8 @@ struct TaskPlan {
 
 struct ExperimentOptions {
   std::string preset = "quick";      // quick | paper | fp4 | transfer
-  std::string model = "gpt";         // the text task's model: gpt | llama (same sizes) | bert (masked LM, task "bert")
+  // The text task's model: gpt | llama (same sizes) | bert (masked LM, task "bert").
+  std::string model = default_model_name();
   std::string norm;                  // the text model's --norm (pre | post; empty: the model's default)
   std::vector<std::string> recipes;  // GPT recipes; empty: the preset's
   std::vector<std::string> mlp_recipes;  // empty: the preset's; "none": no MLP runs

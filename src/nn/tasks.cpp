@@ -1,0 +1,89 @@
+#include "mantissa/nn/tasks.hpp"
+
+#include <cmath>
+
+namespace mantissa::nn {
+
+const std::vector<TaskInfo>& task_infos() {
+  static const std::vector<TaskInfo> tasks = {
+      {.task = Task::language_model,
+       .id = "gpt",
+       .model_title = "GPT",
+       .title = "Character-level GPT",
+       .dataset = "Jane Austen",
+       .default_data = "austen.txt",
+       .data_flag = "--data",
+       .metric_short = "val bpc",
+       .metric_name = "val bpc",
+       .metric_label = "validation bits per character",
+       .metric_unit = "",
+       .lower_is_better = true,
+       .metric_decimals = 3,
+       .divergence_threshold = 8,
+       .threshold_text = "8 bits per byte",
+       .curve_title = "Validation bits per character",
+       .curve_label = "validation bits per character",
+       .curve_figure = "val_curves.svg",
+       .curve_caption = "Validation bits per character of every recipe (unit-scaled recipes dashed)",
+       .sweep_title = "validation bits per character"},
+      {.task = Task::masked_language_model,
+       .id = "bert",
+       .model_title = "BERT",
+       .title = "BERT masked LM",
+       .dataset = "Jane Austen",
+       .default_data = "austen.txt",
+       .data_flag = "--data",
+       .metric_short = "bits per masked char",
+       .metric_name = "bits per masked character",
+       .metric_label = "bits per masked character",
+       .metric_unit = "",
+       .lower_is_better = true,
+       .metric_decimals = 3,
+       .divergence_threshold = 8,
+       .threshold_text = "8 bits per byte",
+       .curve_title = "BERT: validation bits per masked character",
+       .curve_label = "bits per masked character",
+       .curve_figure = "bert_curves.svg",
+       .curve_caption = "BERT: validation bits per masked character of every recipe (unit-scaled recipes dashed)",
+       .sweep_title = "BERT bits per masked character"},
+      // Ranked by test accuracy; diverged when the test loss exceeds ln 10
+      // nats, the loss of guessing one of the 10 classes uniformly.
+      {.task = Task::classifier,
+       .id = "mlp",
+       .model_title = "MLP",
+       .title = "Fashion-MNIST MLP",
+       .dataset = "Fashion-MNIST",
+       .default_data = "fashion-mnist",
+       .data_flag = "--mlp-data",
+       .metric_short = "test accuracy",
+       .metric_name = "test accuracy",
+       .metric_label = "test accuracy",
+       .metric_unit = "%",
+       .lower_is_better = false,
+       .metric_decimals = 2,
+       .divergence_threshold = std::log(10.0),
+       .threshold_text = "ln 10 nats",
+       .curve_title = "Fashion-MNIST test loss",
+       .curve_label = "test loss (nats)",
+       .curve_figure = "mlp_curves.svg",
+       .curve_caption = "Fashion-MNIST test loss of every recipe",
+       .sweep_title = "Fashion-MNIST test accuracy"},
+  };
+  return tasks;
+}
+
+const TaskInfo& task_info(Task task) {
+  for (const TaskInfo& t : task_infos())
+    if (t.task == task) return t;
+  return task_infos().front();
+}
+
+const TaskInfo& task_info(const std::string& id) {
+  for (const TaskInfo& t : task_infos())
+    if (t.id == id) return t;
+  return task_info(Task::language_model);
+}
+
+bool is_task(const std::string& id, Task task) { return id == task_info(task).id; }
+
+}  // namespace mantissa::nn

@@ -9,6 +9,9 @@
 #include "mantissa/autograd/ops.hpp"
 #include "mantissa/kernels/kernels.hpp"
 #include "mantissa/kernels/matmul.hpp"
+#include "mantissa/cpu/profile.hpp"
+#include "mantissa/formats/convert.hpp"
+#include "mantissa/formats/format.hpp"
 #include "mantissa/autograd/parameter.hpp"
 
 namespace mantissa::autograd {
@@ -20,7 +23,33 @@ Tensor in_dtype(const Tensor& x, DType want) {
   return x.to(want, MemoryKind::workspace);
 }
 
-// C [batch, M, N] (+)= alpha * op(A) @ op(B), operands converted to `compute`.
+// An operand of a product computed in `compute`: converted to it, except that
+// fp16 goes to an fp32 product as it is (the kernel widens it exactly, a
+// cached weight once per version).
+Tensor operand_in(const Tensor& x, DType compute) {
+  if (compute == DType::f32 && x.dtype() == DType::f16) return x;
+  return in_dtype(x, compute);
+}
+
+// The output gradient as both products of a backward pass take it: in
+// `compute`, except for fp16 products, which get it rounded to fp16 values
+// once and kept in fp32: the kernel multiplies fp16 operands as their exact
+// fp32 values anyway (kernels/matmul.cpp), so neither product has to widen an
+// fp16 copy again and both see the same values. Returns the dtype the
+// products then run in.
+DType grad_operand(const Tensor& g, DType compute, Tensor* out) {
+  if (compute != DType::f16) {
+    *out = in_dtype(g, compute);
+    return compute;
+  }
+  cpu::profile::Scope profile_scope(cpu::profile::Category::conversion);
+  *out = Tensor::empty(g.shape(), DType::f32, MemoryKind::workspace);
+  static const formats::Format& fp16 = formats::preset("fp16");
+  formats::fake_quantize(fp16, g.f32(), out->f32(), static_cast<size_t>(g.numel()));
+  return DType::f32;
+}
+
+// C [batch, M, N] (+)= alpha * op(A) @ op(B), operands as operand_in gives them.
 // A weight B (b_key set: its Parameter, or the quantiser's cached decode) is
 // packed once per version, as in the forward product.
 void gemm(DType compute, int64_t batch, int64_t M, int64_t N, int64_t K, bool ta, bool tb,
@@ -29,7 +58,7 @@ void gemm(DType compute, int64_t batch, int64_t M, int64_t N, int64_t K, bool ta
   // fp16 operands go to the kernel as they are: it widens them exactly (a
   // cached weight once per version), and every product of two fp16 values is
   // exact in fp32, so the products come out as on fp16 hardware.
-  Tensor a = in_dtype(A, compute), b = in_dtype(B, compute);
+  Tensor a = operand_in(A, compute), b = operand_in(B, compute);
   kernels::MatmulArgs args;
   args.batch = batch;
   args.M = M;
@@ -279,16 +308,17 @@ Var linear(Tape& t, const Var& x, const Var& w, const Var* b, const OpScales& s)
   const int w_version = w.param ? w.param->version : 0;
   t.record([=, wp = w.param, xn = x.node, wn = w.node, bn = b ? b->node : nullptr, on = out.node]() {
     if (!on->has_grad()) return;
-    const Tensor dy = in_dtype(on->grad, compute);  // converted once for both products
+    Tensor dy;  // converted once for both products
+    const DType dt = grad_operand(on->grad, compute, &dy);
     if (xn) {  // dx [M, K] (+)= backward * dy [M, N] @ w^T
       bool has = false;
       Tensor& dx = xn->writable(&has);
-      gemm(compute, 1, M, K, N, false, true, dy, w_saved, dx.f32(), s.backward, has, wp, w_version);
+      gemm(dt, 1, M, K, N, false, true, dy, w_saved, dx.f32(), s.backward, has, wp, w_version);
     }
     if (wn) {  // dw [K, N] (+)= weight * x^T [K, M] @ dy [M, N]
       bool has = false;
       Tensor& dw = wn->writable(&has);
-      gemm(compute, 1, K, N, M, true, false, x_saved, dy, dw.f32(), s.weight, has);
+      gemm(dt, 1, K, N, M, true, false, x_saved, dy, dw.f32(), s.weight, has);
     }
     if (bn) {  // db [N] += weight * column sums of dy
       if (s.weight == 1.0f) {
@@ -335,22 +365,23 @@ Var product(Tape& t, const Var& a, const Var& b, bool ta, bool tb, const OpScale
   Tensor b_saved = a.node ? keep_operand(t, b.value, bv) : Tensor();
   t.record([=, an = a.node, bn = b.node, on = out.node]() {
     if (!on->has_grad()) return;
-    const Tensor dc = in_dtype(on->grad, compute);  // converted once for both products
+    Tensor dc;  // converted once for both products
+    const DType dt = grad_operand(on->grad, compute, &dc);
     if (an) {
       bool has = false;
       Tensor& da = an->writable(&has);
       if (!ta)  // dA [M, K] = dC [M, N] @ op(B)^T
-        gemm(compute, batch, M, K, N, false, !tb, dc, b_saved, da.f32(), s.backward, has);
+        gemm(dt, batch, M, K, N, false, !tb, dc, b_saved, da.f32(), s.backward, has);
       else      // dA [K, M] = op(B) [K, N] @ dC^T
-        gemm(compute, batch, K, M, N, tb, true, b_saved, dc, da.f32(), s.backward, has);
+        gemm(dt, batch, K, M, N, tb, true, b_saved, dc, da.f32(), s.backward, has);
     }
     if (bn) {
       bool has = false;
       Tensor& db = bn->writable(&has);
       if (!tb)  // dB [K, N] = op(A)^T @ dC
-        gemm(compute, batch, K, N, M, !ta, false, a_saved, dc, db.f32(), s.weight, has);
+        gemm(dt, batch, K, N, M, !ta, false, a_saved, dc, db.f32(), s.weight, has);
       else      // dB [N, K] = dC^T @ op(A)
-        gemm(compute, batch, N, K, M, true, ta, dc, a_saved, db.f32(), s.weight, has);
+        gemm(dt, batch, N, K, M, true, ta, dc, a_saved, db.f32(), s.weight, has);
     }
   });
   return out;

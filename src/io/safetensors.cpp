@@ -216,7 +216,10 @@ SafetensorsFile load_safetensors(const std::string& path, MemoryKind kind) {
 }
 
 void load_into(const SafetensorsFile& file, const std::string& file_name,
-               const std::vector<std::pair<std::string, Tensor*>>& destinations, bool allow_extra) {
+               const std::vector<std::pair<std::string, Tensor*>>& destinations, bool allow_extra, bool widen_16bit) {
+  auto widens = [&](const Tensor& src, const Tensor& dst) {
+    return widen_16bit && dst.dtype() == DType::f32 && (src.dtype() == DType::f16 || src.dtype() == DType::bf16);
+  };
   std::set<std::string> taken;
   // Check everything before copying anything, so a refused file leaves the
   // destinations untouched.
@@ -225,7 +228,7 @@ void load_into(const SafetensorsFile& file, const std::string& file_name,
     if (it == file.tensors.end()) fail_tensor(file_name, name, "missing from the file");
     const Tensor& src = it->second;
     if (!dst || !dst->defined()) fail_tensor(file_name, name, "destination tensor is undefined");
-    if (src.dtype() != dst->dtype())
+    if (src.dtype() != dst->dtype() && !widens(src, *dst))
       fail_tensor(file_name, name, std::string("dtype ") + safetensors_dtype_name(src.dtype()) + " but " +
                                        safetensors_dtype_name(dst->dtype()) + " expected");
     if (src.shape() != dst->shape())
@@ -237,6 +240,11 @@ void load_into(const SafetensorsFile& file, const std::string& file_name,
       if (!taken.count(name)) fail_tensor(file_name, name, "unexpected tensor (not in the model)");
   for (const auto& [name, dst] : destinations) {
     const Tensor& src = file.tensors.at(name);
+    if (src.dtype() != dst->dtype()) {  // widened exactly
+      const Tensor wide = src.to(DType::f32, MemoryKind::workspace);
+      std::memcpy(dst->raw(), wide.raw(), wide.bytes());
+      continue;
+    }
     std::memcpy(dst->raw(), src.raw(), src.bytes());
     dst->set_scale(src.scale());
   }

@@ -28,6 +28,8 @@ void GPTConfig::validate() const {
                                 std::to_string(heads));
   if (!(dropout >= 0.0f && dropout < 1.0f))
     throw std::invalid_argument("GPT config: dropout must be in [0, 1), got " + std::to_string(dropout));
+  if (!(attn_dropout >= 0.0f && attn_dropout < 1.0f))
+    throw std::invalid_argument("GPT config: attn_pdrop must be in [0, 1), got " + std::to_string(attn_dropout));
   unit.validate();
   if (unit.umup && !pre_norm)
     throw std::invalid_argument("GPT config: u-muP (parametrisation umup) needs pre-norm blocks; its depth rule "
@@ -58,7 +60,7 @@ std::string GPTConfig::to_json() const {
   j["activation_function"] = "gelu_new";
   j["resid_pdrop"] = dropout;
   j["embd_pdrop"] = dropout;
-  j["attn_pdrop"] = 0.0;
+  j["attn_pdrop"] = attn_dropout;
   j["layer_norm_epsilon"] = 1e-5;
   j["initializer_range"] = 0.02;
   j["tie_word_embeddings"] = !unit.enabled;
@@ -92,6 +94,7 @@ GPTConfig GPTConfig::from_json(const std::string& text) {
     } else if (j.contains("resid_pdrop") && j["resid_pdrop"].is_number()) {
       c.dropout = j["resid_pdrop"].get<float>();
     }
+    if (j.contains("attn_pdrop") && j["attn_pdrop"].is_number()) c.attn_dropout = j["attn_pdrop"].get<float>();
   } catch (const nlohmann::json::exception& e) {
     throw std::invalid_argument(std::string("GPT config: ") + e.what());
   }
@@ -105,7 +108,6 @@ GPTConfig GPTConfig::from_json(const std::string& text) {
                       {"layer_norm_epsilon", 1e-5, "LayerNorm with epsilon 1e-5"},
                       {"resid_pdrop", drop, "one dropout rate (mantissa.dropout) for residual branches and embeddings"},
                       {"embd_pdrop", drop, "one dropout rate (mantissa.dropout) for residual branches and embeddings"},
-                      {"attn_pdrop", 0, "attention without dropout"},
                       {"scale_attn_weights", true, "attention scaled by 1/sqrt(head size)"},
                       {"scale_attn_by_inverse_layer_idx", false, "attention scaled by 1/sqrt(head size)"},
                       {"tie_word_embeddings", !c.unit.enabled, c.unit.enabled ? "an untied readout" : "a tied readout"}});
@@ -175,6 +177,21 @@ GPT::GPT(const GPTConfig& config) : config_(config) {
   (lm_head_ ? lm_head_ : wte_)->input = config_.pre_norm ? lnf_w_ : blocks_.back().ln2_w;
 }
 
+std::string GPT::cannot_train() const {
+  if (config_.attn_dropout == 0.0f) return "";
+  return "GPT: the config asks for attention dropout (attn_pdrop " + std::to_string(config_.attn_dropout) +
+         "), which mantissa does not implement; set_dropout (train --init-from: --dropout) sets the residual and "
+         "embedding dropout and makes the attention's 0";
+}
+
+void GPT::set_dropout(float p) {
+  GPTConfig c = config_;
+  c.dropout = p;
+  c.attn_dropout = 0.0f;
+  c.validate();
+  config_ = c;
+}
+
 uint64_t GPT::pass_seed(bool training) {
   // Each training pass gets its own dropout stream derived from the seed.
   return config_.seed * 0x9E3779B97F4A7C15ull + (training ? ++passes_ : 0);
@@ -184,6 +201,7 @@ void GPT::check_batch(const Batch& batch) const { lm::check_batch(batch, config_
 
 LossSum GPT::forward_backward(const Batch& batch, float grad_scale) {
   check_batch(batch);
+  if (const std::string why = cannot_train(); !why.empty()) throw std::invalid_argument(why);
   ag::Tape t(context(true));
   return lm::forward_backward(t, [&](ag::Tape& tape) { return forward(tape, batch.inputs); }, batch.targets,
                               config_.unit, grad_scale);

@@ -117,6 +117,29 @@ LlamaConfig LlamaConfig::from_json(const std::string& text) {
   if (j.contains("num_key_value_heads")) get("num_key_value_heads", c.kv_heads);
   number("rms_norm_eps", c.rms_eps);
   number("rope_theta", c.rope_theta);
+  // transformers 5 writes rotary settings as "rope_parameters": {"rope_type", "rope_theta", ...}.
+  if (j.contains("rope_parameters") && !j["rope_parameters"].is_null()) {
+    const nlohmann::json& r = j["rope_parameters"];
+    if (!r.is_object()) throw std::invalid_argument("Llama config: 'rope_parameters' must be an object");
+    if (r.contains("rope_type") && r["rope_type"] != "default")  // first: it names what the others mean
+      throw std::invalid_argument("Llama config: 'rope_parameters.rope_type' is " + io::excerpt_json(r["rope_type"]) +
+                                  ", but mantissa's Llama computes unscaled rotary positions (accepted: \"default\")");
+    for (auto it = r.begin(); it != r.end(); ++it) {
+      if (it.key() == "rope_type") {
+        continue;
+      } else if (it.key() == "rope_theta") {
+        if (!it.value().is_number()) throw std::invalid_argument("Llama config: 'rope_parameters.rope_theta' must be a number");
+        const double theta = it.value().get<double>();
+        if (j.contains("rope_theta") && j["rope_theta"].is_number() && j["rope_theta"].get<double>() != theta)
+          throw std::invalid_argument("Llama config: 'rope_theta' and 'rope_parameters.rope_theta' disagree");
+        c.rope_theta = theta;
+      } else {
+        throw std::invalid_argument("Llama config: 'rope_parameters." + it.key() +
+                                    "' is not read by mantissa's Llama, which computes unscaled rotary positions "
+                                    "from rope_theta");
+      }
+    }
+  }
   try {
     if (j.contains("tie_word_embeddings")) c.tie_embeddings = j["tie_word_embeddings"].get<bool>();
     if (j.contains("mantissa") && j["mantissa"].is_object()) {

@@ -43,6 +43,8 @@ const unit::UnitConfig& Model::unit() const {
 
 Tensor Model::logits(const Tensor&) { throw std::logic_error(kind() + " model: logits are not offered"); }
 
+void Model::set_dropout(float) { throw std::invalid_argument(kind() + " model: it applies no dropout to set"); }
+
 std::vector<autograd::Parameter*> Model::parameters() {
   std::vector<autograd::Parameter*> out;
   out.reserve(params_.size());

@@ -78,19 +78,26 @@ std::string config_bytes(nn::Model& model) {
   }
 }
 
-void apply_model_weights(const io::SafetensorsFile& file, const std::string& file_name, nn::Model& model) {
+// widen_16bit: a model directory (a Hugging Face save) may hold F16/BF16
+// weights, widened exactly; a mantissa checkpoint holds exactly what it saved.
+void apply_model_weights(const io::SafetensorsFile& file, const std::string& file_name, nn::Model& model,
+                         bool widen_16bit) {
   std::vector<std::pair<std::string, Tensor*>> dst;
   auto params = stored_parameters(model);
   for (autograd::Parameter* p : params) dst.emplace_back(p->name, &p->value);
   io::SafetensorsFile filtered;
   filtered.metadata = file.metadata;
+  // A file saved from the base model names its tensors without the prefix.
+  const std::string prefix = model.base_prefix();
+  bool prefixed = prefix.empty();
+  for (const auto& entry : file.tensors) prefixed = prefixed || entry.first.rfind(prefix, 0) == 0;
   for (const auto& [name, t] : file.tensors) {
     bool buffer = false;
     for (const char* suffix : kHfBufferSuffixes)
       buffer = buffer || (name.size() > std::strlen(suffix) && name.ends_with(suffix));
-    if (!buffer) filtered.tensors.emplace(name, t);
+    if (!buffer) filtered.tensors.emplace(prefixed ? name : prefix + name, t);
   }
-  io::load_into(filtered, file_name, dst);
+  io::load_into(filtered, file_name, dst, /*allow_extra=*/false, widen_16bit);
   for (autograd::Parameter* p : model.parameters()) ++p->version;
 }
 
@@ -313,11 +320,11 @@ void load_model_weights(const std::string& dir, nn::Model& model) {
     const std::string path = join(where, kModelFile);
     const auto it = files.find(kModelFile);
     if (it == files.end()) throw io::FormatError(path + ": missing from the checkpoint manifest");
-    apply_model_weights(io::decode_safetensors(it->second, path), path, model);
+    apply_model_weights(io::decode_safetensors(it->second, path), path, model, false);
     return;
   }
   const std::string path = join(dir, kModelFile);
-  apply_model_weights(io::load_safetensors(path), path, model);
+  apply_model_weights(io::load_safetensors(path), path, model, true);
 }
 
 std::string read_model_config(const std::string& dir) {
@@ -469,7 +476,7 @@ CheckpointData load_checkpoint(const std::string& dir_in, nn::Model& model, opti
     if (name.rfind(kExtraPrefix, 0) == 0) out.extra_tensors.emplace(name.substr(std::strlen(kExtraPrefix)), t);
     else optimizer_tensors.emplace(name, t);
   }
-  apply_model_weights(weights, model_path, model);
+  apply_model_weights(weights, model_path, model, false);
   if (optimizer) {
     const std::string& json = need(kOptimizerJson);
     try {

@@ -16,6 +16,7 @@
 #include "mantissa/data/tokens.hpp"
 #include "mantissa/dist/group.hpp"
 #include "mantissa/train/checkpoint.hpp"
+#include "mantissa/train/finite.hpp"
 #include "mantissa/formats/parse_number.hpp"
 #include "mantissa/io/untrusted.hpp"
 #include "mantissa/io/files.hpp"
@@ -344,7 +345,7 @@ void check_token_run(const TrainConfig& c, const data::TokenCorpus& tokens) {
     throw std::invalid_argument("--model " + c.model + " on token data (--data " + c.data +
                                 ") is not supported: masked-LM batches need the tokenizer's [CLS], [SEP], [MASK] and "
                                 "[PAD] ids; train it on byte-level text");
-  if (c.resume.empty() && c.vocab_size == 0)
+  if (c.resume.empty() && c.init_from.empty() && c.vocab_size == 0)
     throw std::invalid_argument("--data " + c.data + " holds token ids (largest " + std::to_string(tokens.max_id()) +
                                 "): give the model's vocabulary with --vocab-size N (at least " +
                                 std::to_string(int64_t{tokens.max_id()} + 1) + "; GPT-2's tokenizer has 50257)");
@@ -378,13 +379,90 @@ std::vector<std::pair<std::string, std::string>> agreement_parts(const Session& 
   return parts;
 }
 
+// The directory `flag` names, or the checkpoint its last save replaced when
+// it is corrupt (said on stderr); model_dir_ok: a saved model will do.
+std::string chosen_directory(const std::string& flag, const std::string& dir, bool model_dir_ok) {
+  train::CheckpointChoice chosen;
+  try {
+    chosen = train::choose_checkpoint(dir, model_dir_ok);
+  } catch (const io::FormatError& e) {
+    throw std::invalid_argument(flag + " " + dir + ": " + e.what());
+  }
+  if (!chosen.warning.empty()) std::fprintf(stderr, "%s\n", chosen.warning.c_str());
+  return chosen.dir;
+}
+
+// --init-from DIR: the model kind and every setting of its shape come from
+// DIR's config.json, so flags that would size the model are refused rather
+// than ignored. --dropout stays the run's: it replaces the config's rates.
+void resolve_init_from(TrainConfig& c) {
+  if (c.init_from.empty()) return;
+  if (!c.resume.empty())
+    throw std::invalid_argument("--init-from and --resume exclude each other: --resume continues a run (its optimizer "
+                                "state and step), --init-from starts a new run from a model's weights");
+  const TrainConfig d;
+  const std::pair<const char*, bool> shape[] = {
+      {"layers", c.layers != d.layers},          {"d-model", c.d_model != d.d_model},
+      {"heads", c.heads != d.heads},             {"kv-heads", c.kv_heads != d.kv_heads},
+      {"ffn-hidden", c.ffn_hidden != d.ffn_hidden}, {"tie-embeddings", c.tie_embeddings != d.tie_embeddings},
+      {"smooth-swiglu", c.smooth_swiglu != d.smooth_swiglu}, {"norm", !c.norm.empty()},
+      {"vocab-size", c.vocab_size != d.vocab_size}};
+  for (const auto& [flag, given] : shape)
+    if (given)
+      throw std::invalid_argument(std::string("--") + flag + " does not apply with --init-from: the model is " +
+                                  c.init_from + "'s config.json");
+  c.init_from = chosen_directory("--init-from", c.init_from, true);
+  std::string kind;
+  try {
+    kind = nn::detect_model_kind(train::read_model_config(c.init_from));
+  } catch (const io::FormatError& e) {
+    throw std::invalid_argument("--init-from " + c.init_from + ": " + e.what());
+  }
+  if (kind.empty())
+    throw std::invalid_argument("--init-from " + c.init_from + ": config.json is not one of a " +
+                                nn::model_kind_names() + " model");
+  if (c.model != d.model && c.model != kind)
+    throw std::invalid_argument("--model " + c.model + " disagrees with --init-from " + c.init_from +
+                                ", which holds a " + kind + " model");
+  c.model = kind;
+}
+
+// Dropout is a setting of the run, not of the weights: --dropout (default 0)
+// replaces the rates of the config.json a run starts from, said on stderr
+// when they differ.
+void set_run_dropout(const TrainConfig& c, nn::Model& model) {
+  const nlohmann::json j = nlohmann::json::parse(train::read_model_config(c.init_from));
+  std::string replaced;
+  for (auto it = j.begin(); it != j.end(); ++it)
+    if (it.key().find("drop") != std::string::npos && it.value().is_number() && it.value().get<double>() != c.dropout)
+      replaced += (replaced.empty() ? "" : ", ") + it.key() + " " + it.value().dump();
+  if (!replaced.empty())
+    std::fprintf(stderr, "mantissa: note: --dropout %g replaces %s of %s/config.json\n", c.dropout, replaced.c_str(),
+                 c.init_from.c_str());
+  model.set_dropout(static_cast<float>(c.dropout));
+}
+
+// The recipe's parametrisation must be the one the loaded model was built with.
+void check_parametrisation(const std::string& flag, const std::string& dir, const nn::Model& model,
+                           const recipe::Recipe& r, const unit::UnitConfig& unit) {
+  if (model.unit().enabled != unit.enabled)
+    throw std::invalid_argument(flag + " " + dir + ": the checkpoint holds a " +
+                                (model.unit().enabled ? "unit-scaled" : "standard") + " model but recipe " + r.name +
+                                " wants the " + (unit.enabled ? "unit" : "standard") + " parametrisation");
+  if (model.unit().umup != unit.umup)
+    throw std::invalid_argument(flag + " " + dir + ": the checkpoint holds a " +
+                                (unit.umup ? "unit-scaled (not u-muP)" : "u-muP") + " model but recipe " + r.name +
+                                " wants the " + (unit.umup ? "u-muP" : "unit") + " parametrisation");
+}
+
 }  // namespace
 
 std::unique_ptr<Session> build_session(const TrainConfig& config) {
-  validate(config);
   auto s = std::make_unique<Session>();
   s->config = config;
   TrainConfig& c = s->config;
+  resolve_init_from(c);
+  validate(c);
   // Outputs are checked before anything is built, so a refused path costs
   // no training and no file is touched.
   s->data_path = c.data.empty() ? default_data_path(c.model) : c.data;
@@ -419,29 +497,28 @@ std::unique_ptr<Session> build_session(const TrainConfig& config) {
   // A resumed run takes its model configuration from the checkpoint, so the
   // size flags cannot silently disagree with the saved weights.
   if (!c.resume.empty()) {
-    // A corrupt checkpoint falls back to the one its last save replaced.
-    train::CheckpointChoice chosen;
-    try {
-      chosen = train::choose_checkpoint(c.resume, false);
-    } catch (const io::FormatError& e) {
-      throw std::invalid_argument("--resume " + c.resume + ": " + e.what());
-    }
-    if (!chosen.warning.empty()) std::fprintf(stderr, "%s\n", chosen.warning.c_str());
-    c.resume = chosen.dir;
+    c.resume = chosen_directory("--resume", c.resume, false);
     const std::string cfg = train::read_model_config(c.resume);
     s->model = model_from_config(c.model, cfg);
-    if (s->model->unit().enabled != unit.enabled)
-      throw std::invalid_argument("--resume " + c.resume + ": the checkpoint holds a " +
-                                  (s->model->unit().enabled ? "unit-scaled" : "standard") + " model but recipe " +
-                                  s->recipe.name + " wants the " + (unit.enabled ? "unit" : "standard") +
-                                  " parametrisation");
-    if (s->model->unit().umup != unit.umup)
-      throw std::invalid_argument("--resume " + c.resume + ": the checkpoint holds a " +
-                                  (unit.umup ? "unit-scaled (not u-muP)" : "u-muP") + " model but recipe " +
-                                  s->recipe.name + " wants the " + (unit.umup ? "u-muP" : "unit") + " parametrisation");
+    check_parametrisation("--resume", c.resume, *s->model, s->recipe, unit);
+  } else if (!c.init_from.empty()) {
+    try {
+      s->model = model_from_config(c.model, train::read_model_config(c.init_from));
+      check_parametrisation("--init-from", c.init_from, *s->model, s->recipe, unit);
+      if (nn::find_model_kind(c.model)->reads("dropout")) set_run_dropout(c, *s->model);
+      train::load_model_weights(c.init_from, *s->model);
+    } catch (const io::FormatError& e) {
+      throw std::invalid_argument("--init-from " + c.init_from + ": " + e.what());
+    }
+    for (autograd::Parameter* p : s->model->parameters())
+      if (!train::all_finite(p->value))
+        throw std::invalid_argument("--init-from " + c.init_from + ": weight " + p->name +
+                                    " holds non-finite values (NaN or infinity)");
   } else {
     s->model = make_model(c, unit);
   }
+  if (const std::string why = s->model->cannot_train(); !why.empty())
+    throw std::invalid_argument((c.init_from.empty() ? "" : "--init-from " + c.init_from + ": ") + why);
   // The precision policy is the Trainer's (amp::Amp sets it once).
 
   if (train::text_model(c.model)) {

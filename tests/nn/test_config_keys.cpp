@@ -80,6 +80,34 @@ TEST(ConfigKeys, LlamaEpsilonsAreCheckedInFloat32AndHonoured) {
   EXPECT_EQ(nn::LlamaConfig::from_json(j.dump()).rms_eps, 1e-6);
   j["rope_theta"] = 1e300;
   EXPECT_NE(error_of([&] { nn::LlamaConfig::from_json(j.dump()); }).find("rope_theta"), std::string::npos);
+  // transformers 5's spelling: rope_parameters.rope_theta is honoured, other rotary settings refused.
+  j.erase("rope_theta");
+  j["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 500000.0}};
+  EXPECT_EQ(nn::LlamaConfig::from_json(j.dump()).rope_theta, 500000.0);
+  j["rope_theta"] = 10000.0;
+  EXPECT_NE(error_of([&] { nn::LlamaConfig::from_json(j.dump()); }).find("disagree"), std::string::npos);
+  j.erase("rope_theta");
+  j["rope_parameters"] = {{"rope_type", "yarn"}, {"rope_theta", 500000.0}, {"factor", 4}};
+  EXPECT_NE(error_of([&] { nn::LlamaConfig::from_json(j.dump()); }).find("rope_type"), std::string::npos);
+  j["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 500000.0}, {"factor", 4}};
+  EXPECT_NE(error_of([&] { nn::LlamaConfig::from_json(j.dump()); }).find("rope_parameters.factor"), std::string::npos);
+}
+
+// GPT-2's attention dropout (attn_pdrop, 0.1 in GPT-2's own config) is read:
+// evaluation does not apply it, training refuses it (cannot_train) until the
+// run sets the rates (set_dropout), and a save writes what the model applies.
+TEST(ConfigKeys, GptAttentionDropoutIsReadAndItsTrainingRefused) {
+  json g = small<nn::GPTConfig>();
+  g["attn_pdrop"] = 0.1;
+  const nn::GPTConfig c = nn::GPTConfig::from_json(g.dump());
+  EXPECT_FLOAT_EQ(c.attn_dropout, 0.1f);
+  nn::GPT model(c);
+  EXPECT_NE(model.cannot_train().find("attn_pdrop"), std::string::npos) << model.cannot_train();
+  model.set_dropout(0.05f);
+  EXPECT_EQ(model.cannot_train(), "");
+  const json saved = json::parse(model.config_json());
+  EXPECT_FLOAT_EQ(saved["attn_pdrop"].get<float>(), 0.0f);
+  EXPECT_FLOAT_EQ(saved["resid_pdrop"].get<float>(), 0.05f);
 }
 
 TEST(ConfigKeys, BertRefusesWhatItDoesNotCompute) {
@@ -97,7 +125,6 @@ TEST(ConfigKeys, GptRefusesWhatItDoesNotCompute) {
                                               {"n_inner", 100},
                                               {"n_ctx", 8},
                                               {"layer_norm_epsilon", 1e-6},
-                                              {"attn_pdrop", 0.1},
                                               {"embd_pdrop", 0.1},  // the model has one rate: mantissa.dropout (0)
                                               {"scale_attn_weights", false},
                                               {"scale_attn_by_inverse_layer_idx", true},

@@ -56,9 +56,11 @@ SafetensorsFile decode_safetensors(const std::string& bytes, const std::string& 
 // Copies each file tensor into the matching destination after checking that
 // the name exists, the dtype is the same and the shape equals the
 // destination's; also refuses tensors in the file that no destination takes
-// unless allow_extra. Throws FormatError naming file and tensor.
+// unless allow_extra. With widen_16bit, F16 and BF16 tensors also fill F32
+// destinations (widened exactly, as Hugging Face checkpoints saved in half
+// precision). Throws FormatError naming file and tensor.
 void load_into(const SafetensorsFile& file, const std::string& file_name,
-               const std::vector<std::pair<std::string, Tensor*>>& destinations,
-               bool allow_extra = false);
+               const std::vector<std::pair<std::string, Tensor*>>& destinations, bool allow_extra = false,
+               bool widen_16bit = false);
 
 }  // namespace mantissa::io

@@ -86,6 +86,7 @@ class Bert : public Model {
   Bert(const Bert&) = delete;
   Bert& operator=(const Bert&) = delete;
 
+  std::string base_prefix() const override { return "bert."; }
   // inputs: ids i32 [B, T]; targets i32 [B, T], the original token at the
   // predicted positions and -1 elsewhere. Only the predicted positions go
   // through the MLM head.

@@ -38,6 +38,11 @@ struct GPTConfig {
   int64_t d_model = 256;
   int64_t heads = 4;
   float dropout = 0.0f;
+  // attn_pdrop of a Hugging Face config: dropout of the attention
+  // probabilities, which mantissa does not implement. Evaluation does not
+  // apply it; training refuses a model where it is not 0 (forward_backward
+  // throws; train --dropout P rewrites it to 0 with the other rates P).
+  float attn_dropout = 0.0f;
   bool pre_norm = true;  // false: post-norm blocks, no ln_f
   uint64_t seed = 0;
   // Unit-scaled parametrisation: weights N(0,1), per-op scales,
@@ -56,7 +61,10 @@ class GPT : public Model {
   GPT(const GPT&) = delete;
   GPT& operator=(const GPT&) = delete;
 
+  std::string base_prefix() const override { return "transformer."; }
   LossSum forward_backward(const Batch& batch, float grad_scale) override;
+  std::string cannot_train() const override;
+  void set_dropout(float p) override;  // residual and embedding p, attention 0
   LossSum evaluate(const Batch& batch) override;
   std::string config_json() const override { return config_.to_json(); }
   std::string kind() const override { return "gpt"; }

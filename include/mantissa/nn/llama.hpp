@@ -67,6 +67,7 @@ class Llama : public Model {
   Llama(const Llama&) = delete;
   Llama& operator=(const Llama&) = delete;
 
+  std::string base_prefix() const override { return "model."; }
   LossSum forward_backward(const Batch& batch, float grad_scale) override;
   LossSum evaluate(const Batch& batch) override;
   std::string config_json() const override { return config_.to_json(); }

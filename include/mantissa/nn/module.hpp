@@ -75,6 +75,16 @@ class Model : public Module {
   virtual const unit::UnitConfig& unit() const;
   // logits [.., outputs] for the inputs of a batch, nothing recorded.
   virtual Tensor logits(const Tensor& inputs);
+  // The prefix of its parameters' names that a file saved from the base model
+  // (transformers' GPT2Model, LlamaModel, BertModel: the checkpoints on the
+  // hub are often those) leaves out, e.g. "transformer."; "" if none.
+  virtual std::string base_prefix() const { return ""; }
+  // Why this model, as its config asks, cannot be trained ("": it can), e.g.
+  // a loaded config with a training-only setting mantissa does not implement.
+  virtual std::string cannot_train() const { return ""; }
+  // Sets every dropout rate the model applies to p (a kind whose options
+  // include "dropout"; the others refuse).
+  virtual void set_dropout(float p);
 
   // Precision policy of the matrix products and saved activations of every
   // later forward pass (default fp32 everywhere).

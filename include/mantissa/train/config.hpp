@@ -82,6 +82,7 @@ struct TrainConfig {
   std::string save;
   int64_t save_every = 0;  // 0: only at the end
   std::string resume;
+  std::string init_from;  // a model directory (mantissa's or Hugging Face's save_pretrained) to start from
   int64_t stop_after = 0;  // > 0: stop after this many steps in this invocation
   std::string config;  // the JSON file these came from (not a key in it)
 };

@@ -15,6 +15,7 @@ PACKAGES=(
   openmpi-bin libopenmpi-dev  # data-parallel training (mpirun; optional in the build)
   qemu-user              # tests on an emulated AVX2-only CPU (qemu-x86_64 -cpu Haswell)
   zlib1g-dev             # unpacking the R data of the default corpus
+  libicu-dev             # Unicode classes and NFD for `mantissa tokenize`
   python3 python3-venv python3-pip
   python3-torch          # the Python package's mantissa.torch tests (seen from the venv: scripts/pyenv.sh)
   ca-certificates

@@ -22,14 +22,14 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as _np
 
-from . import _core
+from . import _core, data
 from ._engine import experiment, load_weights, train
 
 __all__ = [
     "quantize", "encode", "decode", "mx_quantize", "mx_dequantize", "nvfp4_quantize", "nvfp4_dequantize",
     "mxfp4_quantize", "mxfp4_dequantize", "NVFP4_BLOCKS", "MXFP4_BLOCKS", "rht", "formats", "format_info",
     "as_ml_dtypes", "from_ml_dtypes", "recipes", "recipe", "num_threads", "set_num_threads",
-    "train", "experiment", "load_weights", "ROUNDING_MODES", "MX_FORMATS",
+    "train", "experiment", "load_weights", "ROUNDING_MODES", "MX_FORMATS", "data",
 ]
 
 ROUNDING_MODES = ("nearest-even", "nearest-away", "toward-zero", "up", "down", "stochastic")

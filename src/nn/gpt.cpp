@@ -203,15 +203,14 @@ LossSum GPT::forward_backward(const Batch& batch, float grad_scale) {
   check_batch(batch);
   if (const std::string why = cannot_train(); !why.empty()) throw std::invalid_argument(why);
   ag::Tape t(context(true));
-  return lm::forward_backward(t, [&](ag::Tape& tape) { return forward(tape, batch.inputs); }, batch.targets,
-                              config_.unit, grad_scale);
+  return lm::forward_backward(t, parts(batch.inputs), batch.targets, config_.unit, grad_scale);
 }
 
 LossSum GPT::evaluate(const Batch& batch) {
   check_batch(batch);
   ag::NoGrad no_grad;
   ag::Tape t(context(false));
-  return lm::evaluate(t, [&](ag::Tape& tape) { return forward(tape, batch.inputs); }, batch.targets, config_.unit);
+  return lm::evaluate(t, parts(batch.inputs), batch.targets, config_.unit);
 }
 
 Tensor GPT::logits(const Tensor& ids) {

@@ -20,6 +20,7 @@
 
 #include "mantissa/autograd/ops.hpp"
 #include "mantissa/nn/gpt.hpp"
+#include "nn/causal_lm.hpp"
 #include "mantissa/tensor/memory_trace.hpp"
 #include "mantissa/unit/ops.hpp"
 
@@ -110,6 +111,18 @@ ag::Var GPT::block(ag::Tape& t, const Block& b, ag::Var x_in, size_t layer) {
 
 // ids [B, T] -> logits [B, T, V].
 ag::Var GPT::forward(ag::Tape& t, const Tensor& ids) {
+  const int64_t B = ids.dim(0), T = ids.dim(1);
+  return ag::reshape(t, head(t, hidden(t, ids), B * T), {B, T, config_.vocab});
+}
+
+lm::Forward GPT::parts(const Tensor& ids) {
+  const int64_t N = ids.numel();
+  return {[this, &ids](ag::Tape& t) { return hidden(t, ids); },
+          [this, N](ag::Tape& t, const ag::Var& x) { return head(t, x, N); }, config_.vocab};
+}
+
+// ids [B, T] -> the final hidden state x [N, C] (after ln_f; post-norm: the last block's norm).
+ag::Var GPT::hidden(ag::Tape& t, const Tensor& ids) {
   const unit::UnitConfig& uc = config_.unit;
   const bool u = uc.enabled;
   const int64_t B = ids.dim(0), T = ids.dim(1), C = config_.d_model, V = config_.vocab, N = B * T;
@@ -139,13 +152,20 @@ ag::Var GPT::forward(ag::Tape& t, const Tensor& ids) {
     MemoryLabel label("ln_f");
     x = unit::observe(t, norm(t, take(x), lnf_w_, lnf_b_), "ln_f");
   }
-  // Logits [N, V] = x [N, C] @ head [V, C]^T: the tied wte, or the unit model's lm_head.
+  return ag::reshape(t, take(x), {N, C});
+}
+
+// Logits [rows, V] = x [rows, C] @ head [V, C]^T: the tied wte, or the unit
+// model's lm_head; N, the batch's rows, sets the unit readout's scales.
+ag::Var GPT::head(ag::Tape& t, const ag::Var& x, int64_t N) {
+  const unit::UnitConfig& uc = config_.unit;
+  const bool u = uc.enabled;
+  const int64_t C = config_.d_model, V = config_.vocab;
   MemoryLabel label("logits");
-  const ag::OpScales head = u ? unit::op_scales(unit::linear_readout(C, V, N, uc.rules("readout"))) : ag::OpScales{};
+  const ag::OpScales scales = u ? unit::op_scales(unit::linear_readout(C, V, N, uc.rules("readout"))) : ag::OpScales{};
   const ag::ReadoutScope readout(t);
-  ag::Var w = u ? t.param(*lm_head_) : take(wte);
-  ag::Var logits = unit::observe(t, ag::matmul(t, ag::reshape(t, take(x), {N, C}), w, false, true, head), "logits");
-  return ag::reshape(t, logits, {B, T, V});
+  ag::Var w = t.param(u ? *lm_head_ : *wte_);
+  return unit::observe(t, ag::matmul(t, x, w, false, true, scales), "logits");
 }
 
 }  // namespace mantissa::nn

@@ -300,6 +300,18 @@ ag::Var Llama::block(ag::Tape& t, const Block& b, ag::Var x_in, size_t layer) {
 
 // ids [B, T] -> logits [B, T, V].
 ag::Var Llama::forward(ag::Tape& t, const Tensor& ids) {
+  const int64_t B = ids.dim(0), T = ids.dim(1);
+  return ag::reshape(t, head(t, hidden(t, ids), B * T), {B, T, config_.vocab});
+}
+
+lm::Forward Llama::parts(const Tensor& ids) {
+  const int64_t N = ids.numel();
+  return {[this, &ids](ag::Tape& t) { return hidden(t, ids); },
+          [this, N](ag::Tape& t, const ag::Var& x) { return head(t, x, N); }, config_.vocab};
+}
+
+// ids [B, T] -> the final hidden state x [N, C] (after the last RMSNorm).
+ag::Var Llama::hidden(ag::Tape& t, const Tensor& ids) {
   const unit::UnitConfig& uc = config_.unit;
   const bool u = uc.enabled;
   const int64_t B = ids.dim(0), T = ids.dim(1), C = config_.d_model, V = config_.vocab, N = B * T;
@@ -310,25 +322,31 @@ ag::Var Llama::forward(ag::Tape& t, const Tensor& ids) {
   for (size_t l = 0; l < blocks_.size(); ++l) x = block(t, blocks_[l], std::move(x), l);
   x = unit::unit_rms_norm(t, x, t.param(*norm_), u ? unit::rms_norm(C, N * C) : one(2), static_cast<float>(config_.rms_eps));
   x = unit::observe(t, x, "ln_f");
-  const ag::OpScales head = u ? unit::op_scales(unit::linear_readout(C, V, N, uc.rules("readout"))) : ag::OpScales{};
+  return ag::reshape(t, x, {N, C});
+}
+
+// Logits [rows, V] = x [rows, C] @ head [V, C]^T (the embedding when tied);
+// N, the batch's rows, sets the unit readout's scales.
+ag::Var Llama::head(ag::Tape& t, const ag::Var& x, int64_t N) {
+  const unit::UnitConfig& uc = config_.unit;
+  const int64_t C = config_.d_model, V = config_.vocab;
+  const ag::OpScales scales =
+      uc.enabled ? unit::op_scales(unit::linear_readout(C, V, N, uc.rules("readout"))) : ag::OpScales{};
   const ag::ReadoutScope readout(t);
-  ag::Var w = head_ == embed_ ? embed : t.param(*head_);
-  ag::Var logits = unit::observe(t, ag::matmul(t, ag::reshape(t, x, {N, C}), w, false, true, head), "logits");
-  return ag::reshape(t, logits, {B, T, V});
+  return unit::observe(t, ag::matmul(t, x, t.param(*head_), false, true, scales), "logits");
 }
 
 LossSum Llama::forward_backward(const Batch& batch, float grad_scale) {
   lm::check_batch(batch, config_.context, "Llama");
   ag::Tape t(context(true));
-  return lm::forward_backward(t, [&](ag::Tape& tape) { return forward(tape, batch.inputs); }, batch.targets,
-                              config_.unit, grad_scale);
+  return lm::forward_backward(t, parts(batch.inputs), batch.targets, config_.unit, grad_scale);
 }
 
 LossSum Llama::evaluate(const Batch& batch) {
   lm::check_batch(batch, config_.context, "Llama");
   ag::NoGrad no_grad;
   ag::Tape t(context(false));
-  return lm::evaluate(t, [&](ag::Tape& tape) { return forward(tape, batch.inputs); }, batch.targets, config_.unit);
+  return lm::evaluate(t, parts(batch.inputs), batch.targets, config_.unit);
 }
 
 Tensor Llama::logits(const Tensor& ids) {

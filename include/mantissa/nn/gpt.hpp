@@ -31,6 +31,10 @@ struct LossStats;
 
 namespace mantissa::nn {
 
+namespace lm {
+struct Forward;  // src/nn/causal_lm.hpp
+}
+
 struct GPTConfig {
   int64_t vocab = 256;
   int64_t context = 128;  // n_positions
@@ -75,6 +79,11 @@ class GPT : public Model {
 
   // logits [B, T, V] for ids i32 [B, T] on the given tape (records when grads are enabled).
   autograd::Var forward(autograd::Tape& tape, const Tensor& ids);
+  // forward's two parts: ids -> the final hidden state [N, C], and the head
+  // [rows, C] -> logits [rows, V] (N: the batch's rows), for lm::forward_backward.
+  autograd::Var hidden(autograd::Tape& tape, const Tensor& ids);
+  autograd::Var head(autograd::Tape& tape, const autograd::Var& x, int64_t N);
+  lm::Forward parts(const Tensor& ids);
   // logits [B, T, V] without recording anything.
   Tensor logits(const Tensor& ids) override;
   // Number of training passes so far: the dropout stream position, part of a

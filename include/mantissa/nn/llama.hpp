@@ -37,6 +37,10 @@ struct LossStats;
 
 namespace mantissa::nn {
 
+namespace lm {
+struct Forward;  // src/nn/causal_lm.hpp
+}
+
 class Rng;
 
 struct LlamaConfig {
@@ -79,6 +83,11 @@ class Llama : public Model {
 
   // logits [B, T, V] for ids i32 [B, T] on the given tape.
   autograd::Var forward(autograd::Tape& tape, const Tensor& ids);
+  // forward's two parts: ids -> the final hidden state [N, C], and the head
+  // [rows, C] -> logits [rows, V] (N: the batch's rows), for lm::forward_backward.
+  autograd::Var hidden(autograd::Tape& tape, const Tensor& ids);
+  autograd::Var head(autograd::Tape& tape, const autograd::Var& x, int64_t N);
+  lm::Forward parts(const Tensor& ids);
   // logits [B, T, V] without recording anything.
   Tensor logits(const Tensor& ids) override;
 

@@ -59,6 +59,14 @@ struct ModelKind {
   bool reads(const std::string& option) const;
 };
 
+// The most logits (rows x vocabulary) a causal LM's training or evaluation
+// pass computes at once: above it the head and the loss run in chunks of rows
+// (default 2^25, 128 MiB of fp32). With several chunks the head's weight
+// gradient sums in another order, and a per-tensor current scale of the
+// head's input applies per chunk.
+int64_t logit_chunk_elements();
+void set_logit_chunk_elements(int64_t n);
+
 // Every kind, in a fixed order.
 const std::vector<ModelKind>& model_kinds();
 // The kind of this name, or null.

@@ -1,10 +1,13 @@
-"""A mantissa recipe's casts on the ``nn.Linear`` layers of any PyTorch module.
+"""A mantissa recipe's casts on the matrix products of any PyTorch module.
 
     import mantissa.torch as mt
     model = mt.wrap(model, "fp8-delayed", set=["cast_margin=1"])
+    print(model.mantissa_report)    # what was cast, by module type, and what was left
 
-Every ``nn.Linear`` becomes a ``CastLinear`` sharing its parameters. Its
-product sees the recipe's casts, as mantissa's own Linear does:
+Every ``nn.Linear`` becomes a ``CastLinear`` and every transformers ``Conv1D``
+(weight [in, out], y = x @ W + b) a ``CastConv1D``, sharing their parameters;
+a Conv1D's product is cast as an nn.Linear holding W^T. Each product sees the
+recipe's casts, as mantissa's own Linear does:
 
 - forward: the input x and the weight W are cast to ``cast_forward``
   (e4m3fn ...) and multiplied in fp32 (products of 1-byte values are exact);
@@ -26,13 +29,24 @@ Recipes without casts but with a 16-bit ``matmul_format`` (bf16-amp, fp16-amp)
 round x, W and dy to it. The arrays are cast by mantissa's kernels (zero-copy
 through DLPack). Per-tensor casts saturate; a tensor holding inf/NaN keeps them
 (scale 1, no saturation).
+
+Products the wrapper does not cast are named in ``WrapReport.uncast`` with an
+``UncastWarning``: nn.MultiheadAttention, convolutions, nn.Bilinear and recurrent
+layers by type, and, with ``inputs`` (or ``audit``), every product a forward pass
+calls outside the cast layers (attention's batched products, F.linear or matmul
+on a module's own matrix or on a tied embedding).
 """
 
 from __future__ import annotations
 
 import collections
+import copy
+import dataclasses
+import logging
 import math
-from typing import Any, Deque, Dict, Optional, Sequence
+import sys
+import warnings
+from typing import Any, Deque, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import mantissa as _m
 
@@ -43,6 +57,7 @@ _threads = _m.num_threads()
 import torch  # noqa: E402
 import torch.nn as nn  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
+from torch.overrides import TorchFunctionMode  # noqa: E402
 
 _m.set_num_threads(_threads)
 
@@ -238,6 +253,12 @@ class _CastLinearFn(torch.autograd.Function):
         return dx, dw, db, None
 
 
+def _cast_product(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], caster: Any) -> torch.Tensor:
+    """x W^T + b under `caster`, W [out, in] (the contraction axis last)."""
+    fn = _Fp4LinearFn if isinstance(caster, Fp4Caster) else _CastLinearFn
+    return fn.apply(x, weight, bias, caster)
+
+
 class CastLinear(nn.Linear):
     """nn.Linear whose product sees a mantissa recipe's casts (shares the wrapped layer's parameters)."""
 
@@ -249,23 +270,148 @@ class CastLinear(nn.Linear):
         self.caster = caster
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        fn = _Fp4LinearFn if isinstance(self.caster, Fp4Caster) else _CastLinearFn
-        return fn.apply(x, self.weight, self.bias, self.caster)
+        return _cast_product(x, self.weight, self.bias, self.caster)
 
     def extra_repr(self) -> str:
         return super().extra_repr() + f", recipe={self.caster.recipe['name']}"
 
 
-def wrap(module: nn.Module, recipe: str = "fp8-delayed", set: Sequence[str] = (), block: int = 32) -> nn.Module:
-    """Replaces every nn.Linear inside `module` (in place) by a CastLinear under `recipe`.
+def is_conv1d(m: nn.Module) -> bool:
+    """Whether `m` is transformers' ``Conv1D`` (y = x @ W + b, W [in, out], ``nf`` outputs).
 
-    `recipe` and `set` are those of ``mantissa train --recipe NAME --set key=value``.
-    A recipe with ``cast_readout`` false keeps the last nn.Linear (in definition
-    order: the readout) out of the casts, in ``matmul_format`` only, as
-    mantissa's models do. Returns `module`.
+    By isinstance when transformers is already imported; otherwise by its class name (or a base's),
+    its ``nf`` attribute and a 2-D weight with ``nf`` columns, so that transformers is never imported.
+    """
+    tpu = sys.modules.get("transformers.pytorch_utils")
+    cls = getattr(tpu, "Conv1D", None) if tpu is not None else None
+    if not (isinstance(cls, type) and isinstance(m, cls)) and not any(c.__name__ == "Conv1D" for c in type(m).__mro__):
+        return False
+    w, nf = getattr(m, "weight", None), getattr(m, "nf", None)
+    return isinstance(w, torch.Tensor) and w.dim() == 2 and isinstance(nf, int) and w.shape[1] == nf
+
+
+class CastConv1D(nn.Module):
+    """transformers' Conv1D (weight [in, out], y = x @ W + b) under a recipe's casts, sharing its parameters.
+
+    The product is nn.Linear's with W^T [out, in]: every cast blocks and scales along the same axes as
+    for an nn.Linear holding W^T (x and W along the contraction axis `in`, dy along `out`), so both give
+    the same bits. The weight gradient comes back [in, out] through the transpose.
+    """
+
+    def __init__(self, conv: nn.Module, caster: Any):
+        super().__init__()
+        self.nf, self.nx = conv.nf, int(conv.weight.shape[0])
+        self.weight = conv.weight
+        self.bias = getattr(conv, "bias", None)
+        self.caster = caster
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return _cast_product(x, self.weight.t(), self.bias, self.caster)
+
+    def extra_repr(self) -> str:
+        return f"nf={self.nf}, nx={self.nx}, recipe={self.caster.recipe['name']}"
+
+
+class Uncast(NamedTuple):
+    """A matrix product that stays in the module's own precision."""
+
+    name: str  # module path ("" for the wrapped module itself)
+    kind: str  # the module's type
+    what: str  # the product(s) and why they are not cast
+
+
+class UncastWarning(UserWarning):
+    """wrap() or audit() found matrix products that the recipe's casts do not reach."""
+
+
+@dataclasses.dataclass
+class WrapReport:
+    """What ``wrap`` cast and what it left; ``wrap`` sets it as the module's ``mantissa_report``."""
+
+    recipe: str
+    wrapped: Dict[str, int]  # cast layers by the wrapped module's type, e.g. {"Conv1D": 8, "Linear": 1}
+    layers: List[str]  # their names, in definition order
+    readout: Optional[str]  # the layer kept to matmul_format / bf16 (cast_readout false, bf16_layers=head)
+    tied: Dict[str, str]  # an nn.Embedding sharing its weight with a cast layer -> that layer
+    uncast: List[Uncast]  # products the wrapper recognises and cannot cast
+    unseen: List[Uncast]  # matrices it cannot see used: a product with them in forward() is not cast
+
+    @property
+    def uncast_counts(self) -> Dict[str, int]:
+        return dict(collections.Counter(u.kind for u in self.uncast))
+
+    def __str__(self) -> str:
+        n = sum(self.wrapped.values())
+        counts = ", ".join(f"{k} {v}" for k, v in sorted(self.wrapped.items()))
+        out = f"mantissa.torch.wrap({self.recipe}): {n} products cast ({counts or 'none'})"
+        if self.readout:
+            out += f"; readout '{self.readout}' in matmul_format only"
+        if self.tied:
+            out += "; tied: " + ", ".join(f"'{e}' is the weight of cast '{l}'" for e, l in self.tied.items())
+        left = [f"'{u.name}' ({u.kind}: {u.what})" for u in self.uncast]
+        left += [f"maybe '{u.name}' ({u.kind}: {u.what})" for u in self.unseen]
+        return out + "; uncast: " + ("; ".join(left) if left else "none found (products inside forward(), "
+                                     "e.g. attention's, are not seen: audit() lists them)")
+
+
+log = logging.getLogger("mantissa.torch")
+
+# Layers whose products the wrapper recognises but does not cast, and why.
+_UNCAST_TYPES = (
+    (nn.MultiheadAttention, "in-projection, out_proj and attention products run in "
+     "F.multi_head_attention_forward, which reads the weights directly"),
+    (nn.modules.conv._ConvNd, "convolution"),
+    (nn.Bilinear, "bilinear product"),
+    (nn.RNNBase, "recurrent products"),
+    (nn.RNNCellBase, "recurrent products"),
+)
+_SEEN = (nn.Linear, nn.Embedding, nn.EmbeddingBag, CastConv1D) + tuple(t for t, _ in _UNCAST_TYPES)
+
+
+def _survey(module: nn.Module) -> Tuple[List[str], List[Uncast], List[Uncast]]:
+    """The layers to cast (nn.Linear, Conv1D: definition order), the uncast products, the unseen matrices."""
+    targets: List[str] = []
+    uncast: List[Uncast] = []
+    unseen: List[Uncast] = []
+    inside: List[str] = []  # layers whose children are theirs (an MHA's out_proj is never called)
+    for name, m in module.named_modules():
+        if any(p == "" or name.startswith(p + ".") for p in inside):
+            continue
+        if isinstance(m, (CastLinear, CastConv1D)):
+            continue
+        why = next((w for t, w in _UNCAST_TYPES if isinstance(m, t)), None)
+        if why is not None:
+            uncast.append(Uncast(name, type(m).__name__, why))
+            inside.append(name)
+        elif isinstance(m, nn.Linear) or is_conv1d(m):
+            targets.append(name)
+        elif not isinstance(m, _SEEN):
+            mats = [f"{k} {list(p.shape)}" for k, p in m.named_parameters(recurse=False) if p.dim() >= 2]
+            if mats:
+                unseen.append(Uncast(name, type(m).__name__, "holds " + ", ".join(mats) + ": a product with it "
+                                     "(F.linear, matmul) in forward() is not cast"))
+    return targets, uncast, unseen
+
+
+def wrap(module: nn.Module, recipe: str = "fp8-delayed", set: Sequence[str] = (), block: int = 32,
+         strict: bool = False, inputs: Any = None) -> nn.Module:
+    """Casts every matrix product of `module` it recognises (in place) under `recipe`; returns `module`.
+
+    Each nn.Linear becomes a CastLinear and each transformers ``Conv1D`` a CastConv1D, sharing their
+    parameters. `recipe` and `set` are those of ``mantissa train --recipe NAME --set key=value``.
+    A recipe with ``cast_readout`` false (or FP4's ``bf16_layers=head``) keeps the last of these layers
+    (in definition order: the readout) in ``matmul_format`` (bf16) only, as mantissa's models do.
+
+    ``module.mantissa_report`` (a WrapReport) counts the cast layers by type and names what is left:
+    nn.MultiheadAttention, convolutions, nn.Bilinear and recurrent layers (uncast: a warning, or with
+    `strict` a ValueError before anything is changed), and modules holding matrices used outside an
+    nn.Linear (unseen: a warning). With `inputs` (a tuple of positional arguments or a dict of keyword
+    arguments) one forward pass through `audit` adds the products called inside forward() that are
+    not cast (attention's batched products, F.linear on a tied embedding ...) to ``uncast``.
+    The report is logged as one line on the ``mantissa.torch`` logger (INFO).
     """
     r = _m.recipe(recipe, set)
-    if isinstance(module, nn.Linear):
+    if isinstance(module, nn.Linear) or is_conv1d(module):
         raise ValueError("wrap: pass the module that holds the nn.Linear layers, not a layer itself")
     fp4 = r.get("fp4_format", "none") != "none"
     if fp4:
@@ -273,14 +419,119 @@ def wrap(module: nn.Module, recipe: str = "fp8-delayed", set: Sequence[str] = ()
         if any(v != "head" for v in layers):
             raise ValueError(f"recipe '{recipe}': bf16_layers '{r['bf16_layers']}' names blocks, which a PyTorch "
                              "module does not have; pass set=['bf16_layers=head'] (the last nn.Linear) or 'none'")
-    names = [n for n, m in module.named_modules() if isinstance(m, nn.Linear) and not isinstance(m, CastLinear)]
+    names, uncast, unseen = _survey(module)
+    if strict and uncast:
+        raise ValueError("wrap: these products cannot be cast (strict): "
+                         + "; ".join(f"'{u.name}' ({u.kind}: {u.what})" for u in uncast))
+    counts: Dict[str, int] = collections.Counter()
+    readout = None
     for i, name in enumerate(names):  # definition order: the last one is the readout
         parent_name, _, attr = name.rpartition(".")
         parent = module.get_submodule(parent_name) if parent_name else module
+        layer = getattr(parent, attr)
         last = i == len(names) - 1
         if fp4:
             caster: Any = Fp4Caster(r, last and "head" in str(r.get("bf16_layers", "")), i)
         else:
             caster = Caster(r, block, last and not r.get("cast_readout", True))
-        setattr(parent, attr, CastLinear(getattr(parent, attr), caster))
+        if caster.readout:
+            readout = name
+        counts[type(layer).__name__] += 1
+        setattr(parent, attr, CastConv1D(layer, caster) if is_conv1d(layer) else CastLinear(layer, caster))
+    cast_weights = {id(m.weight): n for n, m in module.named_modules() if isinstance(m, (CastLinear, CastConv1D))}
+    tied = {n: cast_weights[id(m.weight)] for n, m in module.named_modules()
+            if isinstance(m, (nn.Embedding, nn.EmbeddingBag)) and id(m.weight) in cast_weights}
+    report = WrapReport(recipe, dict(counts), names, readout, tied, uncast, unseen)
+    if inputs is not None:  # what forward() calls replaces the guesses from the parameters
+        report.unseen = []
+        known = {u.name for u in uncast}
+        report.uncast.extend(u for u in audit(module, inputs) if u.name not in known)
+    module.mantissa_report = report
+    log.info("%s", report)
+    if report.uncast or report.unseen:
+        warnings.warn(UncastWarning(str(report)), stacklevel=2)
     return module
+
+
+# Tensor functions that are matrix products (by name: a function, its Tensor method and its operator).
+_PRODUCT_FUNCS = frozenset({
+    "linear", "bilinear", "matmul", "__matmul__", "__rmatmul__", "mm", "bmm", "addmm", "addmm_", "baddbmm",
+    "baddbmm_", "addbmm", "addbmm_", "einsum", "tensordot", "chain_matmul", "multi_dot", "conv1d", "conv2d",
+    "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d", "multi_head_attention_forward",
+    "scaled_dot_product_attention",
+})
+
+
+class _ProductLog(TorchFunctionMode):
+    """Records each matrix product called outside a cast layer, by the innermost module calling it."""
+
+    def __init__(self, stack: List[Tuple[str, nn.Module]], params: Dict[int, str]):
+        super().__init__()
+        self.stack, self.params = stack, params
+        self.seen: Dict[Tuple[str, str, str], int] = collections.OrderedDict()
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        op = getattr(func, "__name__", "")
+        if op in _PRODUCT_FUNCS and not any(isinstance(m, (CastLinear, CastConv1D)) for _, m in self.stack):
+            name, m = self.stack[-1] if self.stack else ("", None)
+            flat = [a for a in list(args) + list((kwargs or {}).values())
+                    for a in (a if isinstance(a, (list, tuple)) else [a])]
+            ops = []
+            for a in flat:
+                if isinstance(a, torch.Tensor):
+                    p = self.params.get(id(a)) or (self.params.get(id(a._base)) if a._base is not None else None)
+                    ops.append(f"{list(a.shape)}" + (f" '{p}'" if p else ""))
+            key = (name, type(m).__name__ if m is not None else "", f"{op}({', '.join(ops)})")
+            self.seen[key] = self.seen.get(key, 0) + 1
+        return func(*args, **(kwargs or {}))
+
+
+def audit(module: nn.Module, inputs: Any) -> List[Uncast]:
+    """The matrix products one forward pass of `module` on `inputs` calls outside its cast layers.
+
+    `inputs` is a tuple of positional arguments or a dict of keyword arguments. Runs in eval mode
+    without gradients (no dropout, no batch-norm statistics), and leaves the layers' delayed-scaling
+    histories, FP4 draw counts, the training flags and the RNG as they were. Each entry names the innermost module that calls the product, the operation with
+    its operand shapes (and the parameter it multiplies, if one: a tied embedding's weight), and
+    how many times it was called.
+    """
+    stack: List[Tuple[str, nn.Module]] = []
+    names: Dict[int, List[str]] = collections.defaultdict(list)  # a tied weight has several names
+    for mname, m in module.named_modules():
+        for k, p in m.named_parameters(recurse=False):
+            names[id(p)].append(f"{mname}.{k}" if mname else k)
+    params = {i: " = ".join(n) for i, n in names.items()}
+    for m in module.modules():
+        if isinstance(m, (nn.Embedding, nn.EmbeddingBag)) and id(m.weight) in params:
+            params[id(m.weight)] += " (an embedding: a tied head)"
+    hooks = []
+    for name, m in module.named_modules():
+        hooks.append(m.register_forward_pre_hook(lambda mod, a, name=name: stack.append((name, mod))))
+        hooks.append(m.register_forward_hook(lambda mod, a, out: (stack.pop(), None)[1]))  # None: keeps `out`
+    states = [(c, copy.deepcopy(c.histories) if isinstance(c, Caster) else c.calls)
+              for c in (m.caster for m in module.modules() if isinstance(m, (CastLinear, CastConv1D)))]
+    rng = torch.random.get_rng_state()
+    training = [(m, m.training) for m in module.modules()]
+    mode = _ProductLog(stack, params)
+    try:
+        module.eval()
+        with torch.no_grad(), mode:
+            if isinstance(inputs, dict):
+                module(**inputs)
+            else:
+                module(*(inputs if isinstance(inputs, tuple) else (inputs,)))
+    finally:
+        for h in hooks:
+            h.remove()
+        for c, s in states:
+            if isinstance(c, Caster):
+                c.histories = s
+            else:
+                c.calls = s
+        torch.random.set_rng_state(rng)
+        for m, t in training:
+            m.training = t
+    found: Dict[Tuple[str, str], List[str]] = collections.OrderedDict()  # one entry per module
+    for (name, kind, what), n in mode.seen.items():
+        found.setdefault((name, kind), []).append(f"{what} x{n}" if n > 1 else what)
+    return [Uncast(name, kind, "; ".join(whats)) for (name, kind), whats in found.items()]

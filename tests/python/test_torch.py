@@ -219,3 +219,218 @@ def test_importing_mantissa_torch_keeps_the_thread_count():
             "print(mantissa.num_threads())")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split()[-1] == "2"
+
+
+# transformers' Conv1D, and what wrap() reports.
+
+class Conv1D(nn.Module):
+    """transformers.pytorch_utils.Conv1D as transformers writes it: weight [nx, nf], y = x @ W + b."""
+
+    def __init__(self, nf, nx):
+        super().__init__()
+        self.nf = nf
+        self.weight = nn.Parameter(torch.empty(nx, nf))
+        self.bias = nn.Parameter(torch.zeros(nf))
+        nn.init.normal_(self.weight, std=0.02)
+
+    def forward(self, x):
+        size_out = x.size()[:-1] + (self.nf,)
+        return torch.addmm(self.bias, x.view(-1, x.size(-1)), self.weight).view(size_out)
+
+
+def supported_recipes():
+    """(recipe, set) for every registered recipe wrap() takes (FP4 ones with the head in bf16 if they need it)."""
+    out = []
+    for r in mantissa.recipes():
+        for s in ([], ["bf16_layers=head"]):
+            try:
+                mt.wrap(nn.Sequential(nn.Linear(32, 32)), r["name"], set=s)
+            except ValueError:
+                continue
+            out.append((r["name"], s))
+            break
+    return out
+
+
+SUPPORTED = supported_recipes()
+
+
+def test_the_recipe_list_holds_every_kind_of_cast():
+    names = {n for n, _ in SUPPORTED}
+    assert {"fp32", "bf16-amp", "fp16-amp", "fp8-noscale", "fp8-current", "fp8-delayed", "mxfp8", "nvfp4", "mxfp4",
+            "mxfp4-fwd"} <= names
+
+
+def conv1d_and_linear_pair():
+    """Two Conv1D layers and two nn.Linear holding their transposed weights; magnitudes spread by 2^-6..2^6
+    along both axes of each weight, so blocks or scales taken along the wrong axis change the bits."""
+    g = torch.Generator().manual_seed(3)
+    conv = nn.Sequential(Conv1D(96, 64), nn.GELU(), Conv1D(48, 96))
+    lin = nn.Sequential(nn.Linear(64, 96), nn.GELU(), nn.Linear(96, 48))
+    with torch.no_grad():
+        for c, l in ((conv[0], lin[0]), (conv[2], lin[2])):
+            nx, nf = c.weight.shape
+            rows = 2.0 ** torch.randint(-6, 7, (nx, 1), generator=g)
+            cols = 2.0 ** torch.randint(-6, 7, (1, nf), generator=g)
+            c.weight.copy_(torch.randn(nx, nf, generator=g) * rows * cols * 0.05)
+            c.bias.copy_(torch.randn(nf, generator=g) * 0.1)
+            l.weight.copy_(c.weight.t())
+            l.bias.copy_(c.bias)
+    return conv, lin, g
+
+
+@pytest.mark.parametrize("recipe,sets", SUPPORTED, ids=[n for n, _ in SUPPORTED])
+def test_conv1d_matches_the_transposed_linear_bit_for_bit(recipe, sets):
+    conv, lin, g = conv1d_and_linear_pair()
+    fp32 = copy.deepcopy(conv)
+    mt.wrap(conv, recipe, set=sets)
+    mt.wrap(lin, recipe, set=sets)
+    assert isinstance(conv[0], mt.CastConv1D) and isinstance(conv[2], mt.CastConv1D)
+    assert conv.mantissa_report.wrapped == {"Conv1D": 2} and lin.mantissa_report.wrapped == {"Linear": 2}
+    for step in range(2):  # the second step scales from the first's amaxes under delayed scaling
+        x = torch.randn(2, 32, 64, generator=g) * 2.0 ** torch.randint(-4, 5, (1, 1, 64), generator=g)
+        dy = torch.randn(2, 32, 48, generator=g) * 1e-3
+        for m in (conv, lin, fp32):
+            m.zero_grad(set_to_none=True)
+        yc, dxc = run(conv, x, dy)
+        yl, dxl = run(lin, x, dy)
+        assert torch.equal(yc, yl), step
+        assert torch.equal(dxc, dxl), step
+        for c, l in ((conv[0], lin[0]), (conv[2], lin[2])):
+            assert c.weight.grad.shape == c.weight.shape
+            assert torch.equal(c.weight.grad, l.weight.grad.t()), step
+            assert torch.equal(c.bias.grad, l.bias.grad), step
+        r = mantissa.recipe(recipe, sets)
+        if r.get("cast_forward") or r.get("fp4_format", "none") != "none" or r.get("matmul_format", "fp32") != "fp32":
+            assert not torch.equal(yc, run(fp32, x, dy)[0])  # the casts are there: the output is not fp32's
+
+
+class Mixed(nn.Module):
+    """A Linear, a Conv1D, an MHA, a Conv2d, a matrix used through F.linear and an embedding used as a tied head."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(40, 32)
+        self.proj = Conv1D(32, 32)
+        self.attn = nn.MultiheadAttention(32, 2, batch_first=True)
+        self.conv = nn.Conv2d(1, 1, 3, padding=1)
+        self.mix = nn.Linear(32, 32)
+        self.gate = nn.Parameter(torch.randn(32, 32) * 0.1)
+
+    def forward(self, ids):
+        h = self.emb(ids)
+        h = self.proj(h)
+        h = h + self.attn(h, h, h, need_weights=False)[0]
+        h = h + self.conv(h[:, None])[:, 0]
+        h = self.mix(h) + F.linear(h, self.gate)
+        return h @ self.emb.weight.t()
+
+
+def test_report_counts_what_is_cast_and_names_what_is_left(caplog):
+    torch.manual_seed(0)
+    model = Mixed()
+    ids = torch.randint(0, 40, (2, 8))
+    y0 = model(ids)
+    with caplog.at_level("INFO", logger="mantissa.torch"), pytest.warns(mt.UncastWarning) as warned:
+        out = mt.wrap(model, "fp8-delayed")
+    assert out is model
+    rep = model.mantissa_report
+    assert rep.wrapped == {"Conv1D": 1, "Linear": 1} and rep.layers == ["proj", "mix"]
+    assert isinstance(model.proj, mt.CastConv1D) and isinstance(model.mix, mt.CastLinear)
+    # The MHA's out_proj is an nn.Linear the MHA never calls: left as it is, the MHA named instead.
+    assert type(model.attn.out_proj) is nn.modules.linear.NonDynamicallyQuantizableLinear
+    assert [(u.name, u.kind) for u in rep.uncast] == [("attn", "MultiheadAttention"), ("conv", "Conv2d")]
+    assert rep.uncast_counts == {"MultiheadAttention": 1, "Conv2d": 1}
+    assert [(u.name, u.kind) for u in rep.unseen] == [("", "Mixed")] and "gate [32, 32]" in rep.unseen[0].what
+    assert rep.tied == {} and rep.readout is None
+    logged = [r.getMessage() for r in caplog.records if r.name == "mantissa.torch"]
+    assert len(logged) == 1 and "2 products cast (Conv1D 1, Linear 1)" in logged[0]
+    assert len(warned) == 1 and "'attn'" in str(warned[0].message) and "'conv'" in str(warned[0].message)
+    assert not torch.equal(model(ids), y0)
+
+    # With inputs, one forward pass finds the functional products: F.linear on `gate`, the tied head's matmul.
+    model2 = Mixed()
+    with pytest.warns(mt.UncastWarning):
+        mt.wrap(model2, "mxfp8", inputs=(ids,))
+    rep2 = model2.mantissa_report
+    assert rep2.unseen == []
+    left = {u.name: u.what for u in rep2.uncast}
+    assert list(left) == ["attn", "conv", ""]
+    calls = left[""].split("; ")
+    assert len(calls) == 2 and calls[0].startswith("linear(") and "[32, 32] 'gate'" in calls[0]
+    assert calls[1].startswith("matmul(") and "[32, 40] 'emb.weight (an embedding: a tied head)'" in calls[1]
+
+
+def test_strict_refuses_before_changing_anything():
+    model = Mixed()
+    with pytest.raises(ValueError, match=r"'attn' \(MultiheadAttention.*'conv' \(Conv2d"):
+        mt.wrap(model, "fp8-current", strict=True)
+    assert type(model.proj) is Conv1D and type(model.mix) is nn.Linear
+    assert not hasattr(model, "mantissa_report")
+
+
+def test_audit_leaves_the_casts_state_as_it_was(data):
+    net, x, _ = data
+    a = mt.wrap(copy.deepcopy(net), "fp8-delayed")
+    b = mt.wrap(copy.deepcopy(net), "fp8-delayed")
+    a.train()
+    a.body.eval()
+    assert mt.audit(a, (x * 1000,)) == []  # every product is cast
+    assert a.head.caster.histories == {} and a.body[0].caster.histories == {}
+    assert a.training and not a.body.training and a.head.training
+    assert torch.equal(a(x), b(x))
+    with pytest.raises(ValueError, match="not a layer itself"):
+        mt.wrap(Conv1D(4, 4), "fp8-current")
+
+
+def test_tied_linear_head_and_readout_are_reported():
+    class Tiny(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.wte = nn.Embedding(64, 32)
+            self.fc = Conv1D(32, 32)
+            self.head = nn.Linear(32, 64, bias=False)
+            self.head.weight = self.wte.weight
+
+        def forward(self, ids):
+            return self.head(self.fc(self.wte(ids)))
+
+    model = mt.wrap(Tiny(), "fp8-noscale")  # cast_readout false: the head runs in bf16
+    rep = model.mantissa_report
+    assert rep.tied == {"wte": "head"} and rep.readout == "head" and rep.wrapped == {"Conv1D": 1, "Linear": 1}
+    assert model.head.caster.readout and not model.fc.caster.readout
+    assert "readout 'head'" in str(rep) and "'wte' is the weight of cast 'head'" in str(rep)
+
+
+def test_a_conv1d_that_is_not_transformers_is_left_and_named():
+    class Conv1D(nn.Module):  # a convolution under the same class name: weight [out, in, k], no `nf`
+        def __init__(self):
+            super().__init__()
+            self.weight = nn.Parameter(torch.randn(8, 4, 3))
+
+        def forward(self, x):
+            return F.conv1d(x, self.weight)
+
+    model = nn.Sequential(Conv1D(), nn.Flatten(), nn.Linear(8 * 6, 4))
+    with pytest.warns(mt.UncastWarning, match=r"maybe '0' \(Conv1D: holds weight \[8, 4, 3\]"):
+        mt.wrap(model, "fp8-current")
+    assert type(model[0]) is Conv1D and model.mantissa_report.wrapped == {"Linear": 1}
+    assert not mt.is_conv1d(model[0])
+    with pytest.warns(mt.UncastWarning, match=r"'0' \(Conv1D: conv1d\(\[2, 4, 8\], \[8, 4, 3\] '0.weight'\)\)"):
+        mt.wrap(copy.deepcopy(model), "fp8-current", inputs=(torch.randn(2, 4, 8),))
+
+
+def test_recognising_conv1d_does_not_import_transformers():
+    import subprocess
+    import sys
+
+    code = ("import sys, torch, mantissa.torch as mt\n"
+            "class Conv1D(torch.nn.Module):\n"
+            "    def __init__(self):\n"
+            "        super().__init__(); self.nf = 3\n"
+            "        self.weight = torch.nn.Parameter(torch.randn(2, 3))\n"
+            "        self.bias = torch.nn.Parameter(torch.zeros(3))\n"
+            "m = mt.wrap(torch.nn.Sequential(Conv1D()), 'fp8-current')\n"
+            "print(type(m[0]).__name__, 'transformers' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split()[-2:] == ["CastConv1D", "False"]

@@ -4,7 +4,7 @@
 #   bash bench/run_all.sh [--threads 2] [--build-dir DIR] [--out DIR] [--rounds 3] [--steps 6]
 #                         [--recipes fp32,bf16-amp,unit-fp8,fp8-delayed,scalify-fp8]
 #                         [--large-recipes LIST] [--large-batch 8] [--large-steps 3] [--skip-large] [--quick]
-#                         [--peers debian,pypi-eager,pypi-compile]
+#                         [--peers debian,pypi-eager,pypi-compile] [--gpt2-124m LIST]
 #
 # Measures, each against a reference timed in the same run:
 #   1. training tokens/s of the reference GPT (L4 C256 H4 T128 B16 V256) for every recipe in
@@ -20,6 +20,8 @@
 #   3. mantissa's matmul wrapper vs raw oneDNN on the model's shapes (bench_matmul);
 #   4. format conversions vs memcpy bandwidth (bench_convert);
 #   5. blockwise vs whole-scores attention at T 128/512/1024: time and peak memory (bench_attention).
+#   6. with --gpt2-124m LIST: GPT-2 124M (L12 C768 H12 T1024 B4, vocabulary 50257) for the recipes in
+#      LIST vs PyTorch fp32 and bf16, 1 round of 2 steps (tens of seconds a step on 2 cores).
 # Writes DIR/results.json and DIR/summary.md (default bench/results/); prints the summary.
 # --quick: tiny sizes and one round, for CI smoke (checks the harness runs, not a speed); Debian's
 # PyTorch only.
@@ -37,6 +39,7 @@ LARGE_STEPS=3
 SKIP_LARGE=0
 QUICK=0
 PEERS=debian,pypi-eager,pypi-compile
+GPT2_RECIPES=
 while [ $# -gt 0 ]; do
   case $1 in
     --threads) THREADS=$2; shift 2 ;;
@@ -51,7 +54,8 @@ while [ $# -gt 0 ]; do
     --skip-large) SKIP_LARGE=1; shift ;;
     --quick) QUICK=1; shift ;;
     --peers) PEERS=$2; shift 2 ;;
-    -h|--help) sed -n 2,24p "$0"; exit 0 ;;
+    --gpt2-124m) GPT2_RECIPES=$2; shift 2 ;;
+    -h|--help) sed -n 2,26p "$0"; exit 0 ;;
     *) echo "run_all.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -89,6 +93,12 @@ else
         --heads $((C / 64)) --seq-len 256 --batch "$LARGE_BATCH" --out "$RAW/train_c$C.json" >/dev/null
     done
   fi
+fi
+
+if [ -n "$GPT2_RECIPES" ] && [ "$QUICK" = 0 ]; then
+  echo "== GPT-2 124M (L12 C768 H12 T1024 B4 V50257), 1 round" >&2
+  "${TRAIN[@]}" --peers "$PEERS" --recipes "$GPT2_RECIPES" --rounds 1 --steps 2 --warmup 1 --profile-steps 1 \
+    --layers 12 --d-model 768 --heads 12 --seq-len 1024 --batch 4 --vocab 50257 --out "$RAW/train_gpt2_124m.json" >/dev/null
 fi
 
 echo "== matmul wrapper vs raw oneDNN" >&2

@@ -4,7 +4,8 @@
 #
 #   bash bench/run_train_vs_torch.sh [--threads 2] [--build-dir DIR] [--out FILE.json]
 #                                    [--recipes fp32,bf16-amp] [--steps 10] [--warmup 3] [--rounds 1]
-#                                    [any size flag: --layers L --d-model C --heads H --seq-len T --batch B]
+#                                    [any size flag: --layers L --d-model C --heads H --seq-len T --batch B
+#                                     --vocab V]
 #                                    [--profile-steps N]  (bench_train's profiled steps per recipe)
 #                                    [--peers debian,pypi-eager,pypi-compile] [--model gpt|llama]
 #
@@ -43,7 +44,7 @@ while [ $# -gt 0 ]; do
     --steps) STEPS=$2; shift 2 ;;
     --warmup) WARMUP=$2; shift 2 ;;
     --rounds) ROUNDS=$2; shift 2 ;;
-    --layers|--d-model|--heads|--seq-len|--batch) SIZE_ARGS+=("$1" "$2"); shift 2 ;;
+    --layers|--d-model|--heads|--seq-len|--batch|--vocab) SIZE_ARGS+=("$1" "$2"); shift 2 ;;
     --profile-steps) PROFILE_ARGS=(--profile-steps "$2"); shift 2 ;;
     --peers) PEERS=$2; shift 2 ;;
     --model) MODEL=$2; shift 2 ;;

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <stdexcept>
 
 #include "mantissa/formats/convert.hpp"
@@ -17,32 +18,36 @@
 namespace mantissa::amp {
 namespace {
 
-DType policy_dtype(const std::string& role, const std::string& format) {
-  if (format == "fp32") return DType::f32;
-  if (format == "bf16") return DType::bf16;
-  if (format == "fp16") return DType::f16;
-  throw std::invalid_argument("recipe setting " + role + " = '" + format +
+// The dtype the engine's precision policy computes in: f32, bf16 or f16.
+DType policy_dtype(const std::string& role, const recipe::FormatSetting& format) {
+  const std::optional<DType> t = recipe::exact_dtype(format.value());
+  if (t == DType::f32 || t == DType::bf16 || t == DType::f16) return *t;
+  throw std::invalid_argument("recipe setting " + role + " = '" + format.name() +
                               "' cannot be run by the engine's precision policy (valid: fp32, bf16, fp16)");
 }
 
 // Saved activations may also be 1-byte FP8 codes (Tape::save: per-tensor
 // power-of-two scale from the tensor's amax).
-DType saved_dtype(const std::string& format) {
-  for (const char* f : {"e4m3fn", "e5m2", "e4m3fnuz", "e5m2fnuz"})
-    if (format == f) return parse_dtype(format);
-  if (format == "fp32" || format == "bf16" || format == "fp16") return policy_dtype("saved_format", format);
-  throw std::invalid_argument("recipe setting saved_format = '" + format +
+DType saved_dtype(const recipe::FormatSetting& format) {
+  if (const std::optional<DType> t = recipe::exact_dtype(format.value())) return *t;
+  throw std::invalid_argument("recipe setting saved_format = '" + format.name() +
                               "' cannot be run by the engine's precision policy (valid: fp32, bf16, fp16, e4m3fn, "
                               "e5m2, e4m3fnuz, e5m2fnuz)");
 }
+
+bool is_fp32(const formats::Format& f) { return recipe::exact_dtype(f) == DType::f32; }
 
 // The format the diagnostics measure against: the recipe's gradient format
 // if it is low precision, else its matmul format (where activation gradients
 // live), else fp16 (what a switch to fp16 would face).
 formats::Format diagnostic_format(const recipe::Recipe& r) {
-  if (r.gradient_format != "fp32") return r.gradient_format.value();
-  if (r.matmul_format != "fp32") return r.matmul_format.value();
-  return formats::parse_format("fp16");
+  if (!is_fp32(r.gradient_format.value())) return r.gradient_format.value();
+  if (!is_fp32(r.matmul_format.value())) return r.matmul_format.value();
+  return formats::preset("fp16");
+}
+
+std::optional<formats::Format> optional_format(const formats::Format* f) {
+  return f ? std::optional<formats::Format>(*f) : std::nullopt;
 }
 
 // The FP4 quantiser's settings; negative bf16_layers count from the model's last block.
@@ -78,8 +83,8 @@ autograd::PrecisionPolicy precision_policy(const recipe::Recipe& r, nn::Model* m
     if (model == nullptr)
       throw std::invalid_argument("recipe " + r.name + ": cast_scaling 'propagate' needs the model (its parameters' scales)");
     scalify::ScalifyOptions o;
-    o.forward_format = r.cast_forward.name();
-    o.backward_format = r.cast_backward.name();
+    o.forward_format = optional_format(recipe::cast_target(r.cast_forward));
+    o.backward_format = optional_format(recipe::cast_target(r.cast_backward));
     try {
       p.quantiser = scalify::make_scalify_quantiser(o, model->parameters());
     } catch (const std::invalid_argument& e) {
@@ -87,15 +92,17 @@ autograd::PrecisionPolicy precision_policy(const recipe::Recipe& r, nn::Model* m
     }
     return p;
   }
-  if (r.fp4.format != "none") {
+  if (r.fp4.format.value().has_value()) {
     p.quantiser = std::make_shared<quant::Fp4Quantiser>(fp4_config(r.fp4, model));
     return p;
   }
-  if (!r.cast_forward.empty() || !r.cast_backward.empty()) {
+  const formats::Format* fwd = recipe::cast_target(r.cast_forward);
+  const formats::Format* bwd = recipe::cast_target(r.cast_backward);
+  if (fwd != nullptr || bwd != nullptr) {
     quant::Fp8Config c;
     c.scaling = r.cast_scaling;
-    c.forward_format = r.cast_forward.name();
-    c.backward_format = r.cast_backward.name();
+    c.forward_format = optional_format(fwd);
+    c.backward_format = optional_format(bwd);
     c.amax_history = r.amax_history;
     c.margin = static_cast<int>(r.cast_margin);
     c.mx_scale_rounding = r.mx_scale_rounding;
@@ -126,7 +133,7 @@ Amp::Amp(nn::Model& model, optim::Optimizer& optimizer, const recipe::Recipe& re
       master_(params_, recipe, options.seed),
       grad_format_(recipe.gradient_format.value()),
       stats_format_(diagnostic_format(recipe)),
-      low_gradients_(recipe.gradient_format != "fp32") {
+      low_gradients_(!is_fp32(recipe.gradient_format.value())) {
   validate_recipe(recipe_);
   // The parametrisation (standard or unit) is the model's: it is built
   // with it (nn::GPTConfig / MLPConfig); Amp only handles precision.

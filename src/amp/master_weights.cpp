@@ -25,13 +25,14 @@ MasterWeights::MasterWeights(std::vector<autograd::Parameter*> params, const rec
       format_(recipe.weight_format.value()),
       rounding_(recipe.weight_rounding),
       norms_fp32_(recipe.norms_fp32),
-      active_(recipe.weight_format != "fp32"),
+      active_(recipe::exact_dtype(recipe.weight_format.value()) != DType::f32),
       // A master copy in the working format itself (Scalify's FP16 master
       // weights) is the working weights: updated in place, then rounded.
-      has_master_(recipe.weight_format != "fp32" && recipe.master_format != "none" &&
-                  recipe.master_format != recipe.weight_format),
+      has_master_(active_ && recipe::master_copy_format(recipe) != nullptr &&
+                  !recipe::same_format(*recipe::master_copy_format(recipe), format_)),
       seed_(seed) {
-  if (recipe.master_format != "none" && recipe.master_format != "fp32" && recipe.master_format != recipe.weight_format)
+  const formats::Format* master = recipe::master_copy_format(recipe);
+  if (master != nullptr && recipe::exact_dtype(*master) != DType::f32 && !recipe::same_format(*master, format_))
     throw std::invalid_argument("master_format '" + recipe.master_format.name() +
                                 "' is not supported (valid: fp32, none, or the weight_format '" +
                                 recipe.weight_format.name() + "')");

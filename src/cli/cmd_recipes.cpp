@@ -1,4 +1,4 @@
-// `mantissa recipes [--json]`: every registered recipe with its settings.
+// `mantissa recipes [--json | --fields]`: every registered recipe with its settings, or every setting.
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -21,8 +21,9 @@ void print_table() {
       cast_scaling += "(" + std::to_string(static_cast<long long>(r.amax_history)) + ")";
     if (r.cast_scaling == quant::CastScaling::mx)
       cast_scaling += r.mx_scale_rounding == formats::ScaleRounding::ceil ? "(ceil)" : "(floor)";
-    std::string state = r.optimizer_state_format == "fp32" ? "" : " [optimizer state " + r.optimizer_state_format.name() + "]";
-    if (r.fp4.format != "none") state += " [" + recipe::fp4_summary(r.fp4) + "]";
+    std::string state =
+        r.optimizer_state_format.value().is_fp32() ? "" : " [optimizer state " + r.optimizer_state_format.name() + "]";
+    if (r.fp4.format.value().has_value()) state += " [" + recipe::fp4_summary(r.fp4) + "]";
     std::printf("%-22s %-8s %-8s %-8s %-8s %-8s %-6s %-9s %-5s %-10s %-8s %-8s %-14s %s%s\n", r.name.c_str(),
                 recipe::parametrisation_name(r.parametrisation), r.matmul_format.c_str(), r.saved_format.c_str(),
                 r.gradient_format.c_str(), r.weight_format.c_str(), r.master_format.c_str(), scaling.c_str(),
@@ -39,12 +40,24 @@ void print_table() {
               "blockwise = 1x128 / 128x128 power-of-two blocks; propagate = scale propagation\n");
 }
 
+// Every setting --set takes: key, values, default, meaning.
+void print_fields() {
+  std::printf("%-26s %-54s %-10s %s\n", "setting", "values", "default", "what it sets");
+  for (const auto& f : recipe::recipe_fields())
+    std::printf("%-26s %-54s %-10s %s\n", f.key.c_str(), f.type.c_str(),
+                f.default_value.empty() ? "\"\"" : f.default_value.c_str(), f.description.c_str());
+}
+
 Registrar reg(40, [](CLI::App& app) {
   auto* cmd = app.add_subcommand("recipes", "list the precision recipes and their settings");
   auto json = std::make_shared<bool>(false);
+  auto fields = std::make_shared<bool>(false);
   cmd->add_flag("--json", *json, "print a JSON array with every setting");
-  cmd->callback([json] {
-    if (*json) {
+  cmd->add_flag("--fields", *fields, "list every setting --set takes: its values, default and meaning");
+  cmd->callback([json, fields] {
+    if (*fields) {
+      print_fields();
+    } else if (*json) {
       nlohmann::json arr = nlohmann::json::array();
       for (const auto& r : recipe::recipes()) arr.push_back(nlohmann::json::parse(recipe::recipe_to_json(r)));
       std::printf("%s\n", arr.dump(2).c_str());

@@ -15,7 +15,7 @@ using detail::adam_chunk;
 
 
 Adam::Adam(std::vector<autograd::Parameter*> params, const OptimizerConfig& config, bool decoupled)
-    : Optimizer(std::move(params)), cfg_(config), decoupled_(decoupled), format_(parse_state_format(config.state_format)) {
+    : Optimizer(std::move(params)), cfg_(config), decoupled_(decoupled), format_(config.state_format) {
   exp_avg_.resize(params_.size());
   exp_avg_sq_.resize(params_.size());
   if (!config.owned.empty()) {

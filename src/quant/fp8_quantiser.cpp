@@ -45,12 +45,11 @@ size_t cached_bytes(const Fp8Quantiser::CachedWeight& w) {
 }
 
 namespace {
-formats::Format cast_format(const std::string& name, const char* field) {
-  if (name.empty()) return {};
+formats::Format cast_format(const std::optional<formats::Format>& format, const char* field) {
+  if (!format) return {};
   try {
-    formats::Format f = formats::parse_format(name);
-    cast_dtype(f);  // throws unless a 1-byte tensor dtype exists
-    return f;
+    cast_dtype(*format);  // throws unless a 1-byte tensor dtype exists
+    return *format;
   } catch (const std::invalid_argument& e) {
     throw std::invalid_argument(std::string(field) + ": " + e.what());
   }
@@ -61,8 +60,8 @@ Fp8Quantiser::Fp8Quantiser(Fp8Config config)
     : config_(std::move(config)),
       fwd_(cast_format(config_.forward_format, "cast_forward")),
       bwd_(cast_format(config_.backward_format, "cast_backward")),
-      cast_fwd_(!config_.forward_format.empty()),
-      cast_bwd_(!config_.backward_format.empty()) {
+      cast_fwd_(config_.forward_format.has_value()),
+      cast_bwd_(config_.backward_format.has_value()) {
   if (config_.amax_history < 1) throw std::invalid_argument("Fp8Quantiser: amax_history must be >= 1");
   if (config_.mx_block < 1 || config_.tile < 1) throw std::invalid_argument("Fp8Quantiser: block sizes must be >= 1");
   if (config_.scaling == CastScaling::propagate)

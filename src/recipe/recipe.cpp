@@ -9,8 +9,11 @@
 #include <stdexcept>
 
 #include "mantissa/formats/format.hpp"
+#include "mantissa/tensor/tensor.hpp"
 #include "mantissa/formats/parse_number.hpp"
 #include "mantissa/io/untrusted.hpp"
+#include "recipe/fields.hpp"
+#include "recipe/names.hpp"
 #include "recipe/plain_values.hpp"
 
 namespace mantissa::recipe {
@@ -198,51 +201,6 @@ std::vector<Recipe>& registry() {
   return r;
 }
 
-template <class E, size_t N>
-E parse_enum(std::string_view value, const char* (&names)[N], std::string_view what) {
-  for (size_t i = 0; i < N; ++i)
-    if (value == names[i]) return static_cast<E>(i);
-  std::string valid;
-  for (size_t i = 0; i < N; ++i) valid += (i ? ", " : "") + std::string(names[i]);
-  throw std::invalid_argument("invalid " + std::string(what) + " '" + std::string(value) + "' (valid: " + valid + ")");
-}
-
-const char* kParamNames[] = {"standard", "unit", "umup"};
-const char* kScalingNames[] = {"none", "static", "dynamic"};
-const char* kRoundingNames[] = {"nearest", "stochastic"};
-const char* kCastScalingNames[] = {"unit", "current", "delayed", "mx", "blockwise", "propagate"};
-const char* kMxScaleNames[] = {"floor", "ceil"};  // formats::ScaleRounding order
-
-// A format setting's parse error, named by the recipe field.
-template <class S>
-void check_setting(const std::string& field, const S& setting) {
-  if (!setting.error().empty()) throw std::invalid_argument("recipe setting " + field + ": " + setting.error());
-}
-
-void check_format(const std::string& field, const FormatSetting& format, bool allow_none) {
-  if (allow_none && format == "none") return;
-  check_setting(field, format);
-}
-
-constexpr int64_t kMaxAmaxHistory = 1 << 20;
-
-// A cast target: "" (no cast) or a format whose every value is exact in bf16
-// (<= 8 exponent bits, <= 7 mantissa bits, 1 byte), so the cast operand can
-// be multiplied exactly through the bf16 matrix path. Scale propagation may
-// also cast to 16-bit formats (fp16, bf16): its quantiser decides.
-void check_cast_format(const std::string& field, const FormatSetting& cast, quant::CastScaling scaling) {
-  if (cast.empty()) return;
-  check_format(field, cast, false);
-  const formats::Format& f = cast.value();
-  if (scaling == quant::CastScaling::propagate) return;
-  if (f.kind != formats::Kind::floating || f.storage_bytes() != 1 || f.exponent_bits > 8 || f.mantissa_bits > 7)
-    throw std::invalid_argument("recipe setting " + field + ": '" + cast.name() +
-                                "' is not a 1-byte floating format exact in bf16 (e.g. e4m3fn, e4m3fnuz, e5m2, "
-                                "e5m2fnuz); 16-bit casts need cast_scaling = propagate");
-  // Scaled formats: the scale exponent can place any value of the format's
-  // range, so only the element format matters here.
-}
-
 }  // namespace
 
 double parse_number(std::string_view key, std::string_view value) {
@@ -258,10 +216,36 @@ bool parse_bool(std::string_view key, std::string_view value) {
   throw std::invalid_argument("recipe setting " + std::string(key) + ": '" + std::string(value) + "' is not true/false");
 }
 
-const char* parametrisation_name(Parametrisation p) { return kParamNames[static_cast<int>(p)]; }
-const char* scaling_name(ScalingMethod s) { return kScalingNames[static_cast<int>(s)]; }
-const char* weight_rounding_name(WeightRounding r) { return kRoundingNames[static_cast<int>(r)]; }
+const char* parametrisation_name(Parametrisation p) { return kParametrisationNames[static_cast<int>(p)]; }
+const char* scaling_name(ScalingMethod s) { return kLossScalingNames[static_cast<int>(s)]; }
+const char* weight_rounding_name(WeightRounding r) { return kWeightRoundingNames[static_cast<int>(r)]; }
 const char* cast_scaling_name(quant::CastScaling s) { return kCastScalingNames[static_cast<int>(s)]; }
+
+bool same_format(const formats::Format& a, const formats::Format& b) {
+  return a.kind == b.kind && a.exponent_bits == b.exponent_bits && a.mantissa_bits == b.mantissa_bits &&
+         a.bias == b.bias && a.has_inf == b.has_inf && a.nan == b.nan && a.negative_zero == b.negative_zero &&
+         a.subnormals == b.subnormals && a.is_signed == b.is_signed;
+}
+
+std::optional<DType> exact_dtype(const formats::Format& f) {
+  for (DType t : {DType::f32, DType::bf16, DType::f16, DType::e4m3fn, DType::e5m2, DType::e4m3fnuz, DType::e5m2fnuz})
+    if (same_format(f, formats::preset(dtype_format_name(t)))) return t;
+  return std::nullopt;
+}
+
+const formats::Format* cast_target(const FormatSetting& cast) { return cast.empty() ? nullptr : &cast.value(); }
+
+const formats::Format* master_copy_format(const Recipe& r) {
+  return r.master_format == "none" ? nullptr : &r.master_format.value();
+}
+
+std::vector<FieldInfo> recipe_fields() {
+  const Recipe defaults;
+  std::vector<FieldInfo> out;
+  for (const Field& f : fields())
+    if (f.setting) out.push_back({f.key, f.type, field_text(f.write(defaults)), f.description});
+  return out;
+}
 
 void register_recipe(const Recipe& r) {
   validate_recipe(r);
@@ -301,14 +285,8 @@ Recipe recipe_for_opt_level(std::string_view level) {
 
 void validate_recipe(const Recipe& r) {
   if (r.name.empty()) throw std::invalid_argument("recipe has no name");
-  check_format("matmul_format", r.matmul_format, false);
-  check_format("saved_format", r.saved_format, false);
-  check_format("gradient_format", r.gradient_format, false);
-  check_format("weight_format", r.weight_format, false);
-  check_format("master_format", r.master_format, true);
-  check_setting("optimizer_state_format", r.optimizer_state_format);
-  check_cast_format("cast_forward", r.cast_forward, r.cast_scaling);
-  check_cast_format("cast_backward", r.cast_backward, r.cast_scaling);
+  for (const Field& f : fields())
+    if (f.check) f.check(r);
   if (r.amax_history < 1 || r.amax_history > kMaxAmaxHistory)
     throw std::invalid_argument("recipe " + r.name + ": amax_history must be in [1, " +
                                 std::to_string(kMaxAmaxHistory) + "]");
@@ -319,8 +297,7 @@ void validate_recipe(const Recipe& r) {
       r.cast_backward.empty())
     throw std::invalid_argument("recipe " + r.name + ": cast_scaling '" + cast_scaling_name(r.cast_scaling) +
                                 "' needs cast_forward or cast_backward");
-  check_fp4_settings(r.fp4);
-  if (r.fp4.format != "none" && (!r.cast_forward.empty() || !r.cast_backward.empty()))
+  if (r.fp4.format.value().has_value() && (!r.cast_forward.empty() || !r.cast_backward.empty()))
     throw std::invalid_argument("recipe " + r.name + ": fp4_format and cast_forward/cast_backward exclude each other");
   const auto& ls = r.loss_scale;
   if (!(ls.init_scale > 0) || !std::isfinite(ls.init_scale))
@@ -336,104 +313,43 @@ void validate_recipe(const Recipe& r) {
 void set_recipe_field(Recipe& r, std::string_view key, std::string_view value) {
   io::require_utf8(key, "recipe setting name");
   io::require_utf8(value, "recipe setting '" + std::string(key) + "'");
-  const std::string v(value);
-  auto& ls = r.loss_scale;
-  if (key == "name") r.name = v;
-  else if (key == "description") r.description = v;
-  else if (key == "parametrisation") r.parametrisation = parse_enum<Parametrisation>(value, kParamNames, key);
-  else if (key == "matmul_format") check_format(std::string(key), r.matmul_format = v, false);
-  else if (key == "saved_format") check_format(std::string(key), r.saved_format = v, false);
-  else if (key == "gradient_format") check_format(std::string(key), r.gradient_format = v, false);
-  else if (key == "weight_format") check_format(std::string(key), r.weight_format = v, false);
-  else if (key == "master_format") check_format(std::string(key), r.master_format = v, true);
-  else if (key == "optimizer_state_format") check_setting(std::string(key), r.optimizer_state_format = v);
-  else if (key == "norms_fp32") r.norms_fp32 = parse_bool(key, value);
-  else if (key == "cast_readout") r.cast_readout = parse_bool(key, value);
-  else if (key == "weight_rounding") r.weight_rounding = parse_enum<WeightRounding>(value, kRoundingNames, key);
-  else if (key == "loss_scale.method") ls.method = parse_enum<ScalingMethod>(value, kScalingNames, key);
-  else if (key == "loss_scale.init_scale") ls.init_scale = parse_number(key, value);
-  else if (key == "loss_scale.growth_factor") ls.growth_factor = parse_number(key, value);
-  else if (key == "loss_scale.backoff_factor") ls.backoff_factor = parse_number(key, value);
-  else if (key == "loss_scale.growth_interval") {
-    const double d = parse_number(key, value);
-    if (d != std::floor(d) || d < 1 || d > 1e15)
-      throw std::invalid_argument("recipe setting loss_scale.growth_interval: '" + v + "' is not a positive integer");
-    ls.growth_interval = static_cast<int64_t>(d);
-  } else if (key == "cast_forward" || key == "cast_backward") {
-    // "none" is the empty cast, spelled as fp4_format spells its absence.
-    const FormatSetting cast = v == "none" ? std::string() : v;
-    check_cast_format(std::string(key), cast, quant::CastScaling::propagate);
-    (key == "cast_forward" ? r.cast_forward : r.cast_backward) = cast;
-  } else if (key == "cast_scaling") r.cast_scaling = parse_enum<quant::CastScaling>(value, kCastScalingNames, key);
-  else if (key == "amax_history") {
-    const double d = parse_number(key, value);
-    if (d != std::floor(d) || d < 1 || d > static_cast<double>(kMaxAmaxHistory))
-      throw std::invalid_argument("recipe setting amax_history: '" + v + "' is not an integer in [1, " +
-                                  std::to_string(kMaxAmaxHistory) + "]");
-    r.amax_history = static_cast<int64_t>(d);
-  } else if (key == "cast_margin") {
-    const double d = parse_number(key, value);
-    if (d != std::floor(d) || d < 0 || d > 64)
-      throw std::invalid_argument("recipe setting cast_margin: '" + v + "' is not an integer in [0, 64]");
-    r.cast_margin = d;
-  } else if (key == "mx_scale_rounding") {
-    r.mx_scale_rounding = parse_enum<formats::ScaleRounding>(value, kMxScaleNames, key);
-  } else if (key == "loss_scale.min_scale") ls.min_scale = parse_number(key, value);
-  else if (key == "loss_scale.max_scale") ls.max_scale = parse_number(key, value);
-  else if (set_fp4_field(r.fp4, key, value)) return;
-  else
-    throw std::invalid_argument(
-        "unknown recipe setting '" + std::string(key) +
-        "' (valid: parametrisation, matmul_format, saved_format, gradient_format, weight_format, master_format, "
-        "optimizer_state_format, norms_fp32, weight_rounding, cast_forward, cast_backward, cast_scaling, "
-        "amax_history, cast_margin, mx_scale_rounding, cast_readout, loss_scale.method, loss_scale.init_scale, "
-        "loss_scale.growth_factor, loss_scale.backoff_factor, loss_scale.growth_interval, loss_scale.min_scale, "
-        "loss_scale.max_scale, " + kFp4Keys + ")");
+  std::string valid;
+  for (const Field& f : fields()) {
+    if (f.key == key) return f.set(r, value);
+    if (f.setting) valid += (valid.empty() ? "" : ", ") + f.key;
+  }
+  throw std::invalid_argument("unknown recipe setting '" + std::string(key) + "' (valid: " + valid + ")");
 }
 
 std::string recipe_to_json(const Recipe& r) {
-  const auto& ls = r.loss_scale;
-  json j = {{"name", r.name},
-            {"description", r.description},
-            {"parametrisation", parametrisation_name(r.parametrisation)},
-            {"matmul_format", r.matmul_format.name()},
-            {"saved_format", r.saved_format.name()},
-            {"gradient_format", r.gradient_format.name()},
-            {"weight_format", r.weight_format.name()},
-            {"master_format", r.master_format.name()},
-            {"optimizer_state_format", r.optimizer_state_format.name()},
-            {"norms_fp32", r.norms_fp32},
-            {"weight_rounding", weight_rounding_name(r.weight_rounding)},
-            {"cast_forward", r.cast_forward.name()},
-            {"cast_backward", r.cast_backward.name()},
-            {"cast_scaling", cast_scaling_name(r.cast_scaling)},
-            {"amax_history", r.amax_history},
-            {"cast_margin", r.cast_margin},
-            {"mx_scale_rounding", kMxScaleNames[static_cast<int>(r.mx_scale_rounding)]},
-            {"cast_readout", r.cast_readout},
-            {"loss_scale",
-             {{"method", scaling_name(ls.method)},
-              {"init_scale", ls.init_scale},
-              {"growth_factor", ls.growth_factor},
-              {"backoff_factor", ls.backoff_factor},
-              {"growth_interval", ls.growth_interval},
-              {"min_scale", ls.min_scale},
-              {"max_scale", ls.max_scale}}}};
-  for (const auto& [k, v] : fp4_fields(r.fp4)) j[k] = v;
+  json j = json::object();
+  for (const Field& f : fields()) {
+    const size_t dot = f.key.find('.');
+    if (dot == std::string::npos) j[f.key] = f.write(r);
+    else j[f.key.substr(0, dot)][f.key.substr(dot + 1)] = f.write(r);
+  }
   return j.dump();
 }
+
+namespace {
+// A key of a nested group of fields ("loss_scale" for loss_scale.*).
+bool is_group(const std::string& key) {
+  for (const Field& f : fields())
+    if (f.key.size() > key.size() && f.key.starts_with(key) && f.key[key.size()] == '.') return true;
+  return false;
+}
+}  // namespace
 
 Recipe recipe_from_json(const std::string& text) {
   const json j = io::parse_json(text, "recipe JSON");
   if (!j.is_object()) throw std::invalid_argument("recipe JSON is not an object");
   Recipe r;
-  auto as_text = [](const json& v) { return v.is_string() ? v.get<std::string>() : v.dump(); };
   for (auto& [key, value] : j.items()) {
-    if (key == "loss_scale") {
-      if (!value.is_object()) throw std::invalid_argument("recipe JSON: loss_scale is not an object");
-      for (auto& [k2, v2] : value.items()) set_recipe_field(r, "loss_scale." + k2, as_text(v2));
+    if (is_group(key)) {
+      if (!value.is_object()) throw std::invalid_argument("recipe JSON: " + key + " is not an object");
+      for (auto& [k2, v2] : value.items()) set_recipe_field(r, key + "." + k2, field_text(v2));
     } else {
-      set_recipe_field(r, key, as_text(value));
+      set_recipe_field(r, key, field_text(value));
     }
   }
   validate_recipe(r);

@@ -1,33 +1,15 @@
 // The FP4 recipes and their settings (recipe/recipe_fp4.hpp).
 #include "mantissa/recipe/recipe_fp4.hpp"
 
-#include <cmath>
+#include <algorithm>
+#include <cstdio>
 #include <stdexcept>
 
 #include "mantissa/recipe/recipe.hpp"
-#include "recipe/plain_values.hpp"
+#include "recipe/names.hpp"
 
 namespace mantissa::recipe {
 namespace {
-
-// The index of v in `valid`; else throws "invalid <key> 'v' (valid: ...)".
-size_t one_of(std::string_view key, std::string_view v, std::initializer_list<const char*> valid) {
-  std::string list;
-  size_t i = 0;
-  for (const char* n : valid) {
-    if (v == n) return i;
-    list += (list.empty() ? "" : ", ") + std::string(n);
-    ++i;
-  }
-  throw std::invalid_argument("invalid " + std::string(key) + " '" + std::string(v) + "' (valid: " + list + ")");
-}
-
-// Assigns a setting's name, throwing its parser's message when it names nothing.
-template <class S>
-void assign(S& setting, std::string_view value) {
-  setting = std::string(value);
-  if (!setting.error().empty()) throw std::invalid_argument(setting.error());
-}
 
 Recipe fp4_recipe(std::string name, std::string description) {
   Recipe r;
@@ -40,7 +22,7 @@ Recipe fp4_recipe(std::string name, std::string description) {
 }  // namespace
 
 std::optional<formats::Fp4Scale> parse_fp4_format(std::string_view v) {
-  switch (one_of("fp4_format", v, {"none", "nvfp4", "mxfp4"})) {
+  switch (index_of("fp4_format", v, kFp4FormatNames)) {
     case 1: return formats::Fp4Scale::nvfp4;
     case 2: return formats::Fp4Scale::mxfp4;
     default: return std::nullopt;
@@ -48,11 +30,11 @@ std::optional<formats::Fp4Scale> parse_fp4_format(std::string_view v) {
 }
 
 quant::RhtMode parse_rht(std::string_view v) {
-  return static_cast<quant::RhtMode>(one_of("rht", v, {"none", "random", "deterministic"}));
+  return static_cast<quant::RhtMode>(index_of("rht", v, kRhtNames));
 }
 
 Fp4Rounding parse_fp4_sr(std::string_view v) {
-  return static_cast<Fp4Rounding>(one_of("fp4_sr", v, {"none", "gradients", "backward"}));
+  return static_cast<Fp4Rounding>(index_of("fp4_sr", v, kFp4RoundingNames));
 }
 
 // "none" or a comma list of integers and "head".
@@ -80,56 +62,11 @@ Bf16Layers parse_bf16_layer_list(std::string_view v) {
   return out;
 }
 
-void check_fp4_settings(const Fp4Settings& s) {
-  const std::pair<const char*, const std::string*> errors[] = {
-      {"fp4_format", &s.format.error()}, {"rht", &s.rht.error()}, {"fp4_sr", &s.sr.error()},
-      {"bf16_layers", &s.bf16_layers.error()}};
-  for (const auto& [key, error] : errors)
-    if (!error->empty()) throw std::invalid_argument("recipe setting " + std::string(key) + ": " + *error);
-}
-
-bool set_fp4_field(Fp4Settings& s, std::string_view key, std::string_view value) {
-  if (key == "fp4_format") assign(s.format, value);
-  else if (key == "fp4_forward") s.forward = parse_bool(key, value);
-  else if (key == "fp4_backward") s.backward = parse_bool(key, value);
-  else if (key == "fp4_weight_2d") s.weight_2d = parse_bool(key, value);
-  else if (key == "rht") assign(s.rht, value);
-  else if (key == "rht_dgrad") s.rht_dgrad = parse_bool(key, value);
-  else if (key == "fp4_pack_saved") s.pack_saved = parse_bool(key, value);
-  else if (key == "fp4_sr") assign(s.sr, value);
-  else if (key == "bf16_layers") assign(s.bf16_layers, value.empty() ? std::string_view("none") : value);
-  else if (key == "fp4_until" || key == "rht_seed") {
-    const std::string v(value);
-    const double d = parse_number(key, value);
-    if (key == "fp4_until") {
-      if (!(d > 0 && d <= 1)) throw std::invalid_argument("recipe setting fp4_until: '" + v + "' is not in (0, 1]");
-      s.until = d;
-    } else {
-      if (d != std::floor(d) || d < 0 || d > 9.0e15)
-        throw std::invalid_argument("recipe setting rht_seed: '" + v + "' is not a non-negative integer");
-      s.seed = static_cast<long long>(d);
-    }
-  } else {
-    return false;
-  }
-  return true;
-}
-
-std::vector<std::pair<std::string, std::string>> fp4_fields(const Fp4Settings& s) {
-  auto b = [](bool v) { return std::string(v ? "true" : "false"); };
-  char until[32];
-  std::snprintf(until, sizeof until, "%.17g", s.until);
-  return {{"fp4_format", s.format.name()}, {"fp4_forward", b(s.forward)},  {"fp4_backward", b(s.backward)},
-          {"fp4_weight_2d", b(s.weight_2d)}, {"rht", s.rht.name()},        {"rht_dgrad", b(s.rht_dgrad)},
-          {"fp4_sr", s.sr.name()},           {"bf16_layers", s.bf16_layers.name()}, {"fp4_until", until},
-          {"rht_seed", std::to_string(s.seed)}, {"fp4_pack_saved", b(s.pack_saved)}};
-}
-
 std::string fp4_summary(const Fp4Settings& s) {
-  if (s.format == "none") return "-";
+  if (!s.format.value().has_value()) return "-";
   std::string f = s.format.name() + (s.forward ? " fwd" : "") + (s.backward ? " bwd" : "");
   f += s.weight_2d ? ", 2-D weights" : ", 1-D weights";
-  f += ", rht " + s.rht.name() + (s.rht_dgrad && s.rht != "none" ? " (wgrad+dgrad)" : "") + ", sr " + s.sr.name() +
+  f += ", rht " + s.rht.name() + (s.rht_dgrad && s.rht.value() != quant::RhtMode::none ? " (wgrad+dgrad)" : "") + ", sr " + s.sr.name() +
        ", bf16 layers " + s.bf16_layers.name();
   if (s.until < 1) {
     char u[32];

@@ -30,13 +30,12 @@ int exponent_of(double pow2_scale) {
 Tensor as_f32(const Tensor& x) { return x.dtype() == DType::f32 ? x : x.to(DType::f32, MemoryKind::workspace); }
 
 // A cast format: fp16 (decoded to f32) or one with a 1-byte dtype (decoded to bf16).
-formats::Format cast_format(const std::string& name, const char* which) {
-  const formats::Format f = formats::parse_format(name);
+formats::Format cast_format(const formats::Format& f, const char* which) {
   if (is_fp16_format(f)) return f;
   try {
     quant::cast_dtype(f);
   } catch (const std::invalid_argument&) {
-    throw std::invalid_argument(std::string("scalify quantiser: ") + which + " format '" + name +
+    throw std::invalid_argument(std::string("scalify quantiser: ") + which + " format '" + f.name +
                                 "' cannot be cast (valid: fp16, e4m3fn, e5m2, e4m3fnuz, e5m2fnuz)");
   }
   return f;
@@ -48,12 +47,12 @@ ScalifyQuantiser::ScalifyQuantiser(ScalifyOptions options, std::vector<autograd:
     : options_(std::move(options)) {
   if (options_.rounding == ScaleRounding::stochastic)
     throw std::invalid_argument("scalify quantiser: stochastic scale rounding is not supported here (use down/up/nearest)");
-  if (!options_.forward_format.empty()) {
-    fwd_ = cast_format(options_.forward_format, "forward");
+  if (options_.forward_format) {
+    fwd_ = cast_format(*options_.forward_format, "forward");
     cast_fwd_ = true;
   }
-  if (!options_.backward_format.empty()) {
-    bwd_ = cast_format(options_.backward_format, "backward");
+  if (options_.backward_format) {
+    bwd_ = cast_format(*options_.backward_format, "backward");
     cast_bwd_ = true;
   }
   std::set<int> blocks;

@@ -78,9 +78,12 @@ Analysis analyse(const AnalyseOptions& options) {
   a.recipe = recipe.name;
   a.parametrisation = model->unit().umup ? "umup" : model->unit().enabled ? "unit" : "standard";
   if (model->unit().enabled) a.rule_set = model->unit().rule_set;
-  a.forward_format = (recipe.cast_forward.empty() ? recipe.matmul_format : recipe.cast_forward).name();
-  a.backward_format = (recipe.cast_backward.empty() ? recipe.matmul_format : recipe.cast_backward).name();
-  const formats::Format ff = formats::parse_format(a.forward_format), bf = formats::parse_format(a.backward_format);
+  const formats::Format* fwd_cast = recipe::cast_target(recipe.cast_forward);
+  const formats::Format* bwd_cast = recipe::cast_target(recipe.cast_backward);
+  const formats::Format& ff = fwd_cast ? *fwd_cast : recipe.matmul_format.value();
+  const formats::Format& bf = bwd_cast ? *bwd_cast : recipe.matmul_format.value();
+  a.forward_format = (fwd_cast ? recipe.cast_forward : recipe.matmul_format).name();
+  a.backward_format = (bwd_cast ? recipe.cast_backward : recipe.matmul_format).name();
   a.ops = unit::ScaleRecorder(ff, bf);
   a.params = unit::ScaleRecorder(ff, bf);
 

@@ -116,8 +116,8 @@ InspectResult inspect(const InspectOptions& o) {
   amp::Amp& ra = run->trainer->amp();
   amp::Amp& sa = shadow->trainer->amp();
   const recipe::Recipe& recipe = run->recipe;
-  const bool low_grads = recipe.gradient_format != "fp32";
   const formats::Format& grad_format = recipe.gradient_format.value();
+  const bool low_grads = recipe::exact_dtype(grad_format) != DType::f32;
   const optim::LrSchedule schedule = run->trainer->options().schedule;
   const int64_t accum = run->trainer->options().grad_accum;
   std::shared_ptr<Probe> probe = attach_probe(*run->model, o.max_values);
@@ -153,7 +153,7 @@ InspectResult inspect(const InspectOptions& o) {
     std::vector<std::vector<float>> rg, rv;
     const double scale = ra.scaler().scale();
     if (rec.sampled) {
-      if (low_grads) probe->tally_gradients(rp, recipe.gradient_format, scale);
+      if (low_grads) probe->tally_gradients(rp, grad_format, scale);
       for (autograd::Parameter* p : rp) {
         std::vector<float> g = copy_of(p->grad);
         if (low_grads) formats::fake_quantize(grad_format, g.data(), g.data(), g.size());  // as Amp::step rounds

@@ -257,8 +257,8 @@ CastTally& Probe::add(const void* key, uint64_t ordinal, int role, const std::st
   return t;
 }
 
-void Probe::tally_gradients(const std::vector<autograd::Parameter*>& params, const std::string& format, double loss_scale) {
-  const formats::Format& f = formats::parse_format(format);
+void Probe::tally_gradients(const std::vector<autograd::Parameter*>& params, const formats::Format& f,
+                            double loss_scale) {
   const double limit = clip_limit(&f) / loss_scale;
   for (autograd::Parameter* p : params) {
     const int64_t n = p->grad.numel(), stride = sample_stride(n, max_values_);

@@ -316,7 +316,7 @@ std::unique_ptr<optim::Optimizer> make_optimizer(const TrainConfig& c, nn::Model
   oc.beta1 = c.beta1;
   oc.beta2 = c.beta2;
   oc.weight_decay = c.weight_decay;
-  oc.state_format = recipe.optimizer_state_format.name();
+  oc.state_format = recipe.optimizer_state_format.value();
   if (c.optimizer == "sgd") oc.momentum = c.beta1;
   if (!model.unit().enabled) return optim::make_optimizer(oc, model.parameters());
   // u-muP: per-parameter LR rules, and weight decay that does not follow them.

@@ -97,7 +97,7 @@ TEST(DerivedCache, QuantiserFreesItsWeightCastsAndTheirPackedCopies) {
   bool packs = false;
   {
     quant::Fp8Config c;
-    c.forward_format = "e4m3fn";
+    c.forward_format = mantissa::formats::parse_format("e4m3fn");
     quant::Fp8Quantiser q(c);
     autograd::QuantSite site;
     site.key = &w;

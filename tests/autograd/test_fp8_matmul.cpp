@@ -60,8 +60,8 @@ TEST_P(Fp8Linear, ForwardAndBackwardMatchFp64OfTheSameQuantisedOperands) {
   const LinearCase c = GetParam();
   Fp8Config cfg;
   cfg.scaling = c.rule;
-  cfg.forward_format = "e4m3fn";
-  cfg.backward_format = "e5m2";
+  cfg.forward_format = mantissa::formats::parse_format("e4m3fn");
+  cfg.backward_format = mantissa::formats::parse_format("e5m2");
   auto q = std::make_shared<Fp8Quantiser>(cfg);
   const formats::Format e4 = formats::parse_format("e4m3fn"), e5 = formats::parse_format("e5m2");
 
@@ -115,8 +115,8 @@ TEST(Fp8Matmul, TransposedProductOfTwoActivations) {
   // c = a @ b^T (as attention scores or a tied head), no parameters: sites by call order.
   Fp8Config cfg;
   cfg.scaling = CastScaling::current;
-  cfg.forward_format = "e4m3fn";
-  cfg.backward_format = "e5m2";
+  cfg.forward_format = mantissa::formats::parse_format("e4m3fn");
+  cfg.backward_format = mantissa::formats::parse_format("e5m2");
   auto q = std::make_shared<Fp8Quantiser>(cfg);
   const formats::Format e4 = formats::parse_format("e4m3fn"), e5 = formats::parse_format("e5m2");
   const int64_t M = 20, K = 36, N = 24;
@@ -169,8 +169,8 @@ TEST(Fp8Matmul, SavedActivationsAreOneByte) {
   PrecisionPolicy fp8 = bf16;
   Fp8Config cfg;
   cfg.scaling = CastScaling::current;
-  cfg.forward_format = "e4m3fn";
-  cfg.backward_format = "e5m2";
+  cfg.forward_format = mantissa::formats::parse_format("e4m3fn");
+  cfg.backward_format = mantissa::formats::parse_format("e5m2");
   fp8.quantiser = std::make_shared<Fp8Quantiser>(cfg);
   EXPECT_EQ(kept_bytes(bf16), 2 * M * K);
   EXPECT_EQ(kept_bytes(fp8), M * K);
@@ -180,7 +180,7 @@ TEST(Fp8Matmul, SavedActivationsAreOneByte) {
 TEST(Fp8Matmul, WeightCastsAreCachedPerVersion) {
   Fp8Config cfg;
   cfg.scaling = CastScaling::current;
-  cfg.forward_format = "e4m3fn";
+  cfg.forward_format = mantissa::formats::parse_format("e4m3fn");
   auto q = std::make_shared<Fp8Quantiser>(cfg);
   autograd::Parameter w;
   w.name = "w";

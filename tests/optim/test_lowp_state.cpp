@@ -137,7 +137,7 @@ TEST_P(LowPrecisionAdam, EveryStepMatchesFloat64AdamWithTheSameMomentRounding) {
   optim::OptimizerConfig c;
   c.type = "adamw";
   c.weight_decay = 0.1;
-  c.state_format = GetParam();
+  c.state_format = optim::parse_state_format(GetParam());
   auto base = optim::make_optimizer(c, ptrs(ps));
   auto& opt = dynamic_cast<optim::Adam&>(*base);
   std::mt19937_64 rng(11);
@@ -167,7 +167,7 @@ TEST(LowPrecisionAdam, Fp32MomentInTheTwoPassPathIsBitIdenticalToTheFp32Path) {
   auto a = make_params(5), b = make_params(5);
   optim::OptimizerConfig c;
   auto oa = optim::make_optimizer(c, ptrs(a));
-  c.state_format = "fp32/fp16";
+  c.state_format = optim::parse_state_format("fp32/fp16");
   auto ob = optim::make_optimizer(c, ptrs(b));
   EXPECT_TRUE(dynamic_cast<optim::Adam&>(*oa).state_format().is_fp32());
   EXPECT_FALSE(dynamic_cast<optim::Adam&>(*ob).state_format().is_fp32());
@@ -200,7 +200,7 @@ TEST(StateFormat, ParsesNamesAndRefusesBadOnes) {
   EXPECT_EQ(f.v, DType::f16);
   EXPECT_EQ(optim::state_format_name(f), "e4m3fn/fp16");
   EXPECT_EQ(optim::state_format_name(optim::parse_state_format("f16/fp16")), "fp16");
-  for (const char* bad : {"fp33", "e4m3fn/", "fp16/fp16/fp16", "", "i32"}) {
+  for (const char* bad : {"fp33", "e4m3fn/", "fp16/fp16/fp16", "", "i32", "e4m3"}) {
     try {
       optim::parse_state_format(bad);
       ADD_FAILURE() << bad << " accepted";
@@ -208,10 +208,6 @@ TEST(StateFormat, ParsesNamesAndRefusesBadOnes) {
       EXPECT_NE(std::string(e.what()).find("optimizer state format"), std::string::npos) << e.what();
     }
   }
-  optim::OptimizerConfig c;
-  c.state_format = "e4m3";
-  auto ps = make_params(1);
-  EXPECT_THROW(optim::make_optimizer(c, ptrs(ps)), std::invalid_argument);
 }
 
 TEST(StateFormat, ScaleIsTheSmallestPowerOfTwoThatFits) {
@@ -228,7 +224,7 @@ TEST(StateFormat, ScaleIsTheSmallestPowerOfTwoThatFits) {
 TEST(LowPrecisionAdam, StateRoundTripsThroughSafetensorsAndResumesBitExactly) {
   auto a = make_params(9), b = make_params(9);
   optim::OptimizerConfig c;
-  c.state_format = "e4m3fn/fp16";
+  c.state_format = optim::parse_state_format("e4m3fn/fp16");
   auto oa = optim::make_optimizer(c, ptrs(a));
   std::mt19937_64 rng(4);
   for (int k = 0; k < 3; ++k) {
@@ -256,7 +252,7 @@ TEST(LowPrecisionAdam, StateRoundTripsThroughSafetensorsAndResumesBitExactly) {
 
   // State saved in another format is refused with the tensor named.
   optim::OptimizerConfig c16 = c;
-  c16.state_format = "fp16";
+  c16.state_format = optim::parse_state_format("fp16");
   auto oc = optim::make_optimizer(c16, ptrs(b));
   try {
     oc->load_state(file.tensors, oa->state_json());
@@ -272,7 +268,7 @@ TEST(LowPrecisionAdam, StateRoundTripsThroughSafetensorsAndResumesBitExactly) {
 TEST(LowPrecisionAdam, StateValuesOutOfRangeAreRefused) {
   auto a = make_params(3);
   optim::OptimizerConfig c;
-  c.state_format = "e4m3fn/e4m3fn";
+  c.state_format = optim::parse_state_format("e4m3fn/e4m3fn");
   auto oa = optim::make_optimizer(c, ptrs(a));
   std::mt19937_64 rng(5);
   set_grads(a, 0, rng);
@@ -313,7 +309,7 @@ TEST(LowPrecisionAdam, AllocatorCountsTheStateBytesOfEachFormat) {
   for (const auto& [fmt, per] : bytes_per_element) {
     const size_t before = optim::training_state_bytes().optimizer_state;
     optim::OptimizerConfig c;
-    c.state_format = fmt;
+    c.state_format = optim::parse_state_format(fmt);
     auto opt = optim::make_optimizer(c, ptrs(ps));
     EXPECT_EQ(optim::training_state_bytes().optimizer_state - before, static_cast<size_t>(numel * per)) << fmt;
   }
@@ -327,7 +323,7 @@ TEST(LowPrecisionAdam, ReferenceGptTrainingStateMemory) {
   for (const Parameter* p : model.parameters()) numel += p->value.numel();
   for (const char* fmt : {"fp32", "bf16", "fp16", "e4m3fn/fp16", "e4m3fn"}) {
     optim::OptimizerConfig c;
-    c.state_format = fmt;
+    c.state_format = optim::parse_state_format(fmt);
     const auto before = optim::training_state_bytes();
     auto opt = optim::make_optimizer(c, model.parameters());
     const auto with = optim::training_state_bytes();
@@ -349,7 +345,7 @@ double train_tiny_gpt(const char* state_format, double* first_loss) {
   omp_set_num_threads(1);  // tiny shapes: threads only add synchronisation on a busy machine
   nn::GPT model(tiny_gpt_config(1, 5));
   optim::OptimizerConfig c;
-  c.state_format = state_format;
+  c.state_format = optim::parse_state_format(state_format);
   auto opt = optim::make_optimizer(c, model.parameters());
   std::mt19937_64 rng(8);
   const int64_t B = 4, T = 16;

@@ -61,7 +61,7 @@ bool all_finite(const std::vector<autograd::Parameter*>& ps) {
 TEST(Fp8Delayed, AmaxHistoryAndScaleFollowTheRecordedSequence) {
   Fp8Config cfg;
   cfg.scaling = CastScaling::delayed;
-  cfg.forward_format = "e4m3fn";
+  cfg.forward_format = mantissa::formats::parse_format("e4m3fn");
   cfg.amax_history = 4;
   Fp8Quantiser q(cfg);
   const int site_owner = 0;
@@ -115,7 +115,7 @@ TEST(Fp8Delayed, AmaxHistoryAndScaleFollowTheRecordedSequence) {
 TEST(Fp8Current, EveryCastUsesItsOwnAmaxWhateverTheSiteCastBefore) {
   Fp8Config cfg;
   cfg.scaling = CastScaling::current;
-  cfg.forward_format = "e4m3fn";
+  cfg.forward_format = mantissa::formats::parse_format("e4m3fn");
   Fp8Quantiser q(cfg);
   const formats::Format f = formats::parse_format("e4m3fn");
   const int site_owner = 0;
@@ -246,7 +246,7 @@ TEST(Fp8Mx, CeilExponentsNeverClipAndFloorOnesDo) {
   for (auto rounding : {formats::ScaleRounding::floor, formats::ScaleRounding::ceil}) {
     Fp8Config cfg;
     cfg.scaling = CastScaling::mx;
-    cfg.forward_format = "e4m3fn";
+    cfg.forward_format = mantissa::formats::parse_format("e4m3fn");
     cfg.mx_scale_rounding = rounding;
     Fp8Quantiser q(cfg);
     const auto c = q.quantise(t, 1, rows, cols, 2, site, nullptr);

@@ -120,7 +120,7 @@ TEST(ScalifyFp16Linear, ForwardAndBackwardMatchFp64OfTheSameFp16Operands) {
   const Tensor x = random_tensor({M, K}, 12, 3.0f);
   const Tensor g = random_tensor({M, N}, 13, 1e-6f);  // far below fp16's normal range unscaled
   scalify::ScalifyOptions o;
-  o.forward_format = o.backward_format = "fp16";
+  o.forward_format = o.backward_format = mantissa::formats::parse_format("fp16");
   auto q = std::make_shared<scalify::ScalifyQuantiser>(o, std::vector<autograd::Parameter*>{&w});
 
   autograd::OpContext ctx;
@@ -167,7 +167,7 @@ TEST(ScalifyFp16Quantiser, RefusesFormatsItCannotCast) {
   w.name = "w";
   w.value = Tensor::zeros({2, 2}, DType::f32, MemoryKind::parameter);
   scalify::ScalifyOptions o;
-  o.forward_format = "fp32";
+  o.forward_format = mantissa::formats::parse_format("fp32");
   try {
     scalify::ScalifyQuantiser q(o, {&w});
     ADD_FAILURE() << "fp32 accepted as a cast format";
@@ -175,8 +175,8 @@ TEST(ScalifyFp16Quantiser, RefusesFormatsItCannotCast) {
     EXPECT_NE(std::string(err.what()).find("fp32"), std::string::npos) << err.what();
     EXPECT_NE(std::string(err.what()).find("fp16"), std::string::npos) << err.what();  // the valid list
   }
-  o.forward_format = "fp16";
-  o.backward_format = "bf16";
+  o.forward_format = mantissa::formats::parse_format("fp16");
+  o.backward_format = mantissa::formats::parse_format("bf16");
   EXPECT_THROW(scalify::ScalifyQuantiser(o, {&w}), std::invalid_argument);
 }
 

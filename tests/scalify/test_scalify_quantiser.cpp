@@ -178,7 +178,7 @@ TEST(ScalifyQuantiser, DynamicRescaleMatchesTheReferenceWhateverItsLastExponent)
 TEST(ScalifyQuantiser, RefusesFormatsItCannotCast) {
   nn::GPT m(small());
   ScalifyOptions o;
-  o.forward_format = "e3m2fn";  // no tensor dtype (fp16 and the 1-byte FP8 formats have one)
+  o.forward_format = mantissa::formats::parse_format("e3m2fn");  // no tensor dtype (fp16 and the 1-byte FP8 formats have one)
   EXPECT_THROW(ScalifyQuantiser(o, m.parameters()), std::invalid_argument);
 }
 

@@ -67,8 +67,8 @@ std::shared_ptr<train::Probe> probe_with(toy::Bigram& model, quant::CastScaling 
   autograd::PrecisionPolicy p;
   quant::Fp8Config c;
   c.scaling = scaling;
-  c.forward_format = "e4m3fn";
-  c.backward_format = "e5m2";
+  c.forward_format = mantissa::formats::parse_format("e4m3fn");
+  c.backward_format = mantissa::formats::parse_format("e5m2");
   p.quantiser = std::make_shared<quant::Fp8Quantiser>(c);
   p.saved = saved;
   model.set_precision(p);

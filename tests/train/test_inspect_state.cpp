@@ -70,7 +70,7 @@ TEST(InspectOptimizerState, AdamMomentSitesMatchFloat64) {
   }
   optim::OptimizerConfig c;
   c.type = "adam";
-  c.state_format = "e4m3fn/fp16";
+  c.state_format = optim::parse_state_format("e4m3fn/fp16");
   auto opt = optim::make_optimizer(c, model.parameters());
   auto* adam = dynamic_cast<optim::Adam*>(opt.get());
   ASSERT_NE(adam, nullptr);
@@ -134,7 +134,7 @@ TEST(InspectOptimizerState, WatchSamplesMomentSitesEvenly) {
     }
   optim::OptimizerConfig c;
   c.type = "adam";
-  c.state_format = "e4m3fn/fp16";
+  c.state_format = optim::parse_state_format("e4m3fn/fp16");
   auto opt_w = optim::make_optimizer(c, watched.parameters()), opt_f = optim::make_optimizer(c, full.parameters());
   std::map<std::string, std::pair<std::vector<float>, float>> refs;  // full moment, its scale
   dynamic_cast<optim::Adam*>(opt_f.get())->set_state_observer([&](const optim::Adam::StateCast& s) {

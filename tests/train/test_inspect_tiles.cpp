@@ -128,8 +128,8 @@ TEST(InspectTiles, MxTilesMatchFloat64) {
   autograd::PrecisionPolicy p;
   quant::Fp8Config c;
   c.scaling = quant::CastScaling::mx;
-  c.forward_format = "e4m3fn";
-  c.backward_format = "e5m2";
+  c.forward_format = mantissa::formats::parse_format("e4m3fn");
+  c.backward_format = mantissa::formats::parse_format("e5m2");
   p.quantiser = std::make_shared<quant::Fp8Quantiser>(c);
   model.set_precision(p);
   auto probe = train::attach_probe(model, 0);

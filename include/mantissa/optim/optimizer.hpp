@@ -35,10 +35,11 @@ struct OptimizerConfig {
   double beta1 = 0.9;
   double beta2 = 0.999;
   double eps = 1e-8;
-  // Adam / AdamW moment storage (state_format.hpp): "fp32", "bf16", "fp16",
-  // "e4m3fn/fp16" (m/v), ... Non-fp32 moments are decoded, updated in fp32
-  // and re-encoded with fresh per-tensor power-of-two scales in one pass.
-  std::string state_format = "fp32";
+  // Adam / AdamW moment storage (state_format.hpp; parse_state_format reads
+  // "fp32", "bf16", "fp16", "e4m3fn/fp16" (m/v), ...). Non-fp32 moments are
+  // decoded, updated in fp32 and re-encoded with fresh per-tensor
+  // power-of-two scales in one pass.
+  StateFormat state_format;
   // SGD and Adam: L2 term added to the gradient (coupled). AdamW: decoupled,
   // param *= 1 - lr * weight_decay before the moment update. Parameters with
   // Parameter::decay == false get no weight decay in any optimizer.
@@ -149,7 +150,7 @@ class SGD final : public Optimizer {
 //   p -= (lr / (1-beta1^t)) * m / (sqrt(v) / sqrt(1-beta2^t) + eps)
 // (eps outside the square root, as PyTorch). State: "exp_avg", "exp_avg_sq".
 //
-// Low-precision moments (config.state_format != "fp32", MS-AMP O2 style):
+// Low-precision moments (config.state_format not fp32, MS-AMP O2 style):
 // per parameter, pass 1 computes the new m and v in fp32 from the decoded
 // stored ones and takes their max |value|; the per-tensor power-of-two
 // scales are chosen from those maxima (state_scale_for); pass 2 recomputes

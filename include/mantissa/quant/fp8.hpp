@@ -122,8 +122,8 @@ std::vector<float> dequantised_values(const autograd::QuantisedOperand& q);
 // ---- the quantiser ------------------------------------------------------------------------
 struct Fp8Config {
   CastScaling scaling = CastScaling::unit;
-  std::string forward_format;   // "" = forward operands are not cast
-  std::string backward_format;  // "" = output gradients are not cast
+  std::optional<formats::Format> forward_format;   // nullopt = forward operands are not cast
+  std::optional<formats::Format> backward_format;  // nullopt = output gradients are not cast
   int64_t amax_history = 1024;  // delayed
   int margin = 0;               // current, delayed
   int64_t mx_block = 32;        // mx: elements per block along the contraction dim

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -14,6 +15,7 @@
 #include "mantissa/recipe/setting.hpp"
 #include "mantissa/formats/mx.hpp"
 #include "mantissa/quant/cast_scaling.hpp"
+#include "mantissa/tensor/tensor.hpp"
 
 namespace mantissa::recipe {
 
@@ -103,7 +105,14 @@ Recipe find_recipe(std::string_view name);
 // everything, no master weights, no loss scale. Throws on other names.
 Recipe recipe_for_opt_level(std::string_view level);
 
-// Overrides one setting by key (the keys of recipe_to_json, e.g.
+// Every setting as `mantissa recipes --fields` lists it: its key (as --set
+// takes it), the values it takes, its default (as --set writes it) and what it sets.
+struct FieldInfo {
+  std::string key, type, default_value, description;
+};
+std::vector<FieldInfo> recipe_fields();
+
+// Overrides one setting by key (the keys of recipe_fields, e.g.
 // "matmul_format", "weight_rounding", "loss_scale.init_scale"); throws
 // std::invalid_argument naming the key or the bad value.
 void set_recipe_field(Recipe& r, std::string_view key, std::string_view value);
@@ -113,5 +122,16 @@ void validate_recipe(const Recipe& r);
 // One JSON object per recipe with every setting; recipe_from_json reads it back.
 std::string recipe_to_json(const Recipe& r);
 Recipe recipe_from_json(const std::string& json);
+
+// Typed reads of format settings for the engine.
+// Whether two formats hold the same values (every field but the name).
+bool same_format(const formats::Format& a, const formats::Format& b);
+// The tensor dtype whose values are exactly the format's (f32, bf16, f16 and
+// the four 1-byte FP8 dtypes); nullopt for other formats.
+std::optional<DType> exact_dtype(const formats::Format& f);
+// A cast setting's format; nullptr for no cast.
+const formats::Format* cast_target(const FormatSetting& cast);
+// The master copy's format; nullptr when master_format is none.
+const formats::Format* master_copy_format(const Recipe& r);
 
 }  // namespace mantissa::recipe

@@ -1,6 +1,6 @@
 // The FP4 ingredients of a recipe (NVFP4 and MXFP4 training recipes): which 4-bit block
 // format the linear layers' products use and the fixes that make it train.
-// Each is a recipe setting (`--set key=value`, the keys below).
+// Each is a recipe setting (`--set key=value`, the keys below; src/recipe/fields.cpp).
 #pragma once
 
 #include <cstdint>
@@ -58,19 +58,8 @@ struct Fp4Settings {
   bool pack_saved = true;                  // fp4_pack_saved: saved Wgrad operands as 4-bit codes (same values as bf16)
 };
 
-// Sets one fp4 key; false if `key` is not one (throws std::invalid_argument
-// for a bad value, naming the key).
-bool set_fp4_field(Fp4Settings& s, std::string_view key, std::string_view value);
-// (key, value) of every setting, values as set_fp4_field reads them.
-std::vector<std::pair<std::string, std::string>> fp4_fields(const Fp4Settings& s);
-constexpr const char* kFp4Keys = "fp4_format, fp4_forward, fp4_backward, fp4_weight_2d, rht, rht_dgrad, fp4_sr, "
-                                 "bf16_layers, fp4_until, rht_seed, fp4_pack_saved";
 // One line for `mantissa recipes` ("-" when the format is none).
 std::string fp4_summary(const Fp4Settings& s);
-// Throws std::invalid_argument "recipe setting <key>: <message>" for a
-// setting that names no value (validate_recipe).
-void check_fp4_settings(const Fp4Settings& s);
-
 // nvfp4, nvfp4-naive, mxfp4, mxfp4-fwd, mxfp4-naive.
 void add_fp4_recipes(std::vector<Recipe>& v);
 

@@ -51,8 +51,8 @@ namespace mantissa::scalify {
 // to f32 for the product) or a format with a 1-byte dtype (e4m3fn, e5m2,
 // e4m3fnuz, e5m2fnuz; decoded exactly to bf16). Forward and backward may differ.
 struct ScalifyOptions {
-  std::string forward_format = "e4m3fn";  // format of activations and weights ("" = not cast)
-  std::string backward_format = "e5m2";   // format of output gradients ("" = not cast)
+  std::optional<formats::Format> forward_format = formats::preset("e4m3fn");  // activations and weights (nullopt = not cast)
+  std::optional<formats::Format> backward_format = formats::preset("e5m2");   // output gradients (nullopt = not cast)
   Norm rescale_norm = Norm::max;          // dynamic rescales: scale = pow2_round(norm)
   ScaleRounding rounding = ScaleRounding::down;
 };

@@ -136,7 +136,7 @@ class Probe {
   nn::Model::Observer observer();
   // Parameter gradients about to be rounded into `format` x loss_scale:
   // tallies them as "<param> grad" sites (before the rounding; reads only).
-  void tally_gradients(const std::vector<autograd::Parameter*>& params, const std::string& format, double loss_scale);
+  void tally_gradients(const std::vector<autograd::Parameter*>& params, const formats::Format& format, double loss_scale);
   // Working weights rounded from fp32 masters (amp::MasterWeights::masters(),
   // by name): "<param> weight" sites, the master as reference.
   void tally_weights(const std::vector<autograd::Parameter*>& params, const std::map<std::string, const float*>& masters,

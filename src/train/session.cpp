@@ -395,8 +395,9 @@ std::string chosen_directory(const std::string& flag, const std::string& dir, bo
 // --init-from DIR: the model kind and every setting of its shape come from
 // DIR's config.json, so flags that would size the model are refused rather
 // than ignored. --dropout stays the run's: it replaces the config's rates.
-void resolve_init_from(TrainConfig& c) {
-  if (c.init_from.empty()) return;
+// Returns that config.json ("" without --init-from).
+std::string resolve_init_from(TrainConfig& c) {
+  if (c.init_from.empty()) return "";
   if (!c.resume.empty())
     throw std::invalid_argument("--init-from and --resume exclude each other: --resume continues a run (its optimizer "
                                 "state and step), --init-from starts a new run from a model's weights");
@@ -412,12 +413,13 @@ void resolve_init_from(TrainConfig& c) {
       throw std::invalid_argument(std::string("--") + flag + " does not apply with --init-from: the model is " +
                                   c.init_from + "'s config.json");
   c.init_from = chosen_directory("--init-from", c.init_from, true);
-  std::string kind;
+  std::string cfg;
   try {
-    kind = nn::detect_model_kind(train::read_model_config(c.init_from));
+    cfg = train::read_model_config(c.init_from);
   } catch (const io::FormatError& e) {
     throw std::invalid_argument("--init-from " + c.init_from + ": " + e.what());
   }
+  const std::string kind = nn::detect_model_kind(cfg);
   if (kind.empty())
     throw std::invalid_argument("--init-from " + c.init_from + ": config.json is not one of a " +
                                 nn::model_kind_names() + " model");
@@ -425,13 +427,14 @@ void resolve_init_from(TrainConfig& c) {
     throw std::invalid_argument("--model " + c.model + " disagrees with --init-from " + c.init_from +
                                 ", which holds a " + kind + " model");
   c.model = kind;
+  return cfg;
 }
 
 // Dropout is a setting of the run, not of the weights: --dropout (default 0)
 // replaces the rates of the config.json a run starts from, said on stderr
 // when they differ.
-void set_run_dropout(const TrainConfig& c, nn::Model& model) {
-  const nlohmann::json j = nlohmann::json::parse(train::read_model_config(c.init_from));
+void set_run_dropout(const TrainConfig& c, const std::string& config_json, nn::Model& model) {
+  const nlohmann::json j = nlohmann::json::parse(config_json);
   std::string replaced;
   for (auto it = j.begin(); it != j.end(); ++it)
     if (it.key().find("drop") != std::string::npos && it.value().is_number() && it.value().get<double>() != c.dropout)
@@ -461,7 +464,7 @@ std::unique_ptr<Session> build_session(const TrainConfig& config) {
   auto s = std::make_unique<Session>();
   s->config = config;
   TrainConfig& c = s->config;
-  resolve_init_from(c);
+  const std::string init_config = resolve_init_from(c);
   validate(c);
   // Outputs are checked before anything is built, so a refused path costs
   // no training and no file is touched.
@@ -503,9 +506,9 @@ std::unique_ptr<Session> build_session(const TrainConfig& config) {
     check_parametrisation("--resume", c.resume, *s->model, s->recipe, unit);
   } else if (!c.init_from.empty()) {
     try {
-      s->model = model_from_config(c.model, train::read_model_config(c.init_from));
+      s->model = model_from_config(c.model, init_config);
       check_parametrisation("--init-from", c.init_from, *s->model, s->recipe, unit);
-      if (nn::find_model_kind(c.model)->reads("dropout")) set_run_dropout(c, *s->model);
+      if (nn::find_model_kind(c.model)->reads("dropout")) set_run_dropout(c, init_config, *s->model);
       train::load_model_weights(c.init_from, *s->model);
     } catch (const io::FormatError& e) {
       throw std::invalid_argument("--init-from " + c.init_from + ": " + e.what());

@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "mantissa/io/files.hpp"
+#include "mantissa/io/model_dir.hpp"
 #include "mantissa/io/untrusted.hpp"
 
 namespace mantissa::train {
@@ -323,8 +324,8 @@ void load_model_weights(const std::string& dir, nn::Model& model) {
     apply_model_weights(io::decode_safetensors(it->second, path), path, model, false);
     return;
   }
-  const std::string path = join(dir, kModelFile);
-  apply_model_weights(io::load_safetensors(path), path, model, true);
+  // A Hugging Face directory: one model.safetensors or its shards.
+  apply_model_weights(io::read_model_dir(dir), io::model_dir_weights_path(dir), model, true);
 }
 
 std::string read_model_config(const std::string& dir) {

@@ -4,7 +4,7 @@
 #   bash bench/run_all.sh [--threads 2] [--build-dir DIR] [--out DIR] [--rounds 3] [--steps 6]
 #                         [--recipes fp32,bf16-amp,unit-fp8,fp8-delayed,scalify-fp8]
 #                         [--large-recipes LIST] [--large-batch 8] [--large-steps 3] [--skip-large] [--quick]
-#                         [--peers debian,pypi-eager,pypi-compile] [--gpt2-124m LIST]
+#                         [--peers debian,pypi-eager,pypi-compile] [--gpt2-124m LIST] [--llmc BIN]
 #
 # Measures, each against a reference timed in the same run:
 #   1. training tokens/s of the reference GPT (L4 C256 H4 T128 B16 V256) for every recipe in
@@ -22,6 +22,9 @@
 #   5. blockwise vs whole-scores attention at T 128/512/1024: time and peak memory (bench_attention).
 #   6. with --gpt2-124m LIST: GPT-2 124M (L12 C768 H12 T1024 B4, vocabulary 50257) for the recipes in
 #      LIST vs PyTorch fp32 and bf16, 1 round of 2 steps (tens of seconds a step on 2 cores).
+#   7. with --llmc BIN: GPT-2 124M at llm.c's own shape (B 4, T 64) for fp32, bf16-amp and the
+#      --gpt2-124m recipes vs llm.c's fp32 CPU trainer (bench/run_train_vs_llmc.sh says how BIN is
+#      built), 2 alternating rounds of 5 steps.
 # Writes DIR/results.json and DIR/summary.md (default bench/results/); prints the summary.
 # --quick: tiny sizes and one round, for CI smoke (checks the harness runs, not a speed); Debian's
 # PyTorch only.
@@ -40,6 +43,7 @@ SKIP_LARGE=0
 QUICK=0
 PEERS=debian,pypi-eager,pypi-compile
 GPT2_RECIPES=
+LLMC=
 while [ $# -gt 0 ]; do
   case $1 in
     --threads) THREADS=$2; shift 2 ;;
@@ -55,7 +59,8 @@ while [ $# -gt 0 ]; do
     --quick) QUICK=1; shift ;;
     --peers) PEERS=$2; shift 2 ;;
     --gpt2-124m) GPT2_RECIPES=$2; shift 2 ;;
-    -h|--help) sed -n 2,26p "$0"; exit 0 ;;
+    --llmc) LLMC=$2; shift 2 ;;
+    -h|--help) sed -n 2,29p "$0"; exit 0 ;;
     *) echo "run_all.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -68,7 +73,7 @@ done
 mkdir -p "$OUT"
 RAW=$OUT/raw
 mkdir -p "$RAW"
-rm -f "$RAW"/train_*.json "$RAW"/matmul.txt "$RAW"/convert.json "$RAW"/attention.txt "$RAW"/quick  # no stale parts
+rm -f "$RAW"/train_*.json "$RAW"/llmc.txt "$RAW"/matmul.txt "$RAW"/convert.json "$RAW"/attention.txt "$RAW"/quick  # no stale parts
 [ "$QUICK" = 1 ] && touch "$RAW/quick"
 
 [ -f "$BUILD_DIR/CMakeCache.txt" ] || cmake -S "$ROOT" -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release >/dev/null
@@ -99,6 +104,14 @@ if [ -n "$GPT2_RECIPES" ] && [ "$QUICK" = 0 ]; then
   echo "== GPT-2 124M (L12 C768 H12 T1024 B4 V50257), 1 round" >&2
   "${TRAIN[@]}" --peers "$PEERS" --recipes "$GPT2_RECIPES" --rounds 1 --steps 2 --warmup 1 --profile-steps 1 \
     --layers 12 --d-model 768 --heads 12 --seq-len 1024 --batch 4 --vocab 50257 --out "$RAW/train_gpt2_124m.json" >/dev/null
+fi
+
+if [ -n "$LLMC" ] && [ "$QUICK" = 0 ]; then
+  echo "== GPT-2 124M (L12 C768 H12 T64 B4 V50257) vs llm.c, 2 alternating rounds" >&2
+  LLMC_RECIPES=fp32,bf16-amp
+  [ -n "$GPT2_RECIPES" ] && LLMC_RECIPES=$GPT2_RECIPES
+  bash "$ROOT/bench/run_train_vs_llmc.sh" --llmc "$LLMC" --build-dir "$BUILD_DIR" --threads "$THREADS" \
+    --recipes "$LLMC_RECIPES" --seq-len 64 --steps 5 --warmup 2 --rounds 2 --out "$RAW/llmc.json" >"$RAW/llmc.txt"
 fi
 
 echo "== matmul wrapper vs raw oneDNN" >&2

@@ -20,6 +20,7 @@ TARGETS = {
     "fp8_step_vs_bf16_amp_step_max": 1.15,
     "fp4_step_vs_bf16_amp_step_max": 1.25,
     "matmul_wrapper_vs_raw_max": 1.10,
+    "fp32_vs_llmc_fp32": 1.5,                # GPT-2 124M at llm.c's shape, llm.c's fp32 CPU trainer
 }
 CATEGORIES = ["matmul", "attention", "norms", "elementwise", "embedding", "conversion", "optimizer", "overhead"]
 
@@ -300,6 +301,20 @@ def main():
                           f"{r['wall_ratio']:.2f} | {r['cpu_ratio']:.2f} | {r['saved_whole_mib']:.2f} | "
                           f"{r['saved_blockwise_mib']:.3f} | {r['peak_whole_mib']:.1f} | {r['peak_blockwise_mib']:.1f} |")
             md.append("")
+    llmc_path = os.path.join(a.raw, "llmc.txt")
+    if os.path.exists(llmc_path):  # bench/run_train_vs_llmc.sh's table
+        results["llmc"] = load(os.path.join(a.raw, "llmc.json"))
+        for r in results["llmc"]["rows"]:
+            if r["mantissa"] == "fp32":
+                tg = TARGETS["fp32_vs_llmc_fp32"]
+                results["checks"].append({"what": f"GPT-2 124M {results['llmc']['shape']}: mantissa fp32 / llm.c fp32 tokens/s",
+                                          "value": r["vs_llmc_fp32"], "op": ">=", "target": tg,
+                                          "met": r["vs_llmc_fp32"] >= tg})
+        md.append("## GPT-2 124M vs llm.c's fp32 CPU trainer (bench/run_train_vs_llmc.sh)\n")
+        md.append("```")
+        with open(llmc_path) as f:
+            md.append("\n".join(l for l in f.read().splitlines() if not l.startswith("summary:")))
+        md.append("```\n")
     cv_path = os.path.join(a.raw, "convert.json")
     if os.path.exists(cv_path):
         cv = parse_convert(load(cv_path))

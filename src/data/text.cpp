@@ -82,18 +82,21 @@ void TextCorpus::check_seq_len(int64_t seq_len) const {
                     std::to_string(seq_len + 1) + " bytes");
 }
 
-TextWindows::TextWindows(TokenSpan train, int64_t batch, int64_t seq_len, uint64_t seed)
-    : train_(train), batch_(batch), seq_len_(seq_len), seed_(seed), rng_(seed) {
+TextWindows::TextWindows(std::vector<TokenSpan> train, int64_t batch, int64_t seq_len, uint64_t seed)
+    : train_(std::move(train)), batch_(batch), seq_len_(seq_len), seed_(seed), rng_(seed) {
   check_positive(batch, "batch size");
   check_batch_tokens(batch, seq_len);
+  first_start_.push_back(0);
+  for (const TokenSpan& s : train_) first_start_.push_back(first_start_.back() + static_cast<uint64_t>(s.size - seq_len));
 }
 
 TextWindows::TextWindows(const TextCorpus& corpus, int64_t batch, int64_t seq_len, uint64_t seed)
-    : TextWindows((corpus.check_seq_len(seq_len), corpus.train()), batch, seq_len, seed) {}
+    : TextWindows((corpus.check_seq_len(seq_len), std::vector<TokenSpan>{corpus.train()}), batch, seq_len, seed) {}
 
 TextWindows::TextWindows(std::shared_ptr<const TokenCorpus> corpus, int64_t vocab, int64_t batch, int64_t seq_len,
                          uint64_t seed)
-    : TextWindows((corpus->check_seq_len(seq_len), corpus->check_vocab(vocab), corpus->train()), batch, seq_len, seed) {
+    : TextWindows((corpus->check_seq_len(seq_len), corpus->check_vocab(vocab), corpus->train_shards()), batch,
+                  seq_len, seed) {
   tokens_ = std::move(corpus);
   kind_ = "token_windows";
 }
@@ -104,10 +107,13 @@ nn::Batch TextWindows::next() {
   b.targets = Tensor::empty({batch_, seq_len_}, DType::i32);
   auto* in = b.inputs.data<int32_t>();
   auto* tg = b.targets.data<int32_t>();
-  const auto starts = static_cast<uint64_t>(train_.size - seq_len_);
   std::vector<int32_t> window(static_cast<size_t>(seq_len_ + 1));
   for (int64_t r = 0; r < batch_; ++r) {
-    train_.copy(static_cast<int64_t>(detail::uniform_below(rng_, starts)), seq_len_ + 1, window.data());
+    const uint64_t at = detail::uniform_below(rng_, first_start_.back());
+    // The shard whose window starts hold `at`.
+    const size_t k = static_cast<size_t>(std::upper_bound(first_start_.begin(), first_start_.end(), at) -
+                                         first_start_.begin()) - 1;
+    train_[k].copy(static_cast<int64_t>(at - first_start_[k]), seq_len_ + 1, window.data());
     std::copy(window.begin(), window.end() - 1, in + r * seq_len_);
     std::copy(window.begin() + 1, window.end(), tg + r * seq_len_);
   }
@@ -134,36 +140,41 @@ void TextWindows::load_state(const std::string& json) {
   }
 }
 
-TextValidation::TextValidation(TokenSpan val, int64_t batch, int64_t seq_len, int64_t max_batches)
-    : val_(val), batch_(batch), seq_len_(seq_len) {
+TextValidation::TextValidation(std::vector<TokenSpan> val, int64_t batch, int64_t seq_len, int64_t max_batches)
+    : val_(std::move(val)), batch_(batch), seq_len_(seq_len) {
   check_positive(batch, "batch size");
   check_batch_tokens(batch, seq_len);
-  // Targets are tokens 1..V-1 of the split; full windows cover 1..n_full*T.
-  const int64_t V = val.size;
-  const int64_t n_full = (V - 1) / seq_len;
-  for (int64_t k = 0; k < n_full; ++k) {
-    starts_.push_back(k * seq_len);
-    skip_.push_back(0);
-  }
-  const int64_t rest = (V - 1) - n_full * seq_len;
-  if (rest > 0) {
-    starts_.push_back(V - seq_len - 1);
-    skip_.push_back(seq_len - rest);
+  for (size_t s = 0; s < val_.size(); ++s) {
+    // Targets are tokens 1..V-1 of the shard; full windows cover 1..n_full*T.
+    const int64_t V = val_[s].size;
+    const int64_t n_full = (V - 1) / seq_len;
+    for (int64_t k = 0; k < n_full; ++k) {
+      starts_.push_back(k * seq_len);
+      skip_.push_back(0);
+    }
+    const int64_t rest = (V - 1) - n_full * seq_len;
+    if (rest > 0) {
+      starts_.push_back(V - seq_len - 1);
+      skip_.push_back(seq_len - rest);
+    }
+    shard_.resize(starts_.size(), static_cast<int32_t>(s));
   }
   // max_batches x batch < size, so the product cannot overflow.
   if (max_batches > 0 && max_batches <= (static_cast<int64_t>(starts_.size()) - 1) / batch) {
     starts_.resize(static_cast<size_t>(max_batches * batch));
     skip_.resize(starts_.size());
+    shard_.resize(starts_.size());
   }
 }
 
 TextValidation::TextValidation(const TextCorpus& corpus, int64_t batch, int64_t seq_len, int64_t max_batches)
-    : TextValidation((corpus.check_seq_len(seq_len), corpus.val()), batch, seq_len, max_batches) {}
+    : TextValidation((corpus.check_seq_len(seq_len), std::vector<TokenSpan>{corpus.val()}), batch, seq_len,
+                     max_batches) {}
 
 TextValidation::TextValidation(std::shared_ptr<const TokenCorpus> corpus, int64_t vocab, int64_t batch,
                                int64_t seq_len, int64_t max_batches)
-    : TextValidation((corpus->check_seq_len(seq_len), corpus->check_vocab(vocab), corpus->val()), batch, seq_len,
-                     max_batches) {
+    : TextValidation((corpus->check_seq_len(seq_len), corpus->check_vocab(vocab), corpus->val_shards()), batch,
+                     seq_len, max_batches) {
   tokens_ = std::move(corpus);
 }
 
@@ -188,7 +199,7 @@ nn::Batch TextValidation::batch(int64_t index) const {
   std::vector<int32_t> window(static_cast<size_t>(seq_len_ + 1));
   for (int64_t r = 0; r < rows; ++r) {
     const auto k = static_cast<size_t>(first + r);
-    val_.copy(starts_[k], seq_len_ + 1, window.data());
+    val_[static_cast<size_t>(shard_[k])].copy(starts_[k], seq_len_ + 1, window.data());
     for (int64_t t = 0; t < seq_len_; ++t) {
       in[r * seq_len_ + t] = window[static_cast<size_t>(t)];
       tg[r * seq_len_ + t] = t < skip_[k] ? -1 : window[static_cast<size_t>(t + 1)];

@@ -184,7 +184,9 @@ TEST(TokenCorpus, RefusesIncompleteDirectories) {
   refused({"val.bin"}, "val.bin but no train.bin");
   refused({}, "holds no token files");
   refused({"a_train.bin"}, "a_train.bin but no a_val.bin");
-  refused({"a_train.bin", "a_val.bin", "b_train.bin", "b_val.bin"}, "several training files (");
+  refused({"a_train.bin", "a_val.bin", "b_train.bin", "b_val.bin"}, "several corpora (");
+  refused({"a_train_000001.bin", "a_val_000000.bin", "b_train.bin", "b_val.bin"}, "several corpora (");
+  refused({"a_train_000001.bin", "a_train_000002.bin"}, "but no a_val.bin (nor a_val_NNNNNN.bin shards)");
 }
 
 TEST(TokenCorpus, IdsAtOrAboveTheVocabularyAreRefusedWithTheirOffset) {
@@ -325,4 +327,83 @@ TEST(TokenValidation, CoversTheValidationSplitExactlyOnce) {
   const std::string msg = error_of([&] { data::TextValidation(c, 2000, 5, 500); });
   EXPECT_HAS(msg, "sequence length 500 is too long");
   EXPECT_HAS(msg, "500 training tokens");
+}
+
+// llm.c's shards: fineweb_train_000001.bin ... as the training split (name
+// order), fineweb_val_000000.bin ... as the validation split. Windows are
+// uniform over every shard's starts laid end to end, each inside one shard:
+// re-derived here from the sampler's definition with integer arithmetic.
+TEST(TokenShards, WindowsAreUniformOverTheShardsAndNeverSpanTwo) {
+  TempDir d("tokens");
+  // id = 10000 x shard + position, so a window's ids say where it came from
+  std::vector<std::vector<uint32_t>> shards = {{}, {}, {}};
+  const size_t sizes[] = {700, 140, 2300};
+  for (size_t k = 0; k < 3; ++k)
+    for (size_t i = 0; i < sizes[k]; ++i) shards[k].push_back(static_cast<uint32_t>(10000 * (k + 1) + i));
+  // written out of order and with mixed widths: read in name order
+  d.write("fineweb_train_000003.bin", llmc32(shards[2]));
+  d.write("fineweb_train_000001.bin", llmc16(shards[0]));
+  d.write("fineweb_train_000002.bin", llmc16(shards[1]));
+  d.write("fineweb_val_000000.bin", llmc16(random_ids(100, 40000, 1)));
+  const auto c = std::make_shared<const data::TokenCorpus>(data::TokenCorpus::load(d.path.string()));
+  ASSERT_EQ(c->train_shards().size(), 3u);
+  EXPECT_EQ(c->train_size(), 700 + 140 + 2300);
+  for (size_t k = 0; k < 3; ++k) EXPECT_EQ(read_all(c->train_shards()[k]), as_int(shards[k]));
+  EXPECT_HAS(c->summary(), "3 shards, fineweb_train_000001.bin ... fineweb_train_000003.bin");
+  EXPECT_HAS(error_of([&] { (void)c->train(); }), "3 shards");
+  const int64_t B = 8, T = 40;
+  data::TextWindows w(c, 40000, B, T, 99);
+  std::mt19937_64 ref(99);
+  const uint64_t first[] = {0, 700 - T, 700 - T + 140 - T}, n = first[2] + 2300 - T;
+  const uint64_t limit = UINT64_MAX - UINT64_MAX % n;
+  std::map<size_t, int> per_shard;
+  for (int step = 0; step < 50; ++step) {
+    const auto b = w.next();
+    const auto in = ints(b.inputs), tg = ints(b.targets);
+    for (int64_t r = 0; r < B; ++r) {
+      uint64_t x = ref();
+      while (x >= limit) x = ref();
+      const uint64_t at = x % n;
+      const size_t k = at >= first[2] ? 2 : at >= first[1] ? 1 : 0;
+      const size_t start = static_cast<size_t>(at - first[k]);
+      ++per_shard[k];
+      for (int64_t t = 0; t < T; ++t) {
+        ASSERT_EQ(in[static_cast<size_t>(r * T + t)], static_cast<int32_t>(shards[k][start + t]));
+        ASSERT_EQ(tg[static_cast<size_t>(r * T + t)], static_cast<int32_t>(shards[k][start + t + 1]));
+      }
+    }
+  }
+  EXPECT_EQ(per_shard.size(), 3u);  // 400 windows, 100 of 3020 starts in the short shard
+}
+
+TEST(TokenShards, ValidationCoversEveryShardOnce) {
+  TempDir d("tokens");
+  d.write("t_train_000000.bin", llmc16(random_ids(300, 60000, 2)));
+  const size_t sizes[] = {123, 57};
+  for (size_t k = 0; k < 2; ++k) {
+    std::vector<uint32_t> v;
+    for (size_t i = 0; i < sizes[k]; ++i) v.push_back(static_cast<uint32_t>(10000 * (k + 1) + i));
+    d.write("t_val_00000" + std::to_string(k) + ".bin", llmc16(v));
+  }
+  const auto c = std::make_shared<const data::TokenCorpus>(data::TokenCorpus::load(d.path.string()));
+  data::TextValidation v(c, 60000, 3, 10);
+  std::map<int32_t, int> seen;
+  for (int64_t k = 0; k < v.num_batches(); ++k) {
+    const auto b = v.batch(k);
+    const auto in = ints(b.inputs), tg = ints(b.targets);
+    for (size_t i = 0; i < tg.size(); ++i) {
+      if (tg[i] < 0) continue;
+      EXPECT_EQ(tg[i], in[i] + 1);  // the next token of the same shard
+      ++seen[tg[i]];
+    }
+  }
+  // every token of each shard but its first is a target once
+  EXPECT_EQ(static_cast<int64_t>(seen.size()), (123 - 1) + (57 - 1));
+  EXPECT_EQ(v.num_targets(), (123 - 1) + (57 - 1));
+  for (size_t k = 0; k < 2; ++k)
+    for (size_t i = 1; i < sizes[k]; ++i) ASSERT_EQ(seen[static_cast<int32_t>(10000 * (k + 1) + i)], 1);
+  // a shard too short for one window is named
+  const std::string msg = error_of([&] { data::TextValidation(c, 60000, 3, 57); });
+  EXPECT_HAS(msg, "t_val_000001.bin");
+  EXPECT_HAS(msg, "every shard needs at least 58 tokens");
 }

@@ -47,7 +47,9 @@ class TextCorpus {
 };
 
 // Seeded random windows of the training split: each batch is B windows of
-// T+1 tokens starting at uniform positions in [0, train_size - T - 1];
+// T+1 tokens starting at uniform positions in [0, train_size - T - 1] (over
+// sharded token data: uniform over every shard's window starts, the shards
+// laid end to end, no window spanning two);
 // inputs i32 [B, T] = window[0..T), targets i32 [B, T] = window[1..T].
 // Positions come from std::mt19937_64(seed) by unbiased rejection sampling
 // (not std::uniform_int_distribution, whose output differs across standard
@@ -68,8 +70,9 @@ class TextWindows final : public TrainSource {
   const TokenCorpus* tokens() const { return tokens_.get(); }  // null: byte text
 
  private:
-  TextWindows(TokenSpan train, int64_t batch, int64_t seq_len, uint64_t seed);
-  TokenSpan train_;
+  TextWindows(std::vector<TokenSpan> train, int64_t batch, int64_t seq_len, uint64_t seed);
+  std::vector<TokenSpan> train_;
+  std::vector<uint64_t> first_start_;  // index of each shard's first window start, then the total
   std::shared_ptr<const TokenCorpus> tokens_;
   std::string kind_ = "text_windows";
   int64_t batch_, seq_len_;
@@ -80,7 +83,8 @@ class TextWindows final : public TrainSource {
 
 // Fixed windows covering the validation split: window k starts at k*T, and
 // a final window ending at the last token covers the remainder, with the
-// already-covered targets set to -1 (ignored). Every validation token after
+// already-covered targets set to -1 (ignored); shard after shard for sharded
+// token data. Every validation token after
 // the first is a target exactly once, so sum(loss) / count is the per-token
 // (per-byte) loss of the whole split. Batches hold up to B windows (the last
 // may hold fewer). max_batches > 0 keeps only the first max_batches batches.
@@ -97,12 +101,13 @@ class TextValidation final : public EvalSource {
   int64_t num_targets() const;  // non-ignored targets over all batches
 
  private:
-  TextValidation(TokenSpan val, int64_t batch, int64_t seq_len, int64_t max_batches);
-  TokenSpan val_;
+  TextValidation(std::vector<TokenSpan> val, int64_t batch, int64_t seq_len, int64_t max_batches);
+  std::vector<TokenSpan> val_;
   std::shared_ptr<const TokenCorpus> tokens_;
   int64_t batch_, seq_len_;
-  std::vector<int64_t> starts_;   // window start in the validation split
-  std::vector<int64_t> skip_;     // leading targets to ignore (last window)
+  std::vector<int64_t> starts_;   // window start in its shard of the validation split
+  std::vector<int32_t> shard_;    // that shard
+  std::vector<int64_t> skip_;     // leading targets to ignore (a shard's last window)
 };
 
 }  // namespace mantissa::data

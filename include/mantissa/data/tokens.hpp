@@ -8,10 +8,13 @@
 // without one is read as nanoGPT's only under the names train.bin and
 // val.bin, any other is refused (bad magic).
 //
-// Splits: a directory holding train.bin and val.bin, or exactly one pair
-// PREFIX_train.bin / PREFIX_val.bin (llm.c's names), uses them as the
-// training and validation splits. A single file splits as the byte corpus
-// does: the last floor(n x val_fraction) tokens are held out.
+// Splits: a directory holding train.bin and val.bin, or llm.c's files of
+// one PREFIX: PREFIX_train.bin / PREFIX_val.bin, or shards
+// PREFIX_train_NNNNNN.bin / PREFIX_val_NNNNNN.bin (as llm.c's data scripts
+// write large corpora; NNNNNN any digits, read in name order), uses them as
+// the training and validation splits. A single file splits as the byte
+// corpus does: the last floor(n x val_fraction) tokens are held out. A
+// window never spans two shards.
 //
 // Every id is scanned once at load (a vectorised max); check_vocab(V)
 // refuses an id >= V naming the file and the offset of the first one, so a
@@ -32,6 +35,8 @@ inline constexpr int32_t kLlmcMagic32 = 20240801;  // version 7, uint32 ids
 inline constexpr int64_t kLlmcHeaderBytes = 256 * 4;
 // Largest vocabulary a token model may have (ids are held as int32).
 inline constexpr int64_t kMaxVocab = int64_t{1} << 24;
+// Most shard files one split may have.
+inline constexpr size_t kMaxShards = 10000;
 
 // A run of little-endian token ids in memory, not owned: the byte corpus
 // (width 1) or part of a token file (width 2 or 4).
@@ -89,29 +94,32 @@ class TokenCorpus {
   static TokenCorpus load(const std::string& path, double val_fraction = 0.1);
 
   const std::string& path() const { return path_; }
-  TokenSpan train() const { return train_.span; }
-  TokenSpan val() const { return val_.span; }
-  int64_t train_size() const { return train_.span.size; }
-  int64_t val_size() const { return val_.span.size; }
+  // The ids of each split, one span per shard file (one for unsharded data).
+  const std::vector<TokenSpan>& train_shards() const { return train_; }
+  const std::vector<TokenSpan>& val_shards() const { return val_; }
+  // The split as one span; throws DataError for sharded data, which a
+  // reader must take shard by shard.
+  TokenSpan train() const { return only(train_, "training"); }
+  TokenSpan val() const { return only(val_, "validation"); }
+  int64_t train_size() const { return total(train_); }
+  int64_t val_size() const { return total(val_); }
   uint32_t max_id() const;
   // Throws DataError unless every id is below vocab: the file, the token
   // offset in it and the id are named.
   void check_vocab(int64_t vocab) const;
-  // Throws DataError naming the files and sizes unless both splits hold
-  // at least one window of seq_len + 1 tokens.
+  // Throws DataError naming the files and sizes unless every shard of both
+  // splits holds at least one window of seq_len + 1 tokens.
   void check_seq_len(int64_t seq_len) const;
   // "llm.c uint16: 9000 training tokens (a_train.bin), 1000 validation tokens (a_val.bin)"
   std::string summary() const;
 
  private:
-  struct Split {
-    size_t file = 0;    // index into files_
-    int64_t first = 0;  // offset of the split's first id in that file
-    TokenSpan span;
-  };
+  TokenSpan only(const std::vector<TokenSpan>& split, const char* name) const;
+  static int64_t total(const std::vector<TokenSpan>& split);
   std::string path_;
-  std::vector<TokenFile> files_;
-  Split train_, val_;
+  std::vector<TokenFile> files_;  // the training files, then the validation files
+  size_t train_files_ = 0;         // how many of files_ hold training ids
+  std::vector<TokenSpan> train_, val_;
 };
 
 }  // namespace mantissa::data

@@ -9,6 +9,8 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "mantissa/formats/convert.hpp"
+#include "mantissa/formats/format.hpp"
 #include "mantissa/io/files.hpp"
 #include "mantissa/io/untrusted.hpp"
 
@@ -240,12 +242,11 @@ void load_into(const SafetensorsFile& file, const std::string& file_name,
       if (!taken.count(name)) fail_tensor(file_name, name, "unexpected tensor (not in the model)");
   for (const auto& [name, dst] : destinations) {
     const Tensor& src = file.tensors.at(name);
-    if (src.dtype() != dst->dtype()) {  // widened exactly
-      const Tensor wide = src.to(DType::f32, MemoryKind::workspace);
-      std::memcpy(dst->raw(), wide.raw(), wide.bytes());
-      continue;
-    }
-    std::memcpy(dst->raw(), src.raw(), src.bytes());
+    if (src.dtype() != dst->dtype())  // widened exactly, decoded straight into the destination
+      formats::dequantize(formats::preset(dtype_format_name(src.dtype())), src.raw(), dst->f32(),
+                          static_cast<size_t>(src.numel()));
+    else
+      std::memcpy(dst->raw(), src.raw(), src.bytes());
     dst->set_scale(src.scale());
   }
 }

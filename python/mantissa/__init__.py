@@ -30,6 +30,8 @@ __all__ = [
     "mxfp4_quantize", "mxfp4_dequantize", "NVFP4_BLOCKS", "MXFP4_BLOCKS", "rht", "formats", "format_info",
     "as_ml_dtypes", "from_ml_dtypes", "recipes", "recipe", "num_threads", "set_num_threads",
     "train", "experiment", "load_weights", "ROUNDING_MODES", "MX_FORMATS", "data",
+    "Recipe", "Fp8Quantiser", "Fp8Cast", "Fp4Quantiser", "Fp4Layer", "OperandRole", "CastScaling",
+    "ScaleRounding", "Fp4Format", "RhtMode", "Fp4Rounding",
 ]
 
 ROUNDING_MODES = ("nearest-even", "nearest-away", "toward-zero", "up", "down", "stochastic")
@@ -37,6 +39,14 @@ MX_FORMATS = ("mxfp8_e4m3", "mxfp8_e5m2", "mxfp6_e2m3", "mxfp6_e3m2", "mxfp4", "
 
 num_threads = _core.num_threads
 set_num_threads = _core.set_num_threads
+
+# The typed recipe and the engine's operand quantisers (python/src/recipe.cpp, quant.cpp): what
+# mantissa.torch casts with.
+Recipe = _core.Recipe
+Fp8Quantiser, Fp8Cast = _core.Fp8Quantiser, _core.Fp8Cast
+Fp4Quantiser, Fp4Layer = _core.Fp4Quantiser, _core.Fp4Layer
+OperandRole, CastScaling, ScaleRounding = _core.OperandRole, _core.CastScaling, _core.ScaleRounding
+Fp4Format, RhtMode, Fp4Rounding = _core.Fp4Format, _core.RhtMode, _core.Fp4Rounding
 
 # ml_dtypes' name for each mantissa format that both have.
 _ML_DTYPES = {

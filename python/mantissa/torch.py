@@ -16,19 +16,24 @@ recipe's casts, as mantissa's own Linear does:
   straight-through: no gradient of the rounding itself); the bias gradient is
   the sum of the uncast dy.
 
-Scaling (``cast_scaling``): ``unit`` (scale 1), ``current`` (per tensor, the
-power of two 2^e with e = margin - k, k the largest shift with amax x 2^k <=
-the format's max), ``delayed`` (the same from the max of the last
-``amax_history`` amaxes of that layer's operand, the tensor's own amax on the
-first call), ``mx`` (E8M0 block scales over ``block`` = 32 values along the
-last axis: the contraction axis of x and W, the output features of dy).
+The casts are the engine's own: every layer's operands go through the quantisers
+a training run builds from the same recipe (``mantissa.Fp8Quantiser``,
+``mantissa.Fp4Quantiser``, read from the typed ``mantissa.Recipe``), so scale
+rules, amax histories, blocks and rounding are mantissa's by construction.
+Scaling (``cast_scaling``): ``unit`` (scale 1), ``current`` (per-tensor power
+of two from the tensor's amax, ``cast_margin``), ``delayed`` (the same from the
+max of the last ``amax_history`` amaxes of that layer's operand, the tensor's
+own amax on the first call; each cast with gradient is one step of the
+history), ``mx`` (E8M0 block scales over ``block`` = 32 values along the last
+axis: the contraction axis of x and W, the output features of dy), ``blockwise``
+(1 x 128 tiles along the last axis, 128 x 128 weight blocks). Passes without
+gradient (``torch.no_grad``) record nothing, as the engine's evaluation passes.
 FP4 recipes (``nvfp4``, ``nvfp4-naive``, ``mxfp4``, ``mxfp4-fwd``, ``mxfp4-naive``) cast as
 ``Fp4Caster`` says: each of the three products with its own blocks, the Hadamard
 transform on the Wgrad inputs (and, with ``rht_dgrad``, the dgrad ones).
 Recipes without casts but with a 16-bit ``matmul_format`` (bf16-amp, fp16-amp)
-round x, W and dy to it. The arrays are cast by mantissa's kernels (zero-copy
-through DLPack). Per-tensor casts saturate; a tensor holding inf/NaN keeps them
-(scale 1, no saturation).
+round x, W and dy to it. Per-tensor casts saturate; a tensor holding inf/NaN
+keeps them (scale 1, no saturation).
 
 Products the wrapper does not cast are named in ``WrapReport.uncast`` with an
 ``UncastWarning``: nn.MultiheadAttention, convolutions, nn.Bilinear and recurrent
@@ -40,15 +45,14 @@ on a module's own matrix or on a tied embedding).
 from __future__ import annotations
 
 import collections
-import copy
 import dataclasses
 import logging
-import math
 import sys
 import warnings
-from typing import Any, Deque, Dict, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import mantissa as _m
+from mantissa import _core
 
 # A torch linked to the same OpenMP runtime (Debian's) sets the calling
 # thread's OpenMP thread count when it is first imported, which would
@@ -61,183 +65,140 @@ from torch.overrides import TorchFunctionMode  # noqa: E402
 
 _m.set_num_threads(_threads)
 
-# MX element format -> mantissa's MX preset.
-_MX_PRESETS = {"e4m3fn": "mxfp8_e4m3", "e5m2": "mxfp8_e5m2", "e2m3fn": "mxfp6_e2m3", "e3m2fn": "mxfp6_e3m2",
-               "e2m1fn": "mxfp4", "int8": "mxint8"}
-
-
-def scale_exponent(format_max: float, amax: float, margin: int = 0) -> int:
-    """Per-tensor scale exponent: e = margin - k, k the largest shift with amax x 2^k <= format_max."""
-    if not (amax > 0) or not math.isfinite(amax):
-        return 0
-    k = math.frexp(format_max)[1] - math.frexp(amax)[1]
-    while math.ldexp(amax, k) > format_max:
-        k -= 1
-    while math.ldexp(amax, k + 1) <= format_max:
-        k += 1
-    return max(-126, min(126, margin - k))
-
-
 class Caster:
-    """One recipe's casts for one layer: keeps delayed scaling's amax histories per operand."""
+    """One recipe's casts for one layer: the engine's FP8 quantiser per operand (``mantissa.Fp8Quantiser``).
 
-    def __init__(self, recipe: Dict[str, Any], block: int = 32, readout: bool = False):
-        self.recipe = recipe
+    Each operand ("x", "w", "dy") that the recipe casts has its own quantiser, which keeps that operand's
+    state (delayed scaling's amax history); each cast with gradient is one step of that history. Operands
+    the recipe does not cast, and every operand of a readout kept uncast, are rounded to ``matmul_format``.
+    """
+
+    _ROLES = {"x": _core.OperandRole.activation, "w": _core.OperandRole.weight, "dy": _core.OperandRole.grad_output}
+
+    def __init__(self, recipe: _core.Recipe, block: int = 32, readout: bool = False):
+        self.recipe, self.block = recipe, block
         self.readout = readout  # uncast readout (cast_readout false): matmul_format only
-        self.scaling = recipe.get("cast_scaling", "unit")
-        self.margin = int(recipe.get("cast_margin", 0))
-        self.history_len = int(recipe.get("amax_history", 1024))
-        self.mx_rounding = recipe.get("mx_scale_rounding", "floor")
-        self.block = block
-        self.histories: Dict[str, Deque[float]] = {}
-        if self.scaling not in ("unit", "current", "delayed", "mx"):
-            raise ValueError(f"recipe '{recipe['name']}': cast_scaling '{self.scaling}' is not supported on PyTorch "
-                             "modules (unit, current, delayed, mx are)")
+        if recipe.cast_scaling == _core.CastScaling.propagate:
+            raise ValueError(f"recipe '{recipe.name}': cast_scaling 'propagate' is not supported on PyTorch modules "
+                             "(its scales start from mantissa's models' parameters)")
+        self.quantisers: Dict[str, _core.Fp8Quantiser] = {}
+        if not readout:
+            casts = {"x": recipe.cast_forward, "w": recipe.cast_forward, "dy": recipe.cast_backward}
+            self.quantisers = {op: _core.Fp8Quantiser(recipe, self._ROLES[op], block)
+                               for op, fmt in casts.items() if fmt is not None}
+        self.matmul_format = None if recipe.matmul_format == "fp32" else recipe.matmul_format
 
-    def fmt(self, operand: str) -> str:
-        cast = self.recipe.get("cast_backward" if operand == "dy" else "cast_forward", "")
-        if cast and not self.readout:
-            return cast
-        mm = self.recipe.get("matmul_format", "fp32")
-        return "" if mm == "fp32" else mm
-
-    def __call__(self, t: torch.Tensor, operand: str) -> torch.Tensor:
-        """t rounded as the recipe casts `operand` ("x", "w" or "dy"), fp32."""
-        fmt = self.fmt(operand)
+    def __call__(self, t: torch.Tensor, operand: str, record: bool = True) -> torch.Tensor:
+        """t rounded as the recipe casts `operand` ("x", "w" or "dy"), fp32; record false: a pass without gradient."""
         x = t.detach().to(torch.float32).contiguous()
-        if not fmt:
-            return x
-        if self.readout or not (self.recipe.get("cast_forward") or self.recipe.get("cast_backward")):
-            return _m.quantize(x, fmt)  # 16-bit matmul format, no scaling
-        if self.scaling == "mx":
-            preset = _MX_PRESETS.get(fmt)
-            if preset is None:
-                raise ValueError(f"MX casts to '{fmt}' are not supported (valid: {', '.join(_MX_PRESETS)})")
-            codes, scales = _m.mx_quantize(x, preset, self.block, -1, self.mx_rounding)
-            return _m.mx_dequantize(codes, scales, preset, self.block)
-        amax = float(x.abs().max()) if x.numel() else 0.0
-        if not math.isfinite(amax):
-            return _m.quantize(x, fmt)
-        fmax = _m.format_info(fmt)["max"]
-        if self.scaling == "unit":
-            e = 0
-        elif self.scaling == "current":
-            e = scale_exponent(fmax, amax, self.margin)
-        else:
-            h = self.histories.setdefault(operand, collections.deque(maxlen=self.history_len))
-            e = scale_exponent(fmax, max(h) if h else amax, self.margin)
-            h.append(amax)
-        y = _m.quantize(x * 2.0 ** -e, fmt, saturate=True)
-        return y * 2.0 ** e
+        q = self.quantisers.get(operand)
+        if q is None:
+            return _m.quantize(x, self.matmul_format) if self.matmul_format else x
+        y = torch.empty_like(x)
+        q.cast(x, out=y, record=record)
+        if record:
+            q.end_step()
+        return y
+
+    @property
+    def histories(self) -> Dict[str, List[float]]:
+        """Delayed scaling's amax history of each operand that has one, oldest first."""
+        return {op: q.history for op, q in self.quantisers.items() if q.history}
+
+    def __getstate__(self) -> Dict[str, Any]:
+        return {"recipe": self.recipe, "block": self.block, "readout": self.readout, "histories": self.histories}
+
+    def __setstate__(self, state: Dict[str, Any]) -> None:
+        """A copy (copy.deepcopy, pickle) with the same histories: each amax cast again as a 1 x 1 tensor."""
+        self.__init__(state["recipe"], state["block"], state["readout"])
+        for op, amaxes in state["histories"].items():
+            for amax in amaxes:
+                self.quantisers[op].cast(torch.full((1, 1), amax, dtype=torch.float32))
+                self.quantisers[op].end_step()
+
+
+def _fp32(a: Any) -> torch.Tensor:
+    """A float32 numpy result of the bindings as a tensor (zero-copy through DLPack)."""
+    return torch.utils.dlpack.from_dlpack(a.__dlpack__())
 
 
 class Fp4Caster:
-    """An FP4 recipe's casts for one layer (``fp4_format`` nvfp4 or mxfp4), as mantissa's FP4 quantiser does them.
+    """An FP4 recipe's casts for one layer (``fp4_format`` nvfp4 or mxfp4): the engine's FP4 quantiser's.
 
+    The layer's casts come from ``mantissa.Fp4Quantiser`` (one per wrapped module, as the engine has one per
+    model: its stochastic casts draw seeds from one stream, a hash of ``rht_seed`` and the cast's index in it).
     Blocks of b values (NVFP4: 16, E4M3 scales and a tensor scale; MXFP4: 32, E8M0 scales). Per product of
     y = x W^T (x [M, in], W [out, in]):
     forward x W^T: x in 1 x b blocks along `in`; W in b x b blocks (``fp4_weight_2d``) or 1 x b along `in`;
     dgrad dy W: dy 1 x b along `out`; W the forward cast when 2-D (else 1 x b along `out`), with
     ``rht_dgrad`` both rotated along `out` first; wgrad dy^T x: dy and x in blocks of b rows along M,
     both rotated first by the 16-row Hadamard transform (``rht``, signs from ``rht_seed``). Rounding:
-    nearest-even, stochastic for dy (``fp4_sr`` gradients) and for x and W in backward too (backward),
-    each cast drawing from its own seed (rht_seed and a per-layer call count); MXFP4's stochastic casts
-    scale their blocks by 3/4 first (tensor scale 4/3). ``fp4_forward`` false: the forward product rounds
-    x and W to bf16 instead. ``fp4_until`` is not applied (a module has no step count).
+    nearest-even, stochastic for dy (``fp4_sr`` gradients) and for x and W in backward too (backward);
+    MXFP4's stochastic casts scale their blocks by 3/4 first (tensor scale 4/3). The backward operands of x
+    and W are cast in the forward pass, as the engine casts them (W's once per change of its values).
+    ``fp4_forward`` false: the forward product rounds x and W to bf16 instead; ``fp4_backward`` false: the
+    backward products multiply dy in ``matmul_format`` by the forward operands. The readout is kept in bf16
+    when ``bf16_layers`` names the head. ``fp4_until`` is not applied (a module has no step count).
     """
 
-    def __init__(self, recipe: Dict[str, Any], readout: bool = False, layer: int = 0):
-        self.format = recipe.get("fp4_format")
-        if self.format not in ("nvfp4", "mxfp4"):
-            raise ValueError(f"recipe '{recipe['name']}': fp4_format '{self.format}' is not supported on "
-                             "PyTorch modules (nvfp4 and mxfp4 are)")
-        self.recipe = recipe
-        self.readout = readout  # a bf16 layer ("head" in bf16_layers)
-        on = lambda k: str(recipe.get(k, "false")) == "true"  # noqa: E731
-        self.forward, self.backward, self.weight_2d = on("fp4_forward"), on("fp4_backward"), on("fp4_weight_2d")
-        self.rht_mode, self.rht_dgrad, self.sr = recipe.get("rht", "none"), on("rht_dgrad"), recipe.get("fp4_sr", "none")
-        self.seed = int(recipe.get("rht_seed", 0))
-        self.layer = layer
-        self.calls = 0
-        b = 16 if self.format == "nvfp4" else 32
-        self.block_1d, self.block_2d = f"1x{b}", f"{b}x{b}"
+    def __init__(self, recipe: _core.Recipe, quantiser: _core.Fp4Quantiser, readout: bool = False):
+        self.recipe, self.quantiser, self.last = recipe, quantiser, readout
+        self.layer = quantiser.layer(readout)
+        self.readout = not self.layer.active  # a bf16 layer ("head" in bf16_layers)
+        self.backward = recipe.fp4_backward
+        self.matmul_format = None if recipe.matmul_format == "fp32" else recipe.matmul_format
 
-    def _seed(self) -> int:
-        self.calls += 1
-        return (self.seed * 0x9E3779B97F4A7C15 ^ (self.layer << 40) ^ self.calls) & ((1 << 64) - 1)
+    def __getstate__(self) -> Tuple[Any, ...]:
+        return self.recipe, self.quantiser, self.last
 
-    def cast(self, a: torch.Tensor, axis: int = -1, stochastic: bool = False, tile: bool = False) -> torch.Tensor:
-        """a (2-D, fp32) cast in 1 x b blocks along `axis` (tile: b x b) and decoded back to fp32 values."""
-        a = a.detach().to(torch.float32).contiguous()
-        if not torch.isfinite(a).all():
-            return _m.quantize(a, "bf16")  # inf/NaN pass through, as mantissa's casts do
-        rnd = "stochastic" if stochastic else "nearest-even"
-        seed = self._seed() if stochastic else 0
-        block = self.block_2d if tile else self.block_1d
-        axis = -1 if tile else axis
-        if self.format == "nvfp4":
-            c, s, t = _m.nvfp4_quantize(a, block, axis, rnd, seed=seed)
-            return _m.nvfp4_dequantize(c, s, t, block, axis)
-        c, s, t = _m.mxfp4_quantize(a, block, axis, rnd, seed=seed, headroom=stochastic)
-        return _m.mxfp4_dequantize(c, s, t, block, axis)
+    def __setstate__(self, state: Tuple[Any, ...]) -> None:
+        """A copy: the copied module's layers share one new quantiser (a new draw stream), weights cast afresh."""
+        self.__init__(*state)
 
-    def rotate(self, a: torch.Tensor, axis: int) -> torch.Tensor:
-        if self.rht_mode == "none":
-            return a.detach().to(torch.float32).contiguous()
-        return _m.rht(a.detach().to(torch.float32).contiguous(), axis, self.seed, self.rht_mode == "random")
+    def inputs(self, x: torch.Tensor, record: bool) -> Tuple[torch.Tensor, torch.Tensor]:
+        """x [M, in]: (the forward product's operand, the weight gradient's)."""
+        return tuple(_fp32(a) for a in self.layer.cast_input(x.detach().to(torch.float32).contiguous(), record))
 
-    def weight(self, w: torch.Tensor, dgrad: bool) -> torch.Tensor:
-        sr = dgrad and self.sr == "backward"
-        if dgrad and self.rht_dgrad and self.rht_mode != "none":
-            w = self.rotate(w, 0)
-        if self.weight_2d:
-            return self.cast(w, stochastic=sr, tile=True)
-        return self.cast(w, 0 if dgrad else -1, stochastic=sr)
+    def weight(self, w: torch.Tensor, record: bool) -> Tuple[torch.Tensor, torch.Tensor]:
+        """W [out, in]: (the forward product's operand, the input gradient's)."""
+        return tuple(_fp32(a) for a in self.layer.cast_weight(w.detach().to(torch.float32).contiguous(), record))
+
+    def gradient(self, dy: torch.Tensor, wgrad: bool) -> torch.Tensor:
+        """dy [M, out] for the input gradient (blocks along out) or the weight gradient (blocks along M)."""
+        if not self.backward:
+            return _m.quantize(dy, self.matmul_format) if self.matmul_format else dy
+        return _fp32(self.layer.cast_gradient(dy, wgrad))
 
 
 class _Fp4LinearFn(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
-                caster: Fp4Caster) -> torch.Tensor:
-        x2 = x.detach().reshape(-1, x.shape[-1]).to(torch.float32)  # (M, in)
-        w = weight.detach().to(torch.float32)  # (out, in)
-        if caster.readout or not caster.forward:
-            xq, wq = _m.quantize(x2.contiguous(), "bf16"), _m.quantize(w.contiguous(), "bf16")
-        else:
-            xq, wq = caster.cast(x2), caster.weight(w, dgrad=False)
-        ctx.save_for_backward(x2, w, wq)
+                caster: Fp4Caster, record: bool) -> torch.Tensor:
+        x2 = x.detach().reshape(-1, x.shape[-1])  # (M, in)
+        xq, xw = caster.inputs(x2, record)
+        wq, wd = caster.weight(weight, record)  # (out, in)
+        ctx.save_for_backward(xw, wd)
         ctx.caster, ctx.has_bias, ctx.shape = caster, bias is not None, x.shape
         y = F.linear(xq, wq, bias)  # (M, out)
         return y.reshape(*x.shape[:-1], y.shape[-1])
 
     @staticmethod
     def backward(ctx: Any, dy: torch.Tensor) -> Any:
-        x2, w, wq = ctx.saved_tensors
+        xw, wd = ctx.saved_tensors
         c: Fp4Caster = ctx.caster
         dy2 = dy.reshape(-1, dy.shape[-1]).to(torch.float32).contiguous()  # (M, out)
-        if c.readout or not c.backward:
-            dyb, xb, wb = _m.quantize(dy2, "bf16"), _m.quantize(x2.contiguous(), "bf16"), _m.quantize(w.contiguous(), "bf16")
-            dx, dw = dyb @ wb, dyb.t() @ xb
-        else:
-            sr_dy, sr_op = c.sr != "none", c.sr == "backward"
-            rotated = c.rht_dgrad and c.rht_mode != "none"
-            dyd = c.cast(c.rotate(dy2, 1) if rotated else dy2, stochastic=sr_dy)  # 1 x b along out
-            same = c.forward and c.weight_2d and not sr_op and not rotated
-            wd = wq if same else c.weight(w, dgrad=True)
-            dx = dyd @ wd  # (M, in)
-            dyw = c.cast(c.rotate(dy2, 0), axis=0, stochastic=sr_dy)  # blocks of b rows
-            xw = c.cast(c.rotate(x2, 0), axis=0, stochastic=sr_op)
-            dw = dyw.t() @ xw  # (out, in)
+        dx = c.gradient(dy2, wgrad=False) @ wd  # (M, in)
+        dw = c.gradient(dy2, wgrad=True).t() @ xw  # (out, in)
         db = dy2.sum(0) if ctx.has_bias else None
-        return dx.reshape(ctx.shape).to(dy.dtype), dw, db, None
+        return dx.reshape(ctx.shape).to(dy.dtype), dw, db, None, None
 
 
 class _CastLinearFn(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
-                caster: Caster) -> torch.Tensor:
-        xq = caster(x, "x")  # (..., in)
-        wq = caster(weight, "w")  # (out, in)
+                caster: Caster, record: bool) -> torch.Tensor:
+        xq = caster(x, "x", record)  # (..., in)
+        wq = caster(weight, "w", record)  # (out, in)
         ctx.save_for_backward(xq, wq)
         ctx.caster = caster
         ctx.has_bias = bias is not None
@@ -250,13 +211,17 @@ class _CastLinearFn(torch.autograd.Function):
         dx = dyq @ wq  # (..., in)
         dw = dyq.reshape(-1, dyq.shape[-1]).t() @ xq.reshape(-1, xq.shape[-1])  # (out, in)
         db = dy.reshape(-1, dy.shape[-1]).sum(0) if ctx.has_bias else None
-        return dx, dw, db, None
+        return dx, dw, db, None, None
 
 
 def _cast_product(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], caster: Any) -> torch.Tensor:
-    """x W^T + b under `caster`, W [out, in] (the contraction axis last)."""
+    """x W^T + b under `caster`, W [out, in] (the contraction axis last).
+
+    As the engine's passes, one without gradient (evaluation, ``torch.no_grad``) records nothing in the
+    casts' state: no amax enters a delayed-scaling history, no FP4 stochastic draw is taken.
+    """
     fn = _Fp4LinearFn if isinstance(caster, Fp4Caster) else _CastLinearFn
-    return fn.apply(x, weight, bias, caster)
+    return fn.apply(x, weight, bias, caster, torch.is_grad_enabled())
 
 
 class CastLinear(nn.Linear):
@@ -273,7 +238,7 @@ class CastLinear(nn.Linear):
         return _cast_product(x, self.weight, self.bias, self.caster)
 
     def extra_repr(self) -> str:
-        return super().extra_repr() + f", recipe={self.caster.recipe['name']}"
+        return super().extra_repr() + f", recipe={self.caster.recipe.name}"
 
 
 def is_conv1d(m: nn.Module) -> bool:
@@ -309,7 +274,7 @@ class CastConv1D(nn.Module):
         return _cast_product(x, self.weight.t(), self.bias, self.caster)
 
     def extra_repr(self) -> str:
-        return f"nf={self.nf}, nx={self.nx}, recipe={self.caster.recipe['name']}"
+        return f"nf={self.nf}, nx={self.nx}, recipe={self.caster.recipe.name}"
 
 
 class Uncast(NamedTuple):
@@ -410,15 +375,13 @@ def wrap(module: nn.Module, recipe: str = "fp8-delayed", set: Sequence[str] = ()
     not cast (attention's batched products, F.linear on a tied embedding ...) to ``uncast``.
     The report is logged as one line on the ``mantissa.torch`` logger (INFO).
     """
-    r = _m.recipe(recipe, set)
+    r = _core.Recipe(recipe, list(set))
     if isinstance(module, nn.Linear) or is_conv1d(module):
         raise ValueError("wrap: pass the module that holds the nn.Linear layers, not a layer itself")
-    fp4 = r.get("fp4_format", "none") != "none"
-    if fp4:
-        layers = [v for v in str(r.get("bf16_layers", "none")).split(",") if v not in ("none", "")]
-        if any(v != "head" for v in layers):
-            raise ValueError(f"recipe '{recipe}': bf16_layers '{r['bf16_layers']}' names blocks, which a PyTorch "
-                             "module does not have; pass set=['bf16_layers=head'] (the last nn.Linear) or 'none'")
+    fp4 = _core.Fp4Quantiser(r) if r.fp4_format is not None else None
+    if fp4 is not None and r.bf16_blocks:
+        raise ValueError(f"recipe '{recipe}': bf16_layers names blocks {r.bf16_blocks}, which a PyTorch module "
+                         "does not have; pass set=['bf16_layers=head'] (the last nn.Linear) or 'none'")
     names, uncast, unseen = _survey(module)
     if strict and uncast:
         raise ValueError("wrap: these products cannot be cast (strict): "
@@ -430,10 +393,10 @@ def wrap(module: nn.Module, recipe: str = "fp8-delayed", set: Sequence[str] = ()
         parent = module.get_submodule(parent_name) if parent_name else module
         layer = getattr(parent, attr)
         last = i == len(names) - 1
-        if fp4:
-            caster: Any = Fp4Caster(r, last and "head" in str(r.get("bf16_layers", "")), i)
+        if fp4 is not None:
+            caster: Any = Fp4Caster(r, fp4, readout=last)
         else:
-            caster = Caster(r, block, last and not r.get("cast_readout", True))
+            caster = Caster(r, block, last and not r.cast_readout)
         if caster.readout:
             readout = name
         counts[type(layer).__name__] += 1
@@ -490,10 +453,11 @@ def audit(module: nn.Module, inputs: Any) -> List[Uncast]:
     """The matrix products one forward pass of `module` on `inputs` calls outside its cast layers.
 
     `inputs` is a tuple of positional arguments or a dict of keyword arguments. Runs in eval mode
-    without gradients (no dropout, no batch-norm statistics), and leaves the layers' delayed-scaling
-    histories, FP4 draw counts, the training flags and the RNG as they were. Each entry names the innermost module that calls the product, the operation with
-    its operand shapes (and the parameter it multiplies, if one: a tied embedding's weight), and
-    how many times it was called.
+    without gradients (no dropout, no batch-norm statistics), and leaves the training flags and the
+    RNG as they were; a pass without gradients records nothing in the casts' state (delayed-scaling
+    histories, FP4 draws). Each entry names the innermost module that calls the product, the
+    operation with its operand shapes (and the parameter it multiplies, if one: a tied embedding's
+    weight), and how many times it was called.
     """
     stack: List[Tuple[str, nn.Module]] = []
     names: Dict[int, List[str]] = collections.defaultdict(list)  # a tied weight has several names
@@ -508,8 +472,6 @@ def audit(module: nn.Module, inputs: Any) -> List[Uncast]:
     for name, m in module.named_modules():
         hooks.append(m.register_forward_pre_hook(lambda mod, a, name=name: stack.append((name, mod))))
         hooks.append(m.register_forward_hook(lambda mod, a, out: (stack.pop(), None)[1]))  # None: keeps `out`
-    states = [(c, copy.deepcopy(c.histories) if isinstance(c, Caster) else c.calls)
-              for c in (m.caster for m in module.modules() if isinstance(m, (CastLinear, CastConv1D)))]
     rng = torch.random.get_rng_state()
     training = [(m, m.training) for m in module.modules()]
     mode = _ProductLog(stack, params)
@@ -523,11 +485,6 @@ def audit(module: nn.Module, inputs: Any) -> List[Uncast]:
     finally:
         for h in hooks:
             h.remove()
-        for c, s in states:
-            if isinstance(c, Caster):
-                c.histories = s
-            else:
-                c.calls = s
         torch.random.set_rng_state(rng)
         for m, t in training:
             m.training = t

@@ -1,6 +1,7 @@
-// mantissa._core: the module, threads, recipes and the training engine
-// (formats on arrays: formats.cpp). Long calls release the GIL; metric
-// records reach Python through train::RunOptions::on_record.
+// mantissa._core: the module, threads and the training engine (formats on
+// arrays: formats.cpp; recipes: recipe.cpp; the operand quantisers:
+// quant.cpp). Long calls release the GIL; metric records reach Python
+// through train::RunOptions::on_record.
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/function.h>
 #include <nanobind/stl/map.h>
@@ -16,7 +17,6 @@
 #include <thread>
 
 #include "arrays.hpp"
-#include "mantissa/recipe/recipe.hpp"
 #include "mantissa/train/checkpoint.hpp"
 #include "mantissa/io/safetensors.hpp"
 #include "mantissa/kernels/kernels.hpp"
@@ -33,6 +33,8 @@ namespace mantissa::py {
 void bind_fast(nb::module_& m);
 void bind_formats(nb::module_& m);
 void bind_fp4(nb::module_& m);
+void bind_quant(nb::module_& m);
+void bind_recipe(nb::module_& m);
 
 namespace {
 
@@ -227,26 +229,13 @@ NB_MODULE(_core, m) {
   bind_fast(m);
   bind_formats(m);
   bind_fp4(m);
+  bind_recipe(m);
+  bind_quant(m);
   m.def("num_threads", &kernels::num_threads, "Threads the library's kernels use.");
   m.def("set_num_threads", [](int n) {
     if (n < 1) throw nb::value_error(("threads must be >= 1, got " + std::to_string(n)).c_str());
     kernels::set_num_threads(n);
   }, "n"_a, "Threads for every kernel (OpenMP and oneDNN).");
-  m.def("recipes", [] {
-    std::vector<std::string> out;
-    for (const auto& r : recipe::recipes()) out.push_back(recipe::recipe_to_json(r));
-    return out;
-  }, "Every registered recipe as JSON (the keys --set takes).");
-  m.def("recipe", [](const std::string& name, const std::vector<std::string>& set) {
-    recipe::Recipe r = recipe::find_recipe(name);
-    for (const auto& kv : set) {
-      const size_t eq = kv.find('=');
-      if (eq == std::string::npos) throw nb::value_error(("set: expected key=value, got '" + kv + "'").c_str());
-      recipe::set_recipe_field(r, kv.substr(0, eq), kv.substr(eq + 1));
-    }
-    recipe::validate_recipe(r);
-    return recipe::recipe_to_json(r);
-  }, "name"_a, "set"_a = std::vector<std::string>{}, "A recipe with key=value overrides, as JSON.");
   nb::class_<Session>(m, "Session")
       .def(nb::init<const nb::dict&>(), "settings"_a)
       .def("run_info", &Session::run_info)

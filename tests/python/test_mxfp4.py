@@ -104,16 +104,16 @@ def test_bad_inputs():
 # mantissa.torch: the three products of one nn.Linear under each MXFP4 recipe, cast by hand.
 
 def mx_hand(a, axis=-1, stochastic=False, seed=0):
-    """a's MXFP4 values in 1x32 blocks along `axis` of a 2-D array (stochastic casts with headroom)."""
+    """a's MXFP4 values in blocks of 32 along `axis` of a 2-D array (stochastic casts with headroom; the
+    draws indexed by position in the array as it lies, as the engine's casts draw them)."""
     a = np.asarray(a, dtype=F32)
-    if axis in (0, -2):
-        return np.ascontiguousarray(mx_hand(np.ascontiguousarray(a.T), -1, stochastic, seed).T)
-    return reference(a, stochastic=stochastic, seed=seed, headroom=stochastic)[3]
+    tr, tc = (32, 1) if axis in (0, -2) else (1, 32)
+    return reference(a, tr, tc, stochastic=stochastic, seed=seed, headroom=stochastic)[3]
 
 
-def caster_seed(rht_seed, layer, call):
-    """The draw seed of a layer's call-th stochastic cast (mantissa.torch.Fp4Caster)."""
-    return (rht_seed * 0x9E3779B97F4A7C15 ^ (layer << 40) ^ call) & MASK64
+def engine_seed(rht_seed, call):
+    """The draw seed of the call-th stochastic cast of a model's FP4 quantiser (quant/fp4.hpp), no update done."""
+    return (rht_seed * 0x9E3779B97F4A7C15 ^ call) & MASK64
 
 
 def bf16(a):
@@ -142,7 +142,9 @@ def test_torch_wrap_mxfp4_matches_the_casts_by_hand():
     torch, model, (w, b, x, dy), y, dx = run_layer("mxfp4")
     F = torch.nn.functional
     assert torch.equal(y, F.linear(to_torch(bf16(x)), to_torch(bf16(w)), to_torch(b)))
-    s = [caster_seed(5, 0, k) for k in (1, 2, 3, 4)]  # dgrad dy, dgrad W, wgrad dy, wgrad x: in call order
+    # The engine's draw order: forward: wgrad x, dgrad W (the backward operands, cast in the forward pass);
+    # backward: dgrad dy, wgrad dy.
+    s = [engine_seed(5, k) for k in (2, 1, 3, 0)]  # dgrad dy, dgrad W, wgrad dy, wgrad x
     dyd = mx_hand(mantissa.rht(dy, 1, seed=5), -1, True, s[0])  # (M, out): 1x32 along out, rotated along out
     wd = mx_hand(mantissa.rht(w, 0, seed=5), 0, True, s[1])  # (out, in): blocks along out, rotated along out
     assert torch.equal(dx, to_torch(dyd) @ to_torch(wd))

@@ -182,8 +182,8 @@ def test_unknown_recipe_and_set_key():
         mt.wrap(Net(), "no-such-recipe")
     with pytest.raises(ValueError, match="bogus"):
         mt.wrap(Net(), "fp8-current", set=["bogus=1"])
-    with pytest.raises(ValueError, match="cast_scaling 'blockwise' is not supported"):
-        mt.wrap(Net(), "fp8-blockwise")
+    with pytest.raises(ValueError, match="cast_scaling 'propagate' is not supported"):
+        mt.wrap(Net(), "scalify-fp8")
 
 
 def test_dlpack_round_trips():
@@ -257,8 +257,8 @@ SUPPORTED = supported_recipes()
 
 def test_the_recipe_list_holds_every_kind_of_cast():
     names = {n for n, _ in SUPPORTED}
-    assert {"fp32", "bf16-amp", "fp16-amp", "fp8-noscale", "fp8-current", "fp8-delayed", "mxfp8", "nvfp4", "mxfp4",
-            "mxfp4-fwd"} <= names
+    assert {"fp32", "bf16-amp", "fp16-amp", "fp8-noscale", "fp8-current", "fp8-delayed", "mxfp8", "fp8-blockwise",
+            "nvfp4", "mxfp4", "mxfp4-fwd"} <= names
 
 
 def conv1d_and_linear_pair():

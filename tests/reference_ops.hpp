@@ -1,10 +1,12 @@
 // Plain float64 loops: forward and backward of every op unit scaling
-// covers, written independently of the engine so that the scale rules can be
-// checked against them (empirically and against the unit-scaling goldens).
+// covers and of attention in every variant the models use (causal,
+// key-padded, grouped kv heads), written independently of the engine so that
+// kernels, autograd ops and the scale rules can be checked against them.
 // Row-major; shapes named in each comment. Backward functions return the
 // gradient of sum(g * f(x)) with respect to each input (no scaling).
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <numbers>
@@ -126,60 +128,113 @@ inline Vec softmax_backward(const Vec& p, const Vec& g, int64_t rows, int64_t s,
   return dx;
 }
 
-// attention for `heads` independent [S,D] slices: O = softmax(c Q K^T + mask) V.
-struct Attention { Vec out, probs; };
-inline Attention attention(const Vec& q, const Vec& k, const Vec& v, int64_t heads, int64_t S, int64_t D, double c, bool causal) {
-  Attention a{Vec(q.size(), 0.0), Vec(static_cast<size_t>(heads * S * S), 0.0)};
-  for (int64_t h = 0; h < heads; ++h) {
-    const int64_t o = h * S * D, po = h * S * S;
-    for (int64_t i = 0; i < S; ++i) {
-      const int64_t last = causal ? i : S - 1;
-      double mx = -INFINITY;
-      Vec l(static_cast<size_t>(last + 1));
-      for (int64_t j = 0; j <= last; ++j) {
-        double dot = 0;
-        for (int64_t e = 0; e < D; ++e) dot += q[o + i * D + e] * k[o + j * D + e];
-        l[j] = c * dot;
-        mx = std::max(mx, l[j]);
+// Multi-head attention: B sequences of T tokens, H query heads of size D over KV key/value
+// heads (H a multiple of KV; query head h reads kv head h / (H / KV)). Row t of sequence b
+// attends to keys 0..t (causal: key_len empty) or 0..key_len[b]-1 (right-padded keys).
+struct AttentionShape {
+  int64_t B, T, H, KV, D;
+};
+inline int64_t attended_keys(const std::vector<int32_t>& key_len, int64_t b, int64_t t) {
+  return key_len.empty() ? t + 1 : key_len[b];
+}
+
+// q [B,T,H*D], k and v [B,T,KV*D] -> out [B,T,H*D] = softmax(c q k^T + mask) v per head;
+// probs [B,H,T,T] (0 at masked keys), lse [B,H,T] the log-sum-exp of each row's scores.
+struct Attention { Vec out, probs, lse; };
+inline Attention attention(const Vec& q, const Vec& k, const Vec& v, const AttentionShape& s, double c,
+                           const std::vector<int32_t>& key_len = {}) {
+  const int64_t B = s.B, T = s.T, H = s.H, KV = s.KV, D = s.D, group = H / KV;
+  Attention a{Vec(static_cast<size_t>(B * T * H * D), 0.0), Vec(static_cast<size_t>(B * H * T * T), 0.0),
+              Vec(static_cast<size_t>(B * H * T), 0.0)};
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t t = 0; t < T; ++t) {
+        const int64_t n = attended_keys(key_len, b, t), qo = ((b * T + t) * H + h) * D;
+        double* p = &a.probs[((b * H + h) * T + t) * T];
+        double mx = -INFINITY, sum = 0;
+        for (int64_t u = 0; u < n; ++u) {
+          const int64_t ko = ((b * T + u) * KV + h / group) * D;
+          double dot = 0;
+          for (int64_t e = 0; e < D; ++e) dot += q[qo + e] * k[ko + e];
+          mx = std::max(mx, p[u] = c * dot);
+        }
+        for (int64_t u = 0; u < n; ++u) sum += p[u] = std::exp(p[u] - mx);
+        a.lse[(b * H + h) * T + t] = mx + std::log(sum);
+        for (int64_t u = 0; u < n; ++u) {
+          const int64_t vo = ((b * T + u) * KV + h / group) * D;
+          p[u] /= sum;
+          for (int64_t e = 0; e < D; ++e) a.out[qo + e] += p[u] * v[vo + e];
+        }
       }
-      double sum = 0;
-      for (int64_t j = 0; j <= last; ++j) sum += l[j] = std::exp(l[j] - mx);
-      for (int64_t j = 0; j <= last; ++j) {
-        const double p = l[j] / sum;
-        a.probs[po + i * S + j] = p;
-        for (int64_t e = 0; e < D; ++e) a.out[o + i * D + e] += p * v[o + j * D + e];
-      }
-    }
-  }
   return a;
 }
+// Gradient of sum(g * out) with respect to q, k and v from the forward's probabilities; a kv
+// head's gradient sums those of the query heads reading it.
 struct AttentionGrads { Vec dq, dk, dv; };
-inline AttentionGrads attention_backward(const Vec& q, const Vec& k, const Vec& v, const Vec& probs, const Vec& g, int64_t heads,
-                                         int64_t S, int64_t D, double c) {
-  AttentionGrads r{Vec(q.size(), 0.0), Vec(q.size(), 0.0), Vec(q.size(), 0.0)};
-  for (int64_t h = 0; h < heads; ++h) {
-    const int64_t o = h * S * D, po = h * S * S;
-    for (int64_t i = 0; i < S; ++i) {
-      Vec dp(static_cast<size_t>(S), 0.0);
-      double dot = 0;
-      for (int64_t j = 0; j < S; ++j) {
-        const double p = probs[po + i * S + j];
-        for (int64_t e = 0; e < D; ++e) {
-          dp[j] += g[o + i * D + e] * v[o + j * D + e];
-          r.dv[o + j * D + e] += p * g[o + i * D + e];
+inline AttentionGrads attention_backward(const Vec& q, const Vec& k, const Vec& v, const Vec& probs, const Vec& g,
+                                         const AttentionShape& s, double c, const std::vector<int32_t>& key_len = {}) {
+  const int64_t B = s.B, T = s.T, H = s.H, KV = s.KV, D = s.D, group = H / KV;
+  AttentionGrads r{Vec(q.size(), 0.0), Vec(k.size(), 0.0), Vec(v.size(), 0.0)};
+  Vec dp(static_cast<size_t>(T));
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t t = 0; t < T; ++t) {
+        const int64_t n = attended_keys(key_len, b, t), qo = ((b * T + t) * H + h) * D;
+        const double* p = &probs[((b * H + h) * T + t) * T];
+        double dot = 0;
+        for (int64_t u = 0; u < n; ++u) {
+          const int64_t ko = ((b * T + u) * KV + h / group) * D;
+          dp[u] = 0;
+          for (int64_t e = 0; e < D; ++e) {
+            dp[u] += g[qo + e] * v[ko + e];
+            r.dv[ko + e] += p[u] * g[qo + e];
+          }
+          dot += p[u] * dp[u];
         }
-        dot += p * dp[j];
-      }
-      for (int64_t j = 0; j < S; ++j) {
-        const double dl = c * probs[po + i * S + j] * (dp[j] - dot);  // masked entries have p = 0
-        for (int64_t e = 0; e < D; ++e) {
-          r.dq[o + i * D + e] += dl * k[o + j * D + e];
-          r.dk[o + j * D + e] += dl * q[o + i * D + e];
+        for (int64_t u = 0; u < n; ++u) {
+          const int64_t ko = ((b * T + u) * KV + h / group) * D;
+          const double dl = c * p[u] * (dp[u] - dot);
+          for (int64_t e = 0; e < D; ++e) {
+            r.dq[qo + e] += dl * k[ko + e];
+            r.dk[ko + e] += dl * q[qo + e];
+          }
         }
       }
-    }
-  }
   return r;
+}
+
+// The attention of GPT and BERT: one fused qkv [B,T,3C] (rows [q | k | v], C = H*D, no kv
+// grouping) -> out [B,T,C], scores scaled by 1/sqrt(D); causal, or over key_len[b] keys.
+struct Qkv { Vec q, k, v; };
+inline Qkv split_qkv(const Vec& qkv, int64_t rows, int64_t C) {
+  Qkv x{Vec(static_cast<size_t>(rows * C)), Vec(static_cast<size_t>(rows * C)), Vec(static_cast<size_t>(rows * C))};
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < C; ++j) {
+      x.q[r * C + j] = qkv[r * 3 * C + j];
+      x.k[r * C + j] = qkv[r * 3 * C + C + j];
+      x.v[r * C + j] = qkv[r * 3 * C + 2 * C + j];
+    }
+  return x;
+}
+inline Attention fused_attention(const Vec& qkv, int64_t B, int64_t T, int64_t C, int64_t H,
+                                 const std::vector<int32_t>& key_len = {}) {
+  const Qkv x = split_qkv(qkv, B * T, C);
+  return attention(x.q, x.k, x.v, {B, T, H, H, C / H}, 1 / std::sqrt(static_cast<double>(C / H)), key_len);
+}
+// Gradient of sum(g * out) with respect to qkv [B,T,3C].
+inline Vec fused_attention_backward(const Vec& qkv, const Vec& probs, const Vec& g, int64_t B, int64_t T, int64_t C,
+                                    int64_t H, const std::vector<int32_t>& key_len = {}) {
+  const Qkv x = split_qkv(qkv, B * T, C);
+  const AttentionGrads d =
+      attention_backward(x.q, x.k, x.v, probs, g, {B, T, H, H, C / H}, 1 / std::sqrt(static_cast<double>(C / H)), key_len);
+  Vec dqkv(qkv.size());
+  for (int64_t r = 0; r < B * T; ++r)
+    for (int64_t j = 0; j < C; ++j) {
+      dqkv[r * 3 * C + j] = d.dq[r * C + j];
+      dqkv[r * 3 * C + C + j] = d.dk[r * C + j];
+      dqkv[r * 3 * C + 2 * C + j] = d.dv[r * C + j];
+    }
+  return dqkv;
 }
 
 // layer norm / rms norm over rows of length d: Y[rows,d].

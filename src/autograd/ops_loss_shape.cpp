@@ -56,8 +56,9 @@ Var scaled_cross_entropy(Tape& t, const Var& logits, const Tensor& targets, floa
   return out;
 }
 
-// sum (pred - target)^2 -> [1]; dpred += 2 dL (pred - target), dtarget -= the same.
-Var mse(Tape& t, const Var& pred, const Var& target) {
+// sum (pred - target)^2 -> [1]; dpred += pred_grad_scale 2 dL (pred - target), dtarget -=
+// target_grad_scale 2 dL (pred - target).
+Var mse(Tape& t, const Var& pred, const Var& target, float pred_grad_scale, float target_grad_scale) {
   if (pred.shape() != target.shape())
     throw std::invalid_argument("mse: shapes differ: " + shape_str(pred.shape()) + " and " + shape_str(target.shape()));
   const int64_t n = pred.numel();
@@ -73,11 +74,12 @@ Var mse(Tape& t, const Var& pred, const Var& target) {
   const bool record = t.wants_grad({&pred, &target});
   Var out = Tape::result(Tensor::from({static_cast<float>(sum)}, {1}), record);
   if (record)
-    t.record([n, diff, pn = pred.node, tn = target.node, on = out.node]() {
+    t.record([n, diff, bp = pred_grad_scale, bt = target_grad_scale, pn = pred.node, tn = target.node,
+              on = out.node]() {
       if (!on->has_grad()) return;
       const float g = 2.0f * on->grad.f32()[0];
-      if (pn) kernels::axpy(pn->buffer().f32(), diff.f32(), g, n);
-      if (tn) kernels::axpy(tn->buffer().f32(), diff.f32(), -g, n);
+      if (pn) kernels::axpy(pn->buffer().f32(), diff.f32(), bp * g, n);
+      if (tn) kernels::axpy(tn->buffer().f32(), diff.f32(), -bt * g, n);
     });
   return out;
 }

@@ -59,22 +59,12 @@ void gemm(DType compute, int64_t batch, int64_t M, int64_t N, int64_t K, bool ta
   // cached weight once per version), and every product of two fp16 values is
   // exact in fp32, so the products come out as on fp16 hardware.
   Tensor a = operand_in(A, compute), b = operand_in(B, compute);
-  kernels::MatmulArgs args;
-  args.batch = batch;
-  args.M = M;
-  args.N = N;
-  args.K = K;
-  args.trans_a = ta;
-  args.trans_b = tb;
-  args.a_type = a.dtype();
-  args.b_type = b.dtype();
-  args.alpha = alpha;
-  args.accumulate = accumulate;
-  if (b_key) {
-    args.b_is_constant = true;
-    args.b_cache_key = b_key;
-    args.b_cache_version = b_version;
-  }
+  kernels::MatmulArgs args = kernels::MatmulArgs::product(M, N, K, ta, tb)
+                                 .with_batch(batch)
+                                 .with_types(a.dtype(), b.dtype())
+                                 .with_alpha(alpha)
+                                 .with_accumulate(accumulate);
+  if (b_key) args.with_constant_b(b_key, b_version);
   kernels::matmul(args, a.raw(), b.raw(), C);
 }
 
@@ -168,24 +158,14 @@ Var cast_product(Tape& t, const Var& a, const Var& b, const Var* bias, bool ta, 
   const DType cast_compute = policy_dtype == DType::bf16 ? DType::bf16 : DType::f32;
 
   Tensor c = Tensor::empty(out_shape);
-  kernels::MatmulArgs args;
-  args.batch = batch;
-  args.M = M;
-  args.N = N;
-  args.K = K;
-  args.trans_a = ta;
-  args.trans_b = tb;
-  args.alpha = s.forward * ao.scale() * bo.scale();
+  kernels::MatmulArgs args =
+      kernels::MatmulArgs::product(M, N, K, ta, tb).with_batch(batch).with_alpha(s.forward * ao.scale() * bo.scale());
   const float* bias_data = bias ? bias->value.f32() : nullptr;
   if (qp->casts_forward()) {
     const DType mixed = decoded_compute(ao.decoded, bo.decoded);
     const Tensor ak = in_dtype(ao.decoded, mixed), bk = in_dtype(bo.decoded, mixed);
-    args.a_type = args.b_type = mixed;
-    if (bo.cache_key && bk.dtype() == bo.decoded.dtype()) {
-      args.b_is_constant = true;
-      args.b_cache_key = bo.cache_key;
-      args.b_cache_version = bo.cache_version;
-    }
+    args.with_types(mixed, mixed);
+    if (bo.cache_key && bk.dtype() == bo.decoded.dtype()) args.with_constant_b(bo.cache_key, bo.cache_version);
     kernels::matmul(args, ak.raw(), bk.raw(), c.f32(), bias_data);
   } else {
     const Tensor& ak = ao.plain;
@@ -286,18 +266,9 @@ Var linear(Tape& t, const Var& x, const Var& w, const Var* b, const OpScales& s)
   const Tensor& xk = xa;
   const Tensor& wk = wb;
   Tensor y = Tensor::empty(out_shape);
-  kernels::MatmulArgs args;
-  args.M = M;
-  args.N = N;
-  args.K = K;
-  args.a_type = xk.dtype();
-  args.b_type = wk.dtype();
-  args.alpha = s.forward;
-  if (w.param) {
-    args.b_is_constant = true;
-    args.b_cache_key = w.param;
-    args.b_cache_version = w.param->version;
-  }
+  kernels::MatmulArgs args =
+      kernels::MatmulArgs::product(M, N, K).with_types(xk.dtype(), wk.dtype()).with_alpha(s.forward);
+  if (w.param) args.with_constant_b(w.param, w.param->version);
   kernels::matmul(args, xk.raw(), wk.raw(), y.f32(), b ? b->value.f32() : nullptr);
 
   const bool record = t.wants_grad({&x, &w, b});

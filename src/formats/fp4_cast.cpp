@@ -24,9 +24,10 @@
 #include <string>
 #include <vector>
 
-#include "formats/fp4_avx2.hpp"
+#include "formats/fp4_cast_avx2.hpp"
 #include "formats/fp4_internal.hpp"
 #include "formats/fp4_lanes.hpp"
+#include "formats/fp4_tiles.hpp"
 #include "formats/hadamard16_internal.hpp"
 #include "mantissa/cpu/isa.hpp"
 #include "mantissa/formats/fp4.hpp"

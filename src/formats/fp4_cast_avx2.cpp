@@ -1,11 +1,11 @@
-// The FP4 casts' AVX2 pieces (fp4_avx2.hpp): the AVX-512 band route of
+// The FP4 casts' AVX2 pieces (fp4_cast_avx2.hpp): the AVX-512 band route of
 // fp4_cast.cpp on 8 lanes, with vector masks for the tails and bytes stored
 // through memcpy. Each function carries no target attribute itself (callers
 // outside reach it through a declaration) and runs its MANTISSA_AVX2 body.
 #include <algorithm>
 #include <cstring>
 
-#include "formats/fp4_avx2.hpp"
+#include "formats/fp4_cast_avx2.hpp"
 #include "formats/fp4_lanes_avx2.hpp"
 #include "mantissa/formats/fp4.hpp"
 

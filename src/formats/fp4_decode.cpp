@@ -14,7 +14,7 @@
 #include <cmath>
 #include <vector>
 
-#include "formats/fp4_avx2.hpp"
+#include "formats/fp4_cast_avx2.hpp"
 #include "formats/fp4_internal.hpp"
 #include "mantissa/cpu/isa.hpp"
 #include "mantissa/formats/fp4.hpp"

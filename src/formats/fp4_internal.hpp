@@ -1,5 +1,6 @@
-// Pieces the FP4 reference and vector casts share: argument checks, the
-// non-finite pass-through and the counter-based draws.
+// Pieces the FP4 reference, vector casts and decode share (defined in
+// fp4_cast.cpp): argument checks, the non-finite pass-through, nibble packing,
+// the implementation chosen, and the counter-based draws (inline).
 #pragma once
 
 #include <cstdint>
@@ -18,19 +19,9 @@ void fp4_passthrough(const float* x, int64_t n, uint8_t* codes, int64_t code_byt
 void pack_nibbles(const uint8_t* codes, int64_t n, uint8_t* packed);
 // Bytes of the codes output.
 inline int64_t fp4_code_bytes(const Fp4Spec& s, int64_t n) { return s.packed ? (n + 1) / 2 : n; }
-
-// The vector cast's register paths (fp4_tiles.cpp), by rounding mode.
-// Row tiles (1 x 16, 1 x 32; rotated along columns or not): row i of
-// x[., cols] with the tensor scale t; scales = the row's tile scales.
-using RowTiles = bool (*)(const Fp4Spec& spec, const float* x, int64_t cols, int64_t i, float t, uint8_t* scales,
-                          uint8_t* codes, uint16_t* decoded);
-RowTiles row_tiles_for(bool nv, bool stochastic);
-// Column tiles (16 x 1, 32 x 1; rotated along rows or not): the band of
-// rows [r0, r1) of x[rows, cols]; scales = the band's tile scales. Both
-// return true if a value seen is inf/NaN (the outputs are then to be redone).
-using ColumnTilesBand = bool (*)(const Fp4Spec& spec, const float* x, int64_t rows, int64_t cols, int64_t r0,
-                                 int64_t r1, float t, uint8_t* scales, uint8_t* codes, uint16_t* decoded);
-ColumnTilesBand column_tiles_band_for(bool nv, bool stochastic);
+// The implementation fp4_cast, fp4_decode and the element pieces run under
+// the active instruction set: "avx512:fp4", "avx2:fp4" or "scalar:fp4".
+const char* fp4_implementation();
 
 // The draw of element i: a murmur3 finaliser of the index mixed with a
 // per-seed key (two 32-bit halves), so a vector of 16 lanes computes it with

@@ -1,4 +1,4 @@
-// The FP4 vector cast's register paths (fp4_internal.hpp): row tiles and
+// The FP4 vector cast's register paths (fp4_tiles.hpp): row tiles and
 // column tiles, the shapes the recipes' activation and gradient casts use.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
@@ -9,6 +9,7 @@
 
 #include "formats/fp4_internal.hpp"
 #include "formats/fp4_lanes.hpp"
+#include "formats/fp4_tiles.hpp"
 #include "formats/hadamard16_internal.hpp"
 #include "mantissa/formats/fp4.hpp"
 

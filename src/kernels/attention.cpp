@@ -39,16 +39,7 @@ const void* as_operand(Buffer& tmp, const float* x, int64_t n, bool bf16) {
 // C [heads, M, N] = alpha op(A) op(B), fp32 result.
 void batched(const Dims& d, int64_t M, int64_t N, int64_t K, bool ta, bool tb, float alpha, const void* A,
              const void* B, DType type, float* C) {
-  MatmulArgs a;
-  a.batch = d.heads();
-  a.M = M;
-  a.N = N;
-  a.K = K;
-  a.trans_a = ta;
-  a.trans_b = tb;
-  a.alpha = alpha;
-  a.a_type = a.b_type = type;
-  matmul(a, A, B, C);
+  matmul(MatmulArgs::product(M, N, K, ta, tb).with_batch(d.heads()).with_types(type, type).with_alpha(alpha), A, B, C);
 }
 
 struct Scratch {

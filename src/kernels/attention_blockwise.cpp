@@ -110,20 +110,13 @@ void product(const Dims& d, int64_t M, int64_t N, int64_t K, bool ta, bool tb, f
              DType type, float* C, int64_t c_stride, bool accumulate) {
   if (type == DType::f32 && (A.batch_stride || B.batch_stride || c_stride))
     return product_dense_f32(d, M, N, K, ta, tb, alpha, A, B, C, c_stride, accumulate);
-  MatmulArgs a;
-  a.batch = d.heads();
-  a.M = M;
-  a.N = N;
-  a.K = K;
-  a.trans_a = ta;
-  a.trans_b = tb;
-  a.alpha = alpha;
-  a.accumulate = accumulate;
-  a.a_type = a.b_type = type;
-  a.a_batch_stride = A.batch_stride;
-  a.b_batch_stride = B.batch_stride;
-  a.c_batch_stride = c_stride;
-  matmul(a, A.p, B.p, C);
+  matmul(MatmulArgs::product(M, N, K, ta, tb)
+             .with_batch(d.heads())
+             .with_types(type, type)
+             .with_alpha(alpha)
+             .with_accumulate(accumulate)
+             .with_batch_strides(A.batch_stride, B.batch_stride, c_stride),
+         A.p, B.p, C);
 }
 
 struct Scratch {

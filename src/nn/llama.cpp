@@ -11,7 +11,8 @@
 #include <stdexcept>
 
 #include "mantissa/autograd/ops.hpp"
-#include "mantissa/autograd/ops_llama.hpp"
+#include "mantissa/autograd/ops_gated.hpp"
+#include "mantissa/autograd/ops_rotary.hpp"
 #include "mantissa/unit/ops.hpp"
 #include "mantissa/io/untrusted.hpp"
 #include "mantissa/tensor/checked.hpp"

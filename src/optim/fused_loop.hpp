@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "mantissa/nn/module.hpp"
+#include "mantissa/autograd/parameter.hpp"
 #include "mantissa/optim/owned.hpp"
 
 namespace mantissa::optim::detail {

@@ -4,10 +4,10 @@
 #include <stdexcept>
 #include <string>
 
+#include "mantissa/autograd/parameter.hpp"
 #include "mantissa/cpu/profile.hpp"
 #include "mantissa/formats/format.hpp"
 #include "mantissa/formats/round.hpp"
-#include "mantissa/nn/module.hpp"
 #include "mantissa/quant/fp4.hpp"
 #include "mantissa/tensor/derived_cache.hpp"
 

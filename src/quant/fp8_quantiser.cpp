@@ -14,7 +14,7 @@
 #include <optional>
 #include <stdexcept>
 
-#include "mantissa/nn/module.hpp"
+#include "mantissa/autograd/parameter.hpp"
 #include "mantissa/quant/fp8.hpp"
 #include "mantissa/tensor/derived_cache.hpp"
 

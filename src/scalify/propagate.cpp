@@ -1,5 +1,5 @@
-// Scale-propagation rules of Scalify (Balança et al. 2024: linear ops, selection, layout,
-// elementwise math) and the dispatcher by op name.
+// Scale-propagation rules of Scalify (Balança et al. 2024: linear ops, selection, layout
+// including the sum of embedding tables, elementwise math) and the dispatcher by op name.
 #include "mantissa/scalify/propagate.hpp"
 
 #include <algorithm>
@@ -7,6 +7,8 @@
 #include <map>
 #include <stdexcept>
 #include <string>
+
+#include "scalify/propagate_detail.hpp"
 
 namespace mantissa::scalify {
 
@@ -52,9 +54,19 @@ double scale_rule::add(double a, double b, Pow2Rounder& r) {
   return r(std::sqrt(a * a + b * b));
 }
 
+double scale_rule::embedding_sum(std::span<const double> tables, Pow2Rounder& r) {
+  double ss = 0, only = 0;
+  int nonzero = 0;
+  for (const double s : tables)
+    if (s != 0) ss += s * s, only = s, ++nonzero;
+  if (nonzero <= 1) return only;  // one table, or none: its scale, unrounded
+  return r(std::sqrt(ss));
+}
+
 using detail::any_scale;
 using detail::data_of;
 using detail::make;
+using detail::need_shape;
 using detail::need_tensor_scale;
 
 namespace {
@@ -260,6 +272,36 @@ ScaledTensor embedding(const Tensor& ids, const ScaledTensor& weight) {
   Shape shape = ids.shape();
   shape.push_back(C);
   return make(std::move(out), shape, weight.scale());
+}
+
+ScaledTensor embedding_sum(std::span<const Tensor> ids, std::span<const ScaledTensor> tables, Pow2Rounder& r) {
+  need_shape(!tables.empty() && ids.size() == tables.size(), "embedding_sum", "needs one id tensor per table");
+  const int64_t N = ids[0].numel(), C = tables[0].cols();
+  std::vector<double> scales;
+  std::vector<std::vector<float>> data;
+  for (size_t i = 0; i < tables.size(); ++i) {
+    need_tensor_scale(tables[i], "embedding_sum");
+    need_shape(ids[i].dtype() == DType::i32 && ids[i].numel() == N && tables[i].data.ndim() == 2 && tables[i].cols() == C,
+         "embedding_sum", "needs i32 ids [N] and tables [V, C] of one width");
+    const std::vector<float>& d = data.emplace_back(data_of(tables[i]));
+    const bool zero = std::all_of(d.begin(), d.end(), [](float v) { return v == 0.0f; });
+    scales.push_back(zero ? 0.0 : static_cast<double>(tables[i].scale()));
+  }
+  double zs = scale_rule::embedding_sum(scales, r);
+  if (zs == 0) zs = 1;  // every table zero: any scale
+  std::vector<double> acc(static_cast<size_t>(N * C), 0.0);
+  for (size_t i = 0; i < tables.size(); ++i) {
+    const std::vector<float>& d = data[i];
+    const int64_t V = tables[i].data.dim(0);
+    const double f = tables[i].scale() / zs;  // a power of two: exact
+    for (int64_t n = 0; n < N; ++n) {
+      const int32_t id = ids[i].data<int32_t>()[n];
+      need_shape(id >= 0 && id < V, "embedding_sum", "got id " + std::to_string(id) + " outside [0, " + std::to_string(V) + ")");
+      for (int64_t c = 0; c < C; ++c) acc[static_cast<size_t>(n * C + c)] += d[static_cast<size_t>(id * C + c)] * f;
+    }
+  }
+  std::vector<float> out(acc.begin(), acc.end());
+  return make(std::move(out), {N, C}, static_cast<float>(zs));
 }
 
 ScaledTensor exp(const ScaledTensor& x) {

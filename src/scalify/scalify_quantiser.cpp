@@ -7,8 +7,8 @@
 #include <set>
 #include <stdexcept>
 
+#include "mantissa/autograd/parameter.hpp"
 #include "mantissa/cpu/profile.hpp"
-#include "mantissa/nn/module.hpp"
 #include "mantissa/quant/fp8.hpp"
 #include "mantissa/scalify/propagate.hpp"
 #include "mantissa/scalify/scalify_cast.hpp"

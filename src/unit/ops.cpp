@@ -274,28 +274,7 @@ autograd::Var unit_cross_entropy(autograd::Tape& t, const autograd::Var& logits,
 
 autograd::Var unit_mse(autograd::Tape& t, const autograd::Var& pred, const autograd::Var& target, const unit::LossScales& s) {
   if (s.bwd.size() < 2) throw std::invalid_argument("unit_mse: expected backward scales {input, target}");
-  if (pred.shape() != target.shape())
-    throw std::invalid_argument("unit_mse: shapes differ: " + shape_str(pred.shape()) + " and " + shape_str(target.shape()));
-  const int64_t n = pred.numel();
-  Tensor diff = Tensor::empty(pred.shape(), DType::f32, MemoryKind::workspace);
-  const float* p = pred.value.f32();
-  const float* q = target.value.f32();
-  float* d = diff.f32();
-  double sum = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    d[i] = p[i] - q[i];
-    sum += static_cast<double>(d[i]) * d[i];
-  }
-  const bool record = t.wants_grad({&pred, &target});
-  autograd::Var out = autograd::Tape::result(Tensor::from({static_cast<float>(sum)}, {1}), record);
-  if (record)
-    t.record([n, diff, bp = f(s.bwd[0]), bt = f(s.bwd[1]), pn = pred.node, tn = target.node, on = out.node]() {
-      if (!on->has_grad()) return;
-      const float g = 2.0f * on->grad.f32()[0];
-      if (pn) kernels::axpy(pn->buffer().f32(), diff.f32(), bp * g, n);
-      if (tn) kernels::axpy(tn->buffer().f32(), diff.f32(), -bt * g, n);
-    });
-  return out;
+  return autograd::mse(t, pred, target, f(s.bwd[0]), f(s.bwd[1]));
 }
 
 // ---- analysis ------------------------------------------------------------------------------

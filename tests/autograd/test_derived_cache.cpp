@@ -110,14 +110,9 @@ TEST(DerivedCache, QuantiserFreesItsWeightCastsAndTheirPackedCopies) {
     EXPECT_EQ(q.stats().weight_casts, 1);
     std::vector<uint16_t> x(static_cast<size_t>(M * K), 0x3f80);  // bf16 ones
     std::vector<float> y(static_cast<size_t>(M * N));
-    kernels::MatmulArgs args;
-    args.M = M;
-    args.N = N;
-    args.K = K;
-    args.a_type = args.b_type = DType::bf16;
-    args.b_is_constant = true;
-    args.b_cache_key = cast.cache_key;
-    args.b_cache_version = cast.cache_version;
+    const kernels::MatmulArgs args = kernels::MatmulArgs::product(M, N, K)
+                                         .with_types(DType::bf16, DType::bf16)
+                                         .with_constant_b(cast.cache_key, cast.cache_version);
     kernels::matmul(args, x.data(), cast.decoded.raw(), y.data());
     packs = kernels::packed_operand_count() > packed_before;  // oneDNN may prefer the plain layout
     // A new version casts again into the same entry (once the caller lets go of the old cast).

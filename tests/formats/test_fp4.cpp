@@ -13,7 +13,7 @@
 #include <stdexcept>
 #include <vector>
 
-#include "formats/fp4_avx2.hpp"
+#include "formats/fp4_internal.hpp"
 #include "formats/fp4_cases.hpp"
 #include "mantissa/formats/fp4.hpp"
 

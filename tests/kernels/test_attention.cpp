@@ -16,6 +16,7 @@
 #include "mantissa/cpu/isa.hpp"
 #include "mantissa/kernels/kernels.hpp"
 #include "mantissa/kernels/matmul_route.hpp"
+#include "reference_ops.hpp"
 
 namespace mantissa::kernels {
 namespace {
@@ -64,43 +65,11 @@ struct PathScope {
   Cap cap;
 };
 
-// Float64 forward: out [B, T, C], att [B, NH, T, T].
-void attention_ref(const Shape& s, const std::vector<double>& qkv, std::vector<double>& out,
-                   std::vector<double>& att) {
-  const int64_t B = s.B, T = s.T, C = s.C, NH = s.NH, hs = s.hs();
-  out.assign(B * T * C, 0.0);
-  att.assign(B * NH * T * T, 0.0);
-  const double scale = 1.0 / std::sqrt(static_cast<double>(hs));
-  for (int64_t b = 0; b < B; ++b) {
-    for (int64_t h = 0; h < NH; ++h) {
-      for (int64_t t = 0; t < T; ++t) {
-        const double* q = &qkv[(b * T + t) * 3 * C + h * hs];
-        double* a = &att[((b * NH + h) * T + t) * T];
-        double mx = -1e300;
-        for (int64_t u = 0; u <= t; ++u) {
-          const double* k = &qkv[(b * T + u) * 3 * C + C + h * hs];
-          double dot = 0;
-          for (int64_t i = 0; i < hs; ++i) dot += q[i] * k[i];
-          a[u] = dot * scale;
-          mx = std::max(mx, a[u]);
-        }
-        double sum = 0;
-        for (int64_t u = 0; u <= t; ++u) sum += (a[u] = std::exp(a[u] - mx));
-        for (int64_t u = 0; u <= t; ++u) a[u] /= sum;
-        double* o = &out[(b * T + t) * C + h * hs];
-        for (int64_t u = 0; u <= t; ++u) {
-          const double* v = &qkv[(b * T + u) * 3 * C + 2 * C + h * hs];
-          for (int64_t i = 0; i < hs; ++i) o[i] += a[u] * v[i];
-        }
-      }
-    }
-  }
-}
-
 void check_forward(const Shape& s, uint32_t seed) {
   auto qkv = random_floats(s.B * s.T * 3 * s.C, seed, -1.5f, 1.5f);
-  std::vector<double> out_ref, att_ref;
-  attention_ref(s, test::to_double(qkv), out_ref, att_ref);
+  const ref::Attention want = ref::fused_attention(test::to_double(qkv), s.B, s.T, s.C, s.NH);
+  const std::vector<double>& att_ref = want.probs;
+  const std::vector<double>& out_ref = want.out;
   // Scores: hs-term fp32 dots; probabilities inherit ~hs u absolute error on the
   // exponent; outputs are convex combinations of |v| <= 1.5 over T terms.
   const double tol_att = 4 * (s.hs() + 8) * kEps32 * 3;
@@ -142,8 +111,7 @@ TEST(Attention, BackwardMatchesFiniteDifferences) {
   auto g = random_floats(s.B * s.T * s.C, 5);
   auto qd = test::to_double(qkv);
   auto loss = [&]() {
-    std::vector<double> o, a;
-    attention_ref(s, qd, o, a);
+    const std::vector<double> o = ref::fused_attention(qd, s.B, s.T, s.C, s.NH).out;
     double L = 0;
     for (size_t i = 0; i < o.size(); ++i) L += o[i] * g[i];
     return L;
@@ -168,43 +136,15 @@ TEST(Attention, BackwardMatchesFiniteDifferences) {
   }
 }
 
-// Model size: analytic float64 gradient (the same formulas in double, naive loops).
+// Model size: the analytic float64 gradient (reference_ops.hpp).
 TEST(Attention, BackwardModelSizeMatchesFloat64) {
   const Shape s{1, 128, 256, 4};
   const int64_t B = s.B, T = s.T, C = s.C, NH = s.NH, hs = s.hs();
   auto qkv = random_floats(B * T * 3 * C, 6);
   auto g = random_floats(B * T * C, 7);
-  auto qd = test::to_double(qkv);
-  std::vector<double> o, P;
-  attention_ref(s, qd, o, P);
-  std::vector<double> want(qkv.size(), 0.0);
-  const double scale = 1.0 / std::sqrt(static_cast<double>(hs));
-  for (int64_t b = 0; b < B; ++b) {
-    for (int64_t h = 0; h < NH; ++h) {
-      for (int64_t t = 0; t < T; ++t) {
-        const double* p = &P[((b * NH + h) * T + t) * T];
-        const float* go = &g[(b * T + t) * C + h * hs];
-        std::vector<double> dp(t + 1);
-        double dot = 0;
-        for (int64_t u = 0; u <= t; ++u) {
-          const double* v = &qd[(b * T + u) * 3 * C + 2 * C + h * hs];
-          double* dv = &want[(b * T + u) * 3 * C + 2 * C + h * hs];
-          for (int64_t i = 0; i < hs; ++i) {
-            dp[u] += go[i] * v[i];
-            dv[i] += p[u] * go[i];
-          }
-          dot += dp[u] * p[u];
-        }
-        for (int64_t u = 0; u <= t; ++u) {
-          const double ds = p[u] * (dp[u] - dot) * scale;
-          for (int64_t i = 0; i < hs; ++i) {
-            want[(b * T + t) * 3 * C + h * hs + i] += ds * qd[(b * T + u) * 3 * C + C + h * hs + i];
-            want[(b * T + u) * 3 * C + C + h * hs + i] += ds * qd[(b * T + t) * 3 * C + h * hs + i];
-          }
-        }
-      }
-    }
-  }
+  const auto qd = test::to_double(qkv);
+  const std::vector<double> want = ref::fused_attention_backward(qd, ref::fused_attention(qd, B, T, C, NH).probs,
+                                                                 test::to_double(g), B, T, C, NH);
   for (cpu::Isa isa : tiers()) {
     Cap cap(isa);
     std::vector<float> out(B * T * C), att(B * NH * T * T), datt(att.size()), dqkv(qkv.size(), 0.0f);
@@ -243,9 +183,10 @@ TEST(Attention, Bf16ProductsForwardMatchesRoundedReference) {
   auto qkv = random_floats(s.B * s.T * 3 * s.C, 8, -1.5f, 1.5f);
   std::vector<double> rounded(qkv.size());
   for (size_t i = 0; i < qkv.size(); ++i) rounded[i] = test::round_to_bf16(qkv[i]);
-  std::vector<double> out_ref, att_ref, out_exact, att_exact;
-  attention_ref(s, rounded, out_ref, att_ref);
-  attention_ref(s, test::to_double(qkv), out_exact, att_exact);
+  const ref::Attention want = ref::fused_attention(rounded, s.B, s.T, s.C, s.NH);
+  const std::vector<double>& att_ref = want.probs;
+  const std::vector<double>& out_ref = want.out;
+  const std::vector<double> att_exact = ref::fused_attention(test::to_double(qkv), s.B, s.T, s.C, s.NH).probs;
   for (const Bf16Path& path : bf16_paths()) {
     PathScope scope(path);
     std::vector<float> out(s.B * s.T * s.C), att(s.B * s.NH * s.T * s.T);

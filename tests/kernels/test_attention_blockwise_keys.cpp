@@ -11,7 +11,7 @@
 
 #include "kernels/attention_reference.hpp"
 #include "kernels/reference.hpp"
-#include "mantissa/autograd/ops_bert.hpp"
+#include "mantissa/autograd/ops_padded_attention.hpp"
 #include "mantissa/autograd/tape.hpp"
 #include "mantissa/kernels/kernels.hpp"
 

@@ -81,17 +81,11 @@ void run_case(const Case& c) {
   const void* a_ptr = c.a_type != DType::f32 ? static_cast<const void*>(A16.data()) : A.data();
   const void* b_ptr = c.b_type != DType::f32 ? static_cast<const void*>(B16.data()) : B.data();
 
-  MatmulArgs args;
-  args.batch = c.batch;
-  args.M = c.M;
-  args.N = c.N;
-  args.K = c.K;
-  args.trans_a = c.ta;
-  args.trans_b = c.tb;
-  args.a_type = c.a_type;
-  args.b_type = c.b_type;
-  args.alpha = c.alpha;
-  args.accumulate = c.accumulate;
+  const MatmulArgs args = MatmulArgs::product(c.M, c.N, c.K, c.ta, c.tb)
+                             .with_batch(c.batch)
+                             .with_types(c.a_type, c.b_type)
+                             .with_alpha(c.alpha)
+                             .with_accumulate(c.accumulate);
   std::vector<float> C = C0;
   matmul(args, a_ptr, b_ptr, C.data(), c.bias ? bias.data() : nullptr);
 
@@ -222,17 +216,11 @@ TEST(Matmul, BatchStridesSelectRowRanges) {
     }
     auto A16 = to_bf16_bits(A), B16 = to_bf16_bits(B);
     std::vector<float> C(static_cast<size_t>(batch * T * N), -7.0f);
-    MatmulArgs args;
-    args.batch = batch;
-    args.M = M;
-    args.N = N;
-    args.K = K;
-    args.trans_b = true;
-    args.a_type = args.b_type = type;
-    args.alpha = 0.5f;
-    args.a_batch_stride = T * K;
-    args.b_batch_stride = T * K;
-    args.c_batch_stride = T * N;
+    const MatmulArgs args = MatmulArgs::product_bt(M, N, K)
+                               .with_batch(batch)
+                               .with_types(type, type)
+                               .with_alpha(0.5f)
+                               .with_batch_strides(T * K, T * K, T * N);
     const bool b16 = type == DType::bf16;
     const void* a_ptr = b16 ? static_cast<const void*>(A16.data() + r0 * K) : A.data() + r0 * K;
     const void* b_ptr = b16 ? static_cast<const void*>(B16.data()) : B.data();
@@ -330,16 +318,7 @@ TEST(Matmul, Fp16OperandsMultiplyTheirExactValues) {
 // x [M, K] times a constant weight W stored [N, K] (a linear layer).
 std::vector<float> linear(const std::vector<float>& x, const std::vector<float>& w, int64_t M, int64_t N,
                           int64_t K, const void* key, int version, DType type) {
-  MatmulArgs args;
-  args.M = M;
-  args.N = N;
-  args.K = K;
-  args.trans_b = true;
-  args.a_type = type;
-  args.b_type = type;
-  args.b_is_constant = true;
-  args.b_cache_key = key;
-  args.b_cache_version = version;
+  const MatmulArgs args = MatmulArgs::product_bt(M, N, K).with_types(type, type).with_constant_b(key, version);
   std::vector<float> out(static_cast<size_t>(M * N));
   if (type == DType::bf16 || type == DType::f16) {
     auto x16 = type == DType::f16 ? to_f16_bits(x) : to_bf16_bits(x);
@@ -353,11 +332,7 @@ std::vector<float> linear(const std::vector<float>& x, const std::vector<float>&
 
 std::vector<float> plain_linear(const std::vector<float>& x, const std::vector<float>& w, int64_t M,
                                 int64_t N, int64_t K, DType type) {
-  MatmulArgs args;
-  args.M = M;
-  args.N = N;
-  args.K = K;
-  args.trans_b = true;
+  const MatmulArgs args = MatmulArgs::product_bt(M, N, K);
   std::vector<float> xr = x, wr = w, out(static_cast<size_t>(M * N));
   if (type == DType::bf16) {
     for (auto& v : xr) v = test::round_to_bf16(v);

@@ -75,16 +75,7 @@ Operands make_operands(size_t a_n, size_t b_n, uint32_t seed, bool integers) {
 }
 
 MatmulArgs args_of(int64_t batch, int64_t M, int64_t N, int64_t K, bool ta, bool tb, float alpha, DType type) {
-  MatmulArgs a;
-  a.batch = batch;
-  a.M = M;
-  a.N = N;
-  a.K = K;
-  a.trans_a = ta;
-  a.trans_b = tb;
-  a.alpha = alpha;
-  a.a_type = a.b_type = type;
-  return a;
+  return MatmulArgs::product(M, N, K, ta, tb).with_batch(batch).with_alpha(alpha).with_types(type, type);
 }
 
 // float64 product and the fp32 accumulation bound of each element.

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "reference_ops.hpp"
+
 namespace reference {
 
 using Vec = std::vector<double>;
@@ -49,30 +51,9 @@ inline double gelu(double x) {
   return 0.5 * x * (1.0 + std::tanh(k * (x + 0.044715 * x * x * x)));
 }
 
-// qkv [B, T, 3C] -> [B, T, C]
+// qkv [B, T, 3C] -> [B, T, C], causal.
 inline Vec attention(const Vec& qkv, int64_t B, int64_t T, int64_t C, int64_t NH) {
-  const int64_t hs = C / NH;
-  Vec out(B * T * C, 0.0);
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t h = 0; h < NH; ++h)
-      for (int64_t t = 0; t < T; ++t) {
-        auto at = [&](int64_t tt, int64_t part, int64_t d) { return qkv[(b * T + tt) * 3 * C + part * C + h * hs + d]; };
-        Vec s(t + 1);
-        double m = -1e300, z = 0;
-        for (int64_t u = 0; u <= t; ++u) {
-          double dot = 0;
-          for (int64_t d = 0; d < hs; ++d) dot += at(t, 0, d) * at(u, 1, d);
-          s[u] = dot / std::sqrt(static_cast<double>(hs));
-          m = std::max(m, s[u]);
-        }
-        for (int64_t u = 0; u <= t; ++u) z += (s[u] = std::exp(s[u] - m));
-        for (int64_t d = 0; d < hs; ++d) {
-          double acc = 0;
-          for (int64_t u = 0; u <= t; ++u) acc += s[u] / z * at(u, 2, d);
-          out[(b * T + t) * C + h * hs + d] = acc;
-        }
-      }
-  return out;
+  return mantissa::ref::fused_attention(qkv, B, T, C, NH).out;
 }
 
 // Sum over rows with target >= 0 of -log softmax(logits)[target].

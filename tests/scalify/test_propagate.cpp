@@ -209,25 +209,7 @@ TEST(Propagate, CausalAttentionKeepsTheScaleOfQkv) {
   const Vec v = values(qkv);
   const auto out = causal_attention(qkv, H);
   EXPECT_EQ(out.scale(), 0.5f);
-  // Reference layout: [heads][T][D] slices per batch.
-  Vec want(static_cast<size_t>(B * T * C));
-  for (int64_t b = 0; b < B; ++b) {
-    Vec q(static_cast<size_t>(H * T * D)), k(q.size()), vv(q.size());
-    for (int64_t h = 0; h < H; ++h)
-      for (int64_t t = 0; t < T; ++t)
-        for (int64_t e = 0; e < D; ++e) {
-          const size_t at = static_cast<size_t>((b * T + t) * 3 * C + h * D + e), to = static_cast<size_t>((h * T + t) * D + e);
-          q[to] = v[at];
-          k[to] = v[at + static_cast<size_t>(C)];
-          vv[to] = v[at + static_cast<size_t>(2 * C)];
-        }
-    const auto a = ref::attention(q, k, vv, H, T, D, 1.0 / std::sqrt(static_cast<double>(D)), true);
-    for (int64_t h = 0; h < H; ++h)
-      for (int64_t t = 0; t < T; ++t)
-        for (int64_t e = 0; e < D; ++e)
-          want[static_cast<size_t>((b * T + t) * C + h * D + e)] = a.out[static_cast<size_t>((h * T + t) * D + e)];
-  }
-  expect_close(out, want, 1e-6, "causal_attention");
+  expect_close(out, ref::fused_attention(v, B, T, C, H).out, 1e-6, "causal_attention");
 }
 
 // The rules on scales alone, which the `propagate` quantiser follows: exact values of the
@@ -268,8 +250,8 @@ TEST(ScaleRule, CausalAttentionBackwardBoundsTheGradient) {
     const Vec q = values(make_scaled({S, D}, e, 71)), k = values(make_scaled({S, D}, e, 72)),
               v = values(make_scaled({S, D}, e, 73)), g = values(make_scaled({S, D}, 0, 74));
     const double c = 1.0 / std::sqrt(static_cast<double>(D));
-    const auto fwd = ref::attention(q, k, v, 1, S, D, c, true);
-    const auto grads = ref::attention_backward(q, k, v, fwd.probs, g, 1, S, D, c);
+    const auto fwd = ref::attention(q, k, v, {1, S, 1, 1, D}, c);
+    const auto grads = ref::attention_backward(q, k, v, fwd.probs, g, {1, S, 1, 1, D}, c);
     double largest = 0, largest_qk = 0;
     for (size_t i = 0; i < q.size(); ++i) {
       largest_qk = std::max({largest_qk, std::abs(grads.dq[i]), std::abs(grads.dk[i])});

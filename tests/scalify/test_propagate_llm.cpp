@@ -12,7 +12,7 @@
 #include <cstdio>
 #include <random>
 
-#include "mantissa/autograd/ops_llama.hpp"
+#include "mantissa/autograd/ops_rotary.hpp"
 #include "mantissa/scalify/propagate.hpp"
 #include "reference_ops.hpp"
 #include "scaled_tensors.hpp"
@@ -138,31 +138,6 @@ TEST(PropagateLlm, RotaryRotatesTheDataAndKeepsTheScale) {
   }
 }
 
-// Float64 attention of q [B, T, H*D] over k, v [B, T, KV*D]: causal, or over keys < key_len[b].
-Vec attention_ref(const Vec& q, const Vec& k, const Vec& v, int64_t B, int64_t T, int64_t H, int64_t KV, int64_t D,
-                  const std::vector<int32_t>* key_len) {
-  Vec out(static_cast<size_t>(B * T * H * D), 0.0);
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t h = 0; h < H; ++h) {
-      const int64_t kh = h / (H / KV);
-      for (int64_t i = 0; i < T; ++i) {
-        const int64_t n = key_len ? (*key_len)[static_cast<size_t>(b)] : i + 1;
-        Vec l(static_cast<size_t>(n));
-        double mx = -INFINITY, sum = 0;
-        for (int64_t j = 0; j < n; ++j) {
-          double dot = 0;
-          for (int64_t e = 0; e < D; ++e) dot += q[((b * T + i) * H + h) * D + e] * k[((b * T + j) * KV + kh) * D + e];
-          mx = std::max(mx, l[j] = dot / std::sqrt(static_cast<double>(D)));
-        }
-        for (double& z : l) sum += z = std::exp(z - mx);
-        for (int64_t j = 0; j < n; ++j)
-          for (int64_t e = 0; e < D; ++e)
-            out[((b * T + i) * H + h) * D + e] += l[j] / sum * v[((b * T + j) * KV + kh) * D + e];
-      }
-    }
-  return out;
-}
-
 TEST(PropagateLlm, CausalAndKeyPaddedAttentionTakeTheScaleOfV) {
   const int64_t B = 2, T = 7, H = 4, KV = 2, D = 4;
   std::vector<int32_t> lens = {7, 3};
@@ -179,8 +154,10 @@ TEST(PropagateLlm, CausalAndKeyPaddedAttentionTakeTheScaleOfV) {
       const auto out = attention(q, k, v, H, padded ? &key_len : nullptr);
       EXPECT_EQ(out.scale(), v.scale()) << at;
       EXPECT_EQ(out.scale(), static_cast<float>(scale_rule::attention(v.scale())));
-      expect_close(out, attention_ref(values(q), values(k), values(v), B, T, H, KV, D, padded ? &lens : nullptr), 1e-6,
-                   std::string(padded ? "key-padded" : "causal") + " attention, " + at);
+      const Vec want = ref::attention(values(q), values(k), values(v), {B, T, H, KV, D},
+                                      1 / std::sqrt(static_cast<double>(D)), padded ? lens : std::vector<int32_t>{})
+                           .out;
+      expect_close(out, want, 1e-6, std::string(padded ? "key-padded" : "causal") + " attention, " + at);
       // A convex combination of v's rows: never above v's largest data.
       const auto dv = v.data.to_vector(), d = out.data.to_vector();
       double vmax = 0, omax = 0;
@@ -206,8 +183,8 @@ TEST(PropagateLlm, AttentionBackwardRulesBoundEachGradient) {
     const Vec q = values(make_scaled({S, D}, c.q, 141)), k = values(make_scaled({S, D}, c.k, 142)),
               v = values(make_scaled({S, D}, c.v, 143)), g = values(make_scaled({S, D}, c.g, 144));
     const double sc = 1.0 / std::sqrt(static_cast<double>(D));
-    const auto fwd = ref::attention(q, k, v, 1, S, D, sc, true);
-    const auto grads = ref::attention_backward(q, k, v, fwd.probs, g, 1, S, D, sc);
+    const auto fwd = ref::attention(q, k, v, {1, S, 1, 1, D}, sc);
+    const auto grads = ref::attention_backward(q, k, v, fwd.probs, g, {1, S, 1, 1, D}, sc);
     auto largest = [](const Vec& x) {
       double m = 0;
       for (double z : x) m = std::max(m, std::abs(z));

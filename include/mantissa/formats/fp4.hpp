@@ -76,6 +76,7 @@ inline int64_t fp4_tile_count(const Fp4Spec& s, int64_t rows, int64_t cols) {
   return ((rows + s.tile_rows - 1) / s.tile_rows) * ((cols + s.tile_cols - 1) / s.tile_cols);
 }
 
+// ---- the cast (src/formats/fp4_cast.cpp, vector parts in fp4_tiles.cpp, fp4_cast_avx2.cpp) -
 // x [rows, cols] row-major. Any output may be null: codes [rows*cols] (one
 // E2M1 code per byte, sign in bit 3; packed: [(rows*cols+1)/2]), scales [fp4_tile_count] (E4M3 or E8M0
 // codes, tiles row-major), decoded [rows*cols] bf16 bits of q x block scale.
@@ -83,11 +84,34 @@ inline int64_t fp4_tile_count(const Fp4Spec& s, int64_t rows, int64_t cols) {
 // all give the same bits. Throws std::invalid_argument for a bad spec or shape.
 Fp4Result fp4_cast(const Fp4Spec& spec, const float* x, int64_t rows, int64_t cols, uint8_t* codes,
                    uint8_t* scales, uint16_t* decoded);
+bool fp4_vector_available();  // AVX2 or better (under the ISA cap)
+// The 24-bit stochastic draw of element `index` (the fraction compared is draw x 2^-24).
+uint32_t fp4_draw(uint64_t seed, uint64_t index);
+// For tests: fp4_round_elements_reference and fp4_block_scales_reference
+// (below) by the vector path, 16 lanes at a time (n any), the same bits.
+void fp4_round_elements(Fp4Scale scale, const float* x, const float* factor, int64_t n, Fp4Rounding rounding,
+                        uint64_t seed, uint64_t first_index, uint8_t* codes);
+void fp4_block_scales(Fp4Scale scale, const float* amax, int64_t n, float t, uint8_t* codes, float* factor,
+                      float* block);
+
+// ---- the scalar reference (src/formats/fp4_reference.cpp) ----------------------------------
 // Scalar reference, written from the definitions above tile by tile.
 Fp4Result fp4_cast_reference(const Fp4Spec& spec, const float* x, int64_t rows, int64_t cols, uint8_t* codes,
                              uint8_t* scales, uint16_t* decoded);
-bool fp4_vector_available();  // AVX2 or better (under the ISA cap)
+// The E2M1 value of a code (sign in bit 3).
+float e2m1_value(uint8_t code);
+// For tests: one element of the cast, given the factor of its block
+// (nvfp4: the divisor t x s; mxfp4: the multiplier 2^-e, after any 3/4).
+void fp4_round_elements_reference(Fp4Scale scale, const float* x, const float* factor, int64_t n,
+                                  Fp4Rounding rounding, uint64_t seed, uint64_t first_index, uint8_t* codes);
+// For tests: the block-scale rule above for n tiles with largest magnitudes
+// amax (finite, >= 0) and tensor scale t (nvfp4; unused for mxfp4): scale
+// codes, the elements' factor (nvfp4: the divisor t x s; mxfp4: the
+// multiplier 2^-e) and the scale s.
+void fp4_block_scales_reference(Fp4Scale scale, const float* amax, int64_t n, float t, uint8_t* codes, float* factor,
+                                float* block);
 
+// ---- decoding (src/formats/fp4_decode.cpp) -------------------------------------------------
 // decoded [rows*cols] = bf16 bits of q x block scale from the codes (packed
 // or not, per spec.packed) and block scales of a cast with the same spec:
 // the decoded output fp4_cast gave (not for a non-finite tensor's pass-through).
@@ -97,27 +121,5 @@ void fp4_decode(const Fp4Spec& spec, const uint8_t* codes, const uint8_t* scales
                 uint16_t* decoded);
 // The value of a block-scale code: E4M3 (nvfp4) or E8M0 (mxfp4).
 float fp4_scale_value(Fp4Scale scale, uint8_t code);
-
-// The E2M1 value of a code (sign in bit 3) and the 24-bit stochastic draw of
-// element `index` (the fraction compared is draw x 2^-24).
-float e2m1_value(uint8_t code);
-uint32_t fp4_draw(uint64_t seed, uint64_t index);
-
-// For tests: one element of the cast, given the factor of its block
-// (nvfp4: the divisor t x s; mxfp4: the multiplier 2^-e, after any 3/4), by
-// the reference and by the vector path (16 lanes at a time, n any).
-void fp4_round_elements_reference(Fp4Scale scale, const float* x, const float* factor, int64_t n,
-                                  Fp4Rounding rounding, uint64_t seed, uint64_t first_index, uint8_t* codes);
-void fp4_round_elements(Fp4Scale scale, const float* x, const float* factor, int64_t n, Fp4Rounding rounding,
-                        uint64_t seed, uint64_t first_index, uint8_t* codes);
-
-// For tests: the block-scale rule above for n tiles with largest magnitudes
-// amax (finite, >= 0) and tensor scale t (nvfp4; unused for mxfp4): scale
-// codes, the elements' factor (nvfp4: the divisor t x s; mxfp4: the
-// multiplier 2^-e) and the scale s, by the reference and by the vector path.
-void fp4_block_scales_reference(Fp4Scale scale, const float* amax, int64_t n, float t, uint8_t* codes, float* factor,
-                                float* block);
-void fp4_block_scales(Fp4Scale scale, const float* amax, int64_t n, float t, uint8_t* codes, float* factor,
-                      float* block);
 
 }  // namespace mantissa::formats

@@ -29,6 +29,37 @@ struct MatmulArgs {
   // (blockwise attention). Rows keep their natural leading dimension. Strided
   // operands must already be in the product's type (no f32 -> bf16 widening).
   int64_t a_batch_stride = 0, b_batch_stride = 0, c_batch_stride = 0;
+
+  // C [M, N] = A [M, K] x B [K, N], fp32 operands, alpha 1; trans_a / trans_b:
+  // A stored [K, M] / B stored [N, K]. The with_ setters below add the rest.
+  static MatmulArgs product(int64_t M, int64_t N, int64_t K, bool trans_a = false, bool trans_b = false) {
+    MatmulArgs a;
+    a.M = M;
+    a.N = N;
+    a.K = K;
+    a.trans_a = trans_a;
+    a.trans_b = trans_b;
+    return a;
+  }
+  // C [M, N] = A [M, K] x B^T, B stored [N, K].
+  static MatmulArgs product_bt(int64_t M, int64_t N, int64_t K) { return product(M, N, K, false, true); }
+  MatmulArgs& with_batch(int64_t n) { return batch = n, *this; }
+  MatmulArgs& with_types(DType a, DType b) { return a_type = a, b_type = b, *this; }
+  MatmulArgs& with_alpha(float value) { return alpha = value, *this; }
+  MatmulArgs& with_accumulate(bool on = true) { return accumulate = on, *this; }
+  // B is the constant `key` at `version` (pre-packed and cached).
+  MatmulArgs& with_constant_b(const void* key, int version) {
+    b_is_constant = true;
+    b_cache_key = key;
+    b_cache_version = version;
+    return *this;
+  }
+  MatmulArgs& with_batch_strides(int64_t a, int64_t b, int64_t c) {
+    a_batch_stride = a;
+    b_batch_stride = b;
+    c_batch_stride = c;
+    return *this;
+  }
 };
 
 // C is fp32. bias may be null (fp32 [N]).

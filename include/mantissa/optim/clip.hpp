@@ -5,7 +5,7 @@
 
 #include <vector>
 
-#include "mantissa/nn/module.hpp"
+#include "mantissa/autograd/parameter.hpp"
 #include "mantissa/optim/owned.hpp"
 
 namespace mantissa::optim {

@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "mantissa/nn/module.hpp"
+#include "mantissa/autograd/parameter.hpp"
 #include "mantissa/optim/owned.hpp"
 #include "mantissa/optim/state_format.hpp"
 #include "mantissa/tensor/tensor.hpp"

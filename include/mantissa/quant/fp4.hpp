@@ -33,6 +33,8 @@
 // Draws: the stochastic-rounding seed of a cast is a hash of (rht_seed, the
 // step's update count, the cast's index within the step), so a run replays
 // exactly, resumed or not, on any CPU.
+//
+// Defined in src/quant/fp4_quantiser.cpp.
 #pragma once
 
 #include <cstdint>

@@ -60,7 +60,7 @@
 namespace mantissa::quant {
 
 
-// ---- scale rules (exact integer arithmetic on exponents) ---------------------------------
+// ---- scale rules (exact integer arithmetic on exponents; src/quant/fp8_cast.cpp) -------
 // Per-tensor (current, delayed): E with amax x 2^-E <= max and E minimal,
 // plus margin; amax 0 or non-finite gives 0. E is clamped to [-126, 126].
 int per_tensor_exponent(double format_max, double amax, int margin = 0);
@@ -78,7 +78,7 @@ struct Amax {
 };
 Amax amax_of(const float* x, int64_t n);
 
-// ---- casts --------------------------------------------------------------------------------
+// ---- casts (src/quant/fp8_cast.cpp) ------------------------------------------------------
 // The 1-byte tensor dtype of a cast format; throws std::invalid_argument
 // naming the formats that have one (e4m3fn, e5m2, e4m3fnuz, e5m2fnuz).
 DType cast_dtype(const formats::Format& f);
@@ -119,7 +119,7 @@ Tensor decode_to_bf16(const autograd::QuantisedOperand& q, MemoryKind kind = Mem
 // fp32 values including every scale (for tests and diagnostics).
 std::vector<float> dequantised_values(const autograd::QuantisedOperand& q);
 
-// ---- the quantiser ------------------------------------------------------------------------
+// ---- the quantiser (src/quant/fp8_quantiser.cpp) -----------------------------------------
 struct Fp8Config {
   CastScaling scaling = CastScaling::unit;
   std::optional<formats::Format> forward_format;   // nullopt = forward operands are not cast

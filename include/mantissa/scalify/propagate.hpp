@@ -6,6 +6,10 @@
 // are fp32 (cast() stores them in a format). Rules that round a scale take
 // a Pow2Rounder (default rounding: down). Shapes in comments; "rows" ops act
 // on the last dim of a [R, C] view.
+//
+// Definitions: src/scalify/propagate.cpp (linear ops, selection and layout,
+// elementwise math, dispatch by name) and, for the derived rules, the
+// propagate_<family>.cpp their section names.
 #pragma once
 
 #include <algorithm>
@@ -51,6 +55,9 @@ ScaledTensor transpose(const ScaledTensor& x);  // [R, C] -> [C, R]
 ScaledTensor slice_rows(const ScaledTensor& x, int64_t begin, int64_t end);
 // out [N, C] = weight [V, C] rows at ids: the weight's scale.
 ScaledTensor embedding(const Tensor& ids, const ScaledTensor& weight);
+// out [N, C] = sum over tables i of tables[i] [V_i, C] rows at ids[i] (i32 [N] each): the
+// embedding_sum scale rule; data = sum of values / that scale.
+ScaledTensor embedding_sum(std::span<const Tensor> ids, std::span<const ScaledTensor> tables, Pow2Rounder& r);
 
 // ---- elementwise math -------------------------------------------------------------------
 ScaledTensor exp(const ScaledTensor& x);   // unscale, exp, scale 1
@@ -58,12 +65,22 @@ ScaledTensor log(const ScaledTensor& x);   // log d + log s, scale 1
 ScaledTensor sqrt(const ScaledTensor& x);  // sqrt d, sqrt s (odd exponents move a 2 into the data)
 ScaledTensor pow(const ScaledTensor& x, int y);  // d^y, s^y
 
-// ---- derived rules (docs/scale-propagation.md) ---------------------------------------------
+// ---- derived rules (derivations in docs/scale-propagation.md) --------------------------------
+// Activations (propagate_activations.cpp).
 // GELU (tanh): |gelu(x)| <= |x|, so the input scale is kept:
 // data = gelu(d s) / s. Backward: dx = dy gelu'(x), gelu' in [-0.13, 1.13]:
 // dy's scale.
 ScaledTensor gelu(const ScaledTensor& x);
 ScaledTensor gelu_backward(const ScaledTensor& x, const ScaledTensor& dy);
+// SiLU x sigmoid(x) on the values, the input's scale; backward: dy's scale.
+ScaledTensor silu(const ScaledTensor& x);
+ScaledTensor silu_backward(const ScaledTensor& x, const ScaledTensor& dy);
+// SwiGLU silu(gate) * up (equal shapes): scale gate.s up.s. Backward: {d gate, d up}.
+ScaledTensor swiglu(const ScaledTensor& gate, const ScaledTensor& up);
+std::pair<ScaledTensor, ScaledTensor> swiglu_backward(const ScaledTensor& gate, const ScaledTensor& up,
+                                                      const ScaledTensor& dy);
+
+// Norms (propagate_norms.cpp).
 // Layer norm of x [R, C] (eps 1e-5 on the values): normalisation removes x's
 // scale (the data is normalised with eps / s^2, so exactly); the gain gives
 // scale w.s, the bias joins by the add rule.
@@ -71,6 +88,12 @@ ScaledTensor layer_norm(const ScaledTensor& x, const ScaledTensor& w, const Scal
 // dx = (w dy - mean(w dy) - n mean(w dy n)) / sigma: scale dy.s w.s / x.s
 // (the op Scalify follows with a dynamic rescale: w's and x's scales drift).
 ScaledTensor layer_norm_backward(const ScaledTensor& x, const ScaledTensor& w, const ScaledTensor& dy);
+// RMS norm of x [R, C] with gain w [C]: the data is normalised with eps / x.s^2 (exact), the
+// result has w's scale. Backward dx = (w dy - n mean(w dy n)) / rms: scale dy.s w.s / x.s.
+ScaledTensor rms_norm(const ScaledTensor& x, const ScaledTensor& w, double eps);
+ScaledTensor rms_norm_backward(const ScaledTensor& x, const ScaledTensor& w, const ScaledTensor& dy, double eps);
+
+// Attention and its pieces (propagate_attention.cpp).
 // Softmax over the last dim: values unscaled (as exp), result in [0, 1],
 // scale 1. Backward dx = y (dy - sum(y dy)): dy's scale.
 ScaledTensor softmax(const ScaledTensor& x);
@@ -79,18 +102,6 @@ ScaledTensor softmax_backward(const ScaledTensor& y, const ScaledTensor& dy);
 // scores unscaled to fp32 (softmax rule), output = P v with rows of P
 // summing to 1, a convex combination of v: qkv's scale.
 ScaledTensor causal_attention(const ScaledTensor& qkv, int64_t heads);
-// ---- rules for the Llama's and BERT's ops (propagate_llm.cpp) --------------------------------
-// RMS norm of x [R, C] with gain w [C]: the data is normalised with eps / x.s^2 (exact), the
-// result has w's scale. Backward dx = (w dy - n mean(w dy n)) / rms: scale dy.s w.s / x.s.
-ScaledTensor rms_norm(const ScaledTensor& x, const ScaledTensor& w, double eps);
-ScaledTensor rms_norm_backward(const ScaledTensor& x, const ScaledTensor& w, const ScaledTensor& dy, double eps);
-// SiLU x sigmoid(x) on the values, the input's scale; backward: dy's scale.
-ScaledTensor silu(const ScaledTensor& x);
-ScaledTensor silu_backward(const ScaledTensor& x, const ScaledTensor& dy);
-// SwiGLU silu(gate) * up (equal shapes): scale gate.s up.s. Backward: {d gate, d up}.
-ScaledTensor swiglu(const ScaledTensor& gate, const ScaledTensor& up);
-std::pair<ScaledTensor, ScaledTensor> swiglu_backward(const ScaledTensor& gate, const ScaledTensor& up,
-                                                      const ScaledTensor& dy);
 // Rotary position embedding of x [B, T, heads*D] (rotate-half pairs i, i + D/2, angle
 // t theta^(-2i/D) at position t): the rotation acts on the data, the scale passes.
 // inverse: the backward (rotation by -angle).
@@ -100,10 +111,8 @@ ScaledTensor rotary(const ScaledTensor& x, int64_t heads, double theta, bool inv
 // bidirectional over keys 0..key_len[b]-1 (i32 [B]). Output [B, T, H*D] at v's scale.
 ScaledTensor attention(const ScaledTensor& q, const ScaledTensor& k, const ScaledTensor& v, int64_t heads,
                        const Tensor* key_len);
-// out [N, C] = sum over tables i of tables[i] [V_i, C] rows at ids[i] (i32 [N] each): the
-// embedding_sum scale rule; data = sum of values / that scale.
-ScaledTensor embedding_sum(std::span<const Tensor> ids, std::span<const ScaledTensor> tables, Pow2Rounder& r);
 
+// The loss (propagate_loss.cpp).
 // Cross-entropy, logits [N, V], targets i32 [N] (< 0 ignored): sum of
 // -log softmax[target], scale 1 (log rule). Backward: dlogits =
 // (softmax - onehot) dloss, entries in [-1, 1]: dloss's scale.

@@ -1,46 +1,17 @@
-// Bidirectional attention over right-padded sequences: forward against a float64
-// re-implementation written from the definition (scores / sqrt(d_head), keys at or past the
-// row's length masked out, softmax, weighted values), backward against float64 central finite
+// Bidirectional attention over right-padded sequences: forward against the float64
+// attention of reference_ops.hpp (scores / sqrt(d_head), keys at or past the row's length
+// masked out, softmax, weighted values), backward against float64 central finite
 // differences of it; the padded keys' q/k/v rows get exactly zero gradient.
 #include <algorithm>
 #include <cmath>
 
 #include "autograd/gradcheck.hpp"
-#include "mantissa/autograd/ops_bert.hpp"
+#include "mantissa/autograd/ops_padded_attention.hpp"
+#include "reference_ops.hpp"
 
 using namespace gradcheck;
 
 namespace {
-
-// qkv [B, T, 3C] -> out [B, T, C], float64.
-Vec ref_attention(const Vec& qkv, int64_t B, int64_t T, int64_t C, int64_t H, const std::vector<int32_t>& len) {
-  const int64_t D = C / H;
-  Vec out(static_cast<size_t>(B * T * C), 0.0);
-  auto at = [&](int64_t b, int64_t t, int64_t part, int64_t h, int64_t d) {
-    return qkv[static_cast<size_t>((b * T + t) * 3 * C + part * C + h * D + d)];
-  };
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t h = 0; h < H; ++h)
-      for (int64_t i = 0; i < T; ++i) {
-        const int64_t n = len[static_cast<size_t>(b)];
-        Vec s(static_cast<size_t>(n));
-        double mx = -1e300;
-        for (int64_t j = 0; j < n; ++j) {
-          double dot = 0;
-          for (int64_t d = 0; d < D; ++d) dot += at(b, i, 0, h, d) * at(b, j, 1, h, d);
-          s[static_cast<size_t>(j)] = dot / std::sqrt(static_cast<double>(D));
-          mx = std::max(mx, s[static_cast<size_t>(j)]);
-        }
-        double z = 0;
-        for (double& v : s) z += (v = std::exp(v - mx));
-        for (int64_t d = 0; d < D; ++d) {
-          double y = 0;
-          for (int64_t j = 0; j < n; ++j) y += s[static_cast<size_t>(j)] / z * at(b, j, 2, h, d);
-          out[static_cast<size_t>((b * T + i) * C + h * D + d)] = y;
-        }
-      }
-  return out;
-}
 
 Tensor lengths(const std::vector<int32_t>& len) {
   Tensor t = Tensor::empty({static_cast<int64_t>(len.size())}, mantissa::DType::i32);
@@ -50,16 +21,16 @@ Tensor lengths(const std::vector<int32_t>& len) {
 
 }  // namespace
 
-TEST(OpsBert, KeyPaddedAttentionMatchesReferenceAndFiniteDifferences) {
+TEST(OpsPaddedAttention, KeyPaddedAttentionMatchesReferenceAndFiniteDifferences) {
   const int64_t B = 3, T = 5, C = 8, H = 2;
   const std::vector<int32_t> len = {5, 3, 1};  // full, padded, one key
   Tensor lens = lengths(len);
   check("key_padded_self_attention", {{{B, T, 3 * C}, random_vec(B * T * 3 * C, 7, -2, 2)}},
-        [&](const std::vector<Vec>& v) { return ref_attention(v[0], B, T, C, H, len); },
+        [&](const std::vector<Vec>& v) { return mantissa::ref::fused_attention(v[0], B, T, C, H, len).out; },
         [&](ag::Tape& t, std::vector<ag::Var>& x) { return ag::key_padded_self_attention(t, x[0], H, lens); });
 }
 
-TEST(OpsBert, PaddedKeysGetNoGradient) {
+TEST(OpsPaddedAttention, PaddedKeysGetNoGradient) {
   const int64_t B = 2, T = 6, C = 4, H = 1;
   const std::vector<int32_t> len = {6, 2};
   ag::Tape t;
@@ -77,7 +48,7 @@ TEST(OpsBert, PaddedKeysGetNoGradient) {
   EXPECT_GT(real, 0.0) << "the real keys and values do get gradients";
 }
 
-TEST(OpsBert, KeyLengthsOutsideTheRowAreRefused) {
+TEST(OpsPaddedAttention, KeyLengthsOutsideTheRowAreRefused) {
   ag::Tape t;
   ag::Var qkv = t.leaf(to_tensor({1, 4, 12}, random_vec(48, 1)));
   EXPECT_THROW(ag::key_padded_self_attention(t, qkv, 2, lengths({0})), std::invalid_argument);

@@ -1,6 +1,6 @@
-// Ops of the BERT encoder (nn/bert.hpp) beyond ops.hpp: bidirectional
-// multi-head attention over right-padded sequences. Forward and backward
-// side by side in src/autograd/ops_bert.cpp.
+// Bidirectional multi-head attention over right-padded sequences (the BERT
+// encoder's, nn/bert.hpp; the causal one is in ops.hpp). Forward and backward
+// side by side in src/autograd/ops_padded_attention.cpp.
 #pragma once
 
 #include <cstdint>

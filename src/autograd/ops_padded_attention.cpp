@@ -1,5 +1,5 @@
-// BERT ops: bidirectional attention over right-padded sequences.
-#include "mantissa/autograd/ops_bert.hpp"
+// Bidirectional attention over right-padded sequences.
+#include "mantissa/autograd/ops_padded_attention.hpp"
 
 #include <stdexcept>
 #include <string>

@@ -24,10 +24,6 @@ struct RowOut {
 using RoundRow = void (*)(bool headroom, DrawKey key, const float* x, const float* factor,
                           const float* block, int64_t n, uint64_t first_index, RowOut out);
 
-// The implementation fp4_cast, fp4_decode and the element pieces run under
-// the active instruction set: "avx512:fp4", "avx2:fp4" or "scalar:fp4".
-const char* fp4_implementation();
-
 }  // namespace mantissa::formats::detail
 
 namespace mantissa::formats::detail::fp4_avx2 {

@@ -99,22 +99,22 @@ Var add_bias(Tape& t, const Var& x, const Var& b) {
   return out;
 }
 
-// GELU (tanh) and ReLU keep their input (under the saved-activation policy).
+// GELU (either form) and ReLU keep their input (under the saved-activation policy).
 namespace {
 // `consume`: x is an rvalue the caller gives up, so when nothing else holds
 // its buffer and the saved copy is not x itself, the output is written over
 // it (one [n] fp32 buffer less at the forward peak: the MLP's 4C-wide input).
-Var gelu_op(Tape& t, const Var& x, bool consume, float forward = 1.0f, float backward = 1.0f) {
+Var gelu_op(Tape& t, const Var& x, bool consume, GeluForm form, float forward = 1.0f, float backward = 1.0f) {
   const int64_t n = x.numel();
   const bool record = t.wants_grad({&x});
   Tensor saved = record ? t.save_compact(x.value) : Tensor();
   const bool reuse = consume && x.value.dtype() == DType::f32 && x.value.storage_unique() &&
                      !(record && saved.same_storage(x.value));
   Tensor y = reuse ? x.value : Tensor::empty(x.shape());
-  kernels::gelu_forward(y.f32(), x.value.f32(), n, forward);  // elementwise: y may be x
+  kernels::gelu_forward(y.f32(), x.value.f32(), n, forward, form);  // elementwise: y may be x
   Var out = Tape::result(std::move(y), record);
   if (record)
-    t.record([n, saved, backward, xn = x.node, on = out.node]() {
+    t.record([n, saved, backward, form, xn = x.node, on = out.node]() {
       if (!on->has_grad()) return;
       // When x has no gradient yet and nothing else holds the output's, dx is
       // written over dout: one [n] fp32 buffer less at the backward peak and
@@ -123,15 +123,16 @@ Var gelu_op(Tape& t, const Var& x, bool consume, float forward = 1.0f, float bac
       float* dx = in_place ? on->grad.f32() : xn->buffer().f32();
       if (dtype_size(saved.dtype()) == 1) {  // decoded on the fly, no restored copy
         kernels::gelu_backward_codes(dx, saved.data<uint8_t>(), Tape::decode_table(saved.dtype()), saved.scale(),
-                                     on->grad.f32(), n, !in_place, backward);
+                                     on->grad.f32(), n, !in_place, backward, form);
       } else {
         const bool bf16x = saved.dtype() == DType::bf16;  // widened on the fly, no fp32 copy
         const Tensor xs = bf16x ? saved : Tape::restore(saved);
         if (bf16x)
           (in_place ? kernels::gelu_backward_bf16x_into : kernels::gelu_backward_bf16x)(dx, xs.data<uint16_t>(),
-                                                                                        on->grad.f32(), n, backward);
+                                                                                        on->grad.f32(), n, backward, form);
         else
-          (in_place ? kernels::gelu_backward_into : kernels::gelu_backward)(dx, xs.f32(), on->grad.f32(), n, backward);
+          (in_place ? kernels::gelu_backward_into : kernels::gelu_backward)(dx, xs.f32(), on->grad.f32(), n, backward,
+                                                                            form);
       }
       if (in_place) {
         xn->accumulate(on->grad.view(xn->shape));  // adopted, not copied
@@ -142,9 +143,11 @@ Var gelu_op(Tape& t, const Var& x, bool consume, float forward = 1.0f, float bac
 }
 }  // namespace
 
-Var gelu(Tape& t, const Var& x) { return gelu_op(t, x, false); }
-Var gelu(Tape& t, Var&& x) { return gelu_op(t, x, true); }
-Var scaled_gelu(Tape& t, Var&& x, float forward, float backward) { return gelu_op(t, x, true, forward, backward); }
+Var gelu(Tape& t, const Var& x, GeluForm form) { return gelu_op(t, x, false, form); }
+Var gelu(Tape& t, Var&& x, GeluForm form) { return gelu_op(t, x, true, form); }
+Var scaled_gelu(Tape& t, Var&& x, float forward, float backward, GeluForm form) {
+  return gelu_op(t, x, true, form, forward, backward);
+}
 
 Var relu(Tape& t, const Var& x) {
   const int64_t n = x.numel();

@@ -41,8 +41,8 @@ Var softmax(Tape& t, const Var& x) {
 }
 
 // x [N, C], weight/bias [C] -> out [N, C]; mean, rstd [N] kept in fp32.
-Var layer_norm(Tape& t, const Var& x, const Var& weight, const Var& bias) {
-  return scaled_layer_norm(t, x, weight, bias, 1.0f, 1.0f, 1.0f, 1.0f);
+Var layer_norm(Tape& t, const Var& x, const Var& weight, const Var& bias, float eps) {
+  return scaled_layer_norm(t, x, weight, bias, 1.0f, 1.0f, 1.0f, 1.0f, eps);
 }
 
 namespace {
@@ -58,7 +58,7 @@ Tensor scaled_vector(const Tensor& v, float alpha) {
 // fwd (xhat w + b) = xhat (fwd w) + fwd b; dx is linear in the weight the
 // kernel reads, so dx x input = kernel dx with weight input x w.
 Var scaled_layer_norm(Tape& t, const Var& x, const Var& weight, const Var& bias, float forward, float input,
-                      float weight_scale, float bias_scale) {
+                      float weight_scale, float bias_scale, float eps) {
   const int64_t C = x.dim(-1), N = x.numel() / C;
   if (weight.shape() != Shape{C} || bias.shape() != Shape{C})
     throw std::invalid_argument("layer_norm: weight " + shape_str(weight.shape()) + " / bias " +
@@ -66,7 +66,7 @@ Var scaled_layer_norm(Tape& t, const Var& x, const Var& weight, const Var& bias,
   Tensor y = Tensor::empty(x.shape());
   Tensor mean = Tensor::empty({N}), rstd = Tensor::empty({N});
   kernels::layernorm_forward(y.f32(), mean.f32(), rstd.f32(), x.value.f32(), scaled_vector(weight.value, forward).f32(),
-                             scaled_vector(bias.value, forward).f32(), N, C);
+                             scaled_vector(bias.value, forward).f32(), N, C, eps);
   const bool record = t.wants_grad({&x, &weight, &bias});
   Var out = Tape::result(std::move(y), record);
   if (!record) return out;

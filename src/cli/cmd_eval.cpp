@@ -13,6 +13,7 @@
 #include "mantissa/data/tokens.hpp"
 #include "mantissa/train/checkpoint.hpp"
 #include "mantissa/kernels/kernels.hpp"
+#include "mantissa/nn/bert.hpp"
 #include "mantissa/nn/models.hpp"
 #include "mantissa/io/untrusted.hpp"
 #include "mantissa/train/finite.hpp"
@@ -47,7 +48,7 @@ void eval_command(const EvalArgs& a) {
   const train::CheckpointChoice chosen = train::choose_checkpoint(a.checkpoint, true);
   if (!chosen.warning.empty()) std::fprintf(stderr, "%s\n", chosen.warning.c_str());
   const std::string& checkpoint = chosen.dir;
-  const std::string cfg = train::read_model_config(checkpoint);
+  const std::string cfg = nn::bert_config_with_special_ids(train::read_model_config(checkpoint), checkpoint);
   const std::string kind = model_kind(cfg, checkpoint);
   auto model = train::model_from_config(kind, cfg);
   train::load_model_weights(checkpoint, *model);
@@ -59,10 +60,6 @@ void eval_command(const EvalArgs& a) {
   double sum = 0;
   int64_t count = 0;
   const bool tokens = model->task() != nn::Model::Task::classifier && data::is_token_data(path);
-  if (tokens && model->task() == nn::Model::Task::masked_language_model)
-    throw UsageError("--model " + kind + " on token data (--data " + path +
-                     ") is not supported: masked-LM batches need the tokenizer's special ids; evaluate it on "
-                     "byte-level text");
   if (model->task() == nn::Model::Task::language_model && !tokens && data::model_vocab(*model) != data::kByteVocab)
     throw UsageError(checkpoint + " holds a model of vocabulary " + std::to_string(data::model_vocab(*model)) +
                      ", not the 256 bytes of --data " + path + ": pass the token data it was trained on");
@@ -71,21 +68,37 @@ void eval_command(const EvalArgs& a) {
     if (T > model->context_length())
       throw UsageError("--seq-len " + std::to_string(T) + " exceeds the model's context " +
                        std::to_string(model->context_length()));
-    const auto corpus = data::TextCorpus::load(path);
-    data::MlmValidation val(corpus, a.batch_size, T, a.max_batches);
+    const data::MlmTokens tok = data::mlm_tokens(*model, tokens);
+    std::unique_ptr<data::TextCorpus> corpus;  // outlive val
+    std::unique_ptr<data::TokenCorpus> token_corpus;
+    std::unique_ptr<data::MlmValidation> val;
+    if (tokens) {
+      token_corpus = std::make_unique<data::TokenCorpus>(data::TokenCorpus::load(path));
+      val = std::make_unique<data::MlmValidation>(*token_corpus, a.batch_size, T, a.max_batches, tok);
+    } else {
+      corpus = std::make_unique<data::TextCorpus>(data::TextCorpus::load(path));
+      val = std::make_unique<data::MlmValidation>(*corpus, a.batch_size, T, a.max_batches, tok);
+    }
     int64_t correct = 0;
-    for (int64_t i = 0; i < val.num_batches(); ++i) {
-      const auto r = model->evaluate(val.batch(i));
+    for (int64_t i = 0; i < val->num_batches(); ++i) {
+      const auto r = model->evaluate(val->batch(i));
       sum += r.sum;
       count += r.count;
       correct += r.correct;
     }
     if (count == 0) throw UsageError(path + ": the validation split has no masked targets");
     const double loss = sum / static_cast<double>(count);
-    std::printf("checkpoint %s\ndata %s (validation: last %ld bytes, %ld masked targets)\nval_loss %.4f nats  "
-                "%.4f bits/masked char  masked accuracy %.2f%%\n",
-                a.checkpoint.c_str(), path.c_str(), static_cast<long>(corpus.val_size()), static_cast<long>(count), loss,
-                loss / std::log(2.0), 100.0 * static_cast<double>(correct) / static_cast<double>(count));
+    const double accuracy = 100.0 * static_cast<double>(correct) / static_cast<double>(count);
+    if (tokens)
+      std::printf("checkpoint %s\ndata %s (%s; %ld masked targets)\nval_loss %.4f nats/token  %.4f bits/masked token  "
+                  "masked accuracy %.2f%%\n",
+                  a.checkpoint.c_str(), path.c_str(), token_corpus->summary().c_str(), static_cast<long>(count), loss,
+                  loss / std::log(2.0), accuracy);
+    else
+      std::printf("checkpoint %s\ndata %s (validation: last %ld bytes, %ld masked targets)\nval_loss %.4f nats  "
+                  "%.4f bits/masked char  masked accuracy %.2f%%\n",
+                  a.checkpoint.c_str(), path.c_str(), static_cast<long>(corpus->val_size()), static_cast<long>(count),
+                  loss, loss / std::log(2.0), accuracy);
   } else if (model->task() == nn::Model::Task::language_model) {
     const int64_t context = model->context_length();
     const int64_t T = a.seq_len > 0 ? a.seq_len : context;

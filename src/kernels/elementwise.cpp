@@ -12,6 +12,7 @@
 #include "mantissa/formats/bf16.hpp"
 #include "mantissa/formats/convert.hpp"
 #include "mantissa/formats/lookup.hpp"
+#include "kernels/gelu_erf.hpp"
 #include "kernels/parallel.hpp"
 #include "kernels/row_math.hpp"
 #include "mantissa/kernels/kernels.hpp"
@@ -116,23 +117,43 @@ void swiglu_backward_bf16x(float* dgate, float* dup, const uint16_t* gate16, con
   });
 }
 
-// ---- GELU (GPT-2 tanh approximation), vectorised in row_math.cpp ----------------
-void gelu_forward(float* out, const float* x, int64_t n, float scale) {
+// ---- GELU: tanh form vectorised in row_math.cpp, erf form in gelu_erf.cpp ----------
+namespace {
+void gelu_span_forward(float* out, const float* x, int64_t n, float scale, GeluForm form) {
+  if (form == GeluForm::erf) span_gelu_erf_forward(out, x, n, scale);
+  else span_gelu_forward(out, x, n, scale);
+}
+void gelu_span_backward(float* dx, const float* x, const float* dout, int64_t n, bool accumulate, float scale,
+                        GeluForm form) {
+  if (form == GeluForm::erf) span_gelu_erf_backward(dx, x, dout, n, accumulate, scale);
+  else span_gelu_backward(dx, x, dout, n, accumulate, scale);
+}
+}  // namespace
+
+void gelu_forward(float* out, const float* x, int64_t n, float scale, GeluForm form) {
   cpu::profile::Scope profile_scope(cpu::profile::Category::elementwise);
-  for_chunks(n, [&](int64_t b, int64_t e) { span_gelu_forward(out + b, x + b, e - b, scale); });
+  for_chunks(n, [&](int64_t b, int64_t e) { gelu_span_forward(out + b, x + b, e - b, scale, form); });
+}
+
+const char* gelu_implementation(GeluForm form) {
+  return form == GeluForm::erf ? gelu_erf_implementation() : gelu_implementation();
 }
 
 namespace {
-void gelu_backward_f32x(float* dx, const float* x, const float* dout, int64_t n, bool accumulate, float scale) {
+void gelu_backward_f32x(float* dx, const float* x, const float* dout, int64_t n, bool accumulate, float scale,
+                        GeluForm form) {
   cpu::profile::Scope profile_scope(cpu::profile::Category::elementwise);
-  for_chunks(n, [&](int64_t b, int64_t e) { span_gelu_backward(dx + b, x + b, dout + b, e - b, accumulate, scale); });
+  for_chunks(n, [&](int64_t b, int64_t e) {
+    gelu_span_backward(dx + b, x + b, dout + b, e - b, accumulate, scale, form);
+  });
 }
 
 // x kept compact (bf16 or 1-byte saved activations): widened block by block
 // on the stack by widen(out, begin, m) instead of into a whole fp32 copy;
 // the same bits as widening first.
 template <class Widen>
-void gelu_backward_widened(float* dx, Widen widen, const float* dout, int64_t n, bool accumulate, float scale) {
+void gelu_backward_widened(float* dx, Widen widen, const float* dout, int64_t n, bool accumulate, float scale,
+                           GeluForm form) {
   cpu::profile::Scope profile_scope(cpu::profile::Category::elementwise);
   for_chunks(n, [&](int64_t b, int64_t e) {
     constexpr int64_t kBlock = 1024;
@@ -140,37 +161,39 @@ void gelu_backward_widened(float* dx, Widen widen, const float* dout, int64_t n,
     for (int64_t i = b; i < e; i += kBlock) {
       const int64_t m = std::min(kBlock, e - i);
       widen(x, i, m);
-      span_gelu_backward(dx + i, x, dout + i, m, accumulate, scale);
+      gelu_span_backward(dx + i, x, dout + i, m, accumulate, scale, form);
     }
   });
 }
 
-void gelu_backward_16x(float* dx, const uint16_t* x16, const float* dout, int64_t n, bool accumulate, float scale) {
+void gelu_backward_16x(float* dx, const uint16_t* x16, const float* dout, int64_t n, bool accumulate, float scale,
+                       GeluForm form) {
   gelu_backward_widened(dx, [x16](float* x, int64_t i, int64_t m) { span_from_bf16(x, x16 + i, m); }, dout, n,
-                        accumulate, scale);
+                        accumulate, scale, form);
 }
 }  // namespace
 
-void gelu_backward(float* dx, const float* x, const float* dout, int64_t n, float scale) {
-  gelu_backward_f32x(dx, x, dout, n, true, scale);
+void gelu_backward(float* dx, const float* x, const float* dout, int64_t n, float scale, GeluForm form) {
+  gelu_backward_f32x(dx, x, dout, n, true, scale, form);
 }
-void gelu_backward_bf16x(float* dx, const uint16_t* x16, const float* dout, int64_t n, float scale) {
-  gelu_backward_16x(dx, x16, dout, n, true, scale);
+void gelu_backward_bf16x(float* dx, const uint16_t* x16, const float* dout, int64_t n, float scale, GeluForm form) {
+  gelu_backward_16x(dx, x16, dout, n, true, scale, form);
 }
-void gelu_backward_into(float* dx, const float* x, const float* dout, int64_t n, float scale) {
-  gelu_backward_f32x(dx, x, dout, n, false, scale);
+void gelu_backward_into(float* dx, const float* x, const float* dout, int64_t n, float scale, GeluForm form) {
+  gelu_backward_f32x(dx, x, dout, n, false, scale, form);
 }
-void gelu_backward_bf16x_into(float* dx, const uint16_t* x16, const float* dout, int64_t n, float scale) {
-  gelu_backward_16x(dx, x16, dout, n, false, scale);
+void gelu_backward_bf16x_into(float* dx, const uint16_t* x16, const float* dout, int64_t n, float scale,
+                              GeluForm form) {
+  gelu_backward_16x(dx, x16, dout, n, false, scale, form);
 }
 void gelu_backward_codes(float* dx, const uint8_t* codes, const formats::Table16& table, float fold,
-                         const float* dout, int64_t n, bool accumulate, float scale) {
+                         const float* dout, int64_t n, bool accumulate, float scale, GeluForm form) {
   gelu_backward_widened(
       dx,
       [&](float* x, int64_t i, int64_t m) {
         formats::lookup16_widen(table, codes + i, x, static_cast<size_t>(m), &fold, static_cast<size_t>(m));
       },
-      dout, n, accumulate, scale);
+      dout, n, accumulate, scale, form);
 }
 
 void relu_forward(float* out, const float* x, int64_t n) {

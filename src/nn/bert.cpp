@@ -10,152 +10,17 @@
 
 #include <algorithm>
 #include <cmath>
-#include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <utility>
 
 #include "mantissa/autograd/ops.hpp"
-#include "mantissa/autograd/ops_bert.hpp"
-#include "mantissa/io/untrusted.hpp"
+#include "mantissa/autograd/ops_padded_attention.hpp"
 #include "mantissa/nn/init.hpp"
-#include "mantissa/tensor/checked.hpp"
 #include "mantissa/unit/ops.hpp"
 #include "nn/causal_lm.hpp"
-#include "nn/fixed_keys.hpp"
-#include "nn/parametrisation.hpp"
 
 namespace mantissa::nn {
 namespace ag = mantissa::autograd;
-
-// ---- config --------------------------------------------------------------------------------
-void BertConfig::validate() const {
-  check_dimension("BERT", "byte_vocab", byte_vocab);
-  check_dimension("BERT", "context", context);
-  check_dimension("BERT", "layers", layers);
-  check_dimension("BERT", "d_model", d_model);
-  check_dimension("BERT", "heads", heads);
-  check_dimension("BERT", "type_vocab", type_vocab);
-  if (hidden < 0) throw std::invalid_argument("BERT config: hidden must not be negative, got " + std::to_string(hidden));
-  check_dimension("BERT", "intermediate size", ffn());
-  if (type_vocab < 2) throw std::invalid_argument("BERT config: type_vocab_size must be at least 2 (two segments)");
-  if (d_model % heads != 0)
-    throw std::invalid_argument("BERT config: d_model " + std::to_string(d_model) + " is not a multiple of heads " +
-                                std::to_string(heads));
-  // Tables [V + T + types, C]; per layer 4 C^2 + 2 C F matrices; the head's C^2 (small terms left out).
-  const char* what = "BERT config: parameter count";
-  const int64_t C = d_model, F = ffn();
-  const int64_t per_layer = checked_add(checked_mul(4 * C, C, what), checked_mul(2 * C, F, what), what);
-  int64_t n = checked_mul(vocab() + context + type_vocab, C, what);
-  n = checked_add(n, checked_add(checked_mul(layers, per_layer, what), checked_mul(C, C, what), what), what);
-  check_parameter_total("BERT", n);
-  unit.validate();
-}
-
-std::string BertConfig::to_json() const {
-  nlohmann::ordered_json j;
-  j["model_type"] = "bert";
-  j["architectures"] = {"BertForMaskedLM"};
-  j["vocab_size"] = vocab();
-  j["hidden_size"] = d_model;
-  j["num_hidden_layers"] = layers;
-  j["num_attention_heads"] = heads;
-  j["intermediate_size"] = ffn();
-  j["hidden_act"] = "gelu_new";  // the tanh approximation mantissa's GELU computes
-  j["hidden_dropout_prob"] = 0.0;
-  j["attention_probs_dropout_prob"] = 0.0;
-  j["max_position_embeddings"] = context;
-  j["type_vocab_size"] = type_vocab;
-  j["initializer_range"] = 0.02;
-  j["layer_norm_eps"] = 1e-5;
-  j["pad_token_id"] = pad_id();
-  j["position_embedding_type"] = "absolute";
-  j["tie_word_embeddings"] = true;
-  j["torch_dtype"] = "float32";
-  j["mantissa"] = {{"kind", "bert"},         {"seed", seed},          {"norm", pre_norm ? "pre" : "post"},
-                   {"byte_vocab", byte_vocab}, {"cls_token_id", cls_id()}, {"sep_token_id", sep_id()},
-                   {"mask_token_id", mask_id()}};
-  write_parametrisation(j["mantissa"], unit);
-  return j.dump(2);
-}
-
-BertConfig BertConfig::from_json(const std::string& text) {
-  const nlohmann::json j = io::parse_json(text, "BERT config");
-  if (!j.is_object()) throw std::invalid_argument("BERT config: not a JSON object");
-  BertConfig c;
-  auto get = [&](const char* key, int64_t& out) {
-    if (!j.contains(key)) throw std::invalid_argument(std::string("BERT config: missing key '") + key + "'");
-    if (!j[key].is_number_integer()) throw std::invalid_argument(std::string("BERT config: '") + key + "' must be an integer");
-    out = j[key].get<int64_t>();
-  };
-  int64_t vocab = 0;
-  get("vocab_size", vocab);
-  check_dimension("BERT", "vocab_size", vocab);
-  c.byte_vocab = vocab - 4;
-  get("max_position_embeddings", c.context);
-  get("hidden_size", c.d_model);
-  get("num_hidden_layers", c.layers);
-  get("num_attention_heads", c.heads);
-  get("intermediate_size", c.hidden);
-  if (j.contains("type_vocab_size")) get("type_vocab_size", c.type_vocab);
-  try {
-    if (j.contains("mantissa") && j["mantissa"].is_object()) {
-      const auto& m = j["mantissa"];
-      if (m.contains("seed")) c.seed = m["seed"].get<uint64_t>();
-      read_norm(m, c.pre_norm, "BERT");
-      if (m.contains("byte_vocab") && m["byte_vocab"].get<int64_t>() != c.byte_vocab)
-        throw std::invalid_argument("BERT config: vocab_size " + std::to_string(vocab) + " is not byte_vocab " +
-                                    std::to_string(m["byte_vocab"].get<int64_t>()) + " + 4 special tokens");
-      read_parametrisation(m, c.unit, "BERT");
-    }
-  } catch (const nlohmann::json::exception& e) {
-    throw std::invalid_argument(std::string("BERT config: ") + e.what());
-  }
-  c.validate();
-  require_fixed_keys(j, "BERT",
-                     {{"model_type", "bert", "a BERT"},
-                      {"hidden_act", {"gelu_new", "gelu_pytorch_tanh"}, "the tanh approximation of GELU"},
-                      {"position_embedding_type", "absolute", "absolute position embeddings"},
-                      {"layer_norm_eps", 1e-5, "LayerNorm with epsilon 1e-5"},
-                      {"hidden_dropout_prob", 0, "no dropout"},
-                      {"attention_probs_dropout_prob", 0, "no dropout"},
-                      {"tie_word_embeddings", true, "a decoder tied to the token embedding"}});
-  return c;
-}
-
-// ---- inputs ------------------------------------------------------------------------------------
-BertInputs bert_inputs(const BertConfig& c, const Tensor& ids) {
-  if (!ids.defined() || ids.dtype() != DType::i32 || ids.ndim() != 2) throw std::invalid_argument("BERT: ids must be i32 [B, T]");
-  const int64_t B = ids.dim(0), T = ids.dim(1);
-  BertInputs in;
-  in.key_len = Tensor::empty({B}, DType::i32);
-  in.token_types = Tensor::empty({B, T}, DType::i32);
-  in.positions = Tensor::empty({B, T}, DType::i32);
-  const int32_t* id = ids.data<int32_t>();
-  for (int64_t b = 0; b < B; ++b) {
-    const int32_t* row = id + b * T;
-    int32_t* type = in.token_types.data<int32_t>() + b * T;
-    const std::string where = "BERT: row " + std::to_string(b);
-    if (row[0] != c.cls_id()) throw std::invalid_argument(where + " does not start with [CLS] (id " + std::to_string(c.cls_id()) + ")");
-    int64_t len = T;
-    int32_t segment = 0;
-    for (int64_t t = 0; t < T; ++t) {
-      const int32_t v = row[t];
-      if (v < 0 || v >= c.vocab())
-        throw std::invalid_argument(where + " position " + std::to_string(t) + ": id " + std::to_string(v) +
-                                    " is outside the vocabulary [0, " + std::to_string(c.vocab()) + ")");
-      if (v == c.pad_id() && len == T) len = t;
-      if (v != c.pad_id() && len < T)
-        throw std::invalid_argument(where + ": token at position " + std::to_string(t) + " follows [PAD] at position " +
-                                    std::to_string(len) + " (padding must come last)");
-      type[t] = len < T ? 0 : segment;
-      if (v == c.sep_id()) segment = 1;
-      in.positions.data<int32_t>()[b * T + t] = static_cast<int32_t>(t);
-    }
-    in.key_len.data<int32_t>()[b] = static_cast<int32_t>(len);
-    in.tokens += len;
-  }
-  return in;
-}
 
 // ---- construction ------------------------------------------------------------------------------
 Bert::Linear Bert::linear(const std::string& name, int64_t in, int64_t out, int block, double std, Rng& rng) {
@@ -174,6 +39,19 @@ Bert::Norm Bert::norm(const std::string& name, int block) {
   n.b = add_parameter(name + ".bias", {config_.d_model}, autograd::Role::norm_bias, 1, block);
   n.w->bias = n.b;
   return n;
+}
+
+std::string Bert::cannot_train() const {
+  if (config_.hidden_dropout == 0 && config_.attention_dropout == 0) return "";
+  return "BERT: dropout (hidden_dropout_prob " + std::to_string(config_.hidden_dropout) +
+         ", attention_probs_dropout_prob " + std::to_string(config_.attention_dropout) +
+         ") is not implemented in mantissa's BERT; it trains with --dropout 0 (set_dropout(0) sets both rates to 0)";
+}
+
+void Bert::set_dropout(float p) {
+  if (p != 0.0f)
+    throw std::invalid_argument("BERT: dropout " + std::to_string(p) + " is not implemented (BERT trains with --dropout 0)");
+  config_.hidden_dropout = config_.attention_dropout = 0;
 }
 
 Bert::Bert(const BertConfig& config) : config_(config) {
@@ -253,14 +131,22 @@ ag::Var Bert::dense(ag::Tape& t, const ag::Var& x, const Linear& l, const unit::
   return ag::add_bias(t, y, ag::scale_split(t, t.param(*l.b), 1.0f, static_cast<float>(s.bwd[1])));
 }
 
+// With the config's epsilon; unit: the scales of unit::unit_layer_norm.
 ag::Var Bert::layer_norm(ag::Tape& t, const ag::Var& x, const Norm& n, int64_t batch) {
-  if (!config_.unit.enabled) return ag::layer_norm(t, x, t.param(*n.w), t.param(*n.b));
-  return unit::unit_layer_norm(t, x, t.param(*n.w), t.param(*n.b), unit::layer_norm(config_.d_model, batch * config_.d_model));
+  const auto eps = static_cast<float>(config_.layer_norm_eps);
+  if (!config_.unit.enabled) return ag::layer_norm(t, x, t.param(*n.w), t.param(*n.b), eps);
+  const unit::Scales s = unit::layer_norm(config_.d_model, batch * config_.d_model);
+  auto f = [](double v) { return static_cast<float>(v); };
+  return ag::scaled_layer_norm(t, x, t.param(*n.w), t.param(*n.b), f(s.fwd), f(s.bwd[0]), f(s.bwd[1]), f(s.bwd[2]), eps);
 }
 
+// The config's form; unit: the scaled op with the unit rule, for either
+// form (unit::gelu_mean, which cancel_gelu_mean removes, is the erf form's
+// mean; the tanh form's is within 1e-3 of it).
 ag::Var Bert::gelu(ag::Tape& t, ag::Var x) {
-  if (!config_.unit.enabled) return ag::gelu(t, std::move(x));
-  return unit::unit_gelu(t, std::move(x), gelu_scales());
+  if (!config_.unit.enabled) return ag::gelu(t, std::move(x), config_.gelu_form);
+  const unit::Scales s = gelu_scales();
+  return ag::scaled_gelu(t, std::move(x), static_cast<float>(s.fwd), static_cast<float>(s.bwd[0]), config_.gelu_form);
 }
 
 unit::Scales Bert::gelu_scales() const { return unit::gelu(1.0, config_.unit.rules("gelu")); }
@@ -375,6 +261,7 @@ std::pair<Tensor, Tensor> predicted(const Batch& batch) {
 
 LossSum Bert::forward_backward(const Batch& batch, float grad_scale) {
   lm::check_batch(batch, config_.context, "BERT");
+  if (const std::string why = cannot_train(); !why.empty()) throw std::invalid_argument(why);
   const auto picked = predicted(batch);
   const Tensor &rows = picked.first, &targets = picked.second;
   if (rows.numel() == 0) return {};

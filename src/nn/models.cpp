@@ -53,6 +53,7 @@ std::unique_ptr<Model> make_bert(const ModelSize& s) {
   b.heads = s.heads;
   b.hidden = s.ffn_hidden;
   b.pre_norm = s.norm == "pre";
+  b.hidden_dropout = b.attention_dropout = s.dropout;  // not implemented: a rate above 0 cannot train
   b.seed = s.seed;
   b.unit = s.unit;
   b.validate();
@@ -111,7 +112,7 @@ const std::vector<ModelKind>& model_kinds() {
        .make = make_bert,
        .load = load<Bert, BertConfig>,
        .check = check<BertConfig>,
-       .options = {"norm", "ffn-hidden"},
+       .options = {"norm", "ffn-hidden", "dropout"},
        .unit_lr = 0x1p-2,
        .umup = false},
       {.name = "mlp",

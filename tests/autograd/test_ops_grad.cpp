@@ -4,6 +4,7 @@
 #include <numbers>
 
 #include "autograd/gradcheck.hpp"
+#include "reference_ops.hpp"
 
 using namespace gradcheck;
 using mantissa::DType;
@@ -138,6 +139,13 @@ TEST(OpsGrad, Activations) {
   check("gelu", {{{4, 10}, random_vec(n, 70, -4, 4)}},
         [](const std::vector<Vec>& v) { Vec y(v[0].size()); for (size_t i = 0; i < y.size(); ++i) y[i] = gelu64(v[0][i]); return y; },
         [](ag::Tape& t, std::vector<ag::Var>& x) { return ag::gelu(t, x[0]); });
+  check("gelu erf", {{{4, 10}, random_vec(n, 72, -6, 6)}},
+        [](const std::vector<Vec>& v) {
+          Vec y(v[0].size());
+          for (size_t i = 0; i < y.size(); ++i) y[i] = v[0][i] * 0.5 * std::erfc(-v[0][i] / std::numbers::sqrt2);
+          return y;
+        },
+        [](ag::Tape& t, std::vector<ag::Var>& x) { return ag::gelu(t, x[0], ag::GeluForm::erf); });
   check("relu", {{{4, 10}, away_from_zero(n, 71)}},
         [](const std::vector<Vec>& v) { Vec y(v[0].size()); for (size_t i = 0; i < y.size(); ++i) y[i] = std::max(0.0, v[0][i]); return y; },
         [](ag::Tape& t, std::vector<ag::Var>& x) { return ag::relu(t, x[0]); });
@@ -209,36 +217,10 @@ TEST(OpsGrad, LayerNorm) {
         1e-5, 2e-4);
 }
 
-// qkv [B, T, 3C] -> [B, T, C], causal, NH heads.
-Vec ref_attention(const Vec& qkv, int64_t B, int64_t T, int64_t C, int64_t NH) {
-  const int64_t hs = C / NH;
-  Vec out(B * T * C, 0.0);
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t h = 0; h < NH; ++h)
-      for (int64_t t = 0; t < T; ++t) {
-        auto at = [&](int64_t tt, int64_t part, int64_t d) { return qkv[(b * T + tt) * 3 * C + part * C + h * hs + d]; };
-        Vec s(t + 1);
-        double m = -1e300, z = 0;
-        for (int64_t u = 0; u <= t; ++u) {
-          double dot = 0;
-          for (int64_t d = 0; d < hs; ++d) dot += at(t, 0, d) * at(u, 1, d);
-          s[u] = dot / std::sqrt(static_cast<double>(hs));
-          m = std::max(m, s[u]);
-        }
-        for (int64_t u = 0; u <= t; ++u) z += (s[u] = std::exp(s[u] - m));
-        for (int64_t d = 0; d < hs; ++d) {
-          double acc = 0;
-          for (int64_t u = 0; u <= t; ++u) acc += s[u] / z * at(u, 2, d);
-          out[(b * T + t) * C + h * hs + d] = acc;
-        }
-      }
-  return out;
-}
-
 TEST(OpsGrad, CausalSelfAttention) {
   const int64_t B = 2, T = 5, C = 8, NH = 2;
   check("attention", {{{B, T, 3 * C}, random_vec(B * T * 3 * C, 100, -1.5, 1.5)}},
-        [&](const std::vector<Vec>& v) { return ref_attention(v[0], B, T, C, NH); },
+        [&](const std::vector<Vec>& v) { return mantissa::ref::fused_attention(v[0], B, T, C, NH).out; },
         [&](ag::Tape& t, std::vector<ag::Var>& x) { return ag::causal_self_attention(t, x[0], NH); },
         1e-5, 2e-4);
 }

@@ -15,7 +15,8 @@
 #include <string>
 #include <vector>
 
-#include "formats/fp4_avx2.hpp"
+#include "formats/fp4_internal.hpp"
+#include "kernels/gelu_erf.hpp"
 #include "kernels/reference.hpp"
 #include "mantissa/cpu/isa.hpp"
 #include "mantissa/formats/convert.hpp"
@@ -433,4 +434,142 @@ TEST(BackendOps, GeluOnEveryStorageMatchesFloat64) {
   }
 }
 
+// The exact GELU x Phi(x) and its slope Phi(x) + x phi(x) in float64.
+double gelu_erf64(double x) { return x * 0.5 * std::erfc(-x / std::sqrt(2.0)); }
+double gelu_erf_slope64(double x) {
+  return 0.5 * std::erfc(-x / std::sqrt(2.0)) + x * std::exp(-0.5 * x * x) / std::sqrt(2.0 * M_PI);
+}
+
+// The spacing of fp32 values at |v| (subnormal spacing below 2^-126).
+double ulp32(double v) {
+  const double a = std::abs(v);
+  return a < 0x1p-126 ? 0x1p-149 : std::ldexp(1.0, std::ilogb(a) - 23);
+}
+
+// Every fp32 in [-16, 16] at a stride of 4099 codes (540 000 inputs, the
+// tails included), a grid of step 2^-12, and the extremes.
+std::vector<float> erf_sweep() {
+  std::vector<float> x;
+  for (uint32_t c = 0; c <= std::bit_cast<uint32_t>(16.0f); c += 4099) {
+    x.push_back(std::bit_cast<float>(c));
+    x.push_back(-std::bit_cast<float>(c));
+  }
+  for (int i = -16 * 4096; i <= 16 * 4096; ++i) x.push_back(static_cast<float>(i) * 0x1p-12f);
+  for (float v : {-1e30f, 1e30f, -std::numeric_limits<float>::infinity(), std::numeric_limits<float>::infinity(),
+                  std::numeric_limits<float>::denorm_min(), -std::numeric_limits<float>::denorm_min()})
+    x.push_back(v);
+  x.resize(x.size() | 1);  // an odd length: the masked tails run
+  return x;
+}
+
+// The exact GELU: every instruction set gives the scalar reference's bits
+// (gelu_erf.hpp) forward and backward, accumulating and not, and the
+// reference is within 6 fp32 ulps of float64 erfc. The slope's error is
+// bounded by ulps of its two terms' magnitudes Phi(x) and |x| phi(x) (it
+// crosses zero near x = -0.75, where they cancel).
+TEST(BackendOps, GeluErfIsTheSameBitsOnEveryIsaAndWithinUlpsOfFloat64) {
+  const std::vector<float> x = erf_sweep();
+  const auto n = static_cast<int64_t>(x.size());
+  std::vector<float> g(x.size()), base(x.size());
+  std::mt19937_64 rng(9);
+  std::uniform_real_distribution<float> ug(-1.0f, 1.0f);
+  for (size_t i = 0; i < x.size(); ++i) g[i] = ug(rng), base[i] = ug(rng);
+  // The scalar cap runs the reference's loop (gelu_erf.hpp); every element of a sample is its bits.
+  std::vector<float> ref_y(x.size()), ref_slope(x.size(), 0.0f);
+  const std::vector<float> ones(x.size(), 1.0f);
+  {
+    Cap cap(cpu::Isa::scalar);
+    mk::gelu_forward(ref_y.data(), x.data(), n, 1.0f, mk::GeluForm::erf);
+    mk::gelu_backward(ref_slope.data(), x.data(), ones.data(), n, 1.0f, mk::GeluForm::erf);
+  }
+  for (size_t i = 0; i < x.size(); i += 97) {
+    ASSERT_EQ(std::bit_cast<uint32_t>(ref_y[i]), std::bit_cast<uint32_t>(mk::gelu_erf_ref(x[i]))) << "x=" << x[i];
+    ASSERT_EQ(std::bit_cast<uint32_t>(ref_slope[i]), std::bit_cast<uint32_t>(0.0f + mk::gelu_erf_slope_ref(x[i])))
+        << "x=" << x[i];
+  }
+  double worst_fwd = 0, worst_slope = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    const double v = x[i];
+    if (!std::isfinite(v)) continue;
+    const double f = gelu_erf64(v), s = gelu_erf_slope64(v);
+    const double terms = 0.5 * std::erfc(-v / std::sqrt(2.0)) + std::abs(v) * std::exp(-0.5 * v * v) / std::sqrt(2.0 * M_PI);
+    const double fwd_ulps = std::abs(ref_y[i] - f) / ulp32(f), slope_ulps = std::abs(ref_slope[i] - s) / ulp32(terms);
+    worst_fwd = std::max(worst_fwd, fwd_ulps);
+    worst_slope = std::max(worst_slope, slope_ulps);
+    ASSERT_LE(fwd_ulps, 6.0) << "x=" << v << " got " << ref_y[i] << " want " << f;
+    ASSERT_LE(slope_ulps, 6.0) << "x=" << v << " got " << ref_slope[i] << " want " << s;
+  }
+  std::printf("erf GELU: worst %.2f ulps forward, %.2f ulps of the terms backward over %zu inputs\n", worst_fwd,
+              worst_slope, x.size());
+  EXPECT_EQ(mk::gelu_erf_ref(-1e30f), 0.0f);
+  EXPECT_EQ(mk::gelu_erf_ref(1e30f), 1e30f);
+  EXPECT_EQ(mk::gelu_erf_slope_ref(-1e30f), 0.0f);
+  EXPECT_EQ(mk::gelu_erf_slope_ref(1e30f), 1.0f);
+
+  std::vector<float> want_y(x.size()), want_acc(x.size()), want_into(x.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    want_y[i] = 0.5f * ref_y[i];
+    want_acc[i] = base[i] + ref_slope[i] * (0.5f * g[i]);
+    want_into[i] = 0.0f + ref_slope[i] * (0.5f * g[i]);
+  }
+  auto same_bits = [&](const std::vector<float>& got, const std::vector<float>& want, const char* what, cpu::Isa isa) {
+    for (size_t i = 0; i < got.size(); ++i)
+      if (std::bit_cast<uint32_t>(got[i]) != std::bit_cast<uint32_t>(want[i]) && !(std::isnan(got[i]) && std::isnan(want[i])))
+        FAIL() << what << " under " << cpu::isa_name(isa) << " x=" << x[i] << ": " << got[i] << " not " << want[i];
+  };
+  for (cpu::Isa isa : caps()) {
+    Cap cap(isa);
+    const std::string name = mk::gelu_implementation(mk::GeluForm::erf);
+    expect_fits(name, isa);
+    EXPECT_NE(name.find("gelu_erf"), std::string::npos) << name;
+    std::vector<float> y(x.size()), acc = base, into(x.size(), 7.0f);
+    mk::gelu_forward(y.data(), x.data(), n, 0.5f, mk::GeluForm::erf);
+    mk::gelu_backward(acc.data(), x.data(), g.data(), n, 0.5f, mk::GeluForm::erf);
+    mk::gelu_backward_into(into.data(), x.data(), g.data(), n, 0.5f, mk::GeluForm::erf);
+    same_bits(y, want_y, "forward", isa);
+    same_bits(acc, want_acc, "backward +=", isa);
+    same_bits(into, want_into, "backward =", isa);
+    const float nan = std::numeric_limits<float>::quiet_NaN(), one = 1.0f;
+    float ynan = 0, dnan = 0;
+    mk::gelu_forward(&ynan, &nan, 1, 1.0f, mk::GeluForm::erf);
+    mk::gelu_backward(&dnan, &nan, &one, 1, 1.0f, mk::GeluForm::erf);
+    EXPECT_TRUE(std::isnan(ynan) && std::isnan(dnan)) << cpu::isa_name(isa);
+  }
+}
+
+// The erf form on bf16 and 1-byte saved inputs: the fp32 kernel's bits on
+// the widened values.
+TEST(BackendOps, GeluErfBackwardOnCompactInputsIsTheWidenedFp32) {
+  constexpr int64_t kN = 1037;
+  std::mt19937_64 rng(10);
+  std::uniform_real_distribution<float> ux(-14.0f, 14.0f), ug(-1.0f, 1.0f);
+  std::vector<uint16_t> x16(kN);
+  std::vector<uint8_t> codes(kN);
+  std::vector<float> g(kN), wide16(kN), wide8(kN);
+  mf::Table16 table{};
+  for (int c = 0; c < 256; ++c) table[c] = static_cast<uint16_t>(0x3C00u + c);  // bf16 values in [2^-7, 2^-6 * 3) and so on
+  const float fold = 0x1p4f;
+  for (int64_t i = 0; i < kN; ++i) {
+    x16[i] = static_cast<uint16_t>(std::bit_cast<uint32_t>(ux(rng)) >> 16);
+    wide16[i] = std::bit_cast<float>(uint32_t{x16[i]} << 16);
+    codes[i] = static_cast<uint8_t>(rng());
+    wide8[i] = std::bit_cast<float>(uint32_t{table[codes[i]]} << 16) * fold;
+    g[i] = ug(rng);
+  }
+  for (cpu::Isa isa : caps()) {
+    Cap cap(isa);
+    std::vector<float> want16(kN, 0.0f), want8(kN, 0.0f), got16(kN, 0.0f), got8(kN, 0.0f);
+    mk::gelu_backward(want16.data(), wide16.data(), g.data(), kN, 1.0f, mk::GeluForm::erf);
+    mk::gelu_backward(want8.data(), wide8.data(), g.data(), kN, 1.0f, mk::GeluForm::erf);
+    mk::gelu_backward_bf16x(got16.data(), x16.data(), g.data(), kN, 1.0f, mk::GeluForm::erf);
+    mk::gelu_backward_codes(got8.data(), codes.data(), table, fold, g.data(), kN, true, 1.0f, mk::GeluForm::erf);
+    for (int64_t i = 0; i < kN; ++i) {
+      ASSERT_EQ(std::bit_cast<uint32_t>(got16[i]), std::bit_cast<uint32_t>(want16[i])) << cpu::isa_name(isa) << " i=" << i;
+      ASSERT_EQ(std::bit_cast<uint32_t>(got8[i]), std::bit_cast<uint32_t>(want8[i])) << cpu::isa_name(isa) << " i=" << i;
+      ASSERT_NEAR(got16[i], gelu_erf_slope64(wide16[i]) * g[i], 1e-6) << "x=" << wide16[i];
+    }
+  }
+}
+
 }  // namespace
+

@@ -111,13 +111,42 @@ TEST(ConfigKeys, GptAttentionDropoutIsReadAndItsTrainingRefused) {
 }
 
 TEST(ConfigKeys, BertRefusesWhatItDoesNotCompute) {
-  expect_refused<nn::BertConfig>(small<nn::BertConfig>(), {{"hidden_act", "gelu"},  // erf GELU: mantissa's is the tanh form
-                                                {"hidden_act", "relu"},
+  expect_refused<nn::BertConfig>(small<nn::BertConfig>(), {{"hidden_act", "relu"},
+                                                {"hidden_act", "silu"},
                                                 {"position_embedding_type", "relative_key"},
-                                                {"layer_norm_eps", 1e-12},
-                                                {"hidden_dropout_prob", 0.1},
-                                                {"attention_probs_dropout_prob", 0.1},
-                                                {"tie_word_embeddings", false}});
+                                                {"layer_norm_eps", -1.0},
+                                                {"hidden_dropout_prob", 1.5},
+                                                {"tie_word_embeddings", false},
+                                                {"is_decoder", true},
+                                                {"add_cross_attention", true}});
+}
+
+// What BertForMaskedLM's config holds beside the shape is read: the GELU form
+// (transformers' "gelu" is the erf one), the LayerNorm epsilon and the
+// dropout rates, which training refuses until the run sets them to 0.
+TEST(ConfigKeys, BertReadsItsActivationEpsilonAndDropout) {
+  json b = small<nn::BertConfig>();
+  b["hidden_act"] = "gelu";
+  b["layer_norm_eps"] = 1e-12;
+  b["hidden_dropout_prob"] = 0.1;
+  nn::BertConfig c = nn::BertConfig::from_json(b.dump());
+  EXPECT_EQ(c.gelu_form, kernels::GeluForm::erf);
+  EXPECT_EQ(c.layer_norm_eps, 1e-12);
+  EXPECT_EQ(c.hidden_dropout, 0.1);
+  const json saved = json::parse(c.to_json());
+  EXPECT_EQ(saved["hidden_act"], "gelu");
+  EXPECT_EQ(saved["layer_norm_eps"].get<double>(), 1e-12);
+  c.layers = 1;
+  nn::Bert model(c);
+  EXPECT_NE(model.cannot_train().find("hidden_dropout_prob"), std::string::npos) << model.cannot_train();
+  EXPECT_THROW(model.set_dropout(0.1f), std::invalid_argument);
+  model.set_dropout(0.0f);
+  EXPECT_EQ(model.cannot_train(), "");
+  b.erase("hidden_act");
+  b.erase("layer_norm_eps");
+  c = nn::BertConfig::from_json(b.dump());  // transformers' defaults
+  EXPECT_EQ(c.gelu_form, kernels::GeluForm::erf);
+  EXPECT_EQ(c.layer_norm_eps, 1e-12);
 }
 
 TEST(ConfigKeys, GptRefusesWhatItDoesNotCompute) {

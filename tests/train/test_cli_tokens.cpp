@@ -109,7 +109,7 @@ TEST_F(CliTokens, RefusesWhatItCannotTrainOn) {
   refused(data + tiny() + " --vocab-size 256", "at token offset ");
   refused(data + tiny("bert") + " --vocab-size 512",
           "--vocab-size applies to --model gpt or llama");
-  refused(data + tiny("bert"), "masked-LM batches need the tokenizer's");
+  refused(data + tiny("bert"), "a masked LM built here is byte-level");
   refused(" --steps 1 --data " + path("corpus.txt") + tiny() + " --vocab-size 512",
           "byte-level text");
   // The commands that read byte text only refuse token data rather than

@@ -10,6 +10,7 @@
 
 #include "mantissa/autograd/policy.hpp"
 #include "mantissa/autograd/tape.hpp"
+#include "mantissa/kernels/kernels.hpp"
 
 namespace mantissa::autograd {
 
@@ -36,11 +37,13 @@ Var scale(Tape& t, const Var& x, float alpha);
 Var scale_split(Tape& t, const Var& x, float alpha, float beta);
 // y = x + b [C] broadcast over rows of x [N, C].
 Var add_bias(Tape& t, const Var& x, const Var& b);
-Var gelu(Tape& t, const Var& x);  // tanh approximation
+// GELU, the tanh approximation or the exact erf form (kernels::GeluForm).
+using GeluForm = kernels::GeluForm;
+Var gelu(Tape& t, const Var& x, GeluForm form = GeluForm::tanh);
 // The same, x given up by the caller: its buffer may become the output.
-Var gelu(Tape& t, Var&& x);
+Var gelu(Tape& t, Var&& x, GeluForm form = GeluForm::tanh);
 // y = forward gelu(x); dx += gelu'(x) backward dy (unit scaling), both in the GELU pass.
-Var scaled_gelu(Tape& t, Var&& x, float forward, float backward);
+Var scaled_gelu(Tape& t, Var&& x, float forward, float backward, GeluForm form = GeluForm::tanh);
 Var relu(Tape& t, const Var& x);
 // Inverted dropout with probability p, active when t.ctx().training; the mask
 // comes from (ctx.seed, ctx.dropout_calls) and is recomputed in backward.
@@ -48,13 +51,13 @@ Var dropout(Tape& t, const Var& x, float p);
 
 // ---- rows ------------------------------------------------------------------------------------
 Var softmax(Tape& t, const Var& x);  // over the last dim
-// x [..., C], weight and bias [C]; eps 1e-5 (GPT-2).
-Var layer_norm(Tape& t, const Var& x, const Var& weight, const Var& bias);
+// x [..., C], weight and bias [C]; eps 1e-5 (GPT-2) unless given.
+Var layer_norm(Tape& t, const Var& x, const Var& weight, const Var& bias, float eps = 1e-5f);
 // forward x layer_norm(x); backward the input, weight and bias gradients x
 // (input, weight, bias) (unit scaling); forward rides on the weight and bias,
 // input on the weight the backward kernel reads: no extra pass.
 Var scaled_layer_norm(Tape& t, const Var& x, const Var& weight, const Var& bias, float forward, float input,
-                      float weight_scale, float bias_scale);
+                      float weight_scale, float bias_scale, float eps = 1e-5f);
 // qkv [B, T, 3C] -> [B, T, C], causal, NH heads, scores / sqrt(C/NH).
 Var causal_self_attention(Tape& t, const Var& qkv, int64_t heads);
 
@@ -77,8 +80,10 @@ Var cross_entropy(Tape& t, const Var& logits, const Tensor& targets, LossStats* 
 // backward scales); (1, 1) is cross_entropy.
 Var scaled_cross_entropy(Tape& t, const Var& logits, const Tensor& targets, float input_scale, float grad_scale,
                          LossStats* stats = nullptr);
-// Result [1] = sum (pred - target)^2.
-Var mse(Tape& t, const Var& pred, const Var& target);
+// Result [1] = sum (pred - target)^2. Backward: dpred += pred_grad_scale 2 dL (pred - target),
+// dtarget -= target_grad_scale 2 dL (pred - target) (unit scaling's backward scales; (1, 1):
+// the exact gradient).
+Var mse(Tape& t, const Var& pred, const Var& target, float pred_grad_scale = 1.0f, float target_grad_scale = 1.0f);
 
 // ---- activation checkpointing ------------------------------------------------------------
 // y = fn(x) computed without recording; only x is kept. The backward pass

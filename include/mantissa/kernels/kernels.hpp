@@ -34,24 +34,34 @@ void swiglu_backward(float* dgate, float* dup, const float* gate, const float* u
 void swiglu_backward_bf16x(float* dgate, float* dup, const uint16_t* gate16, const uint16_t* up16, const float* dy,
                            int64_t n, float alpha, float beta);
 
-// GELU, tanh approximation (GPT-2). `scale` multiplies the output (forward)
-// or dout (backward) in the same pass (unit scaling); 1 keeps the bits.
-void gelu_forward(float* out, const float* x, int64_t n, float scale = 1.0f);
-// The GELU implementation the active instruction set selects: "avx512:gelu" or
-// "generic:gelu" (compiler-vectorised).
+// GELU in two forms: tanh, the approximation 0.5 x (1 + tanh(sqrt(2/pi) (x
+// + 0.044715 x^3))) (GPT-2, transformers' "gelu_new"), and erf, the exact x
+// Phi(x) (transformers' "gelu", BERT's), the same bits on every instruction
+// set (src/kernels/gelu_erf.hpp). `scale` multiplies the output (forward) or
+// dout (backward) in the same pass (unit scaling); 1 keeps the bits.
+enum class GeluForm : uint8_t { tanh, erf };
+void gelu_forward(float* out, const float* x, int64_t n, float scale = 1.0f, GeluForm form = GeluForm::tanh);
+// The GELU implementation the active instruction set selects: "avx512:gelu",
+// "avx2:gelu" or "generic:gelu" (compiler-vectorised); "...:gelu_erf" for erf.
 const char* gelu_implementation();
+const char* gelu_implementation(GeluForm form);
 // dx += gelu'(x) scale dout
-void gelu_backward(float* dx, const float* x, const float* dout, int64_t n, float scale = 1.0f);
+void gelu_backward(float* dx, const float* x, const float* dout, int64_t n, float scale = 1.0f,
+                   GeluForm form = GeluForm::tanh);
 // The same with x stored as bf16 codes (exactly widened).
-void gelu_backward_bf16x(float* dx, const uint16_t* x16, const float* dout, int64_t n, float scale = 1.0f);
+void gelu_backward_bf16x(float* dx, const uint16_t* x16, const float* dout, int64_t n, float scale = 1.0f,
+                         GeluForm form = GeluForm::tanh);
 // dx = gelu'(x) scale dout, overwriting dx, which may be dout: the gradient
 // computed in place of the output's (the same bits as += into zeros).
-void gelu_backward_into(float* dx, const float* x, const float* dout, int64_t n, float scale = 1.0f);
-void gelu_backward_bf16x_into(float* dx, const uint16_t* x16, const float* dout, int64_t n, float scale = 1.0f);
+void gelu_backward_into(float* dx, const float* x, const float* dout, int64_t n, float scale = 1.0f,
+                        GeluForm form = GeluForm::tanh);
+void gelu_backward_bf16x_into(float* dx, const uint16_t* x16, const float* dout, int64_t n, float scale = 1.0f,
+                              GeluForm form = GeluForm::tanh);
 // x kept as 1-byte codes: x = bf16 value table[code] x fold (a power of two),
 // decoded block by block on the stack; dx = or += as `accumulate`.
 void gelu_backward_codes(float* dx, const uint8_t* codes, const formats::Table16& table, float fold,
-                         const float* dout, int64_t n, bool accumulate, float scale = 1.0f);
+                         const float* dout, int64_t n, bool accumulate, float scale = 1.0f,
+                         GeluForm form = GeluForm::tanh);
 void relu_forward(float* out, const float* x, int64_t n);
 void relu_backward(float* dx, const float* x, const float* dout, int64_t n);
 

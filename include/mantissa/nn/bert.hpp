@@ -6,12 +6,22 @@
 // LayerNorm, then the decoder tied to the word embeddings with its own bias.
 // Linear weights are [out, in] with biases.
 //
-// Tokens: the bytes 0..byte_vocab-1, then [CLS], [SEP], [MASK] and [PAD]
-// (ids byte_vocab + 0..3). An input row is [CLS] A [SEP] (B [SEP]) [PAD]...:
-// padding only at the end; token type 0 up to the first [SEP], 1 after it
-// (the padding takes type 0). Both the key-padding mask and the token types
-// are read from the ids, so a batch is just ids and targets (-1: not
-// predicted).
+// Tokens: a byte-level model (built here) has the bytes 0..byte_vocab-1,
+// then [CLS], [SEP], [MASK] and [PAD] (ids byte_vocab + 0..3). A model from
+// a Hugging Face config.json has its vocab_size and pad_token_id, and the
+// [CLS], [SEP] and [MASK] ids its tokenizer files name (bert_special_ids;
+// kept in config.json's "mantissa" section when mantissa saves it). An input
+// row is [CLS] A [SEP] (B [SEP]) [PAD]...: padding only at the end; token
+// type 0 up to the first [SEP], 1 after it (the padding takes type 0; every
+// type is 0 when type_vocab_size is 1). Both the key-padding mask and the
+// token types are read from the ids, so a batch is just ids and targets (-1:
+// not predicted).
+//
+// The function: GELU as hidden_act says (transformers' "gelu" is the exact
+// erf form, "gelu_new" / "gelu_pytorch_tanh" the tanh approximation, which
+// byte-level models use), every LayerNorm with layer_norm_eps. Dropout is
+// not implemented: a config's rates are read, evaluation ignores them, and
+// training needs them set to 0 (set_dropout; train --init-from: --dropout 0).
 //
 // Initialisation: one Rng(seed) draws, in parameter order, N(0, 0.02) for
 // every matrix and table (transformers' initializer_range); LayerNorm gains 1,
@@ -38,6 +48,7 @@
 #include <vector>
 
 #include "mantissa/autograd/tape.hpp"
+#include "mantissa/kernels/kernels.hpp"
 #include "mantissa/nn/module.hpp"
 #include "mantissa/unit/config.hpp"
 
@@ -46,7 +57,11 @@ namespace mantissa::nn {
 class Rng;
 
 struct BertConfig {
-  int64_t byte_vocab = 256;  // ordinary tokens; the four special ids follow them
+  int64_t byte_vocab = 256;  // byte-level: ordinary tokens; the four special ids follow them
+  // From a Hugging Face config (vocab_size > 0): the vocabulary and special
+  // ids, -1 where unknown (pad_token always known: transformers' default 0).
+  int64_t vocab_size = 0;
+  int32_t pad_token = 0, cls_token = -1, sep_token = -1, mask_token = -1;
   int64_t context = 128;     // max_position_embeddings
   int64_t layers = 4;
   int64_t d_model = 256;
@@ -54,19 +69,36 @@ struct BertConfig {
   int64_t hidden = 0;  // intermediate size; 0: 4 d_model
   int64_t type_vocab = 2;
   bool pre_norm = false;
+  kernels::GeluForm gelu_form = kernels::GeluForm::tanh;
+  double layer_norm_eps = 1e-5;  // applied as the float nearest
+  double hidden_dropout = 0, attention_dropout = 0;  // read, not applied (see the top)
   uint64_t seed = 0;
   unit::UnitConfig unit;
 
-  int64_t vocab() const { return byte_vocab + 4; }
-  int32_t cls_id() const { return static_cast<int32_t>(byte_vocab); }
-  int32_t sep_id() const { return static_cast<int32_t>(byte_vocab + 1); }
-  int32_t mask_id() const { return static_cast<int32_t>(byte_vocab + 2); }
-  int32_t pad_id() const { return static_cast<int32_t>(byte_vocab + 3); }
+  bool byte_level() const { return vocab_size == 0; }
+  int64_t vocab() const { return byte_level() ? byte_vocab + 4 : vocab_size; }
+  int32_t cls_id() const { return byte_level() ? static_cast<int32_t>(byte_vocab) : cls_token; }
+  int32_t sep_id() const { return byte_level() ? static_cast<int32_t>(byte_vocab + 1) : sep_token; }
+  int32_t mask_id() const { return byte_level() ? static_cast<int32_t>(byte_vocab + 2) : mask_token; }
+  int32_t pad_id() const { return byte_level() ? static_cast<int32_t>(byte_vocab + 3) : pad_token; }
   int64_t ffn() const { return hidden > 0 ? hidden : 4 * d_model; }
   void validate() const;        // throws std::invalid_argument naming the field
   std::string to_json() const;  // transformers BertConfig keys (+ "mantissa" extras)
   static BertConfig from_json(const std::string& text);
 };
+
+// The [CLS], [SEP] and [MASK] ids (and [PAD]'s, to check config.json's
+// pad_token_id) a transformers model directory's tokenizer files name, added
+// to a BERT config.json text that does not hold them (other texts come back
+// unchanged): the tokens' names from special_tokens_map.json or
+// tokenizer_config.json (cls_token, sep_token, mask_token, pad_token; a
+// string or {"content": ...}), else BERT's [CLS], [SEP], [MASK], [PAD]; their
+// ids from tokenizer.json (added_tokens, then the model's vocab), else
+// tokenizer_config.json's added_tokens_decoder, else vocab.txt (line number).
+// An id not found stays unknown: a run that needs it (masked-LM data) says
+// so. Throws std::invalid_argument naming the file for malformed JSON and
+// when [PAD]'s id disagrees with pad_token_id.
+std::string bert_config_with_special_ids(const std::string& config_json, const std::string& dir);
 
 // What the encoder reads from ids i32 [B, T] beside the tokens: the number of
 // non-padding tokens per row and the token types. Throws std::invalid_argument
@@ -87,6 +119,10 @@ class Bert : public Model {
   Bert& operator=(const Bert&) = delete;
 
   std::string base_prefix() const override { return "bert."; }
+  // Non-empty while the config's dropout rates are not 0.
+  std::string cannot_train() const override;
+  // p must be 0: sets both rates to 0 (dropout is not implemented).
+  void set_dropout(float p) override;
   // inputs: ids i32 [B, T]; targets i32 [B, T], the original token at the
   // predicted positions and -1 elsewhere. Only the predicted positions go
   // through the MLM head.

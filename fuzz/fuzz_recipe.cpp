@@ -10,6 +10,7 @@
 #include "mantissa/recipe/recipe.hpp"
 #include "mantissa/train/config.hpp"
 #include "mantissa/train/session.hpp"
+#include "mantissa/unit/settings.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace mantissa;
@@ -28,7 +29,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   FUZZ_EXPECT_REFUSAL({
     const recipe::Recipe r = train::resolve_recipe(c);
     unit::UnitConfig u;
-    (void)train::take_unit_settings(c.set, u);
+    (void)unit::take_settings(c.set, u);
     (void)recipe::recipe_from_json(recipe::recipe_to_json(r));
   });
   if (parts.size() > 1) FUZZ_EXPECT_REFUSAL((void)recipe::recipe_from_json(std::string(parts[1])));

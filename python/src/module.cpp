@@ -23,7 +23,7 @@
 #include "mantissa/nn/gpt.hpp"
 #include "mantissa/nn/models.hpp"
 #include "mantissa/train/config.hpp"
-#include "mantissa/train/experiment.hpp"
+#include "mantissa/study/experiment.hpp"
 #include "mantissa/train/finite.hpp"
 #include "mantissa/train/run.hpp"
 #include "mantissa/train/session.hpp"
@@ -173,7 +173,7 @@ std::pair<nb::dict, std::string> load_weights(const std::string& dir) {
 }
 
 nb::dict experiment(const nb::dict& settings, bool log) {
-  train::ExperimentOptions o;
+  study::ExperimentOptions o;
   for (auto [k, v] : settings) {
     const std::string key = nb::cast<std::string>(k);
     if (key == "preset") o.preset = nb::cast<std::string>(v);
@@ -196,10 +196,10 @@ nb::dict experiment(const nb::dict& settings, bool log) {
   }
   o.command = "mantissa.experiment(...)";
   if (o.threads > 0) kernels::set_num_threads(static_cast<int>(o.threads));
-  train::ExperimentOutcome r;
+  study::ExperimentOutcome r;
   {
     nb::gil_scoped_release release;
-    r = train::run_experiment(o, log ? stdout : nullptr, false);
+    r = study::run_experiment(o, log ? stdout : nullptr, false);
   }
   nb::dict d;
   d["markdown"] = r.report.markdown;

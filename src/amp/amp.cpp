@@ -163,6 +163,14 @@ void Amp::round_gradients() {
   }
 }
 
+std::vector<float> Amp::step_gradient(const autograd::Parameter& p) const {
+  std::vector<float> g(p.grad.f32(), p.grad.f32() + p.grad.numel());
+  if (low_gradients_) formats::fake_quantize(grad_format_, g.data(), g.data(), g.size(), formats::RoundOptions{});
+  const float unscale = scaler_.unscale_factor();  // as LossScaler::unscale_sumsq multiplies
+  for (float& x : g) x *= unscale;
+  return g;
+}
+
 void Amp::shard(const optim::OwnedRanges& owned, SumOfChunks total) {
   if (owned.size() != params_.size()) throw std::logic_error("Amp::shard: one range per parameter expected");
   if (options_.grad_stats)

@@ -10,13 +10,13 @@
 #include "cli/command.hpp"
 #include "mantissa/kernels/kernels.hpp"
 #include "mantissa/nn/models.hpp"
-#include "mantissa/train/analyse.hpp"
+#include "mantissa/analyse/analyse.hpp"
 
 namespace mantissa::cli {
 namespace {
 
 struct AnalyseArgs {
-  train::AnalyseOptions options;
+  analyse::AnalyseOptions options;
   std::string out;
   std::string baseline;
 };
@@ -27,25 +27,25 @@ void analyse_command(const AnalyseArgs& a) {
   if (nn::find_model_kind(c.model) == nullptr)
     throw UsageError("--model must be " + nn::model_kind_names() + ", got '" + c.model + "'");
   if (c.threads > 0) kernels::set_num_threads(c.threads);
-  const train::Analysis main = train::analyse(a.options);
+  const analyse::Analysis main = analyse::analyse(a.options);
   std::printf("mantissa analyse: %s model, recipe %s (%s parametrisation), loss %.4f\n", c.model.c_str(),
               main.recipe.c_str(), main.parametrisation.c_str(), main.loss);
   std::printf("underflow/overflow measured against %s (forward) and %s (backward)\n\n", main.forward_format.c_str(),
               main.backward_format.c_str());
-  std::fputs(train::analysis_table(main).c_str(), stdout);
-  std::fputs(train::analysis_notes(main).c_str(), stdout);
-  std::vector<std::pair<std::string, const train::Analysis*>> models{{main.recipe, &main}};
-  std::unique_ptr<train::Analysis> base;
+  std::fputs(analyse::analysis_table(main).c_str(), stdout);
+  std::fputs(analyse::analysis_notes(main).c_str(), stdout);
+  std::vector<std::pair<std::string, const analyse::Analysis*>> models{{main.recipe, &main}};
+  std::unique_ptr<analyse::Analysis> base;
   if (!a.baseline.empty()) {
-    train::AnalyseOptions bo = a.options;
+    analyse::AnalyseOptions bo = a.options;
     bo.config.recipe = a.baseline;
     bo.checkpoint.clear();
-    base = std::make_unique<train::Analysis>(train::analyse(bo));
+    base = std::make_unique<analyse::Analysis>(analyse::analyse(bo));
     models.emplace_back(base->recipe, base.get());
   }
   const std::string title = std::string(a.options.checkpoint.empty() ? "at initialisation" : "from checkpoint") +
                             ": RMS per op, " + c.model;
-  train::write_analysis(a.out, models, title);
+  analyse::write_analysis(a.out, models, title);
   std::printf("\nwrote %s/scales.csv and %s/scales.svg\n", a.out.c_str(), a.out.c_str());
 }
 

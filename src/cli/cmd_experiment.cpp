@@ -1,5 +1,5 @@
 // `mantissa experiment`: the side-by-side recipe study and its report
-// (train/experiment.hpp, report/report.hpp).
+// (study/experiment.hpp, report/report.hpp).
 #include <unistd.h>
 
 #include <cmath>
@@ -13,7 +13,7 @@
 #include "mantissa/formats/parse_number.hpp"
 #include "mantissa/kernels/kernels.hpp"
 #include "mantissa/nn/models.hpp"
-#include "mantissa/train/experiment.hpp"
+#include "mantissa/study/experiment.hpp"
 #include "mantissa/train/session.hpp"
 
 namespace mantissa::cli {
@@ -54,7 +54,7 @@ std::string quoted_command(int argc, char** argv) {
 }
 
 struct Args {
-  train::ExperimentOptions o;
+  study::ExperimentOptions o;
   std::string recipes, mlp_recipes;
 };
 
@@ -67,7 +67,7 @@ void experiment_command(CLI::App* cmd, Args& a) {
   if (dist::Group::world().rank() != 0 && !std::freopen("/dev/null", "w", stdout))
     throw std::runtime_error("cannot silence stdout");
   const bool terminal = ::isatty(::fileno(stdout)) != 0;
-  const auto outcome = train::run_experiment(a.o, stdout, terminal);
+  const auto outcome = study::run_experiment(a.o, stdout, terminal);
   std::printf("%s: %d runs trained, %d kept from earlier (--resume), %.1f s\n",
               outcome.interrupted ? "interrupted" : "done", outcome.ran, outcome.resumed, outcome.seconds);
   std::printf("report: %s\n        %s\n", outcome.report.markdown.c_str(), outcome.report.html.c_str());
@@ -107,7 +107,7 @@ Registrar reg(40, [](CLI::App& app) {
   cmd->add_option("--model", o.model, "model of the text task: gpt, llama (same sizes and recipes) or bert (masked LM, its own table)")->capture_default_str();
   cmd->add_option("--norm", o.norm, "gpt, bert: pre or post-norm blocks (default: gpt pre, bert post)");
   cmd->add_option("--preset", o.preset, "quick (smaller GPT, 1 seed: about 2 minutes on 2 idle cores) or paper (reference GPT, 3 seeds, every recipe: about 1.5 hours) or fp4 (the FP4 ablation on the reference GPT) or transfer (the best learning rate of the standard model and u-muP at d_model 64 to 512)")
-      ->check(CLI::IsMember(train::preset_names()));
+      ->check(CLI::IsMember(study::preset_names()));
   cmd->add_option("--recipes", a->recipes, "comma-separated GPT recipes (default: the preset's)");
   cmd->add_option("--mlp-recipes", a->mlp_recipes,
                   "comma-separated Fashion-MNIST MLP recipes, or none (default: fp32,bf16-amp,fp16-amp-noscale,unit-fp8,scalify-fp8)");

@@ -1,20 +1,20 @@
 // `mantissa inspect --recipe R [model, data and recipe flags as for train]
 // --steps N [--sync-every K | --free-running] [--sample-every k] --out DIR`:
 // trains under R beside an fp32 shadow on the same batches and says, cast
-// site by cast site, where R loses the signal (train/inspect.hpp).
+// site by cast site, where R loses the signal (inspect/inspect.hpp).
 #include <cstdio>
 #include <memory>
 
 #include "cli/command.hpp"
 #include "cli/train_flags.hpp"
 #include "mantissa/kernels/kernels.hpp"
-#include "mantissa/train/inspect.hpp"
+#include "mantissa/inspect/inspect.hpp"
 
 namespace mantissa::cli {
 namespace {
 
 struct InspectArgs {
-  train::InspectOptions o;
+  inspect::InspectOptions o;
   bool free_running = false;
   int64_t rows = 15;
 };
@@ -32,10 +32,10 @@ void inspect_command(CLI::App* cmd, InspectArgs& a) {
                                  : "shadow free-running",
               static_cast<long>(a.o.sample_every));
   std::fflush(stdout);
-  const train::InspectResult r = train::inspect(a.o);
+  const inspect::InspectResult r = inspect::inspect(a.o);
   std::printf("\ncast sites, worst first (SQNR: median over sampled steps, against each cast's own fp32 input):\n%s",
-              train::ranking_table(r.ranking, static_cast<size_t>(a.rows)).c_str());
-  const train::StepRecord& last = r.steps.back();
+              inspect::ranking_table(r.ranking, static_cast<size_t>(a.rows)).c_str());
+  const inspect::StepRecord& last = r.steps.back();
   std::printf("\nlast step: loss %.4f, fp32 shadow %.4f (%+.2f%%); %zu warning(s)\n", last.loss, last.shadow_loss,
               100 * (last.loss - last.shadow_loss) / last.shadow_loss, r.warnings.size());
   std::printf("step time: %s %.1f ms (probe included), shadow %s %.1f ms\n", r.recipe.c_str(), 1e3 * r.step_seconds,

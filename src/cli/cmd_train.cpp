@@ -17,7 +17,7 @@
 #include "mantissa/dist/group.hpp"
 #include "mantissa/kernels/kernels.hpp"
 #include "mantissa/nn/module.hpp"
-#include "mantissa/train/inspect.hpp"
+#include "mantissa/inspect/inspect.hpp"
 #include "mantissa/train/run.hpp"
 #include "mantissa/train/session.hpp"
 
@@ -63,9 +63,9 @@ void train_command(CLI::App* cmd, train::TrainConfig& cfg, int64_t watch) {
   train::RunOptions ro = train::run_options(*session);
   if (group.rank() != 0) ro.metrics_path.clear();
   ro.terminal = ::isatty(::fileno(stdout)) != 0;
-  std::unique_ptr<train::Watch> watcher;
+  std::unique_ptr<inspect::Watch> watcher;
   if (watch > 0) {
-    watcher = std::make_unique<train::Watch>(model, watch, train::kWatchValues, train::VerdictOptions{}, stdout,
+    watcher = std::make_unique<inspect::Watch>(model, watch, inspect::kWatchValues, inspect::VerdictOptions{}, stdout,
                                              session->optimizer.get());
     ro.before_step = [&](int64_t step) { watcher->before_step(step); };
     ro.after_step = [&](const train::StepMetrics& m) { watcher->after_step(m.step); };
@@ -74,7 +74,7 @@ void train_command(CLI::App* cmd, train::TrainConfig& cfg, int64_t watch) {
   if (watcher) {
     const auto ranked = watcher->verdicts().ranking();
     std::printf("watch: %zu warning(s); worst cast sites (every %ld-th step):\n%s", watcher->verdicts().warnings().size(),
-                static_cast<long>(watch), train::ranking_table(ranked, 5).c_str());
+                static_cast<long>(watch), inspect::ranking_table(ranked, 5).c_str());
   }
   std::printf("done: %ld steps in %.1f s, %.0f tokens/s (%.1f ms/step), %ld skipped, final loss scale %g\n",
               static_cast<long>(s.steps_done), s.seconds, s.tokens_per_s, s.mean_step_seconds * 1e3,

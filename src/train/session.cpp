@@ -13,6 +13,7 @@
 
 #include "mantissa/amp/amp.hpp"
 #include "mantissa/data/mlm.hpp"
+#include "mantissa/nn/bert.hpp"
 #include "mantissa/data/tokens.hpp"
 #include "mantissa/dist/group.hpp"
 #include "mantissa/train/checkpoint.hpp"
@@ -23,8 +24,11 @@
 #include "mantissa/kernels/kernels.hpp"
 #include "mantissa/nn/models.hpp"
 #include "mantissa/nn/tasks.hpp"
+#include "mantissa/optim/independent_decay.hpp"
+#include "mantissa/optim/unit_lr.hpp"
 #include "mantissa/train/rank_agreement.hpp"
 #include "mantissa/train/run.hpp"
+#include "mantissa/unit/settings.hpp"
 
 namespace mantissa::train {
 
@@ -53,7 +57,7 @@ recipe::Recipe resolve_recipe(const TrainConfig& c) {
   if (c.max_scale >= 0) ls.max_scale = c.max_scale;
   if (!c.weight_rounding.empty()) recipe::set_recipe_field(r, "weight_rounding", c.weight_rounding);
   unit::UnitConfig ignored;  // unit.* keys configure the model, not the recipe
-  for (const std::string& kv : take_unit_settings(c.set, ignored)) {
+  for (const std::string& kv : unit::take_settings(c.set, ignored)) {
     const auto eq = kv.find('=');
     if (eq == std::string::npos || eq == 0)
       throw std::invalid_argument("--set expects key=value (got '" + kv + "')");
@@ -73,7 +77,7 @@ void apply_precision(nn::Model& model, const recipe::Recipe& recipe) {
 
 unit::UnitConfig unit_config(const TrainConfig& c, const recipe::Recipe& recipe) {
   unit::UnitConfig u;
-  take_unit_settings(c.set, u);
+  unit::take_settings(c.set, u);
   u.enabled = recipe::unit_scaled(recipe.parametrisation);
   u.umup = recipe.parametrisation == recipe::Parametrisation::umup;
   const nn::ModelKind* kind = nn::find_model_kind(c.model);
@@ -111,139 +115,6 @@ std::unique_ptr<nn::Model> model_from_config(const std::string& kind, const std:
   if (k == nullptr) throw std::invalid_argument("unknown model kind '" + kind + "' in the checkpoint");
   return k->load(config_json);
 }
-
-// ---- unit scaling ------------------------------------------------------------------
-
-namespace {
-double parse_number(const std::string& entry, const std::string& value) {
-  double v = 0;
-  if (!formats::parse_number(value, v))
-    throw std::invalid_argument("--set " + io::excerpt(entry) + ": '" + io::excerpt(value) + "' is not a number");
-  return v;
-}
-}  // namespace
-
-std::vector<std::string> take_unit_settings(const std::vector<std::string>& set, unit::UnitConfig& u) {
-  std::vector<std::string> rest;
-  for (const std::string& kv : set) {
-    if (kv.rfind("unit.", 0) != 0) {
-      rest.push_back(kv);
-      continue;
-    }
-    const auto eq = kv.find('=');
-    if (eq == std::string::npos) throw std::invalid_argument("--set expects key=value (got '" + kv + "')");
-    const std::string key = kv.substr(5, eq - 5), value = kv.substr(eq + 1);
-    if (key == "rule_set") u.rule_set = value;
-    else if (key == "constraint") u.constraint = value;
-    else if (key.rfind("constraint.", 0) == 0) u.op_constraints[key.substr(11)] = value;
-    else if (key == "tau_attn") u.tau_attn = parse_number(kv, value);
-    else if (key == "tau_mlp") u.tau_mlp = parse_number(kv, value);
-    else if (key == "attn_mult") u.attn_mult = parse_number(kv, value);
-    else if (key == "loss_mult") u.loss_mult = parse_number(kv, value);
-    else if (key == "residual_mult") u.residual_mult = parse_number(kv, value);
-    else if (key == "residual_attn_ratio") u.residual_attn_ratio = parse_number(kv, value);
-    else
-      throw std::invalid_argument("--set " + kv + ": unknown unit key '" + key +
-                                  "' (valid: rule_set, constraint, constraint.OP, tau_attn, tau_mlp, attn_mult, loss_mult, "
-                                  "residual_mult, residual_attn_ratio)");
-    try {
-      u.validate();
-    } catch (const std::invalid_argument& e) {
-      throw std::invalid_argument("--set " + kv + ": " + e.what());
-    }
-  }
-  return rest;
-}
-
-unit::ParamRole unit_param_role(const autograd::Parameter& p) {
-  switch (p.role) {
-    case autograd::Role::readout: return unit::ParamRole::output;
-    case autograd::Role::bias: return unit::ParamRole::bias;
-    case autograd::Role::norm_gain:
-    case autograd::Role::norm_bias: return unit::ParamRole::norm;
-    case autograd::Role::token_embedding:
-    case autograd::Role::position_embedding:
-    case autograd::Role::weight: break;
-  }
-  return unit::ParamRole::weight;
-}
-
-std::optional<int> unit_param_depth(const autograd::Parameter& p, int64_t blocks) {
-  if (p.block >= 0 && blocks > 0) return static_cast<int>(blocks);
-  return std::nullopt;
-}
-
-IndependentDecay::IndependentDecay(std::unique_ptr<optim::Optimizer> inner, double base_lr, double decay)
-    : Optimizer(inner->parameters()), inner_(std::move(inner)), base_lr_(base_lr), decay_(decay) {
-  if (!(base_lr_ > 0)) throw std::invalid_argument("independent weight decay needs a positive base learning rate");
-  for (size_t i = 0; i < params_.size(); ++i) lr_mult_[i] = inner_->lr_multiplier(i);
-}
-
-void IndependentDecay::step(double lr) {
-  inner_->step(lr);
-  steps_ = inner_->step_count();
-  const float keep = static_cast<float>(1.0 - lr / base_lr_ * decay_);
-  if (decay_ == 0.0) return;
-  for (size_t k = 0; k < params_.size(); ++k) {
-    autograd::Parameter* p = params_[k];
-    if (!p->decay) continue;
-    // Sharded: the owned elements only (the others arrive from their owners).
-    const int64_t first = owned_.empty() ? 0 : owned_[k].begin, n = owned_.empty() ? p->value.numel() : owned_[k].end;
-    float* v = p->value.f32();
-#pragma omp parallel for schedule(static) if (n - first > 65536)
-    for (int64_t i = first; i < n; ++i) v[i] *= keep;
-  }
-}
-
-void IndependentDecay::shard(const optim::OwnedRanges& owned) {
-  inner_->shard(owned);
-  Optimizer::shard(owned);
-}
-
-void IndependentDecay::load_state(const std::map<std::string, Tensor>& tensors, const std::string& json) {
-  inner_->load_state(tensors, json);
-  steps_ = inner_->step_count();
-}
-
-
-namespace {
-
-// The forward scale (GEMM alpha) of the unit linear whose weight is w
-// [fan_in, fan_out], from the same rule the model applies (the readout uses
-// linear_readout).
-double unit_linear_forward_scale(const unit::UnitConfig& u, const autograd::Parameter& w) {
-  const int64_t fan_in = w.fan_in, fan_out = w.value.numel() / w.fan_in;
-  if (w.role == autograd::Role::readout) return unit::linear_readout(fan_in, fan_out, 1, u.rules("readout")).fwd;
-  return unit::linear(fan_in, fan_out, 1, u.rules("linear")).fwd;
-}
-
-// u-muP learning-rate multipliers (unit::lr_scale) on every parameter.
-void set_unit_lr_multipliers(nn::Model& model, optim::Optimizer& opt, const std::string& optimizer) {
-  const auto kind = optimizer == "sgd" ? unit::OptimizerKind::sgd : unit::OptimizerKind::adam;
-  std::map<const autograd::Parameter*, const autograd::Parameter*> linear_of;  // bias -> the weight it follows
-  for (const autograd::Parameter* q : model.parameters())
-    if (q->bias && !autograd::is_norm(q->role)) linear_of[q->bias] = q;
-  opt.set_lr_multipliers([&](const autograd::Parameter& p) {
-    // lr_scale reads PyTorch shapes: [out, in] for linear weights and the
-    // readout ([numel / fan_in, fan_in] whatever the stored layout), tables as stored.
-    Shape shape = p.value.shape();
-    if (shape.size() == 2 && p.role != autograd::Role::position_embedding) shape = {p.value.numel() / p.fan_in, p.fan_in};
-    const unit::ParamRole role = unit_param_role(p);
-    double mult = unit::lr_scale(kind, role, shape, unit_param_depth(p, model.blocks()));
-    // The library scales a linear's bias forward with its output (alpha (xW + b));
-    // our kernels add the bias after the GEMM alpha, so the same Adam step moves
-    // the output 1/alpha times further (16x at d_model 256, the whole learning
-    // rate per step). Multiplying the bias's LR by alpha gives the library's
-    // dynamics exactly under Adam (its update does not see gradient scale).
-    if (role == unit::ParamRole::bias && kind == unit::OptimizerKind::adam) {
-      const auto w = linear_of.find(&p);
-      if (w != linear_of.end() && w->second->value.ndim() == 2) mult *= unit_linear_forward_scale(model.unit(), *w->second);
-    }
-    return mult;
-  });
-}
-
-}  // namespace
 
 namespace {
 
@@ -322,10 +193,10 @@ std::unique_ptr<optim::Optimizer> make_optimizer(const TrainConfig& c, nn::Model
   // u-muP: per-parameter LR rules, and weight decay that does not follow them.
   oc.weight_decay = 0;
   auto inner = optim::make_optimizer(oc, model.parameters());
-  set_unit_lr_multipliers(model, *inner, c.optimizer);
+  optim::set_unit_lr_multipliers(model, *inner, c.optimizer);
   // Per-step decay independent of the LR: what the standard model gets at
   // its default learning rate (weight_decay x 1e-3), following the schedule.
-  auto outer = std::make_unique<IndependentDecay>(std::move(inner), c.lr, c.weight_decay * TrainConfig{}.lr);
+  auto outer = std::make_unique<optim::IndependentDecay>(std::move(inner), c.lr, c.weight_decay * TrainConfig{}.lr);
   if (!owned.empty()) outer->shard(owned);
   return outer;
 }
@@ -337,14 +208,15 @@ double unit_default_lr(const std::string& model) {
 
 namespace {
 
-// Token data is refused for masked LMs (their batches need the tokenizer's
-// special ids) and needs the vocabulary given for a model built here: the
-// ids alone do not say it (GPT-2's 50257 tokens are often padded to 50304).
+// Token data is refused for masked LMs built here (byte-level: their
+// batches need a tokenizer's special ids, which --init-from DIR names) and
+// needs the vocabulary given for a model built here: the ids alone do not
+// say it (GPT-2's 50257 tokens are often padded to 50304).
 void check_token_run(const TrainConfig& c, const data::TokenCorpus& tokens) {
-  if (train::masked_text_model(c.model))
+  if (train::masked_text_model(c.model) && c.resume.empty() && c.init_from.empty())
     throw std::invalid_argument("--model " + c.model + " on token data (--data " + c.data +
-                                ") is not supported: masked-LM batches need the tokenizer's [CLS], [SEP], [MASK] and "
-                                "[PAD] ids; train it on byte-level text");
+                                "): a masked LM built here is byte-level; train it on byte-level text, or start from "
+                                "a transformers directory holding its tokenizer.json (--init-from DIR)");
   if (c.resume.empty() && c.init_from.empty() && c.vocab_size == 0)
     throw std::invalid_argument("--data " + c.data + " holds token ids (largest " + std::to_string(tokens.max_id()) +
                                 "): give the model's vocabulary with --vocab-size N (at least " +
@@ -458,7 +330,108 @@ void check_parametrisation(const std::string& flag, const std::string& dir, cons
                                 " wants the " + (unit.umup ? "u-muP" : "unit") + " parametrisation");
 }
 
+// A text model's data (token ids, returned, or the byte text, kept in s),
+// checked against --seq-len and --vocab-size; nothing for other models.
+std::shared_ptr<const data::TokenCorpus> load_text(Session& s) {
+  const TrainConfig& c = s.config;
+  if (!train::text_model(c.model)) return nullptr;
+  if (data::is_token_data(s.data_path)) {
+    auto tokens = std::make_shared<const data::TokenCorpus>(data::TokenCorpus::load(s.data_path));
+    tokens->check_seq_len(c.seq_len);
+    check_token_run(c, *tokens);
+    return tokens;
+  }
+  if (c.vocab_size != 0)
+    throw std::invalid_argument("--vocab-size applies to token data (a .bin file or a directory of them); --data " +
+                                s.data_path + " is byte-level text, whose vocabulary is the 256 byte values");
+  s.corpus = std::make_unique<data::TextCorpus>(data::TextCorpus::load(s.data_path));
+  s.corpus->check_seq_len(c.seq_len);
+  return nullptr;
+}
+
+// The run's model: a resumed run takes its configuration from the
+// checkpoint (so the size flags cannot silently disagree with the saved
+// weights), --init-from from init_config with its weights; else built from
+// the flags. Resolves c.resume to the checkpoint chosen.
+std::unique_ptr<nn::Model> build_model(TrainConfig& c, const std::string& init_config, const recipe::Recipe& recipe,
+                                       const unit::UnitConfig& unit) {
+  std::unique_ptr<nn::Model> model;
+  if (!c.resume.empty()) {
+    c.resume = chosen_directory("--resume", c.resume, false);
+    const std::string cfg = train::read_model_config(c.resume);
+    model = model_from_config(c.model, cfg);
+    check_parametrisation("--resume", c.resume, *model, recipe, unit);
+  } else if (!c.init_from.empty()) {
+    try {
+      model = model_from_config(c.model, nn::bert_config_with_special_ids(init_config, c.init_from));
+      check_parametrisation("--init-from", c.init_from, *model, recipe, unit);
+      if (nn::find_model_kind(c.model)->reads("dropout")) set_run_dropout(c, init_config, *model);
+      train::load_model_weights(c.init_from, *model);
+    } catch (const io::FormatError& e) {
+      throw std::invalid_argument("--init-from " + c.init_from + ": " + e.what());
+    }
+    for (autograd::Parameter* p : model->parameters())
+      if (!train::all_finite(p->value))
+        throw std::invalid_argument("--init-from " + c.init_from + ": weight " + p->name +
+                                    " holds non-finite values (NaN or infinity)");
+  } else {
+    model = make_model(c, unit);
+  }
+  if (const std::string why = model->cannot_train(); !why.empty())
+    throw std::invalid_argument((c.init_from.empty() ? "" : "--init-from " + c.init_from + ": ") + why);
+  return model;
+}
+
+// The trainer's settings from the flags; sets the group's timeout.
+TrainerOptions trainer_options(const TrainConfig& c, const dist::CommOptions& comm, dist::Group& group) {
+  TrainerOptions to;
+  to.grad_accum = c.grad_accum;
+  to.schedule.max_lr = c.lr;
+  to.schedule.min_lr = c.min_lr;
+  to.schedule.warmup_steps = c.warmup;
+  to.schedule.decay_steps = c.steps;
+  to.amp.grad_clip = c.grad_clip;
+  to.amp.seed = static_cast<uint64_t>(c.seed);
+  to.amp.grad_stats = c.grad_stats;
+  to.comm = comm;
+  to.shard_optimizer = c.shard_optimizer;
+  to.group = &group;
+  to.group->set_timeout(c.comm_timeout);
+  return to;
+}
+
 }  // namespace
+
+DataSources data_sources(const TrainConfig& c, const RunData& d) {
+  DataSources s;
+  const auto seed = static_cast<uint64_t>(c.seed);
+  if (d.tokens && train::masked_text_model(c.model)) {
+    s.train = std::make_unique<data::MlmBatches>(d.tokens, c.batch_size, c.seq_len, seed, d.mlm);
+    if (d.evaluation)
+      s.val = std::make_unique<data::MlmValidation>(*d.tokens, c.batch_size, c.seq_len, c.eval_batches, d.mlm);
+  } else if (d.tokens) {
+    s.train = std::make_unique<data::TextWindows>(d.tokens, d.vocab, c.batch_size, c.seq_len, seed);
+    if (d.evaluation)
+      s.val = std::make_unique<data::TextValidation>(d.tokens, d.vocab, c.batch_size, c.seq_len, c.eval_batches);
+  } else if (d.corpus && train::masked_text_model(c.model)) {
+    s.train = std::make_unique<data::MlmBatches>(*d.corpus, c.batch_size, c.seq_len, seed, d.mlm);
+    if (d.evaluation)
+      s.val = std::make_unique<data::MlmValidation>(*d.corpus, c.batch_size, c.seq_len, c.eval_batches, d.mlm);
+  } else if (d.corpus) {
+    s.train = std::make_unique<data::TextWindows>(*d.corpus, c.batch_size, c.seq_len, seed);
+    if (d.evaluation)
+      s.val = std::make_unique<data::TextValidation>(*d.corpus, c.batch_size, c.seq_len, c.eval_batches);
+  } else if (d.train_set) {
+    if (c.batch_size > d.train_set->size())
+      throw std::invalid_argument("--batch-size " + std::to_string(c.batch_size) + " exceeds the " +
+                                  std::to_string(d.train_set->size()) + " training examples");
+    s.train = std::make_unique<data::ShuffledBatches>(*d.train_set, c.batch_size, seed);
+    if (d.evaluation) s.val = std::make_unique<data::SequentialBatches>(*d.test_set, c.batch_size);
+  } else {
+    throw std::logic_error("data_sources: no data given");
+  }
+  return s;
+}
 
 std::unique_ptr<Session> build_session(const TrainConfig& config) {
   auto s = std::make_unique<Session>();
@@ -483,77 +456,35 @@ std::unique_ptr<Session> build_session(const TrainConfig& config) {
 
   // The data first: a sequence length the corpus cannot fill is reported
   // before memory is spent on the model.
-  s->data_path = c.data.empty() ? default_data_path(c.model) : c.data;
-  std::shared_ptr<const data::TokenCorpus> tokens;
-  if (train::text_model(c.model) && data::is_token_data(s->data_path)) {
-    tokens = std::make_shared<const data::TokenCorpus>(data::TokenCorpus::load(s->data_path));
-    tokens->check_seq_len(c.seq_len);
-    check_token_run(c, *tokens);
-  } else if (train::text_model(c.model)) {
-    if (c.vocab_size != 0)
-      throw std::invalid_argument("--vocab-size applies to token data (a .bin file or a directory of them); --data " +
-                                  s->data_path + " is byte-level text, whose vocabulary is the 256 byte values");
-    s->corpus = std::make_unique<data::TextCorpus>(data::TextCorpus::load(s->data_path));
-    s->corpus->check_seq_len(c.seq_len);
-  }
+  const std::shared_ptr<const data::TokenCorpus> tokens = load_text(*s);
 
-  // A resumed run takes its model configuration from the checkpoint, so the
-  // size flags cannot silently disagree with the saved weights.
-  if (!c.resume.empty()) {
-    c.resume = chosen_directory("--resume", c.resume, false);
-    const std::string cfg = train::read_model_config(c.resume);
-    s->model = model_from_config(c.model, cfg);
-    check_parametrisation("--resume", c.resume, *s->model, s->recipe, unit);
-  } else if (!c.init_from.empty()) {
-    try {
-      s->model = model_from_config(c.model, init_config);
-      check_parametrisation("--init-from", c.init_from, *s->model, s->recipe, unit);
-      if (nn::find_model_kind(c.model)->reads("dropout")) set_run_dropout(c, init_config, *s->model);
-      train::load_model_weights(c.init_from, *s->model);
-    } catch (const io::FormatError& e) {
-      throw std::invalid_argument("--init-from " + c.init_from + ": " + e.what());
-    }
-    for (autograd::Parameter* p : s->model->parameters())
-      if (!train::all_finite(p->value))
-        throw std::invalid_argument("--init-from " + c.init_from + ": weight " + p->name +
-                                    " holds non-finite values (NaN or infinity)");
-  } else {
-    s->model = make_model(c, unit);
-  }
-  if (const std::string why = s->model->cannot_train(); !why.empty())
-    throw std::invalid_argument((c.init_from.empty() ? "" : "--init-from " + c.init_from + ": ") + why);
+  s->model = build_model(c, init_config, s->recipe, unit);
   // The precision policy is the Trainer's (amp::Amp sets it once).
 
+  const int64_t vocab = tokens ? data::model_vocab(*s->model) : 0;
   if (train::text_model(c.model)) {
     const int64_t context = s->model->context_length();
     if (c.seq_len > context)
       throw std::invalid_argument("--seq-len " + std::to_string(c.seq_len) + " exceeds the model's context " +
                                   std::to_string(context));
-    if (tokens) {
-      const int64_t vocab = data::model_vocab(*s->model);
-      if (c.vocab_size > 0 && c.vocab_size != vocab)
-        throw std::invalid_argument("--vocab-size " + std::to_string(c.vocab_size) +
-                                    " disagrees with the checkpoint's vocabulary " + std::to_string(vocab) +
-                                    " (--resume " + c.resume + ")");
-      s->train =
-          std::make_unique<data::TextWindows>(tokens, vocab, c.batch_size, c.seq_len, static_cast<uint64_t>(c.seed));
-      s->val = std::make_unique<data::TextValidation>(tokens, vocab, c.batch_size, c.seq_len, c.eval_batches);
-    } else if (train::masked_text_model(c.model)) {
-      s->train = std::make_unique<data::MlmBatches>(*s->corpus, c.batch_size, c.seq_len, static_cast<uint64_t>(c.seed));
-      s->val = std::make_unique<data::MlmValidation>(*s->corpus, c.batch_size, c.seq_len, c.eval_batches);
-    } else {
-      s->train = std::make_unique<data::TextWindows>(*s->corpus, c.batch_size, c.seq_len, static_cast<uint64_t>(c.seed));
-      s->val = std::make_unique<data::TextValidation>(*s->corpus, c.batch_size, c.seq_len, c.eval_batches);
-    }
+    if (tokens && c.vocab_size > 0 && c.vocab_size != vocab)
+      throw std::invalid_argument("--vocab-size " + std::to_string(c.vocab_size) +
+                                  " disagrees with the checkpoint's vocabulary " + std::to_string(vocab) +
+                                  " (--resume " + c.resume + ")");
   } else {
     s->train_set = std::make_unique<data::ClassificationSet>(data::load_fashion_mnist(s->data_path, "train"));
     s->test_set = std::make_unique<data::ClassificationSet>(data::load_fashion_mnist(s->data_path, "test"));
-    if (c.batch_size > s->train_set->size())
-      throw std::invalid_argument("--batch-size " + std::to_string(c.batch_size) + " exceeds the " +
-                                  std::to_string(s->train_set->size()) + " training examples");
-    s->train = std::make_unique<data::ShuffledBatches>(*s->train_set, c.batch_size, static_cast<uint64_t>(c.seed));
-    s->val = std::make_unique<data::SequentialBatches>(*s->test_set, c.batch_size);
   }
+  RunData run_data;
+  run_data.tokens = tokens;
+  run_data.vocab = vocab;
+  run_data.corpus = s->corpus.get();
+  run_data.train_set = s->train_set.get();
+  run_data.test_set = s->test_set.get();
+  if (train::masked_text_model(c.model)) run_data.mlm = data::mlm_tokens(*s->model, tokens != nullptr);
+  DataSources sources = data_sources(c, run_data);
+  s->train = std::move(sources.train);
+  s->val = std::move(sources.val);
 
   // Sharded: the optimizer holds this rank's share of the state from the start.
   const dist::CommOptions comm{c.comm_format, c.comm_block, c.comm_error_feedback};
@@ -570,19 +501,7 @@ std::unique_ptr<Session> build_session(const TrainConfig& config) {
     throw std::invalid_argument(std::string("--shard-optimizer: ") + e.what());
   }
 
-  TrainerOptions to;
-  to.grad_accum = c.grad_accum;
-  to.schedule.max_lr = c.lr;
-  to.schedule.min_lr = c.min_lr;
-  to.schedule.warmup_steps = c.warmup;
-  to.schedule.decay_steps = c.steps;
-  to.amp.grad_clip = c.grad_clip;
-  to.amp.seed = static_cast<uint64_t>(c.seed);
-  to.amp.grad_stats = c.grad_stats;
-  to.comm = comm;
-  to.shard_optimizer = c.shard_optimizer;
-  to.group = &group;
-  to.group->set_timeout(c.comm_timeout);
+  TrainerOptions to = trainer_options(c, comm, group);
   if (c.shard_optimizer && !to.group->distributed())
     std::fprintf(stderr, "mantissa: note: --shard-optimizer has nothing to share in one process (launch with mpirun)\n");
   if (c.batch_size % to.group->size() != 0)

@@ -84,22 +84,37 @@ void Trainer::accumulate(size_t k, size_t count) {
   }
 }
 
-StepMetrics Trainer::train_step() {
-  const auto t0 = std::chrono::steady_clock::now();
+std::vector<nn::Batch> Trainer::next_batches() {
+  // Every rank draws the whole global batch (same data order everywhere).
   std::vector<nn::Batch> micro;
   micro.reserve(static_cast<size_t>(options_.grad_accum));
+  for (int64_t k = 0; k < options_.grad_accum; ++k) micro.push_back(train_.next());
+  return micro;
+}
+
+StepMetrics Trainer::train_step() {
+  const auto t0 = std::chrono::steady_clock::now();
+  return step_on(next_batches(), next_lr(), {}, t0);
+}
+
+StepMetrics Trainer::train_step(const std::vector<nn::Batch>& micro, double lr, const std::function<void()>& before_update) {
+  return step_on(micro, lr, before_update, std::chrono::steady_clock::now());
+}
+
+StepMetrics Trainer::step_on(const std::vector<nn::Batch>& global, double lr, const std::function<void()>& before_update,
+                             std::chrono::steady_clock::time_point t0) {
   int64_t total = 0, tokens = 0;
   const int ranks = reducer_ ? options_.group->size() : 1;
-  for (int64_t k = 0; k < options_.grad_accum; ++k) {
-    // Every rank draws the whole global batch (same data order everywhere)
-    // and counts all its targets: the gradient is normalised as in one process.
-    nn::Batch global = train_.next();
-    total += amp::count_targets(global);
-    tokens += global.targets.numel();
-    micro.push_back(ranks > 1 ? dist::rank_rows(global, options_.group->rank(), ranks) : std::move(global));
+  // Each rank counts all targets of the global batches: the gradient is
+  // normalised as in one process.
+  std::vector<nn::Batch> rows;  // data parallel: this rank's rows of each
+  for (const nn::Batch& b : global) {
+    total += amp::count_targets(b);
+    tokens += b.targets.numel();
+    if (ranks > 1) rows.push_back(dist::rank_rows(b, options_.group->rank(), ranks));
   }
+  const std::vector<nn::Batch>& micro = ranks > 1 ? rows : global;
   StepMetrics m;
-  const double lr = options_.schedule.at(amp_.updates());
   if (const auto& q = model_.precision().quantiser) q->set_progress(amp_.updates(), options_.schedule.decay_steps);
   double loss_sum = 0;
   if (options_.fault_hook) options_.fault_hook(step_ + 1, false);
@@ -118,6 +133,7 @@ StepMetrics Trainer::train_step() {
     for (double v : sums) loss_sum += v;  // rank order, as micro-batches add up
   }
   if (options_.fault_hook) options_.fault_hook(step_ + 1, true);
+  if (before_update) before_update();
   m.ranks = ranks;
   const amp::AmpStepResult r = amp_.step(lr);
   if (reducer_ && r.skipped) reducer_->reset_feedback();

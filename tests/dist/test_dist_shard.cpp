@@ -21,7 +21,7 @@
 #include "mantissa/data/text.hpp"
 #include "mantissa/dist/group.hpp"
 #include "mantissa/dist/reduce.hpp"
-#include "mantissa/train/experiment.hpp"
+#include "mantissa/study/experiment.hpp"
 #include "mantissa/train/session.hpp"
 #include "dist/worker.hpp"
 
@@ -352,7 +352,7 @@ TEST(ShardWorker, ExperimentRunsDataParallelAndOnlyRankZeroWrites) {
   const fs::path root = fs::temp_directory_path() / ("mantissa_study_" + std::to_string(::getpid()));
   fs::create_directories(root);
   { std::ofstream(root / "corpus.txt") << corpus_text(); }
-  train::ExperimentOptions o;
+  study::ExperimentOptions o;
   o.recipes = {"bf16-amp"};
   o.mlp_recipes = {"none"};
   o.seeds = 1;
@@ -365,7 +365,7 @@ TEST(ShardWorker, ExperimentRunsDataParallelAndOnlyRankZeroWrites) {
   o.data = (root / "corpus.txt").string();
   o.out = (root / "report").string();
   o.inspect = false;
-  const train::ExperimentOutcome out = train::run_experiment(o, nullptr, false);
+  const study::ExperimentOutcome out = study::run_experiment(o, nullptr, false);
   ASSERT_EQ(out.results.size(), 1u);
   ASSERT_EQ(out.results[0].status, "ok") << out.results[0].error;
   const double bpc = out.results[0].val_bpc;

@@ -1,7 +1,7 @@
 // `mantissa analyse --model llama|bert --recipe unit-fp32` at the default size (4 layers,
 // d_model 256, batch 16 x 128, the default corpus) under both rule sets: every tracked op
 // output and the gradient arriving at it has RMS in [1/2, 2] at initialisation. The only rows
-// left out are those train::unit_exclusions names with its reason (the library's u-muP readout
+// left out are those analyse::unit_exclusions names with its reason (the library's u-muP readout
 // logits, 1/fan_in by design); parameter rows are weights and weight gradients, not op
 // outputs, and are not checked.
 #include <gtest/gtest.h>
@@ -10,7 +10,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "mantissa/train/analyse.hpp"
+#include "mantissa/analyse/analyse.hpp"
 
 using namespace mantissa;
 
@@ -18,17 +18,17 @@ namespace {
 
 void check_default_size(const std::string& model, const std::string& rule_set) {
   SCOPED_TRACE(model + ", " + rule_set + " rules");
-  train::AnalyseOptions o;
+  analyse::AnalyseOptions o;
   o.config.model = model;  // every size flag at its default
   // The default corpus: $MANTISSA_DATA, else the source tree's .cache/data (scripts/data.sh).
   const char* env = std::getenv("MANTISSA_DATA");
   if (env == nullptr || *env == 0) o.config.data = std::string(MANTISSA_SOURCE_DIR) + "/.cache/data/austen.txt";
   o.config.recipe = "unit-fp32";
   o.config.set = {"unit.rule_set=" + rule_set};
-  const train::Analysis a = train::analyse(o);
+  const analyse::Analysis a = analyse::analyse(o);
   ASSERT_EQ(a.parametrisation, "unit");
   ASSERT_EQ(a.rule_set, rule_set);
-  const std::vector<train::UnitExclusion> ex = train::unit_exclusions(a);
+  const std::vector<analyse::UnitExclusion> ex = analyse::unit_exclusions(a);
   if (rule_set == "paper") {
     EXPECT_TRUE(ex.empty());
   } else {

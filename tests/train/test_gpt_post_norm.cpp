@@ -9,8 +9,8 @@
 #include <string>
 
 #include "mantissa/nn/gpt.hpp"
-#include "mantissa/train/analyse.hpp"
-#include "mantissa/train/experiment.hpp"
+#include "mantissa/analyse/analyse.hpp"
+#include "mantissa/study/experiment.hpp"
 #include "mantissa/train/session.hpp"
 #include "temp_dir.hpp"
 #include "train/cli_util.hpp"
@@ -35,10 +35,10 @@ train::TrainConfig config(const TextDir& d, const std::string& recipe) {
 
 TEST(GptPostNorm, UnitGptIsUnitScaledAtInit) {
   TextDir d;
-  train::AnalyseOptions o;
+  analyse::AnalyseOptions o;
   o.config = config(d, "unit-fp32");
   o.config.set = {"unit.rule_set=paper"};
-  const train::Analysis a = train::analyse(o);
+  const analyse::Analysis a = analyse::analyse(o);
   EXPECT_EQ(a.parametrisation, "unit");
   // embedding, 10 per block (qkv, sdpa, proj, residual, ln for each branch), logits; both passes.
   ASSERT_EQ(a.ops.rows().size(), 2u * (1 + 2 * 10 + 1));
@@ -97,10 +97,10 @@ TEST(GptPostNorm, NormIsRefusedWhereItDoesNotApply) {
 }
 
 TEST(GptPostNorm, ExperimentPassesNormToTheTextRuns) {
-  train::ExperimentOptions o;
+  study::ExperimentOptions o;
   o.norm = "post";
   o.recipes = {"fp32", "unit-fp32"};
-  const train::ExperimentPlan plan = train::make_plan(o);
+  const study::ExperimentPlan plan = study::make_plan(o);
   int text = 0;
   for (const auto& r : plan.runs) {
     if (r.task != "gpt") continue;
@@ -109,8 +109,8 @@ TEST(GptPostNorm, ExperimentPassesNormToTheTextRuns) {
   }
   EXPECT_EQ(text, 2);
   o.norm = "sideways";
-  EXPECT_THROW(train::make_plan(o), std::invalid_argument);
+  EXPECT_THROW(study::make_plan(o), std::invalid_argument);
   o.norm = "post";
   o.model = "llama";
-  EXPECT_THROW(train::make_plan(o), std::invalid_argument);
+  EXPECT_THROW(study::make_plan(o), std::invalid_argument);
 }

@@ -74,6 +74,10 @@ class Amp {
   // working weights, advance the scaler, zero the gradients. Returns whether
   // the step was skipped (then the caller must not advance its LR schedule).
   AmpStepResult step(double lr);
+  // A copy of p's gradient as step() hands it to clipping and the optimizer
+  // (call it between backward and step): rounded into the recipe's gradient
+  // format, unscaled.
+  std::vector<float> step_gradient(const autograd::Parameter& p) const;
 
   // Number of updates applied (skipped steps excluded): the stochastic
   // rounding counter. Part of the resumable state.

@@ -38,7 +38,7 @@ struct QuantSite {
   // True for the cast of an output gradient for the weight-gradient product
   // (asked only of quantisers whose separate_wgrad() is true).
   bool wgrad = false;
-  // Diagnostics (train/inspect): a block-scaled quantiser that keeps no
+  // Diagnostics (inspect/): a block-scaled quantiser that keeps no
   // BlockScales attaches its tiles' scales (QuantisedOperand::tiles).
   bool report_tiles = false;
 };
@@ -164,7 +164,7 @@ struct SavedScaleHints {
   static constexpr int kNone = -1000;
 };
 
-// Diagnostics (train/inspect): sees every 1-byte save, its source (x less
+// Diagnostics (inspect/): sees every 1-byte save, its source (x less
 // row_mean per row of `cols` when row_mean is set) and the codes kept, after
 // the encode. `site` is the save's OpContext::save_calls order in its pass.
 // Must only read: the pass's numerics are the same with or without it.

@@ -11,7 +11,9 @@
 
 #include "mantissa/recipe/recipe.hpp"
 #include "mantissa/data/idx.hpp"
+#include "mantissa/data/mlm.hpp"
 #include "mantissa/data/text.hpp"
+#include "mantissa/data/tokens.hpp"
 #include "mantissa/nn/module.hpp"
 #include "mantissa/unit/config.hpp"
 #include "mantissa/unit/rules.hpp"
@@ -28,9 +30,9 @@ recipe::Recipe resolve_recipe(const TrainConfig& c);
 
 // ---- unit scaling (recipe::Parametrisation::unit) -----------------------------------
 // What a unit-scaled recipe changes in a training run besides the model:
-// u-muP learning-rate multipliers per parameter (unit::lr_scale),
-// independent weight decay, and the model's unit settings from
-// `--set unit.KEY=VALUE`.
+// u-muP learning-rate multipliers per parameter (optim/unit_lr.hpp),
+// independent weight decay (optim/independent_decay.hpp), and the model's
+// unit settings from `--set unit.KEY=VALUE` (unit/settings.hpp).
 
 // Default base learning rate of unit-scaled models with Adam/AdamW, used when
 // --lr is left at its default. With the u-muP multipliers the hidden weights
@@ -55,41 +57,6 @@ double unit_default_lr(const std::string& model);
 inline constexpr double kStandardGradClip = 1.0;
 inline constexpr double kUnitGradClip = 0.0;
 
-// Splits "unit.KEY=VALUE" entries off `set` (returned) and applies them to
-// u: keys rule_set, constraint, constraint.OP (OP: linear, readout, gelu,
-// relu, add), tau_attn, tau_mlp, attn_mult, loss_mult. Throws
-// std::invalid_argument naming the --set entry.
-std::vector<std::string> take_unit_settings(const std::vector<std::string>& set, unit::UnitConfig& u);
-
-// The u-muP role of a parameter (from autograd::Role): the readout is `output`,
-// other matrices (embeddings, linears) `weight`, norm gains/shifts `norm`,
-// linear biases `bias`.
-unit::ParamRole unit_param_role(const autograd::Parameter& p);
-// Residual depth of a parameter inside the blocks (the model's number of
-// blocks), nullopt outside the trunk.
-std::optional<int> unit_param_depth(const autograd::Parameter& p, int64_t blocks);
-
-// Wraps an optimizer built with weight decay 0 and applies decoupled weight
-// decay itself after each update: p *= 1 - (lr / base_lr) * decay for every
-// parameter with Parameter::decay, whatever its learning-rate multiplier
-// (u-muP's independent weight decay: per step, decay x the schedule factor).
-// Everything else (state, checkpoints, step count) is the inner optimizer's.
-class IndependentDecay final : public optim::Optimizer {
- public:
-  IndependentDecay(std::unique_ptr<optim::Optimizer> inner, double base_lr, double decay);
-  void step(double lr) override;
-  std::string type() const override { return inner_->type(); }
-  std::map<std::string, Tensor> state_tensors() const override { return inner_->state_tensors(); }
-  std::string state_json() const override { return inner_->state_json(); }
-  void load_state(const std::map<std::string, Tensor>& tensors, const std::string& json) override;
-  void shard(const optim::OwnedRanges& owned) override;
-  optim::Optimizer& inner() { return *inner_; }
-
- private:
-  std::unique_ptr<optim::Optimizer> inner_;
-  double base_lr_, decay_;
-};
-
 // The model's unit settings for this run: enabled by the recipe's
 // parametrisation, adjusted by --set unit.KEY=VALUE.
 unit::UnitConfig unit_config(const TrainConfig& c, const recipe::Recipe& recipe);
@@ -105,7 +72,7 @@ std::unique_ptr<nn::Model> model_from_config(const std::string& kind, const std:
 
 // The optimizer `mantissa train` uses for this model: c.optimizer with the
 // recipe's state format; unit-scaled models get the u-muP per-parameter LR
-// multipliers and weight decay independent of them (IndependentDecay).
+// multipliers and weight decay independent of them (optim::IndependentDecay).
 // owned non-empty: built with that share of the state only (sharded).
 std::unique_ptr<optim::Optimizer> make_optimizer(const TrainConfig& c, nn::Model& model, const recipe::Recipe& recipe,
                                                  const optim::OwnedRanges& owned = {});
@@ -119,6 +86,28 @@ std::string default_data_path(const std::string& model_kind);
 // not mantissa's own (--save: a checkpoint; --metrics: a metrics file), that
 // would overwrite an input (--data, --config), or that cannot be written.
 void check_outputs(const TrainConfig& c, const std::string& data_path);
+
+// A run's loaded data, by the model's task: token ids (with the model's
+// vocabulary) or byte text for text models, a classification set's training
+// split and, for evaluation, its test split.
+struct RunData {
+  std::shared_ptr<const data::TokenCorpus> tokens;
+  int64_t vocab = 0;  // token ids only
+  const data::TextCorpus* corpus = nullptr;
+  const data::ClassificationSet* train_set = nullptr;
+  const data::ClassificationSet* test_set = nullptr;
+  bool evaluation = true;  // false: the training source only (one batch for an analysis)
+  data::MlmTokens mlm = {};  // masked text models: the special ids (data::mlm_tokens)
+};
+struct DataSources {
+  std::unique_ptr<data::TrainSource> train;
+  std::unique_ptr<data::EvalSource> val;
+};
+// The batch sources a run draws from, chosen by task: windows of the token
+// ids or of the text, masked-LM rows of the text (masked text models),
+// shuffled examples of the training split and the test split in order.
+// Throws std::invalid_argument when --batch-size exceeds the training split.
+DataSources data_sources(const TrainConfig& c, const RunData& d);
 
 struct Session {
   TrainConfig config;

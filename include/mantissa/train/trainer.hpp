@@ -4,6 +4,7 @@
 // and checkpoints that resume bit-identically.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -71,7 +72,18 @@ class Trainer {
   Trainer(nn::Model& model, optim::Optimizer& optimizer, data::TrainSource& train, const data::EvalSource* val,
           const recipe::Recipe& recipe, TrainerOptions options);
 
+  // One optimizer step on the next micro-batches at the schedule's rate.
   StepMetrics train_step();
+  // The same step on micro-batches the caller drew (next_batches(); whole
+  // global batches: each rank trains on its rows) at rate lr, so that the
+  // same batches can train another model too (the inspector's fp32 shadow).
+  // before_update, when set, runs after the backward passes and the
+  // gradient reduction, just before amp().step(lr).
+  StepMetrics train_step(const std::vector<nn::Batch>& micro, double lr, const std::function<void()>& before_update = {});
+  // The next step's micro-batches (grad_accum global batches) and the rate
+  // the schedule gives it.
+  std::vector<nn::Batch> next_batches();
+  double next_lr() const { return options_.schedule.at(amp_.updates()); }
   EvalMetrics evaluate() const;
 
   int64_t step() const { return step_; }
@@ -106,6 +118,9 @@ class Trainer {
   int64_t state_bytes() const;
 
  private:
+  // train_step on global batches, its time counted from t0.
+  StepMetrics step_on(const std::vector<nn::Batch>& global, double lr, const std::function<void()>& before_update,
+                      std::chrono::steady_clock::time_point t0);
   // Moves micro-batch k's gradient (of `count`) into the step's running sum
   // and leaves the gradients zero, or the sum after the last one.
   void accumulate(size_t k, size_t count);

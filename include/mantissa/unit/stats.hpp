@@ -1,5 +1,5 @@
 // Scale statistics of a tensor, as the unit-scaling analysis needs them
-// (train/analyse.hpp): how big the values are, and what share of them a
+// (analyse/analyse.hpp): how big the values are, and what share of them a
 // low-precision format could not represent.
 #pragma once
 

@@ -1,93 +1,42 @@
-"""Token data for ``mantissa train --data FILE.bin --vocab-size N``.
+"""Token data for ``mantissa train --data FILE.bin --vocab-size N``, through the engine's tokenizer and writer.
 
-``write_tokens`` writes ids from any tokenizer (Hugging Face ``tokenizers``,
-tiktoken, sentencepiece, ...) in llm.c's token format: a header of 256
-little-endian int32 (magic 20240520, version 1, the token count) and uint16
-ids, or magic 20240801, version 7 and uint32 ids when the vocabulary exceeds
-65536. ``mantissa tokenize --tokenizer tokenizer.json IN.txt OUT.bin`` writes the
-same format from a tokenizer.json directly.
+llm.c's token format: a header of 256 little-endian int32 (magic 20240520, version 1, the token
+count) and uint16 ids, or magic 20240801, version 7 and uint32 ids when the vocabulary exceeds
+65536. ``Tokenizer`` and ``tokenize`` are the C++ tokenizer ``mantissa tokenize`` runs (a Hugging
+Face tokenizer.json: byte-level BPE or WordPiece, id for id as the ``tokenizers`` library encodes
+with add_special_tokens=False); ``write_tokens`` writes ids from any tokenizer (``tokenizers``,
+tiktoken, sentencepiece, ...) with the same C++ writer.
 
     import mantissa.data
-    from tokenizers import Tokenizer
-    tok = Tokenizer.from_file("tokenizer.json")
-    ids = tok.encode(open("corpus.txt").read(), add_special_tokens=False).ids
-    mantissa.data.write_tokens(ids, "corpus.bin", vocab_size=tok.get_vocab_size())
+    tok = mantissa.data.Tokenizer("tokenizer.json")
+    ids = tok.encode("some text")                       # numpy uint32; tok.vocab_size, tok.kind
+    mantissa.data.tokenize("tokenizer.json", "corpus.txt", "corpus.bin")   # = mantissa tokenize
+    mantissa.data.write_tokens(other_ids, "other.bin", vocab_size=50257)
 """
 
 from __future__ import annotations
 
 import operator
 import os
-import stat
 from typing import Any, Optional, Union
 
 import numpy as np
 
-__all__ = ["write_tokens", "LLMC_MAGIC16", "LLMC_MAGIC32"]
+from . import _core
 
-LLMC_MAGIC16 = 20240520  # version 1, uint16 ids
-LLMC_MAGIC32 = 20240801  # version 7, uint32 ids
+__all__ = ["Tokenizer", "tokenize", "write_tokens", "LLMC_MAGIC16", "LLMC_MAGIC32"]
+
+LLMC_MAGIC16 = _core.LLMC_MAGIC16  # 20240520: version 1, uint16 ids
+LLMC_MAGIC32 = _core.LLMC_MAGIC32  # 20240801: version 7, uint32 ids
 _MAX_TOKENS = 2**31 - 1  # the header's int32 count
 
-
-def _check_replaceable(path: str) -> None:
-    """Refuses a link, a non-file, or a file that is not an llm.c token file
-    (mantissa replaces only files of the kind it writes), as the C++ writer does."""
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        return
-    advice = "; mantissa replaces only llm.c token files: choose another path, or remove it yourself"
-    if stat.S_ISLNK(st.st_mode):
-        raise ValueError(f"path: '{path}' is a symbolic link{advice}")
-    if not stat.S_ISREG(st.st_mode):
-        raise ValueError(f"path: '{path}' exists and is not a regular file{advice}")
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    try:
-        head = os.read(fd, 4)
-    finally:
-        os.close(fd)
-    magics = {np.int32(m).astype("<i4").tobytes() for m in (LLMC_MAGIC16, LLMC_MAGIC32)}
-    if head not in magics:
-        raise ValueError(f"path: '{path}' exists and is not an llm.c token file{advice}")
-
-
-def _write_atomic(path: str, parts: list) -> None:
-    """Writes to a fresh sibling (O_EXCL, never through a link), fsyncs, renames over path."""
-    fd, tmp = -1, ""
-    for attempt in range(100):
-        tmp = f"{path}.tmp-{os.getpid()}-{attempt}"
-        try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
-            break
-        except FileExistsError:
-            continue
-    if fd < 0:
-        raise OSError(f"cannot create a temporary file beside '{path}'")
-    try:
-        try:
-            for part in parts:
-                view = memoryview(part).cast("B")
-                while view:
-                    view = view[os.write(fd, view):]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-    try:
-        dfd = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY | os.O_DIRECTORY)
-    except OSError:
-        return  # durability of the rename is best effort
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
+# Tokenizer(path) or Tokenizer.from_str(json); .encode(text) -> uint32 ids (without the GIL),
+# .vocab_size, .kind. ValueError names the file and the key of anything it cannot tokenize as
+# `tokenizers` does.
+Tokenizer = _core.Tokenizer
+# tokenize(tokenizer_path, in_path, out_path) -> {"tokens", "text_bytes", "vocab_size", "kind",
+# "load_seconds", "encode_seconds"}: `mantissa tokenize`'s run, under its rules and messages.
+tokenize = _core.tokenize
 
 
 def write_tokens(ids: Any, path: Union[str, "os.PathLike[str]"], vocab_size: Optional[int] = None) -> None:
@@ -98,7 +47,8 @@ def write_tokens(ids: Any, path: Union[str, "os.PathLike[str]"], vocab_size: Opt
     The file is written to a temporary name and renamed, so an existing file is
     replaced whole or not at all; a symbolic link, or an existing file that is not an
     llm.c token file, is refused. Raises ValueError naming the problem (an empty,
-    non-integer, negative or too large id, more than 2^31 - 1 ids).
+    non-integer, negative or too large id, more than 2^31 - 1 ids, a refused path),
+    OSError when the file cannot be written.
     """
     path = os.fspath(path)
     a = np.asarray(ids)
@@ -121,11 +71,4 @@ def write_tokens(ids: Any, path: Union[str, "os.PathLike[str]"], vocab_size: Opt
         vocab_size = operator.index(vocab_size)
         if not 1 <= vocab_size <= 2**32:
             raise ValueError(f"vocab_size: must be in 1..2^32 (got {vocab_size})")
-        if hi >= vocab_size:
-            raise ValueError(f"ids: id {hi} at index {int(a.argmax())} is not below vocab_size {vocab_size}")
-    narrow = vocab_size <= 65536
-    header = np.zeros(256, dtype="<i4")
-    header[:3] = (LLMC_MAGIC16, 1, a.size) if narrow else (LLMC_MAGIC32, 7, a.size)
-    body = np.ascontiguousarray(a.astype("<u2" if narrow else "<u4"))
-    _check_replaceable(path)
-    _write_atomic(path, [header, body])
+    _core.write_token_file(path, np.ascontiguousarray(a, dtype=np.uint32), vocab_size)

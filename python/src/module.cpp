@@ -30,6 +30,7 @@
 
 namespace mantissa::py {
 
+void bind_data(nb::module_& m);
 void bind_fast(nb::module_& m);
 void bind_formats(nb::module_& m);
 void bind_fp4(nb::module_& m);
@@ -226,6 +227,7 @@ nb::dict experiment(const nb::dict& settings, bool log) {
 
 NB_MODULE(_core, m) {
   using namespace nb::literals;
+  bind_data(m);
   bind_fast(m);
   bind_formats(m);
   bind_fp4(m);

@@ -3,16 +3,13 @@
 // GPT-2, WordPiece as BERT; see mantissa/data/tokenizer.hpp) into an llm.c
 // token file, which `train --data OUT.bin --vocab-size N` reads. The whole
 // file is one text, encoded without added special tokens; OUT is checked
-// before the work and replaced by a rename after it.
-#include <chrono>
+// before the work and replaced by a rename after it (data::tokenize_file).
 #include <cstdio>
 #include <memory>
 #include <string>
 
 #include "cli/command.hpp"
 #include "mantissa/data/tokenizer.hpp"
-#include "mantissa/io/files.hpp"
-#include "mantissa/io/untrusted.hpp"
 
 namespace mantissa::cli {
 namespace {
@@ -23,27 +20,13 @@ struct TokenizeArgs {
 };
 
 void tokenize_command(const TokenizeArgs& a) {
-  io::refuse_output_over_input(a.output, "OUT", {{"IN", a.input}, {"--tokenizer", a.tokenizer}});
-  data::check_token_output(a.output);
-  const auto t0 = std::chrono::steady_clock::now();
-  data::Tokenizer tokenizer = data::Tokenizer::load(a.tokenizer);
-  std::string text;
-  try {
-    text = io::read_bounded(a.input, data::kMaxTokenizeInputBytes);
-  } catch (const std::invalid_argument& e) {
-    throw UsageError(std::string("IN: ") + e.what());
-  }
-  const auto t1 = std::chrono::steady_clock::now();
-  const std::vector<uint32_t> ids = tokenizer.encode(text, "IN '" + a.input + "'");
-  const auto t2 = std::chrono::steady_clock::now();
-  data::write_token_file(a.output, ids, tokenizer.vocab_size());
+  const data::TokenizeSummary s = data::tokenize_file({a.tokenizer, a.input, a.output}, {"--tokenizer", "IN", "OUT"});
   if (a.quiet) return;
-  const double seconds = std::chrono::duration<double>(t2 - t1).count();
-  const double load = std::chrono::duration<double>(t1 - t0).count();
+  const double seconds = s.encode_seconds;
   std::printf("%s: %zu tokens from %zu bytes (%s, vocabulary %llu, llm.c %s ids); %.2f MB/s (%.3f s, tokenizer loaded in %.3f s)\n",
-              a.output.c_str(), ids.size(), text.size(), tokenizer.kind().c_str(),
-              static_cast<unsigned long long>(tokenizer.vocab_size()), tokenizer.vocab_size() <= 65536 ? "uint16" : "uint32",
-              seconds > 0 ? static_cast<double>(text.size()) / 1e6 / seconds : 0.0, seconds, load);
+              a.output.c_str(), s.tokens, s.text_bytes, s.kind.c_str(), static_cast<unsigned long long>(s.vocab_size),
+              s.vocab_size <= 65536 ? "uint16" : "uint32",
+              seconds > 0 ? static_cast<double>(s.text_bytes) / 1e6 / seconds : 0.0, seconds, s.load_seconds);
 }
 
 Registrar reg(20, [](CLI::App& app) {

@@ -6,7 +6,7 @@ tokens; the ids must agree token for token with `Tokenizer.encode(text,
 add_special_tokens=False)` (mantissa adds no BOS/EOS and no [CLS]/[SEP]: a
 corpus is one stream). Every assigned character, in several contexts, through
 a vocabulary of exactly the words `tokenizers` cuts the text into. Also `mantissa.data.write_tokens`, and the files both
-write loading in `mantissa train`."""
+write loading in `mantissa train` (the Python tokenizer binding: test_tokenizer_binding.py)."""
 
 from __future__ import annotations
 
@@ -219,25 +219,35 @@ def test_write_tokens_refusals(tmp_path: Path) -> None:
     out = tmp_path / "w.bin"
     with pytest.raises(ValueError, match="at least one"):
         mantissa.data.write_tokens([], out)
-    with pytest.raises(ValueError, match="negative"):
-        mantissa.data.write_tokens([1, -1], out)
-    with pytest.raises(ValueError, match="uint32"):
-        mantissa.data.write_tokens([2**32], out)
-    with pytest.raises(ValueError, match="vocab_size"):
-        mantissa.data.write_tokens([5], out, vocab_size=5)
     with pytest.raises(ValueError, match="integer"):
         mantissa.data.write_tokens(np.array([1.5]), out)
+    with pytest.raises(ValueError, match="uint32"):
+        mantissa.data.write_tokens([2**32], out)
     assert not out.exists()
+    mantissa.data.write_tokens([7, 8, 9], out)
+    before = out.read_bytes()
+    with pytest.raises(ValueError, match="negative id -1 at index 1"):
+        mantissa.data.write_tokens([1, -1], out)
+    with pytest.raises(ValueError, match="token 2 is id 5, not below the vocabulary size 5"):
+        mantissa.data.write_tokens([1, 2, 5, 6], out, vocab_size=5)
+    with pytest.raises(ValueError, match="vocab_size"):
+        mantissa.data.write_tokens([1], out, vocab_size=2**32 + 1)
+    assert out.read_bytes() == before  # every refusal leaves the file as it was
     other = tmp_path / "notes.txt"
     other.write_text("keep me")
-    with pytest.raises(ValueError, match="not an llm.c token file"):
+    with pytest.raises(ValueError, match="notes.txt' exists and was not written by mantissa"):
         mantissa.data.write_tokens([1], other)
     assert other.read_text() == "keep me"
     link = tmp_path / "link.bin"
     link.symlink_to(other)
-    with pytest.raises(ValueError, match="symbolic link"):
+    with pytest.raises(ValueError, match="link.bin' is a symbolic link"):
         mantissa.data.write_tokens([1], link)
     assert other.read_text() == "keep me" and link.is_symlink()
+    link_to_tokens = tmp_path / "tokens_link.bin"
+    link_to_tokens.symlink_to(out)  # even a link to a token file
+    with pytest.raises(ValueError, match="symbolic link"):
+        mantissa.data.write_tokens([1], link_to_tokens)
+    assert out.read_bytes() == before and link_to_tokens.is_symlink()
 
 
 def test_cli_refusals_leave_the_output_alone(tmp_path: Path) -> None:

@@ -78,4 +78,27 @@ void check_token_output(const std::string& path);
 // file: mantissa replaces only files of the kind it writes.
 void write_token_file(const std::string& path, const std::vector<uint32_t>& ids, uint64_t vocab_size);
 
+// The three files of a tokenize run: their paths, or the names errors call
+// them by (the CLI's "--tokenizer", "IN", "OUT"; Python's argument names).
+struct TokenizeFiles {
+  std::string tokenizer, input, output;
+};
+
+// What tokenize_file read and wrote.
+struct TokenizeSummary {
+  size_t tokens = 0;
+  size_t text_bytes = 0;
+  uint64_t vocab_size = 0;
+  std::string kind;             // Tokenizer::kind
+  double load_seconds = 0;      // reading the tokenizer.json and the text
+  double encode_seconds = 0;
+};
+
+// `mantissa tokenize`: refuses, before any work, an output that would
+// overwrite an input or that write_token_file would refuse; loads the
+// tokenizer; encodes the input (at most kMaxTokenizeInputBytes of UTF-8)
+// whole; writes the ids with write_token_file. Throws DataError naming the
+// file (by its entry in names) and what is wrong with it.
+TokenizeSummary tokenize_file(const TokenizeFiles& paths, const TokenizeFiles& names);
+
 }  // namespace mantissa::data

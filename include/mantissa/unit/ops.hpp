@@ -12,6 +12,7 @@
 #include <string>
 
 #include "mantissa/autograd/ops.hpp"
+#include "mantissa/kernels/kernels.hpp"
 #include "mantissa/unit/rules.hpp"
 
 namespace mantissa::unit {
@@ -38,7 +39,7 @@ autograd::Var residual_add(autograd::Tape& t, const autograd::Var& branch, const
 // the vectorised kernels with the multiplier applied to their own output /
 // incoming gradient; the erf GELU and SiLU (with `mult`, the library's
 // definitions gelu(mult x)/mult and x sigmoid(mult x)) are computed here.
-enum class GeluForm { tanh, erf };
+using GeluForm = kernels::GeluForm;
 // x by value: a caller that moves it in lets the tanh form write over its buffer.
 autograd::Var unit_gelu(autograd::Tape& t, autograd::Var x, const unit::Scales& s, GeluForm form = GeluForm::tanh, double mult = 1.0);
 autograd::Var unit_relu(autograd::Tape& t, const autograd::Var& x, const unit::Scales& s);

@@ -83,15 +83,11 @@ struct MantissaCase {
   const void* A;
   const void* B;
   MantissaCase(const Shape& s, bool bf16, bool packed) : o(make_operands(s)) {
-    args.M = s.M;
-    args.N = s.N;
-    args.K = s.K;
-    args.trans_a = s.trans_a;
-    args.trans_b = s.trans_b;
-    args.accumulate = s.accumulate;
-    args.a_type = args.b_type = bf16 ? DType::bf16 : DType::f32;
-    args.b_is_constant = packed;
-    args.b_cache_key = packed ? o.b.data() : nullptr;
+    const DType type = bf16 ? DType::bf16 : DType::f32;
+    args = mantissa::kernels::MatmulArgs::product(s.M, s.N, s.K, s.trans_a, s.trans_b)
+               .with_accumulate(s.accumulate)
+               .with_types(type, type);
+    if (packed) args.with_constant_b(o.b.data(), 0);
     A = bf16 ? static_cast<const void*>(o.a16.data()) : o.a.data();
     B = bf16 ? static_cast<const void*>(o.b16.data()) : o.b.data();
   }

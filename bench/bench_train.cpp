@@ -204,11 +204,8 @@ double peak_of(DType type) {
   std::vector<uint16_t> a16(a.size()), b16(b.size());
   kernels::f32_to_bf16(a16.data(), a.data(), n * n);
   kernels::f32_to_bf16(b16.data(), b.data(), n * n);
-  kernels::MatmulArgs args;
-  args.M = args.N = args.K = n;
-  args.a_type = args.b_type = type;
-  args.b_is_constant = true;
-  args.b_cache_key = type == DType::bf16 ? static_cast<const void*>(b16.data()) : b.data();
+  kernels::MatmulArgs args = kernels::MatmulArgs::product(n, n, n).with_types(type, type).with_constant_b(
+      type == DType::bf16 ? static_cast<const void*>(b16.data()) : b.data(), 0);
   const void* A = type == DType::bf16 ? static_cast<const void*>(a16.data()) : a.data();
   std::vector<double> s;
   for (int i = 0; i < 6; ++i) s.push_back(seconds_of([&] { kernels::matmul(args, A, args.b_cache_key, c.data()); }));

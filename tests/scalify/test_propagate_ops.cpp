@@ -1,4 +1,4 @@
-// The scale-propagation rules for the Llama's and BERT's ops (RMS norm, SiLU,
+// The scale-propagation rules of the ops outside the core set of test_propagate.cpp (RMS norm, SiLU,
 // SwiGLU, rotary, causal / key-padded attention over separate q, k, v with
 // grouped kv heads, the sum of embedding tables) against float64
 // recomputations on the values data x scale, at unit scale and at 2^-20 and
@@ -48,7 +48,7 @@ Tensor ids_of(const std::vector<int32_t>& v) {
   return t;
 }
 
-TEST(PropagateLlm, RmsNormRemovesTheInputScaleAndTakesTheGains) {
+TEST(PropagateOps, RmsNormRemovesTheInputScaleAndTakesTheGains) {
   const int64_t R = 6, C = 48;
   // The rule assumes the input's RMS is above sqrt(eps) (as the layer-norm rule does); below
   // it the op's own output shrinks by rms / sqrt(eps). So at 2^-20 eps is below the values' square.
@@ -74,7 +74,7 @@ TEST(PropagateLlm, RmsNormRemovesTheInputScaleAndTakesTheGains) {
   expect_close(rms_norm(tiny, w, 1e-6), ref::rms_norm(values(tiny), values(w), R, C, 1e-6), 1e-6, "rms_norm, eps");
 }
 
-TEST(PropagateLlm, SiluAndSwigluMultiplyTheGateAndUpScales) {
+TEST(PropagateOps, SiluAndSwigluMultiplyTheGateAndUpScales) {
   const int64_t N = 400;
   for (const int e : {0, -20, 20}) {
     const std::string at = "gate at 2^" + std::to_string(e);
@@ -110,7 +110,7 @@ TEST(PropagateLlm, SiluAndSwigluMultiplyTheGateAndUpScales) {
 }
 
 // Against the engine's own rotary op (autograd::rotary_qkv, written separately) on the values.
-TEST(PropagateLlm, RotaryRotatesTheDataAndKeepsTheScale) {
+TEST(PropagateOps, RotaryRotatesTheDataAndKeepsTheScale) {
   const int64_t B = 2, T = 9, H = 2, D = 8, C = H * D;
   const double theta = 10000.0;
   for (const int e : {0, -20, 20}) {
@@ -138,7 +138,7 @@ TEST(PropagateLlm, RotaryRotatesTheDataAndKeepsTheScale) {
   }
 }
 
-TEST(PropagateLlm, CausalAndKeyPaddedAttentionTakeTheScaleOfV) {
+TEST(PropagateOps, CausalAndKeyPaddedAttentionTakeTheScaleOfV) {
   const int64_t B = 2, T = 7, H = 4, KV = 2, D = 4;
   std::vector<int32_t> lens = {7, 3};
   const Tensor key_len = ids_of(lens);
@@ -172,7 +172,7 @@ TEST(PropagateLlm, CausalAndKeyPaddedAttentionTakeTheScaleOfV) {
 // with q, k, v at different scales, each divided by its rule's scale: the largest entry stays
 // within [1/2, 8] (measured 1.3 - 4.3); a rule that left out v's scale (2^3) or the other
 // operand's (q at 2^-3) would miss by those factors.
-TEST(PropagateLlm, AttentionBackwardRulesBoundEachGradient) {
+TEST(PropagateOps, AttentionBackwardRulesBoundEachGradient) {
   const int64_t S = 16, D = 16;
   struct Case {
     int q, k, v, g;
@@ -202,7 +202,7 @@ TEST(PropagateLlm, AttentionBackwardRulesBoundEachGradient) {
   }
 }
 
-TEST(PropagateLlm, EmbeddingSumJoinsTheTablesByTheAddRule) {
+TEST(PropagateOps, EmbeddingSumJoinsTheTablesByTheAddRule) {
   Pow2Rounder down;
   const int64_t N = 12, C = 16;
   std::vector<int32_t> a(N), b(N), p(N);
@@ -240,7 +240,7 @@ TEST(PropagateLlm, EmbeddingSumJoinsTheTablesByTheAddRule) {
 
 // The rules on scales alone, as the quantiser reads them, and the fused GPT attention rule as
 // the larger of the separate ones.
-TEST(ScaleRuleLlm, FormulasAndTheTensorRulesAgree) {
+TEST(ScaleRuleOps, FormulasAndTheTensorRulesAgree) {
   EXPECT_EQ(scale_rule::rms_norm(0.25), 0.25);
   EXPECT_EQ(scale_rule::swiglu(0.25, 0.5), 0.125);
   EXPECT_EQ(scale_rule::swiglu_backward_up(2.0, 0.25), 0.5);
@@ -260,7 +260,7 @@ TEST(ScaleRuleLlm, FormulasAndTheTensorRulesAgree) {
   EXPECT_EQ(apply("swiglu", in, down).scale(), swiglu(x, u).scale());
 }
 
-TEST(PropagateLlm, BadShapesAreErrorsNamingTheOp) {
+TEST(PropagateOps, BadShapesAreErrorsNamingTheOp) {
   const auto x = make_scaled({2, 3, 6}, 0, 171), w = make_scaled({5}, 0, 172);
   EXPECT_THROW(rms_norm(x, w, 1e-6), std::invalid_argument);
   EXPECT_THROW(rotary(x, 2, 1e4), std::invalid_argument);  // D = 3 is odd

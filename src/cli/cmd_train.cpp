@@ -87,9 +87,10 @@ void train_command(CLI::App* cmd, train::TrainConfig& cfg, int64_t watch) {
     throw std::runtime_error("training diverged at step " + std::to_string(s.diverged_at) + " (" + s.diverged_reason +
                              ")" + (c.save.empty() ? "" : "; " + c.save + " was not overwritten"));
   }
-  if (s.evaluated && s.final_eval.masked_accuracy >= 0)  // masked LM: per masked character
-    std::printf("final: train loss %.4f  val_loss %.4f  val_bits_per_masked_char %.4f  val_masked_accuracy %.4f\n",
-                s.final_loss, s.final_eval.val_loss, s.final_eval.val_bpc, s.final_eval.masked_accuracy);
+  if (s.evaluated && s.final_eval.masked_accuracy >= 0)  // masked LM: per masked character or token
+    std::printf("final: train loss %.4f  val_loss %.4f  val_bits_per_masked_%s %.4f  val_masked_accuracy %.4f\n",
+                s.final_loss, s.final_eval.val_loss, session->val->per_token() ? "token" : "char",
+                s.final_eval.val_bpc, s.final_eval.masked_accuracy);
   else if (s.evaluated && session->val->per_token() && s.steps_run > 0)  // token data: nats and bits per token
     std::printf("final: train loss %.4f  val_loss %.4f nats/token  val_bits_per_token %.4f\n", s.final_loss,
                 s.final_eval.val_loss, s.final_eval.val_bpc);

@@ -114,7 +114,12 @@ Registrar reg(40, [](CLI::App& app) {
   cmd->add_option("--seeds", o.seeds, "seeds per recipe (default: the preset's)")->check(positive_number())->check(exact_integer<int64_t>());
   cmd->add_option("--tokens", o.tokens, "GPT training tokens per run (default: the preset's)")->check(positive_number())->check(exact_integer<int64_t>());
   cmd->add_option("--out", o.out, "report directory (default: report)");
-  cmd->add_option("--data", o.data, "text corpus for the GPT (default: Jane Austen, .cache/data/austen.txt)");
+  cmd->add_option("--data", o.data, "text corpus for the GPT (default: Jane Austen, .cache/data/austen.txt), or token "
+                                    "data (llm.c / nanoGPT files: the tables in nats per token)");
+  cmd->add_option("--init-from", o.init_from, "fine-tune this model directory (mantissa's save or transformers' "
+                                              "save_pretrained) under every recipe; its config.json fixes the model");
+  cmd->add_option("--vocab-size", o.vocab_size, "vocabulary of a text model trained from scratch on token data")
+      ->check(positive_number())->check(exact_integer<int64_t>());
   cmd->add_option("--mlp-data", o.mlp_data, "Fashion-MNIST directory (default: .cache/data/fashion-mnist)");
   cmd->add_flag("--resume", o.resume, "keep runs that finished in an earlier invocation with the same settings");
   cmd->add_option("--threads", o.threads, "compute threads (default: the library's)")->check(positive_number())->check(exact_integer<int64_t>());

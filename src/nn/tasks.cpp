@@ -46,6 +46,49 @@ const std::vector<TaskInfo>& task_infos() {
        .curve_figure = "bert_curves.svg",
        .curve_caption = "BERT: validation bits per masked character of every recipe (unit-scaled recipes dashed)",
        .sweep_title = "BERT bits per masked character"},
+      // The causal and masked LMs on token data (tokens.hpp): the loss in nats
+      // per token; diverged above ln V nats, guessing uniformly over the run's
+      // vocabulary (a per-run threshold, report::RunResult::divergence_threshold).
+      {.task = Task::language_model,
+       .id = "lm-tokens",
+       .model_title = "language model",
+       .title = "Language model on token data",
+       .dataset = "the token data",
+       .default_data = "",
+       .data_flag = "--data",
+       .metric_short = "val nats/token",
+       .metric_name = "val nats per token",
+       .metric_label = "validation nats per token",
+       .metric_unit = "",
+       .lower_is_better = true,
+       .metric_decimals = 4,
+       .divergence_threshold = std::nan(""),
+       .threshold_text = "ln V nats (V the vocabulary size)",
+       .curve_title = "Validation nats per token",
+       .curve_label = "validation nats per token",
+       .curve_figure = "val_curves_tokens.svg",
+       .curve_caption = "Validation nats per token of every recipe (unit-scaled recipes dashed)",
+       .sweep_title = "validation nats per token"},
+      {.task = Task::masked_language_model,
+       .id = "mlm-tokens",
+       .model_title = "BERT",
+       .title = "BERT masked LM on token data",
+       .dataset = "the token data",
+       .default_data = "",
+       .data_flag = "--data",
+       .metric_short = "nats per masked token",
+       .metric_name = "nats per masked token",
+       .metric_label = "nats per masked token",
+       .metric_unit = "",
+       .lower_is_better = true,
+       .metric_decimals = 4,
+       .divergence_threshold = std::nan(""),
+       .threshold_text = "ln V nats (V the vocabulary size)",
+       .curve_title = "BERT: validation nats per masked token",
+       .curve_label = "nats per masked token",
+       .curve_figure = "bert_curves_tokens.svg",
+       .curve_caption = "BERT: validation nats per masked token of every recipe (unit-scaled recipes dashed)",
+       .sweep_title = "BERT nats per masked token"},
       // Ranked by test accuracy; diverged when the test loss exceeds ln 10
       // nats, the loss of guessing one of the 10 classes uniformly.
       {.task = Task::classifier,
@@ -84,6 +127,16 @@ const TaskInfo& task_info(const std::string& id) {
   return task_info(Task::language_model);
 }
 
-bool is_task(const std::string& id, Task task) { return id == task_info(task).id; }
+const TaskInfo& task_info(Task task, bool token_data) {
+  for (const TaskInfo& t : task_infos())
+    if (t.task == task && (t.id.ends_with("-tokens") == token_data)) return t;
+  return task_info(task);
+}
+
+bool is_task(const std::string& id, Task task) {
+  for (const TaskInfo& t : task_infos())
+    if (t.id == id) return t.task == task;
+  return false;
+}
 
 }  // namespace mantissa::nn

@@ -55,7 +55,7 @@ std::optional<LinePlot> validation_curves(const std::vector<RunResult>& runs, co
   p.title = info.curve_title + " (mean over seeds)";
   p.x.label = "optimizer step";
   p.y.label = info.curve_label;
-  const double cap = divergence_threshold(task);
+  const double cap = divergence_threshold(runs, task);
   for (const auto& [recipe, seeds] : by_recipe(runs, task)) {
     Series s = mean_curve(seeds, cap);
     s.markers = s.x.size() <= 12;

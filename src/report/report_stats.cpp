@@ -56,6 +56,7 @@ std::string to_json(const RunResult& r) {
             {"final_train_loss", num(r.final_train_loss)},
             {"val_loss", num(r.val_loss)},
             {"val_bpc", num(r.val_bpc)},
+            {"divergence_threshold", num(r.divergence_threshold)},
             {"accuracy", num(r.accuracy)},
             {"final_loss_scale", num(r.final_loss_scale)},
             {"step_ms", num(r.step_ms)},
@@ -93,6 +94,7 @@ RunResult run_result_from_json(const std::string& text) {
     r.final_train_loss = get_num(j, "final_train_loss");
     r.val_loss = get_num(j, "val_loss");
     r.val_bpc = get_num(j, "val_bpc");
+    r.divergence_threshold = get_num(j, "divergence_threshold");
     r.accuracy = get_num(j, "accuracy");
     r.final_loss_scale = get_num(j, "final_loss_scale");
     r.step_ms = get_num(j, "step_ms");
@@ -135,6 +137,19 @@ MeanStd mean_std(const std::vector<double>& values) {
 }
 
 double divergence_threshold(const std::string& task) { return nn::task_info(task).divergence_threshold; }
+
+double divergence_threshold(const RunResult& r) {
+  return std::isfinite(r.divergence_threshold) ? r.divergence_threshold : divergence_threshold(r.task);
+}
+
+double divergence_threshold(const std::vector<RunResult>& runs, const std::string& task) {
+  double t = divergence_threshold(task);
+  if (std::isfinite(t)) return t;
+  for (const RunResult& r : runs)
+    if (r.task == task && std::isfinite(r.divergence_threshold))
+      t = std::isfinite(t) ? std::max(t, r.divergence_threshold) : r.divergence_threshold;
+  return t;
+}
 
 bool is_diverged(const RunResult& r, double threshold) {
   if (r.status == "diverged") return true;
@@ -185,9 +200,9 @@ std::vector<RecipeSummary> summarize(const std::vector<RunResult>& runs, const s
       if (r.peak_memory_bytes > 0)
         s.peak_memory_bytes = std::isfinite(s.peak_memory_bytes) ? std::max(s.peak_memory_bytes, r.peak_memory_bytes)
                                                                  : r.peak_memory_bytes;
-      if (is_diverged(r, divergence_threshold(r.task))) {
+      if (is_diverged(r, divergence_threshold(r))) {
         ++s.diverged;
-        const int64_t at = divergence_step(r, divergence_threshold(r.task));
+        const int64_t at = divergence_step(r, divergence_threshold(r));
         if (at > 0 && (s.first_diverged_at == 0 || at < s.first_diverged_at)) s.first_diverged_at = at;
         continue;
       }

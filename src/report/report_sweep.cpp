@@ -58,13 +58,12 @@ std::vector<SweepCurve> lr_sweep(const std::vector<RunResult>& runs, const std::
   // Metrics per point: the finished, non-diverged seeds.
   for (SweepCurve& c : curves) {
     std::sort(c.points.begin(), c.points.end(), [](const SweepPoint& a, const SweepPoint& b) { return a.lr < b.lr; });
-    const double threshold = divergence_threshold(c.task);
     for (SweepPoint& p : c.points) {
       std::vector<double> values;
       for (const RunResult& r : runs) {
         if (!same_curve(c, r) || r.lr != p.lr || !finished(r)) continue;
         ++p.finished;
-        if (is_diverged(r, threshold)) ++p.diverged;
+        if (is_diverged(r, divergence_threshold(r))) ++p.diverged;
         else values.push_back(metric_of(r));
       }
       p.metric = mean_std(values);

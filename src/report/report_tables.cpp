@@ -79,11 +79,12 @@ namespace {
 // The columns that differ between the tasks' tables.
 struct TableLayout {
   nn::Task task;
-  const char* header;       // the header row
+  std::string header;       // the header row
   int metric_decimals;
   const char* gap_unit;     // " %" (relative) or "" (accuracy points)
   int step_ms_decimals;
   bool masked_accuracy = false;  // a column after the gap (BERT)
+  std::string id;           // the rows' task id; empty: the byte-level task's (nn::task_info(task))
 };
 
 std::string recipe_table_md(const std::vector<RecipeSummary>& rows, const TableLayout& t) {
@@ -92,8 +93,9 @@ std::string recipe_table_md(const std::vector<RecipeSummary>& rows, const TableL
   o << t.header;
   for (int i = 0; i < columns; ++i) o << "|---";
   o << "|\n";
+  const std::string& id = t.id.empty() ? nn::task_info(t.task).id : t.id;
   for (const auto& s : rows) {
-    if (!nn::is_task(s.task, t.task)) continue;
+    if (s.task != id) continue;
     if (s.finished == 0) {
       o << unavailable_row(s, columns);
       continue;
@@ -114,21 +116,30 @@ std::string main_table_md(const std::vector<RecipeSummary>& rows) {
   return recipe_table_md(rows, {nn::Task::language_model,
                                 "| recipe | val bpc (mean ± std) | gap to fp32 | diverged | skipped steps | step time (ms) | "
                                 "tokens/s | peak memory (MiB) |\n",
-                                3, " %", 1});
+                                3, " %", 1, false, ""});
+}
+
+std::string token_table_md(const std::vector<RecipeSummary>& rows, const nn::TaskInfo& task) {
+  const bool masked = task.task == nn::Task::masked_language_model;
+  return recipe_table_md(rows, {task.task,
+                                "| recipe | " + task.metric_name + " (mean ± std) | gap to fp32 | " +
+                                    (masked ? "masked-token accuracy % | " : "") +
+                                    "diverged | skipped steps | step time (ms) | tokens/s | peak memory (MiB) |\n",
+                                task.metric_decimals, " %", 1, masked, task.id});
 }
 
 std::string mlp_table_md(const std::vector<RecipeSummary>& rows) {
   return recipe_table_md(rows, {nn::Task::classifier,
                                 "| recipe | test accuracy % (mean ± std) | gap to fp32 (points) | diverged | skipped steps | "
                                 "step time (ms) | examples/s | peak memory (MiB) |\n",
-                                2, "", 2});
+                                2, "", 2, false, ""});
 }
 
 std::string bert_table_md(const std::vector<RecipeSummary>& rows) {
   return recipe_table_md(rows, {nn::Task::masked_language_model,
                                 "| recipe | bits per masked character (mean ± std) | gap to fp32 | masked-token accuracy % | "
                                 "diverged | skipped steps | step time (ms) | tokens/s | peak memory (MiB) |\n",
-                                3, " %", 1, true});
+                                3, " %", 1, true, ""});
 }
 
 std::string unit_paper_table_md(const std::vector<RecipeSummary>& rows, bool post_norm) {

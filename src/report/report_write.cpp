@@ -94,8 +94,10 @@ ReportFiles write_report(const std::string& dir, const ReportInput& in) {
     return rel;
   };
 
+  // Byte-level tasks by their exact id: the token-data tasks have sections of their own.
   auto any = [&](nn::Task task) {
-    return std::any_of(rows.begin(), rows.end(), [&](const RecipeSummary& s) { return nn::is_task(s.task, task); });
+    return std::any_of(rows.begin(), rows.end(),
+                       [&](const RecipeSummary& s) { return s.task == nn::task_info(task).id; });
   };
   const bool any_gpt = any(nn::Task::language_model);
 
@@ -174,6 +176,17 @@ ReportFiles write_report(const std::string& dir, const ReportInput& in) {
           "not the values. The paper's regular FP8 run uses a loss scale; mantissa's regular FP8 column is "
           "`fp8-delayed` (per-tensor scales, see docs/bert.md). Only the paper's BERT-large SQuAD v1.1 F1 values are "
           "shown (no unit FP32 value among them).\n\n";
+  for (const nn::Task task : {nn::Task::language_model, nn::Task::masked_language_model}) {
+    const nn::TaskInfo& tokens = nn::task_info(task, true);
+    if (std::none_of(rows.begin(), rows.end(), [&](const RecipeSummary& s) { return s.task == tokens.id; })) continue;
+    md << "## " << tokens.title << ": recipe by recipe\n\n" << token_table_md(rows, tokens)
+       << "\n- " << tokens.metric_name << ": the validation loss in nats per "
+       << (task == nn::Task::masked_language_model ? "masked " : "")
+       << "token on the validation split, after the same number of tokens in the same data order for every recipe; "
+          "mean ± sample standard deviation (n - 1) over the seeds that did not diverge. The gap is relative to "
+          "fp32's. diverged: non-finite losses, or a final loss above "
+       << tokens.threshold_text << ", guessing uniformly over the vocabulary.\n\n";
+  }
   if (any(nn::Task::classifier)) md << "## " << image.title << "\n\n" << mlp_table_md(rows) << "\n";
 
   md << "## Figures\n\n";

@@ -17,6 +17,7 @@
 #include "mantissa/report/scales.hpp"
 #include "mantissa/report/svg.hpp"
 #include "mantissa/analyse/analyse.hpp"
+#include "mantissa/data/tokens.hpp"
 #include "mantissa/study/experiment.hpp"
 #include "mantissa/study/experiment_eta.hpp"
 #include "mantissa/train/session.hpp"
@@ -158,10 +159,11 @@ void log_run(FILE* log, const std::string& label, const RunSpec& spec, const rep
   if (!log) return;
   if (r.status == "ok" || r.status == "diverged") {
     char metric[64];
+    const std::string& name = nn::task_info(spec.task).metric_short;
     if (nn::is_task(spec.task, nn::Task::language_model))
-      std::snprintf(metric, sizeof metric, "val bpc %.4f", r.val_bpc);
+      std::snprintf(metric, sizeof metric, "%s %.4f", name.c_str(), r.val_bpc);
     else if (nn::is_task(spec.task, nn::Task::masked_language_model))
-      std::snprintf(metric, sizeof metric, "bits/masked char %.4f, masked acc %.2f %%", r.val_bpc, 100.0 * r.accuracy);
+      std::snprintf(metric, sizeof metric, "%s %.4f, masked acc %.2f %%", name.c_str(), r.val_bpc, 100.0 * r.accuracy);
     else std::snprintf(metric, sizeof metric, "test accuracy %.2f %%", 100.0 * r.accuracy);
     std::string status = r.status == "diverged" ? "DIVERGED at step " + std::to_string(r.diverged_at) + ", " : "";
     std::fprintf(log, "%s: %s%s, %s ms/step, %.1f s (setup %.1f, train %.1f, eval %.1f), CPU %.1f s\n", label.c_str(),
@@ -301,6 +303,9 @@ void finish_report(const ExperimentOptions& options, const ExperimentPlan& plan,
   input.interrupted = outcome.interrupted;
   if (!options.inspect) input.inspection_note = "Inspector: turned off (--no-inspect).";
   else if (plan.width_study) input.inspection_note = "Inspector: not run in a width study.";
+  else if (!options.init_from.empty() || (!options.data.empty() && data::is_token_data(options.data)))
+    input.inspection_note = "Inspector: not run on a fine-tuning study or token data (it trains its own "
+                            "model on byte text).";
   else if (!outcome.interrupted) {
     input.inspections = inspect_laggards(options, plan, outcome.results, log);
     if (input.inspections.empty())
@@ -329,7 +334,14 @@ ExperimentOutcome run_experiment(const ExperimentOptions& options, FILE* log, bo
   // Ctrl-C from here on ends the study with a report of what finished.
   install_interrupt_handler();
   Account setup, runs, reports;
-  if (!plan.tasks.empty() && nn::is_task(plan.tasks[0].task, nn::Task::language_model)) {
+  // The analysis compares a standard and a unit-scaled model built from sizes on byte text.
+  const bool from_sizes = plan.tasks.empty() || plan.tasks[0].base.init_from.empty();
+  const bool text_lm = !plan.tasks.empty() && nn::is_task(plan.tasks[0].task, nn::Task::language_model);
+  if (text_lm && !from_sizes)
+    input.scale_plot_note = "not run on a fine-tuning study (the analysis builds its models from sizes)";
+  else if (text_lm && plan.tasks[0].task != nn::task_info(nn::Task::language_model).id)
+    input.scale_plot_note = "not run on token data (the analysis reads byte text)";
+  else if (text_lm) {
     if (log) {
       std::fprintf(log, "per-op scale analysis at initialisation (standard vs unit-scaled GPT, one batch each)\n");
       std::fflush(log);

@@ -133,10 +133,29 @@ ExperimentPlan make_plan(const ExperimentOptions& o) {
   for (auto it = o.widths.begin(); it != o.widths.end(); ++it)
     if (std::find(o.widths.begin(), it, *it) != it)
       throw std::invalid_argument("--widths names " + std::to_string(*it) + " twice");
-  // The study's tables are in bits per character: token data is refused
-  // rather than reported in the wrong unit.
-  if (!o.data.empty() && data::is_token_data(o.data))
-    throw std::invalid_argument("--data " + o.data + ": the recipe study reads byte text; token data is not supported here yet");
+  // Token data: the text task's tables and curves in nats per token.
+  const bool token_data = !o.data.empty() && data::is_token_data(o.data);
+  const bool fine_tune = !o.init_from.empty();
+  if (fine_tune) {
+    // The checkpoint's config.json sizes the model: a size flag would be ignored.
+    const std::pair<const char*, bool> sized[] = {
+        {"--layers", o.layers > 0}, {"--d-model", o.d_model > 0}, {"--heads", o.heads > 0},
+        {"--widths", !o.widths.empty() || !p.widths.empty()}, {"--norm", !o.norm.empty()},
+        {"--vocab-size", o.vocab_size > 0}, {"--lr-sweep", !sweep.empty() || !p.sweep_standard.empty()}};
+    for (const auto& [flag, given] : sized)
+      if (given)
+        throw std::invalid_argument(std::string(flag) + (std::string(flag) == "--widths" && o.widths.empty()
+                                                             ? " (of --preset " + o.preset + ")"
+                                                             : "") +
+                                    " does not apply with --init-from: the model is " + o.init_from +
+                                    "'s config.json");
+  } else if (token_data && o.vocab_size <= 0) {
+    throw std::invalid_argument("--data " + o.data + " is token data: give the model's vocabulary with --vocab-size N, "
+                                "or fine-tune a checkpoint with --init-from DIR");
+  } else if (!token_data && o.vocab_size > 0) {
+    throw std::invalid_argument("--vocab-size applies to token data; --data " +
+                                (o.data.empty() ? std::string("(the default corpus)") : o.data) + " is byte text");
+  }
   const std::vector<std::string> known = registered_names();
   for (const auto* list : {&o.recipes, &o.mlp_recipes})
     for (const auto& r : *list) {
@@ -156,26 +175,40 @@ ExperimentPlan make_plan(const ExperimentOptions& o) {
   // The text task: a causal LM (gpt, llama: rows labelled gpt) or BERT's masked LM (rows labelled bert),
   // named by its task (nn/tasks.hpp).
   TaskPlan gpt;
-  const nn::ModelKind* kind = nn::find_model_kind(o.model);
+  train::TrainConfig& g = gpt.base;
+  g.model = o.model;
+  g.init_from = o.init_from;
+  const bool checkpoint_json = !train::resolve_init_from(g).empty();  // sets g.model to the checkpoint's kind
+  const nn::ModelKind* kind = nn::find_model_kind(g.model);
   auto text = [](const nn::ModelKind& k) { return k.task != nn::Model::Task::classifier; };
   if (kind == nullptr || !text(*kind))
     throw std::invalid_argument("--model must be " + nn::model_kind_names(text) + " (got '" + o.model + "')");
   const bool masked = kind->task == nn::Model::Task::masked_language_model;
-  const nn::TaskInfo& text_task = nn::task_info(kind->task);
+  const nn::TaskInfo& text_task = nn::task_info(kind->task, token_data);
   gpt.task = text_task.id;
-  train::TrainConfig& g = gpt.base;
-  g.model = o.model;
   g.norm = o.norm;
-  if (!masked && o.model != nn::default_model_kind(kind->task).name)
-    plan.notes.push_back("the text task (rows labelled " + text_task.id + ") trains the " + o.model + " model");
-  if (masked)
-    plan.notes.push_back("the text task trains " + o.model + " (" + std::string(o.norm == "pre" ? "pre" : "post") +
-                         "-norm) on the masked-LM objective, the sizes below applying to it: its table gives the "
-                         "bits per masked character (the validation loss per masked byte / ln 2) and the "
-                         "masked-token accuracy");
-  g.layers = o.layers ? o.layers : p.layers;
-  g.d_model = o.d_model ? o.d_model : p.d_model;
-  g.heads = o.heads ? o.heads : p.heads;
+  if (checkpoint_json)
+    plan.notes.push_back("every run of the text task (rows labelled " + text_task.id + ") fine-tunes the " + g.model +
+                         " model of " + o.init_from + " (its config.json gives the sizes; the same weights, the "
+                         "same batches for every recipe)");
+  else if (!masked && g.model != nn::default_model_kind(kind->task).name)
+    plan.notes.push_back("the text task (rows labelled " + text_task.id + ") trains the " + g.model + " model");
+  if (masked && !checkpoint_json)
+    plan.notes.push_back("the text task trains " + g.model + " (" + std::string(o.norm == "pre" ? "pre" : "post") +
+                         "-norm) on the masked-LM objective, the sizes below applying to it: its table gives the " +
+                         (token_data ? "nats per masked token (the validation loss per masked token)"
+                                     : "bits per masked character (the validation loss per masked byte / ln 2)") +
+                         " and the masked-token accuracy");
+  if (token_data)
+    plan.notes.push_back("--data " + o.data + " is token data: the text task's validation loss is in nats per token, "
+                         "and a run whose loss ends above ln V (guessing uniformly over its V ids) counts as "
+                         "diverged");
+  if (!checkpoint_json) {
+    g.layers = o.layers ? o.layers : p.layers;
+    g.d_model = o.d_model ? o.d_model : p.d_model;
+    g.heads = o.heads ? o.heads : p.heads;
+    g.vocab_size = o.vocab_size;
+  }
   g.seq_len = o.seq_len ? o.seq_len : p.seq_len;
   g.batch_size = o.batch_size ? o.batch_size : p.batch;
   const int64_t tokens = o.tokens ? o.tokens : p.gpt_tokens;
@@ -191,7 +224,7 @@ ExperimentPlan make_plan(const ExperimentOptions& o) {
   g.data = o.data;
   g.threads = o.threads;
   gpt.lr_standard = o.lr_standard > 0 ? o.lr_standard : kLrStandard;
-  gpt.lr_unit = o.lr_unit > 0 ? o.lr_unit : train::unit_default_lr(o.model);
+  gpt.lr_unit = o.lr_unit > 0 ? o.lr_unit : train::unit_default_lr(g.model);
   gpt.recipes = o.recipes.empty() ? *p.recipes : o.recipes;
   if (o.recipes.empty() && p.all_registered)
     for (const auto& n : registered_names())
@@ -201,8 +234,9 @@ ExperimentPlan make_plan(const ExperimentOptions& o) {
   train::validate(g);
   plan.tasks.push_back(gpt);
 
+  // A fine-tuning study is about its checkpoint: the MLP only when asked for.
   const bool no_mlp = (o.mlp_recipes.size() == 1 && o.mlp_recipes.front() == "none") ||
-                      (o.mlp_recipes.empty() && p.mlp_steps == 0);
+                      (o.mlp_recipes.empty() && (p.mlp_steps == 0 || checkpoint_json));
   if (!no_mlp) {
     TaskPlan mlp;
     mlp.task = nn::task_info(nn::Task::classifier).id;
@@ -222,13 +256,18 @@ ExperimentPlan make_plan(const ExperimentOptions& o) {
     plan.tasks.push_back(mlp);
   }
 
+  char sizes[160];
+  if (checkpoint_json)
+    std::snprintf(sizes, sizeof sizes, "the sizes of %s", io::excerpt(o.init_from).c_str());
+  else
+    std::snprintf(sizes, sizeof sizes, "%ld layers, d_model %ld, %ld heads", static_cast<long>(g.layers),
+                  static_cast<long>(g.d_model), static_cast<long>(g.heads));
   char buf[512];
   std::snprintf(buf, sizeof buf,
-                "%s: %ld layers, d_model %ld, %ld heads, T %ld, batch %ld; %ld steps (%ld tokens) per run, %zu seed(s); "
+                "%s: %s, T %ld, batch %ld; %ld steps (%ld tokens) per run, %zu seed(s); "
                 "AdamW, learning rate %g for standard and %g for unit-scaled recipes, warm-up %ld steps then cosine "
                 "to a tenth.",
-                text_task.model_title.c_str(), static_cast<long>(g.layers), static_cast<long>(g.d_model),
-                static_cast<long>(g.heads),
+                text_task.model_title.c_str(), sizes,
                 static_cast<long>(g.seq_len), static_cast<long>(g.batch_size), static_cast<long>(g.steps),
                 static_cast<long>(g.steps * per_step), plan.seeds.size(), gpt.lr_standard, gpt.lr_unit,
                 static_cast<long>(g.warmup));
@@ -251,7 +290,7 @@ ExperimentPlan make_plan(const ExperimentOptions& o) {
                          "), the other settings as above.");
     plan.width_study = true;
   }
-  plan.notes.push_back(p.note);
+  if (!checkpoint_json) plan.notes.push_back(p.note);  // the preset's model, which a fine-tune does not train
   if (plan.tasks.size() > 1) {
     const train::TrainConfig& m = plan.tasks[1].base;
     const nn::TaskInfo& image = nn::task_info(nn::Task::classifier);

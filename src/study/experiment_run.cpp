@@ -13,6 +13,7 @@
 #include "mantissa/nn/tasks.hpp"
 #include "mantissa/unit/stats.hpp"
 #include "mantissa/tensor/memory.hpp"
+#include "mantissa/data/tokens.hpp"
 #include "mantissa/study/experiment.hpp"
 #include "mantissa/study/experiment_eta.hpp"
 #include "mantissa/train/run.hpp"
@@ -182,14 +183,19 @@ report::RunResult execute_run(const RunSpec& spec, const std::string& dir, const
   double timed_s = 0;
   int64_t timed_steps = 0, timed_tokens = 0, bad = 0;
   const bool classifier = nn::is_task(spec.task, nn::Task::classifier);  // its curve is the test loss
+  // Token data: the metric is the loss in nats per (masked) token, and a run
+  // that ends above ln V has learnt nothing.
+  const bool per_token = session->val->per_token();
+  if (per_token) r.divergence_threshold = std::log(static_cast<double>(data::model_vocab(*session->model)));
   auto evaluate = [&] {
     const auto te = std::chrono::steady_clock::now();
     const train::EvalMetrics e = trainer.evaluate();
     metrics << train::eval_metrics_json(e) << '\n';
     r.val_loss = e.val_loss;
-    r.val_bpc = !classifier ? e.val_bpc : report::kNaN;  // bert: bits per masked character
+    // bert: bits per masked character
+    r.val_bpc = classifier ? report::kNaN : per_token ? e.val_loss : e.val_bpc;
     if (e.masked_accuracy >= 0) r.accuracy = e.masked_accuracy;
-    r.val_curve.push_back({e.step, !classifier ? e.val_bpc : e.val_loss});
+    r.val_curve.push_back({e.step, classifier || per_token ? e.val_loss : e.val_bpc});
     times.eval += since(te);
   };
   auto after_first_step = std::chrono::steady_clock::now();

@@ -93,7 +93,7 @@ std::vector<ConfigKey> config_keys(TrainConfig& c) {
       {"resume", "resume from this checkpoint directory", &c.resume},
       {"init-from",
        "start a new run from the weights of this model directory (a mantissa save, or transformers' "
-       "save_pretrained of GPT2LMHeadModel or LlamaForCausalLM); its config.json sets the model",
+       "save_pretrained of GPT2LMHeadModel, LlamaForCausalLM or BertForMaskedLM); its config.json sets the model",
        &c.init_from},
       {"stop-after", "stop (and save) after N steps of this invocation; the schedule still spans --steps", &c.stop_after},
   };

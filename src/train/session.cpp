@@ -264,10 +264,11 @@ std::string chosen_directory(const std::string& flag, const std::string& dir, bo
   return chosen.dir;
 }
 
-// --init-from DIR: the model kind and every setting of its shape come from
-// DIR's config.json, so flags that would size the model are refused rather
-// than ignored. --dropout stays the run's: it replaces the config's rates.
-// Returns that config.json ("" without --init-from).
+}  // namespace
+
+// The model kind and every setting of its shape come from DIR's config.json,
+// so flags that would size the model are refused rather than ignored.
+// --dropout stays the run's: it replaces the config's rates.
 std::string resolve_init_from(TrainConfig& c) {
   if (c.init_from.empty()) return "";
   if (!c.resume.empty())
@@ -301,6 +302,8 @@ std::string resolve_init_from(TrainConfig& c) {
   c.model = kind;
   return cfg;
 }
+
+namespace {
 
 // Dropout is a setting of the run, not of the weights: --dropout (default 0)
 // replaces the rates of the config.json a run starts from, said on stderr

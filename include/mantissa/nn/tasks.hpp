@@ -31,7 +31,8 @@ struct TaskInfo {
   int metric_decimals = 3;
   // The validation loss of guessing uniformly: above it a run has learnt
   // nothing and counts as diverged (bits per character, or nats for a
-  // classifier, whose curve is its test loss).
+  // classifier, whose curve is its test loss); NaN: each run's own (token
+  // data, ln of its vocabulary).
   double divergence_threshold = 8;
   std::string threshold_text;  // the report's reading notes
   std::string curve_title;     // validation-curve figure, before " (mean over seeds)"
@@ -44,10 +45,12 @@ struct TaskInfo {
 // Every task, in the report's order.
 const std::vector<TaskInfo>& task_infos();
 const TaskInfo& task_info(Task task);
+// The task's entry for byte-level data or for token data (tokens.hpp).
+const TaskInfo& task_info(Task task, bool token_data);
 // The task of this study name; the language model's for a name no task has
 // (results of an unknown task are reported as text).
 const TaskInfo& task_info(const std::string& id);
-// `id` is the study's name of `task`.
+// `id` is the study's name of `task` (on bytes or on tokens).
 bool is_task(const std::string& id, Task task);
 
 }  // namespace mantissa::nn

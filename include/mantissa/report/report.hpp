@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "mantissa/nn/tasks.hpp"
+
 namespace mantissa::report {
 
 inline constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
@@ -50,7 +52,8 @@ struct RunResult {
   int64_t skipped_steps = 0;  // optimizer steps skipped for non-finite gradients
   double final_train_loss = kNaN;  // mean training loss (nats) over the last steps
   double val_loss = kNaN;          // nats per target
-  double val_bpc = kNaN;           // gpt: bits per character
+  double val_bpc = kNaN;           // the text task's metric: bits per character; nats per token on token data
+  double divergence_threshold = kNaN;  // the run's own (token data: ln vocabulary); NaN: its task's
   double accuracy = kNaN;          // mlp: test accuracy; bert: masked-token accuracy; in [0, 1]
   double final_loss_scale = 1;
   double step_ms = kNaN;           // mean, first (warm-up) step excluded
@@ -77,6 +80,10 @@ MeanStd mean_std(const std::vector<double>& values);
 // The loss of guessing uniformly: above it a run has learnt nothing and is
 // counted as diverged (nn::TaskInfo::divergence_threshold).
 double divergence_threshold(const std::string& task);
+// A run's: its own where it has one, else its task's.
+double divergence_threshold(const RunResult& r);
+// A task's over these runs: its own, else the largest of its runs' (a bound for figures).
+double divergence_threshold(const std::vector<RunResult>& runs, const std::string& task);
 // Diverged: the trainer said so, or the final validation metric (gpt: val_bpc,
 // mlp: val_loss) is NaN, inf or above the threshold. Only for finished runs
 // (status ok or diverged).
@@ -180,6 +187,9 @@ std::string main_table_md(const std::vector<RecipeSummary>& rows);
 std::string mlp_table_md(const std::vector<RecipeSummary>& rows);
 // BERT (masked LM): bits per masked character, its gap to fp32, masked-token accuracy, ...
 std::string bert_table_md(const std::vector<RecipeSummary>& rows);
+// A text task on token data (nn::task_info(task, true)): its metric in nats
+// per (masked) token and the gap to fp32.
+std::string token_table_md(const std::vector<RecipeSummary>& rows, const nn::TaskInfo& task);
 // post_norm: the study's GPT blocks were post-norm (`--norm post`); mantissa's
 // row is labelled so and sits under the paper's post-norm row.
 std::string unit_paper_table_md(const std::vector<RecipeSummary>& rows, bool post_norm = false);

@@ -40,7 +40,12 @@ struct ExperimentOptions {
   int64_t seeds = 0;                 // 0: the preset's
   int64_t tokens = 0;                // GPT training tokens per run; 0: the preset's
   std::string out = "report";
-  std::string data;       // GPT corpus; empty: the default (Jane Austen)
+  std::string data;       // GPT corpus (byte text or token data); empty: the default (Jane Austen)
+  // A model directory (mantissa's save or transformers' save_pretrained):
+  // every run of the text task fine-tunes it, its config.json fixing the
+  // model and its sizes.
+  std::string init_from;
+  int64_t vocab_size = 0;  // a text model trained from scratch on token data: its vocabulary
   std::string mlp_data;   // Fashion-MNIST directory; empty: the default
   bool resume = false;
   int64_t threads = 0;    // 0: the library default

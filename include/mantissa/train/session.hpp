@@ -123,6 +123,13 @@ struct Session {
   std::unique_ptr<Trainer> trainer;
 };
 
+// --init-from DIR: sets c.model to the kind DIR's config.json holds and
+// returns that config.json ("" without --init-from); refuses the flags that
+// would size the model (the config does), --resume, a --model that disagrees,
+// and a directory that is a link or holds no model. build_session calls it;
+// the study calls it to plan its runs.
+std::string resolve_init_from(TrainConfig& c);
+
 // Validates, loads data, builds everything; with config.resume, loads the
 // checkpoint (model configuration taken from it). Throws std::invalid_argument
 // (exit code 2 in the CLI) for bad input.

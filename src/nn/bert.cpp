@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <stdexcept>
 #include <utility>
 
@@ -43,9 +44,10 @@ Bert::Norm Bert::norm(const std::string& name, int block) {
 
 std::string Bert::cannot_train() const {
   if (config_.hidden_dropout == 0 && config_.attention_dropout == 0) return "";
-  return "BERT: dropout (hidden_dropout_prob " + std::to_string(config_.hidden_dropout) +
-         ", attention_probs_dropout_prob " + std::to_string(config_.attention_dropout) +
-         ") is not implemented in mantissa's BERT; it trains with --dropout 0 (set_dropout(0) sets both rates to 0)";
+  char rates[96];
+  std::snprintf(rates, sizeof rates, "hidden_dropout_prob %g, attention_probs_dropout_prob %g",
+                static_cast<double>(config_.hidden_dropout), static_cast<double>(config_.attention_dropout));
+  return std::string("BERT: dropout (") + rates + ") is not implemented in mantissa's BERT; it trains with --dropout 0";
 }
 
 void Bert::set_dropout(float p) {

@@ -138,9 +138,10 @@ TEST(UnitEmpirical, CausalAttentionOutputAndValueGradient) {
             g = ref::randn(heads * S * D, rng);
   const us::Scales s = us::scaled_dot_product_attention(S, D, true);
   const double c = us::attention_logit_scale(D);
-  const ref::Attention a = ref::attention(q, k, v, heads, S, D, c, true);
+  const ref::AttentionShape shape{heads, S, 1, 1, D};  // each head one causal sequence [S, D]
+  const ref::Attention a = ref::attention(q, k, v, shape, c);
   expect_band(ref::scaled(a.out, s.fwd), "attention output");
-  const ref::AttentionGrads gr = ref::attention_backward(q, k, v, a.probs, g, heads, S, D, c);
+  const ref::AttentionGrads gr = ref::attention_backward(q, k, v, a.probs, g, shape, c);
   expect_band(ref::scaled(gr.dv, s.bwd[2]), "attention grad V");
   // The library's rule does not target the Q/K gradients: with logits scaled
   // by 1/d_head they are far below unit scale. Pin that so a change shows.

@@ -119,9 +119,12 @@ bool check_case(const json& c, const std::string& what) {
     const us::Scales s = us::scaled_dot_product_attention(S, D, causal, m);
     const double lc = us::attention_logit_scale(D, m);
     const Vec q = data(in["query"]), k = data(in["key"]), v = data(in["value"]);
-    const ref::Attention a = ref::attention(q, k, v, heads, S, D, lc, causal);
+    // each head one sequence [S, D]; not causal: every key attended (no padding)
+    const ref::AttentionShape shape{heads, S, 1, 1, D};
+    const std::vector<int32_t> keys = causal ? std::vector<int32_t>{} : std::vector<int32_t>(heads, static_cast<int32_t>(S));
+    const ref::Attention a = ref::attention(q, k, v, shape, lc, keys);
     expect_close(ref::scaled(a.out, s.fwd), c["output"], what);
-    const ref::AttentionGrads gr = ref::attention_backward(q, k, v, a.probs, g, heads, S, D, lc);
+    const ref::AttentionGrads gr = ref::attention_backward(q, k, v, a.probs, g, shape, lc, keys);
     expect_close(ref::scaled(gr.dq, s.bwd[0]), c["grads"]["query"], what + " grad q");
     expect_close(ref::scaled(gr.dk, s.bwd[1]), c["grads"]["key"], what + " grad k");
     expect_close(ref::scaled(gr.dv, s.bwd[2]), c["grads"]["value"], what + " grad v");

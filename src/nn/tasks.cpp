@@ -68,7 +68,8 @@ const std::vector<TaskInfo>& task_infos() {
        .curve_label = "validation nats per token",
        .curve_figure = "val_curves_tokens.svg",
        .curve_caption = "Validation nats per token of every recipe (unit-scaled recipes dashed)",
-       .sweep_title = "validation nats per token"},
+       .sweep_title = "validation nats per token",
+       .token_data = true},
       {.task = Task::masked_language_model,
        .id = "mlm-tokens",
        .model_title = "BERT",
@@ -88,7 +89,8 @@ const std::vector<TaskInfo>& task_infos() {
        .curve_label = "nats per masked token",
        .curve_figure = "bert_curves_tokens.svg",
        .curve_caption = "BERT: validation nats per masked token of every recipe (unit-scaled recipes dashed)",
-       .sweep_title = "BERT nats per masked token"},
+       .sweep_title = "BERT nats per masked token",
+       .token_data = true},
       // Ranked by test accuracy; diverged when the test loss exceeds ln 10
       // nats, the loss of guessing one of the 10 classes uniformly.
       {.task = Task::classifier,
@@ -129,7 +131,7 @@ const TaskInfo& task_info(const std::string& id) {
 
 const TaskInfo& task_info(Task task, bool token_data) {
   for (const TaskInfo& t : task_infos())
-    if (t.task == task && (t.id.ends_with("-tokens") == token_data)) return t;
+    if (t.task == task && t.token_data == token_data) return t;
   return task_info(task);
 }
 

@@ -17,7 +17,6 @@
 #include "mantissa/report/scales.hpp"
 #include "mantissa/report/svg.hpp"
 #include "mantissa/analyse/analyse.hpp"
-#include "mantissa/data/tokens.hpp"
 #include "mantissa/study/experiment.hpp"
 #include "mantissa/study/experiment_eta.hpp"
 #include "mantissa/train/session.hpp"
@@ -303,7 +302,8 @@ void finish_report(const ExperimentOptions& options, const ExperimentPlan& plan,
   input.interrupted = outcome.interrupted;
   if (!options.inspect) input.inspection_note = "Inspector: turned off (--no-inspect).";
   else if (plan.width_study) input.inspection_note = "Inspector: not run in a width study.";
-  else if (!options.init_from.empty() || (!options.data.empty() && data::is_token_data(options.data)))
+  else if (!plan.tasks.empty() &&
+           (!plan.tasks[0].base.init_from.empty() || nn::task_info(plan.tasks[0].task).token_data))
     input.inspection_note = "Inspector: not run on a fine-tuning study or token data (it trains its own "
                             "model on byte text).";
   else if (!outcome.interrupted) {
@@ -339,7 +339,7 @@ ExperimentOutcome run_experiment(const ExperimentOptions& options, FILE* log, bo
   const bool text_lm = !plan.tasks.empty() && nn::is_task(plan.tasks[0].task, nn::Task::language_model);
   if (text_lm && !from_sizes)
     input.scale_plot_note = "not run on a fine-tuning study (the analysis builds its models from sizes)";
-  else if (text_lm && plan.tasks[0].task != nn::task_info(nn::Task::language_model).id)
+  else if (text_lm && nn::task_info(plan.tasks[0].task).token_data)
     input.scale_plot_note = "not run on token data (the analysis reads byte text)";
   else if (text_lm) {
     if (log) {

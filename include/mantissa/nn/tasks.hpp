@@ -40,6 +40,7 @@ struct TaskInfo {
   std::string curve_figure;    // its file name
   std::string curve_caption;   // its caption in report.md
   std::string sweep_title;     // learning-rate sweep figure, after "Learning-rate sweep: "
+  bool token_data = false;     // the task on token data (tokens.hpp), in nats per token
 };
 
 // Every task, in the report's order.

@@ -178,7 +178,7 @@ ExperimentPlan make_plan(const ExperimentOptions& o) {
   train::TrainConfig& g = gpt.base;
   g.model = o.model;
   g.init_from = o.init_from;
-  const bool checkpoint_json = !train::resolve_init_from(g).empty();  // sets g.model to the checkpoint's kind
+  train::resolve_init_from(g);  // with --init-from: g.model becomes the checkpoint's kind
   const nn::ModelKind* kind = nn::find_model_kind(g.model);
   auto text = [](const nn::ModelKind& k) { return k.task != nn::Model::Task::classifier; };
   if (kind == nullptr || !text(*kind))
@@ -187,13 +187,13 @@ ExperimentPlan make_plan(const ExperimentOptions& o) {
   const nn::TaskInfo& text_task = nn::task_info(kind->task, token_data);
   gpt.task = text_task.id;
   g.norm = o.norm;
-  if (checkpoint_json)
+  if (fine_tune)
     plan.notes.push_back("every run of the text task (rows labelled " + text_task.id + ") fine-tunes the " + g.model +
                          " model of " + o.init_from + " (its config.json gives the sizes; the same weights, the "
                          "same batches for every recipe)");
   else if (!masked && g.model != nn::default_model_kind(kind->task).name)
     plan.notes.push_back("the text task (rows labelled " + text_task.id + ") trains the " + g.model + " model");
-  if (masked && !checkpoint_json)
+  if (masked && !fine_tune)
     plan.notes.push_back("the text task trains " + g.model + " (" + std::string(o.norm == "pre" ? "pre" : "post") +
                          "-norm) on the masked-LM objective, the sizes below applying to it: its table gives the " +
                          (token_data ? "nats per masked token (the validation loss per masked token)"
@@ -203,7 +203,7 @@ ExperimentPlan make_plan(const ExperimentOptions& o) {
     plan.notes.push_back("--data " + o.data + " is token data: the text task's validation loss is in nats per token, "
                          "and a run whose loss ends above ln V (guessing uniformly over its V ids) counts as "
                          "diverged");
-  if (!checkpoint_json) {
+  if (!fine_tune) {
     g.layers = o.layers ? o.layers : p.layers;
     g.d_model = o.d_model ? o.d_model : p.d_model;
     g.heads = o.heads ? o.heads : p.heads;
@@ -236,7 +236,7 @@ ExperimentPlan make_plan(const ExperimentOptions& o) {
 
   // A fine-tuning study is about its checkpoint: the MLP only when asked for.
   const bool no_mlp = (o.mlp_recipes.size() == 1 && o.mlp_recipes.front() == "none") ||
-                      (o.mlp_recipes.empty() && (p.mlp_steps == 0 || checkpoint_json));
+                      (o.mlp_recipes.empty() && (p.mlp_steps == 0 || fine_tune));
   if (!no_mlp) {
     TaskPlan mlp;
     mlp.task = nn::task_info(nn::Task::classifier).id;
@@ -257,7 +257,7 @@ ExperimentPlan make_plan(const ExperimentOptions& o) {
   }
 
   char sizes[160];
-  if (checkpoint_json)
+  if (fine_tune)
     std::snprintf(sizes, sizeof sizes, "the sizes of %s", io::excerpt(o.init_from).c_str());
   else
     std::snprintf(sizes, sizeof sizes, "%ld layers, d_model %ld, %ld heads", static_cast<long>(g.layers),
@@ -290,7 +290,7 @@ ExperimentPlan make_plan(const ExperimentOptions& o) {
                          "), the other settings as above.");
     plan.width_study = true;
   }
-  if (!checkpoint_json) plan.notes.push_back(p.note);  // the preset's model, which a fine-tune does not train
+  if (!fine_tune) plan.notes.push_back(p.note);  // the preset's model, which a fine-tune does not train
   if (plan.tasks.size() > 1) {
     const train::TrainConfig& m = plan.tasks[1].base;
     const nn::TaskInfo& image = nn::task_info(nn::Task::classifier);

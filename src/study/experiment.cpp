@@ -18,6 +18,7 @@
 #include "mantissa/report/svg.hpp"
 #include "mantissa/analyse/analyse.hpp"
 #include "mantissa/study/experiment.hpp"
+#include "study/timing.hpp"
 #include "mantissa/study/experiment_eta.hpp"
 #include "mantissa/train/session.hpp"
 
@@ -94,16 +95,6 @@ std::string init_scale_plot(const TaskPlan& gpt, int64_t seed, std::string& note
     note = std::string("not available: the analysis failed (") + e.what() + ").";
     return {};
   }
-}
-
-double cpu_seconds() {
-  timespec ts{};
-  ::clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
-}
-
-double since(std::chrono::steady_clock::time_point t) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
 }
 
 // Wall and CPU seconds of the study's parts, printed at the end so the

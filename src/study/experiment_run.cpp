@@ -15,6 +15,7 @@
 #include "mantissa/tensor/memory.hpp"
 #include "mantissa/data/tokens.hpp"
 #include "mantissa/study/experiment.hpp"
+#include "study/timing.hpp"
 #include "mantissa/study/experiment_eta.hpp"
 #include "mantissa/train/run.hpp"
 #include "mantissa/train/session.hpp"
@@ -37,16 +38,6 @@ std::string format_duration(double seconds) {
   else if (s >= 60) std::snprintf(buf, sizeof buf, "%ldm%02lds", s / 60, s % 60);
   else std::snprintf(buf, sizeof buf, "%lds", s);
   return buf;
-}
-
-double cpu_seconds() {
-  timespec ts{};
-  ::clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
-}
-
-double since(std::chrono::steady_clock::time_point t) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
 }
 
 // The progress line after a step: this run's and the study's estimates.
